@@ -1,0 +1,205 @@
+//! Active health: what probes say about a backend.
+//!
+//! A backend starts *unknown*: nothing has answered for it yet, so it is neither trusted nor
+//! blamed. `passes` consecutive passing probes make it healthy, `fails` consecutive failing ones
+//! unhealthy. Each probe returns a [`Transition`], so the caller logs and counts only when
+//! something actually changed.
+
+use crate::config::Active as ActiveConfig;
+use crate::duration;
+use crate::Time;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::time::Duration;
+
+/// What one probe found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProbeOutcome {
+    /// Answered with the expected status and body.
+    Pass,
+    /// Answered, but with an unexpected status (the status), or a body without the expected text
+    /// (`None`). The backend is up; it says it is not ready.
+    Soft(Option<u16>),
+    /// Connected, then no answer within the probe timeout (that long).
+    Timeout(Duration),
+    /// Nothing is serving: the connection was refused, reset, or could not be made in time.
+    Refused,
+}
+
+impl ProbeOutcome {
+    /// Classifies a probe's answer.
+    ///
+    /// `proxy_made` says the answer came from the proxy itself rather than the backend (Envoy's
+    /// own 503 for a failed connection, 504 for a timeout); `body` is the first `max_size` bytes.
+    pub fn classify(
+        status: u16,
+        proxy_made: bool,
+        body: &[u8],
+        config: &ActiveConfig,
+    ) -> ProbeOutcome {
+        if proxy_made && status == 504 {
+            return ProbeOutcome::Timeout(config.timeout);
+        }
+        if proxy_made && status >= 500 {
+            return ProbeOutcome::Refused;
+        }
+        if !config.expect_status.matches(status) {
+            return ProbeOutcome::Soft(Some(status));
+        }
+        if let Some(expected) = &config.expect_body {
+            let needle = expected.as_bytes();
+            if !body.windows(needle.len()).any(|w| w == needle) {
+                return ProbeOutcome::Soft(None);
+            }
+        }
+        ProbeOutcome::Pass
+    }
+
+    /// Whether the probe passed.
+    pub fn passed(self) -> bool {
+        self == ProbeOutcome::Pass
+    }
+}
+
+impl fmt::Display for ProbeOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            ProbeOutcome::Pass => f.write_str("passed"),
+            ProbeOutcome::Soft(Some(status)) => write!(f, "answered {status}"),
+            ProbeOutcome::Soft(None) => f.write_str("answered without the expected body"),
+            ProbeOutcome::Timeout(after) => write!(f, "timed out after {}", duration::display(*after)),
+            ProbeOutcome::Refused => f.write_str("found nothing serving (connection failed)"),
+        }
+    }
+}
+
+/// A backend's standing with the prober.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Status {
+    /// No verdict yet.
+    Unknown,
+    /// Passing probes.
+    Healthy,
+    /// Failing probes.
+    Unhealthy,
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(match self {
+            Status::Unknown => "unknown",
+            Status::Healthy => "healthy",
+            Status::Unhealthy => "unhealthy",
+        })
+    }
+}
+
+/// Why a backend changed status: the probe that tipped it and how many in a row agreed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reason {
+    /// The last probe.
+    pub outcome: ProbeOutcome,
+    /// Consecutive probes with the same verdict.
+    pub streak: u32,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let probes = if self.streak == 1 { "probe" } else { "probes" };
+        write!(f, "{} {probes} {}", self.streak, self.outcome)
+    }
+}
+
+/// What a probe did to a backend's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    /// Nothing changed.
+    Unchanged,
+    /// The verdict leans towards `toward`, `seen` of `needed` probes so far.
+    Pending {
+        /// Where the streak leads.
+        toward: Status,
+        /// Probes in the streak.
+        seen: u32,
+        /// Probes the threshold needs.
+        needed: u32,
+    },
+    /// The status changed.
+    Changed {
+        /// Before.
+        from: Status,
+        /// After.
+        to: Status,
+        /// Why.
+        reason: Reason,
+    },
+}
+
+/// One backend's active-check state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActiveHealth {
+    /// Current verdict.
+    pub status: Status,
+    /// Consecutive passes (positive) or failures (negative) so far.
+    streak: i64,
+    /// The latest probe and when it settled.
+    pub last: Option<(Time, ProbeOutcome)>,
+    /// When `status` last changed.
+    pub since: Time,
+}
+
+impl ActiveHealth {
+    /// A backend nothing is known about yet, as of `now`.
+    pub fn new(now: Time) -> ActiveHealth {
+        ActiveHealth {
+            status: Status::Unknown,
+            streak: 0,
+            last: None,
+            since: now,
+        }
+    }
+
+    /// Takes one probe's outcome into account.
+    pub fn observe(&mut self, outcome: ProbeOutcome, now: Time, config: &ActiveConfig) -> Transition {
+        self.last = Some((now, outcome));
+        let passed = outcome.passed();
+        self.streak = match (passed, self.streak) {
+            (true, s) if s > 0 => s.saturating_add(1),
+            (true, _) => 1,
+            (false, s) if s < 0 => s.saturating_sub(1),
+            (false, _) => -1,
+        };
+        let seen = u32::try_from(self.streak.unsigned_abs()).unwrap_or(u32::MAX);
+        let (toward, needed) = if passed {
+            (Status::Healthy, config.passes)
+        } else {
+            (Status::Unhealthy, config.fails)
+        };
+        if self.status == toward {
+            return Transition::Unchanged;
+        }
+        if seen < needed {
+            return Transition::Pending {
+                toward,
+                seen,
+                needed,
+            };
+        }
+        let from = self.status;
+        self.status = toward;
+        self.since = now;
+        Transition::Changed {
+            from,
+            to: toward,
+            reason: Reason {
+                outcome,
+                streak: seen,
+            },
+        }
+    }
+
+    /// When it went down, if it is down.
+    pub fn down_since(&self) -> Option<Time> {
+        (self.status == Status::Unhealthy).then_some(self.since)
+    }
+}

@@ -1,0 +1,178 @@
+//! Durations as operators write them.
+//!
+//! Caddy's JSON carries durations as integer nanoseconds (`10000000000`); people write strings
+//! (`"10s"`, `"500ms"`, `"1m30s"`). Both are accepted, and anything that is not a positive duration
+//! that fits in 64-bit nanoseconds is refused with a reason rather than silently clamped.
+
+use serde::de::{self, Deserializer, Visitor};
+use std::fmt;
+use std::time::Duration;
+
+/// Parses a Go-style duration string: one or more `<number><unit>` pairs, units `ns`, `us`/`µs`,
+/// `ms`, `s`, `m`, `h`; the number may have a fraction (`"1.5s"`).
+pub fn parse(text: &str) -> Result<Duration, String> {
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err("expected a duration like \"10s\" or \"500ms\", got an empty string".into());
+    }
+    let mut total: u128 = 0;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (number, after) = rest.split_at(number_len);
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, after) = after.split_at(unit_len);
+        let scale: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            "" => return Err(format!("{text:?} is missing a unit (ns, us, ms, s, m, h)")),
+            other => return Err(format!("{text:?} has an unknown unit {other:?}")),
+        };
+        total = total
+            .checked_add(scaled(number, scale).ok_or_else(|| format!("{text:?} is not a duration"))?)
+            .ok_or_else(|| too_large(text))?;
+        rest = after;
+    }
+    let nanos = u64::try_from(total).map_err(|_| too_large(text))?;
+    Ok(Duration::from_nanos(nanos))
+}
+
+/// `number * scale`, where `number` may carry a decimal fraction; `None` if it is not a number.
+fn scaled(number: &str, scale: u128) -> Option<u128> {
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() {
+        return None;
+    }
+    let digits = |s: &str| s.chars().all(|c| c.is_ascii_digit());
+    if !digits(whole) || !digits(fraction) {
+        return None;
+    }
+    let whole: u128 = if whole.is_empty() { 0 } else { whole.parse().ok()? };
+    let mut value = whole.checked_mul(scale)?;
+    let mut unit = scale;
+    for digit in fraction.chars() {
+        unit /= 10;
+        value = value.checked_add(u128::from(digit.to_digit(10)?) * unit)?;
+    }
+    Some(value)
+}
+
+fn too_large(text: &str) -> String {
+    format!("{text:?} is too large (at most about 584 years)")
+}
+
+/// Formats a duration the way log lines and errors show it: `5.0s`, `250ms`, `2m0s`.
+pub fn display(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1_000 && d.as_nanos() % 1_000_000 == 0 {
+        format!("{ms}ms")
+    } else if ms < 1_000 {
+        format!("{}us", d.as_micros())
+    } else if ms < 60_000 {
+        format!("{}.{}s", ms / 1_000, (ms % 1_000) / 100)
+    } else {
+        format!("{}m{}s", ms / 60_000, (ms % 60_000) / 1_000)
+    }
+}
+
+/// Deserializes a positive duration from nanoseconds or a string.
+pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    d.deserialize_any(PositiveDuration)
+}
+
+/// Deserializes an optional positive duration (`null` or absent means off).
+pub fn deserialize_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    d.deserialize_any(PositiveDuration).map(Some)
+}
+
+struct PositiveDuration;
+
+impl<'de> Visitor<'de> for PositiveDuration {
+    type Value = Duration;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a duration: integer nanoseconds or a string like \"10s\"")
+    }
+
+    fn visit_u64<E: de::Error>(self, nanos: u64) -> Result<Duration, E> {
+        if nanos == 0 {
+            return Err(E::custom("must be greater than zero, got 0"));
+        }
+        Ok(Duration::from_nanos(nanos))
+    }
+
+    fn visit_i64<E: de::Error>(self, nanos: i64) -> Result<Duration, E> {
+        match u64::try_from(nanos) {
+            Ok(nanos) => self.visit_u64(nanos),
+            Err(_) => Err(E::custom(format!("must be greater than zero, got {nanos}"))),
+        }
+    }
+
+    fn visit_f64<E: de::Error>(self, nanos: f64) -> Result<Duration, E> {
+        if nanos > u64::MAX as f64 {
+            Err(E::custom(format!("{nanos} nanoseconds is too large")))
+        } else {
+            Err(E::custom(format!(
+                "must be whole nanoseconds or a string like \"10s\", got {nanos}"
+            )))
+        }
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Duration, E> {
+        let d = parse(text).map_err(E::custom)?;
+        if d.is_zero() {
+            return Err(E::custom(format!("must be greater than zero, got {text:?}")));
+        }
+        Ok(d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_with_every_unit_parse_to_nanoseconds() {
+        assert_eq!(parse("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse("1m"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse("250us"), Ok(Duration::from_micros(250)));
+        assert_eq!(parse("7ns"), Ok(Duration::from_nanos(7)));
+        assert_eq!(parse("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse(".5s"), Ok(Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn strings_without_a_known_unit_are_refused_with_the_reason() {
+        assert!(parse("10").unwrap_err().contains("missing a unit"));
+        assert!(parse("10d").unwrap_err().contains("unknown unit"));
+        assert!(parse("").unwrap_err().contains("empty"));
+        assert!(parse("s").unwrap_err().contains("not a duration"));
+        assert!(parse("1.2.3s").unwrap_err().contains("not a duration"));
+    }
+
+    #[test]
+    fn a_duration_past_64_bit_nanoseconds_is_too_large() {
+        assert!(parse("1000000h").unwrap_err().contains("too large"));
+        assert!(parse("99999999999999999999999999999999999999999s")
+            .unwrap_err()
+            .contains("not a duration"));
+    }
+
+    #[test]
+    fn durations_display_with_one_decimal_of_seconds() {
+        assert_eq!(display(Duration::from_secs(5)), "5.0s");
+        assert_eq!(display(Duration::from_millis(250)), "250ms");
+        assert_eq!(display(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(display(Duration::from_secs(90)), "1m30s");
+    }
+}

@@ -1,0 +1,206 @@
+//! The fleet guard: which backends may take traffic, given everything known about all of them.
+//!
+//! The rules, in order:
+//! 1. A backend whose latest contact (probe or request) was refused has nothing serving; it is
+//!    left out while any other backend accepts connections.
+//! 2. Routable = passing active checks, or unknown while no backend is known healthy (cold start),
+//!    and not passively ejected.
+//! 3. If nothing is left, the answer is never "no backend". When the last backends went down
+//!    within one probe round (interval + timeout) of each other, that is a correlated failure of
+//!    something they share (a database behind `/up`), not a dead fleet: those of them that accept
+//!    connections stay in rotation, and a backend that was already out before stays out.
+//! 4. Passive ejections are capped: one more may go while (ejected + 1) / N stays within
+//!    `max_ejection_percent` of the backends that rule 2 or 3 left, and never the last one.
+//! 5. With `min_healthy_percent` set and fewer routable than that share of the fleet, traffic is
+//!    spread over every backend that accepts connections (Envoy's panic mode).
+
+use crate::active::{ActiveHealth, Status};
+use crate::config::Config;
+use crate::passive::PassiveHealth;
+use crate::Time;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Everything known about one backend.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backend {
+    /// What probes say.
+    pub active: ActiveHealth,
+    /// What real requests say.
+    pub passive: PassiveHealth,
+}
+
+impl Backend {
+    /// A backend nothing is known about, as of `now`.
+    pub fn new(now: Time) -> Backend {
+        Backend {
+            active: ActiveHealth::new(now),
+            passive: PassiveHealth::default(),
+        }
+    }
+
+    /// Whether something is serving, by the latest probe or request (true when nothing is known).
+    pub fn accepting(&self) -> bool {
+        let probe = self
+            .active
+            .last
+            .map(|(t, outcome)| (t, outcome == crate::ProbeOutcome::Refused));
+        match (probe, self.passive.last_contact) {
+            (Some(p), Some(r)) => !if r.0 >= p.0 { r.1 } else { p.1 },
+            (Some((_, refused)), None) | (None, Some((_, refused))) => !refused,
+            (None, None) => true,
+        }
+    }
+
+    /// Whether anything at all has been heard from it.
+    pub fn heard_from(&self) -> bool {
+        self.active.last.is_some() || self.passive.last_contact.is_some()
+    }
+}
+
+/// Why the routable set is wider than "healthy and not ejected".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Guard {
+    /// It is not: the guard is not engaged.
+    #[default]
+    Off,
+    /// Every backend failed its probes; those that went down last, together, keep serving.
+    LastDown,
+    /// No backend accepts connections; all are tried.
+    NothingServing,
+    /// Fewer than `min_healthy_percent` were routable; every backend that accepts connections is.
+    Panic,
+}
+
+impl Guard {
+    /// Whether the guard widened the set.
+    pub fn engaged(self) -> bool {
+        self != Guard::Off
+    }
+}
+
+impl fmt::Display for Guard {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(match self {
+            Guard::Off => "off",
+            Guard::LastDown => "every backend fails its probes; keeping those that went down last, together, in rotation",
+            Guard::NothingServing => "no backend accepts connections; trying all",
+            Guard::Panic => "fewer backends healthy than min_healthy_percent; spreading over all that accept connections",
+        })
+    }
+}
+
+/// The outcome of the rules: who may take traffic now.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Routing {
+    /// Per backend, in config order: may take traffic. Never all false for a non-empty fleet.
+    pub routable: Vec<bool>,
+    /// Per backend: passively ejected (within the cap).
+    pub ejected: Vec<bool>,
+    /// Whether, and why, the guard widened the set.
+    pub guard: Guard,
+}
+
+impl Routing {
+    /// How many backends may take traffic.
+    pub fn count(&self) -> usize {
+        self.routable.iter().filter(|r| **r).count()
+    }
+}
+
+/// Applies the rules to `backends` at `now`.
+pub fn route(backends: &[Backend], now: Time, config: &Config) -> Routing {
+    let accepting: Vec<bool> = backends.iter().map(Backend::accepting).collect();
+    let any_accepting = accepting.contains(&true);
+    // Rule 1: when nothing accepts connections, everything is usable.
+    let usable: Vec<bool> = accepting.iter().map(|a| *a || !any_accepting).collect();
+    let status = |b: &Backend| b.active.status;
+    let healthy_known = backends
+        .iter()
+        .zip(&usable)
+        .any(|(b, u)| *u && status(b) == Status::Healthy);
+
+    // Rule 2, active part.
+    let mut base: Vec<bool> = backends
+        .iter()
+        .zip(&usable)
+        .map(|(b, u)| {
+            *u && match status(b) {
+                Status::Healthy => true,
+                Status::Unknown => !healthy_known,
+                Status::Unhealthy => false,
+            }
+        })
+        .collect();
+    let mut guard = Guard::Off;
+
+    // Rule 3.
+    if !base.contains(&true) {
+        if any_accepting {
+            let last_down = backends
+                .iter()
+                .zip(&usable)
+                .filter(|(_, u)| **u)
+                .filter_map(|(b, _)| b.active.down_since())
+                .max();
+            if let Some(latest) = last_down {
+                let cutoff = latest.saturating_sub(config.probe_round());
+                base = backends
+                    .iter()
+                    .zip(&usable)
+                    .map(|(b, u)| *u && b.active.down_since().is_some_and(|t| t >= cutoff))
+                    .collect();
+            }
+            guard = Guard::LastDown;
+        } else {
+            guard = Guard::NothingServing;
+        }
+        if !base.contains(&true) {
+            base.clone_from(&usable);
+        }
+    }
+
+    // Rules 2 (passive part) and 4.
+    let ejected = capped_ejections(backends, &base, now, config);
+    let mut routable: Vec<bool> = base.iter().zip(&ejected).map(|(b, e)| *b && !e).collect();
+
+    // Rule 5.
+    if let Some(min) = config.min_healthy_percent {
+        let routable_count = routable.iter().filter(|r| **r).count();
+        if routable_count * 100 < usize::from(min) * backends.len() {
+            routable = usable;
+            guard = Guard::Panic;
+        }
+    }
+    Routing {
+        routable,
+        ejected,
+        guard,
+    }
+}
+
+/// Which of `base` are ejected: those with a full failure window, earliest ejection first, as
+/// many as the cap allows.
+fn capped_ejections(backends: &[Backend], base: &[bool], now: Time, config: &Config) -> Vec<bool> {
+    let passive = &config.health_checks.passive;
+    let mut ejected = vec![false; backends.len()];
+    let mut candidates: Vec<(Time, usize)> = backends
+        .iter()
+        .zip(base)
+        .enumerate()
+        .filter(|(_, (_, in_base))| **in_base)
+        .filter_map(|(i, (b, _))| b.passive.ejected_since(now, passive).map(|t| (t, i)))
+        .collect();
+    if candidates.is_empty() {
+        return ejected;
+    }
+    candidates.sort_unstable();
+    let n = base.iter().filter(|b| **b).count();
+    let cap = (usize::from(config.max_ejection_percent) * n / 100).min(n.saturating_sub(1));
+    for (_, i) in candidates.into_iter().take(cap) {
+        if let Some(slot) = ejected.get_mut(i) {
+            *slot = true;
+        }
+    }
+    ejected
+}

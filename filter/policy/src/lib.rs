@@ -1,0 +1,26 @@
+//! upcheck's health policy, with no I/O.
+//!
+//! Every decision upcheck makes lives here as plain Rust: time comes in as an argument, decisions
+//! go out as values. The proxy-wasm adapter (the `upcheck` crate) turns host callbacks into these
+//! inputs and these outputs into host calls; nothing here can call the host, so all of it is
+//! tested natively and deterministically.
+
+pub mod active;
+pub mod config;
+pub mod duration;
+pub mod fleet;
+pub mod passive;
+pub mod pool;
+pub mod schedule;
+pub mod select;
+pub mod status;
+
+/// A point in time: the host's clock since its epoch.
+pub type Time = std::time::Duration;
+
+pub use active::{ActiveHealth, ProbeOutcome, Status, Transition};
+pub use config::{Config, ConfigError};
+pub use fleet::{Backend, Guard, Routing};
+pub use passive::{InFlight, PassiveHealth, ProxyFailure, RequestOutcome};
+pub use pool::{Event, Pick, Pool};
+pub use schedule::Schedule;

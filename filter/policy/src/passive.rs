@@ -1,0 +1,240 @@
+//! Passive health: what real requests say about a backend.
+//!
+//! A failure is remembered for `fail_duration`; a backend with `max_fails` remembered failures is
+//! ejected until the oldest of them expires. Successes erase nothing (Caddy's semantics): a backend
+//! that fails one request in three is still failing. Only the newest `max_fails` failures are kept,
+//! so memory per backend is bounded however much traffic fails.
+
+use crate::config::Passive as PassiveConfig;
+use crate::duration;
+use crate::Time;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::Duration;
+
+/// How the proxy itself failed a request before the backend answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProxyFailure {
+    /// The connection was refused or could not be made.
+    Refused,
+    /// The backend reset the connection or stream.
+    Reset,
+    /// The backend did not answer in time.
+    Timeout,
+}
+
+/// How one real request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestOutcome {
+    /// The backend answered with this status after this long.
+    Answered {
+        /// The backend's own status.
+        status: u16,
+        /// Time from the request to the response headers.
+        latency: Duration,
+    },
+    /// The proxy gave up on the backend.
+    Failed(ProxyFailure),
+    /// The request is still waiting for its answer after this long (see `unhealthy_latency`).
+    StillWaiting(Duration),
+    /// The client went away first: says nothing about the backend.
+    ClientGone,
+}
+
+/// Why a request counted against its backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failure(RequestOutcome);
+
+impl RequestOutcome {
+    /// Whether this outcome counts against the backend, and why.
+    pub fn failure(self, config: &PassiveConfig) -> Option<Failure> {
+        let late = |latency: Duration| config.unhealthy_latency.is_some_and(|l| latency >= l);
+        let counts = match self {
+            RequestOutcome::Answered { status, latency } => {
+                config.unhealthy_status.iter().any(|m| m.matches(status)) || late(latency)
+            }
+            RequestOutcome::Failed(_) => true,
+            RequestOutcome::StillWaiting(waited) => late(waited),
+            RequestOutcome::ClientGone => false,
+        };
+        counts.then_some(Failure(self))
+    }
+
+    /// Whether the backend was found not serving at all.
+    pub fn refused(self) -> bool {
+        self == RequestOutcome::Failed(ProxyFailure::Refused)
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self.0 {
+            RequestOutcome::Answered { status, latency } => write!(
+                f,
+                "a request answered {status} after {}",
+                duration::display(latency)
+            ),
+            RequestOutcome::Failed(ProxyFailure::Refused) => {
+                f.write_str("a request found nothing serving (connection failed)")
+            }
+            RequestOutcome::Failed(ProxyFailure::Reset) => f.write_str("a request was reset"),
+            RequestOutcome::Failed(ProxyFailure::Timeout) => f.write_str("a request timed out"),
+            RequestOutcome::StillWaiting(waited) => write!(
+                f,
+                "a request is still unanswered after {}",
+                duration::display(waited)
+            ),
+            RequestOutcome::ClientGone => f.write_str("the client went away"),
+        }
+    }
+}
+
+/// The failures a backend is remembered for, and whether it is ejected.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PassiveHealth {
+    /// The newest failures, oldest first; never more than `max_fails`.
+    failures: VecDeque<Time>,
+    /// When the current ejection began (the failure that filled the window).
+    ejected_since: Option<Time>,
+    /// The latest request outcome that told whether anything is serving: when, and whether it
+    /// was a refusal.
+    pub last_contact: Option<(Time, bool)>,
+}
+
+/// What recording a failure did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// Remembered; `count` of `max_fails`.
+    Counted {
+        /// Failures now remembered.
+        count: u32,
+    },
+    /// This failure filled the window: the backend is due to be ejected until `until`
+    /// (the fleet guard's cap may still keep it in rotation).
+    Filled {
+        /// When the oldest counted failure expires.
+        until: Time,
+    },
+}
+
+impl PassiveHealth {
+    /// Remembers a failure at `at`.
+    pub fn record(&mut self, at: Time, config: &PassiveConfig) -> Recorded {
+        let was_full = self.full(at, config);
+        let max = usize::try_from(config.max_fails).unwrap_or(usize::MAX);
+        let pos = self.failures.partition_point(|t| *t <= at);
+        self.failures.insert(pos, at);
+        while self.failures.len() > max {
+            self.failures.pop_front();
+        }
+        if self.full(at, config) {
+            if !was_full || self.ejected_since.is_none() {
+                self.ejected_since = Some(at);
+            }
+            if !was_full {
+                return Recorded::Filled {
+                    until: self.ejected_until(config).unwrap_or(at),
+                };
+            }
+        }
+        Recorded::Counted {
+            count: self.count(at, config),
+        }
+    }
+
+    /// Failures remembered at `now`.
+    pub fn count(&self, now: Time, config: &PassiveConfig) -> u32 {
+        let live = self
+            .failures
+            .iter()
+            .filter(|t| now < **t + config.fail_duration)
+            .count();
+        u32::try_from(live).unwrap_or(u32::MAX)
+    }
+
+    /// Whether `max_fails` failures are remembered at `now`.
+    pub fn full(&self, now: Time, config: &PassiveConfig) -> bool {
+        self.count(now, config) >= config.max_fails
+    }
+
+    /// When the current ejection began, if the window is full at `now`.
+    pub fn ejected_since(&self, now: Time, config: &PassiveConfig) -> Option<Time> {
+        if self.full(now, config) {
+            self.ejected_since
+        } else {
+            None
+        }
+    }
+
+    /// When the oldest counted failure expires, if the window is full.
+    fn ejected_until(&self, config: &PassiveConfig) -> Option<Time> {
+        self.failures.front().map(|t| *t + config.fail_duration)
+    }
+
+    /// Remembers whether the latest request found the backend serving.
+    pub fn contact(&mut self, at: Time, refused: bool) {
+        if self.last_contact.is_none_or(|(t, _)| t <= at) {
+            self.last_contact = Some((at, refused));
+        }
+    }
+}
+
+/// The requests one worker has in flight, so one that hangs counts as failed the moment it is
+/// `unhealthy_latency` late rather than when it finally ends.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    entries: Vec<Pending>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    id: u32,
+    backend: usize,
+    started: Time,
+    late: bool,
+}
+
+impl InFlight {
+    /// Starts tracking request `id` to `backend`.
+    pub fn begin(&mut self, id: u32, backend: usize, now: Time) {
+        self.entries.push(Pending {
+            id,
+            backend,
+            started: now,
+            late: false,
+        });
+    }
+
+    /// Stops tracking request `id`; true if it was already counted late.
+    pub fn end(&mut self, id: u32) -> bool {
+        match self.entries.iter().position(|p| p.id == id) {
+            Some(i) => self.entries.swap_remove(i).late,
+            None => false,
+        }
+    }
+
+    /// Marks every request that is `latency` late at `now` and not yet counted, and returns
+    /// (backend, time it became late, waited) for each.
+    pub fn overdue(&mut self, now: Time, latency: Duration) -> Vec<(usize, Time, Duration)> {
+        let mut late = Vec::new();
+        for p in self.entries.iter_mut().filter(|p| !p.late) {
+            let waited = now.saturating_sub(p.started);
+            if waited >= latency {
+                p.late = true;
+                late.push((p.backend, p.started + latency, waited));
+            }
+        }
+        late
+    }
+
+    /// Requests in flight.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether none is in flight.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}

@@ -1,0 +1,93 @@
+//! When each backend is probed next.
+//!
+//! Every backend is due at once when it first appears (a new backend is probed immediately, not
+//! one interval later), then every interval, moved by up to ± jitter so a large fleet is not
+//! probed in lockstep. The jitter comes from a small seeded generator: the same seed gives the
+//! same schedule, which keeps tests and probe counts deterministic.
+
+use crate::Time;
+use std::time::Duration;
+
+/// Next probe time per backend.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    next: Vec<Time>,
+    rng: u64,
+}
+
+impl Schedule {
+    /// A schedule with every one of `backends` due at `now`.
+    pub fn new(backends: usize, now: Time, seed: u64) -> Schedule {
+        Schedule {
+            next: vec![now; backends],
+            rng: seed | 1,
+        }
+    }
+
+    /// Keeps the times of backends that stay (`kept[new] = Some(old)`); new ones are due at `now`.
+    pub fn remap(&mut self, kept: &[Option<usize>], now: Time) {
+        self.next = kept
+            .iter()
+            .map(|old| old.and_then(|o| self.next.get(o).copied()).unwrap_or(now))
+            .collect();
+    }
+
+    /// The backends due at `now`; each is rescheduled one interval (± jitter) later.
+    pub fn due(&mut self, now: Time, interval: Duration, jitter: Duration) -> Vec<usize> {
+        let mut due = Vec::new();
+        for i in 0..self.next.len() {
+            let at = self.next.get(i).copied().unwrap_or(now);
+            if at <= now {
+                let shift = self.jitter(jitter);
+                let next = (now + interval + jitter).saturating_sub(shift);
+                if let Some(slot) = self.next.get_mut(i) {
+                    *slot = next;
+                }
+                due.push(i);
+            }
+        }
+        due
+    }
+
+    /// The earliest time any backend is due.
+    pub fn next_due(&self) -> Option<Time> {
+        self.next.iter().min().copied()
+    }
+
+    /// A uniform duration in [0, 2 × jitter].
+    fn jitter(&mut self, jitter: Duration) -> Duration {
+        // xorshift64*: plenty for spreading probes.
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        let r = self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        let span = u64::try_from(jitter.as_nanos().saturating_mul(2)).unwrap_or(u64::MAX);
+        Duration::from_nanos(r.checked_rem(span.saturating_add(1)).unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn every_backend_is_due_at_once_and_then_once_per_interval_within_jitter() {
+        let mut s = Schedule::new(3, Duration::ZERO, 42);
+        assert_eq!(s.due(Duration::ZERO, 10 * S, S), vec![0, 1, 2]);
+        assert!(s.due(8 * S, 10 * S, S).is_empty());
+        let next = s.next_due().unwrap_or_default();
+        assert!(next >= 9 * S && next <= 11 * S, "next due at {next:?}");
+        assert_eq!(s.due(11 * S, 10 * S, S), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn a_new_backend_is_due_at_once_while_the_others_keep_their_times() {
+        let mut s = Schedule::new(1, Duration::ZERO, 7);
+        s.due(Duration::ZERO, 10 * S, Duration::ZERO);
+        s.remap(&[Some(0), None], 3 * S);
+        assert_eq!(s.due(3 * S, 10 * S, Duration::ZERO), vec![1]);
+        assert_eq!(s.due(10 * S, 10 * S, Duration::ZERO), vec![0]);
+    }
+}

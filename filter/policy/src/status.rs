@@ -1,0 +1,124 @@
+//! HTTP status matchers: an exact code (`200`) or a class (`"2xx"`).
+//!
+//! Caddy writes a class as a single digit (`2` means 2xx) in JSON and as `2xx` in a Caddyfile; both
+//! are accepted so an operator's existing config keeps its meaning.
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+use std::fmt;
+
+/// Which statuses a rule matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusMatch {
+    /// Exactly this code, 100–599.
+    Code(u16),
+    /// Every code of this class: `2` matches 200–299.
+    Class(u8),
+}
+
+impl StatusMatch {
+    /// Whether `status` is matched.
+    pub fn matches(self, status: u16) -> bool {
+        match self {
+            StatusMatch::Code(code) => code == status,
+            StatusMatch::Class(class) => status / 100 == u16::from(class),
+        }
+    }
+
+    fn from_number(n: u64) -> Option<StatusMatch> {
+        match n {
+            1..=5 => u8::try_from(n).ok().map(StatusMatch::Class),
+            100..=599 => u16::try_from(n).ok().map(StatusMatch::Code),
+            _ => None,
+        }
+    }
+
+    fn from_text(text: &str) -> Option<StatusMatch> {
+        let lower = text.trim().to_ascii_lowercase();
+        if let Some(class) = lower.strip_suffix("xx") {
+            return match class.parse::<u64>() {
+                Ok(n @ 1..=5) => StatusMatch::from_number(n),
+                _ => None,
+            };
+        }
+        lower
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n >= 100)
+            .and_then(StatusMatch::from_number)
+    }
+}
+
+impl fmt::Display for StatusMatch {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            StatusMatch::Code(code) => write!(f, "{code}"),
+            StatusMatch::Class(class) => write!(f, "{class}xx"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for StatusMatch {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StatusVisitor)
+    }
+}
+
+struct StatusVisitor;
+
+const EXPECTED: &str = "a status code 100-599 or a class like \"2xx\"";
+
+impl<'de> Visitor<'de> for StatusVisitor {
+    type Value = StatusMatch;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(EXPECTED)
+    }
+
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<StatusMatch, E> {
+        StatusMatch::from_number(n).ok_or_else(|| E::custom(format!("expected {EXPECTED}, got {n}")))
+    }
+
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<StatusMatch, E> {
+        Err(E::custom(format!("expected {EXPECTED}, got {n}")))
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<StatusMatch, E> {
+        StatusMatch::from_text(text)
+            .ok_or_else(|| E::custom(format!("expected {EXPECTED}, got {text:?}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<StatusMatch, String> {
+        serde_json::from_str(json).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn codes_and_classes_are_read_in_caddy_and_caddyfile_forms() {
+        assert_eq!(parse("200"), Ok(StatusMatch::Code(200)));
+        assert_eq!(parse("\"204\""), Ok(StatusMatch::Code(204)));
+        assert_eq!(parse("2"), Ok(StatusMatch::Class(2)));
+        assert_eq!(parse("\"2xx\""), Ok(StatusMatch::Class(2)));
+        assert_eq!(parse("\"5XX\""), Ok(StatusMatch::Class(5)));
+    }
+
+    #[test]
+    fn a_class_matches_its_hundred_and_a_code_only_itself() {
+        assert!(StatusMatch::Class(2).matches(200));
+        assert!(StatusMatch::Class(2).matches(299));
+        assert!(!StatusMatch::Class(2).matches(300));
+        assert!(StatusMatch::Code(503).matches(503));
+        assert!(!StatusMatch::Code(503).matches(502));
+    }
+
+    #[test]
+    fn nonsense_statuses_are_refused() {
+        for bad in ["0", "6", "99", "600", "-1", "\"6xx\"", "\"2x\"", "\"ok\"", "\"42\""] {
+            assert!(parse(bad).is_err(), "{bad} was accepted");
+        }
+    }
+}
