@@ -67,7 +67,9 @@ impl fmt::Display for ProbeOutcome {
             ProbeOutcome::Pass => f.write_str("passed"),
             ProbeOutcome::Soft(Some(status)) => write!(f, "answered {status}"),
             ProbeOutcome::Soft(None) => f.write_str("answered without the expected body"),
-            ProbeOutcome::Timeout(after) => write!(f, "timed out after {}", duration::display(*after)),
+            ProbeOutcome::Timeout(after) => {
+                write!(f, "timed out after {}", duration::display(*after))
+            }
             ProbeOutcome::Refused => f.write_str("found nothing serving (connection failed)"),
         }
     }
@@ -160,7 +162,12 @@ impl ActiveHealth {
     }
 
     /// Takes one probe's outcome into account.
-    pub fn observe(&mut self, outcome: ProbeOutcome, now: Time, config: &ActiveConfig) -> Transition {
+    pub fn observe(
+        &mut self,
+        outcome: ProbeOutcome,
+        now: Time,
+        config: &ActiveConfig,
+    ) -> Transition {
         self.last = Some((now, outcome));
         let passed = outcome.passed();
         self.streak = match (passed, self.streak) {

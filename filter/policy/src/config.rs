@@ -94,11 +94,17 @@ pub struct Active {
     #[serde(default)]
     pub headers: BTreeMap<String, HeaderValues>,
     /// Time between probes of one backend. Default 10 s.
-    #[serde(default = "default_interval", deserialize_with = "duration::deserialize")]
+    #[serde(
+        default = "default_interval",
+        deserialize_with = "duration::deserialize"
+    )]
     pub interval: Duration,
     /// A probe without an answer after this long failed; must be shorter than `interval`.
     /// Default 5 s.
-    #[serde(default = "default_timeout", deserialize_with = "duration::deserialize")]
+    #[serde(
+        default = "default_timeout",
+        deserialize_with = "duration::deserialize"
+    )]
     pub timeout: Duration,
     /// Status a passing probe answers: a code (`200`) or a class (`"2xx"`, or Caddy's `2`).
     /// Default 2xx.
@@ -153,7 +159,9 @@ impl Active {
             let name = name.to_ascii_lowercase();
             match values {
                 HeaderValues::One(v) => pairs.push((name, v.clone())),
-                HeaderValues::Many(vs) => pairs.extend(vs.iter().map(|v| (name.clone(), v.clone()))),
+                HeaderValues::Many(vs) => {
+                    pairs.extend(vs.iter().map(|v| (name.clone(), v.clone())))
+                }
             }
         }
         pairs
@@ -165,7 +173,10 @@ impl Active {
 #[serde(deny_unknown_fields)]
 pub struct Passive {
     /// How long a failed request is remembered. Default 10 s.
-    #[serde(default = "default_fail_duration", deserialize_with = "duration::deserialize")]
+    #[serde(
+        default = "default_fail_duration",
+        deserialize_with = "duration::deserialize"
+    )]
     pub fail_duration: Duration,
     /// Remembered failures that eject a backend until enough of them expire. Default 3.
     #[serde(default = "default_max_fails")]
@@ -362,11 +373,17 @@ impl Config {
         check_range("health_checks.active.passes", active.passes, 1, MAX_STREAK)?;
         check_range("health_checks.active.fails", active.fails, 1, MAX_STREAK)?;
         if active.max_size == 0 {
-            return Err(fail("health_checks.active.max_size", "must be at least 1, got 0"));
+            return Err(fail(
+                "health_checks.active.max_size",
+                "must be at least 1, got 0",
+            ));
         }
         if let Some(body) = &active.expect_body {
             if body.is_empty() {
-                return Err(fail("health_checks.active.expect_body", "must not be empty"));
+                return Err(fail(
+                    "health_checks.active.expect_body",
+                    "must not be empty",
+                ));
             }
             if body.len() as u64 > active.max_size {
                 return Err(fail(
@@ -409,7 +426,10 @@ fn check_range(path: &str, value: u32, min: u32, max: u32) -> Result<(), ConfigE
 
 fn check_percent(path: &str, value: u8) -> Result<(), ConfigError> {
     if value > 100 {
-        Err(fail(path, format!("must be a percentage 0-100, got {value}")))
+        Err(fail(
+            path,
+            format!("must be a percentage 0-100, got {value}"),
+        ))
     } else {
         Ok(())
     }
@@ -420,11 +440,14 @@ fn check_token(path: &str, value: &str) -> Result<(), ConfigError> {
     if value.is_empty() {
         return Err(fail(path, "must not be empty"));
     }
-    let bad = value.chars().find(|c| {
-        !(c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~:".contains(*c))
-    });
+    let bad = value
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~:".contains(*c)));
     match bad {
-        Some(c) => Err(fail(path, format!("{value:?} contains {c:?}, which is not allowed"))),
+        Some(c) => Err(fail(
+            path,
+            format!("{value:?} contains {c:?}, which is not allowed"),
+        )),
         None => Ok(()),
     }
 }

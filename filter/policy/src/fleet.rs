@@ -39,7 +39,8 @@ impl Backend {
         }
     }
 
-    /// Whether something is serving, by the latest probe or request (true when nothing is known).
+    /// Whether something is serving, by the latest probe or request (true when nothing is known;
+    /// a request and a probe settled at the same instant: the request's word stands).
     pub fn accepting(&self) -> bool {
         let probe = self
             .active

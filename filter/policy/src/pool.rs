@@ -178,7 +178,7 @@ impl Pool {
         if now < wait_until && !self.backends.iter().any(Backend::heard_from) {
             return Pick::Wait(wait_until);
         }
-        match self.rotation.next() {
+        match self.rotation.advance() {
             Some(i) => Pick::Backend(i),
             // The guard never leaves the set empty; this is only reachable with no backends.
             None => Pick::Backend(0),

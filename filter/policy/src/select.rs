@@ -82,7 +82,7 @@ impl Rotation {
     }
 
     /// The next backend, or `None` if none is routable.
-    pub fn next(&mut self) -> Option<usize> {
+    pub fn advance(&mut self) -> Option<usize> {
         let picked = self.order.get(self.cursor).copied()?;
         self.cursor = if self.cursor + 1 >= self.order.len() {
             0
@@ -100,7 +100,7 @@ mod tests {
     fn cycle(routable: &[bool], weights: &[u32]) -> Vec<usize> {
         let mut r = Rotation::new(routable, weights);
         let n = r.order.len();
-        (0..n).filter_map(|_| r.next()).collect()
+        (0..n).filter_map(|_| r.advance()).collect()
     }
 
     #[test]
@@ -112,7 +112,7 @@ mod tests {
     #[test]
     fn backends_not_routable_get_no_turn() {
         assert_eq!(cycle(&[true, false, true], &[1, 1, 1]), vec![0, 2]);
-        assert_eq!(Rotation::new(&[false, false], &[1, 1]).next(), None);
+        assert_eq!(Rotation::new(&[false, false], &[1, 1]).advance(), None);
     }
 
     #[test]

@@ -76,7 +76,8 @@ impl<'de> Visitor<'de> for StatusVisitor {
     }
 
     fn visit_u64<E: de::Error>(self, n: u64) -> Result<StatusMatch, E> {
-        StatusMatch::from_number(n).ok_or_else(|| E::custom(format!("expected {EXPECTED}, got {n}")))
+        StatusMatch::from_number(n)
+            .ok_or_else(|| E::custom(format!("expected {EXPECTED}, got {n}")))
     }
 
     fn visit_i64<E: de::Error>(self, n: i64) -> Result<StatusMatch, E> {
@@ -117,7 +118,9 @@ mod tests {
 
     #[test]
     fn nonsense_statuses_are_refused() {
-        for bad in ["0", "6", "99", "600", "-1", "\"6xx\"", "\"2x\"", "\"ok\"", "\"42\""] {
+        for bad in [
+            "0", "6", "99", "600", "-1", "\"6xx\"", "\"2x\"", "\"ok\"", "\"42\"",
+        ] {
             assert!(parse(bad).is_err(), "{bad} was accepted");
         }
     }

@@ -1,0 +1,200 @@
+//! Thresholds at their boundaries: active `passes`/`fails`, the passive window, in-flight latency.
+
+mod support;
+
+use support::*;
+use upcheck_policy::active::Reason;
+use upcheck_policy::passive::Recorded;
+use upcheck_policy::{
+    ActiveHealth, Config, InFlight, PassiveHealth, ProbeOutcome, Status, Transition,
+};
+
+fn active(passes: u32, fails: u32) -> Config {
+    let extra = format!(r#""health_checks":{{"active":{{"passes":{passes},"fails":{fails}}}}}"#);
+    config(&["a"], &extra)
+}
+
+#[test]
+fn a_backend_becomes_healthy_on_exactly_the_passes_th_consecutive_pass() {
+    let c = active(2, 1);
+    let a = &c.health_checks.active;
+    let mut h = ActiveHealth::new(secs(0));
+    assert_eq!(
+        h.observe(ProbeOutcome::Pass, secs(1), a),
+        Transition::Pending {
+            toward: Status::Healthy,
+            seen: 1,
+            needed: 2
+        }
+    );
+    assert_eq!(h.status, Status::Unknown);
+    assert_eq!(
+        h.observe(ProbeOutcome::Pass, secs(2), a),
+        Transition::Changed {
+            from: Status::Unknown,
+            to: Status::Healthy,
+            reason: Reason {
+                outcome: ProbeOutcome::Pass,
+                streak: 2
+            }
+        }
+    );
+    assert_eq!(
+        h.observe(ProbeOutcome::Pass, secs(3), a),
+        Transition::Unchanged
+    );
+}
+
+#[test]
+fn a_failure_between_passes_restarts_the_streak() {
+    let c = active(2, 3);
+    let a = &c.health_checks.active;
+    let mut h = ActiveHealth::new(secs(0));
+    h.observe(ProbeOutcome::Pass, secs(1), a);
+    h.observe(ProbeOutcome::Pass, secs(2), a);
+    h.observe(TIMEOUT, secs(3), a);
+    h.observe(TIMEOUT, secs(4), a);
+    assert_eq!(
+        h.observe(ProbeOutcome::Pass, secs(5), a),
+        Transition::Unchanged
+    );
+    h.observe(TIMEOUT, secs(6), a);
+    h.observe(TIMEOUT, secs(7), a);
+    assert_eq!(
+        h.status,
+        Status::Healthy,
+        "two of three failures are not enough"
+    );
+    let t = h.observe(ProbeOutcome::Refused, secs(8), a);
+    assert!(
+        matches!(
+            t,
+            Transition::Changed {
+                to: Status::Unhealthy,
+                ..
+            }
+        ),
+        "{t:?}"
+    );
+    assert_eq!(h.down_since(), Some(secs(8)));
+}
+
+#[test]
+fn the_reason_reads_as_a_log_line() {
+    let r = Reason {
+        outcome: TIMEOUT,
+        streak: 1,
+    };
+    assert_eq!(r.to_string(), "1 probe timed out after 5.0s");
+    let r = Reason {
+        outcome: SOFT_503,
+        streak: 3,
+    };
+    assert_eq!(r.to_string(), "3 probes answered 503");
+}
+
+fn passive_config() -> Config {
+    config(&["a"], "")
+}
+
+#[test]
+fn a_third_failure_9999ms_after_the_first_ejects_and_at_10001ms_does_not() {
+    let c = passive_config();
+    let p = &c.health_checks.passive;
+    let mut h = PassiveHealth::default();
+    h.record(ms(0), p);
+    h.record(ms(5_000), p);
+    assert_eq!(
+        h.record(ms(9_999), p),
+        Recorded::Filled { until: ms(10_000) }
+    );
+    assert!(h.full(ms(9_999), p));
+
+    let mut h = PassiveHealth::default();
+    h.record(ms(0), p);
+    h.record(ms(5_000), p);
+    assert_eq!(h.record(ms(10_001), p), Recorded::Counted { count: 2 });
+    assert!(!h.full(ms(10_001), p));
+}
+
+#[test]
+fn an_ejection_ends_exactly_when_the_oldest_counted_failure_expires() {
+    let c = passive_config();
+    let p = &c.health_checks.passive;
+    let mut h = PassiveHealth::default();
+    for t in [1_000, 2_000, 3_000] {
+        h.record(ms(t), p);
+    }
+    assert_eq!(h.ejected_since(ms(10_999), p), Some(ms(3_000)));
+    assert_eq!(h.ejected_since(ms(11_000), p), None);
+}
+
+#[test]
+fn successes_do_not_erase_remembered_failures() {
+    let mut pool = pool(&["a", "b"]);
+    probe(&mut pool, "a", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "b", ProbeOutcome::Pass, ms(10));
+    for (t, outcome) in [
+        (100, answered(502)),
+        (200, answered(200)),
+        (300, answered(502)),
+        (400, answered(200)),
+        (500, answered(502)),
+    ] {
+        request(&mut pool, "b", outcome, ms(t));
+    }
+    assert_eq!(routable(&pool), ["a"]);
+}
+
+#[test]
+fn memory_per_backend_stays_at_max_fails_whatever_the_traffic() {
+    let c = passive_config();
+    let p = &c.health_checks.passive;
+    let mut h = PassiveHealth::default();
+    for t in 0..100_000 {
+        h.record(ms(t), p);
+    }
+    let encoded = serde_json::to_string(&h).expect("serializes");
+    assert!(encoded.len() < 200, "window grew: {} bytes", encoded.len());
+    assert_eq!(h.count(ms(100_000), p), 3);
+}
+
+#[test]
+fn a_request_counts_as_failed_the_moment_it_is_unhealthy_latency_late() {
+    let mut flight = InFlight::default();
+    flight.begin(1, 0, ms(0));
+    flight.begin(2, 1, ms(500));
+    assert!(flight.overdue(ms(999), ms(1_000)).is_empty());
+    assert_eq!(
+        flight.overdue(ms(1_000), ms(1_000)),
+        [(0, ms(1_000), ms(1_000))]
+    );
+    assert!(
+        flight.overdue(ms(1_200), ms(1_000)).is_empty(),
+        "counted once"
+    );
+    assert!(flight.end(1), "its completion must not count again");
+    assert!(!flight.end(2));
+    assert!(flight.is_empty());
+}
+
+#[test]
+fn latency_counts_only_when_unhealthy_latency_is_set_and_reached() {
+    let c = config(
+        &["a"],
+        r#""health_checks":{"passive":{"unhealthy_latency":"1s"}}"#,
+    );
+    let p = &c.health_checks.passive;
+    let slow = |latency| upcheck_policy::RequestOutcome::Answered {
+        status: 200,
+        latency,
+    };
+    assert!(slow(ms(999)).failure(p).is_none());
+    assert!(slow(ms(1_000)).failure(p).is_some());
+    assert!(slow(ms(5_000))
+        .failure(&passive_config().health_checks.passive)
+        .is_none());
+    assert!(upcheck_policy::RequestOutcome::ClientGone
+        .failure(p)
+        .is_none());
+}

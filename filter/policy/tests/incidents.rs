@@ -1,0 +1,198 @@
+//! The incident and its cousins, as the policy sees them: who gets traffic.
+
+mod support;
+
+use support::*;
+use upcheck_policy::{Config, Guard, Pick, Pool, ProbeOutcome};
+
+/// app1 serving and known healthy; app2 added by a reconfiguration at 30 s.
+fn app2_added() -> Pool {
+    let mut pool = pool(&["app1"]);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(20));
+    pool.reconfigure(config(&["app1", "app2"], ""), secs(30));
+    pool
+}
+
+#[test]
+fn a_backend_added_while_answering_502_is_never_selected() {
+    let mut pool = app2_added();
+    assert_eq!(
+        picks(&mut pool, 4, secs(30)),
+        ["app1"; 4],
+        "unknown, so no traffic"
+    );
+    probe(&mut pool, "app2", SOFT_503, secs(30) + ms(3));
+    probe(&mut pool, "app2", ProbeOutcome::Soft(Some(502)), secs(40));
+    assert_eq!(picks(&mut pool, 4, secs(41)), ["app1"; 4]);
+}
+
+#[test]
+fn a_backend_added_while_hanging_or_refusing_is_never_selected() {
+    for outcome in [TIMEOUT, ProbeOutcome::Refused] {
+        let mut pool = app2_added();
+        assert_eq!(picks(&mut pool, 2, secs(31)), ["app1"; 2]);
+        probe(&mut pool, "app2", outcome, secs(35));
+        assert_eq!(picks(&mut pool, 2, secs(36)), ["app1"; 2]);
+    }
+}
+
+#[test]
+fn a_reconfiguration_keeps_what_is_known_about_backends_that_stay() {
+    let pool = app2_added();
+    let app1 = pool.index_of("app1").expect("app1 stays");
+    assert_eq!(
+        pool.backends()[app1].active.status,
+        upcheck_policy::Status::Healthy
+    );
+}
+
+#[test]
+fn at_cold_start_requests_wait_for_the_first_passing_probe_at_most_one_timeout() {
+    let mut pool = pool(&["app1", "app2"]);
+    assert_eq!(pool.pick(ms(10)), Pick::Wait(secs(5)));
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(30));
+    assert_eq!(picks(&mut pool, 3, ms(31)), ["app1"; 3]);
+
+    let mut silent = support::pool(&["app1", "app2"]);
+    assert_eq!(silent.pick(ms(4_999)), Pick::Wait(secs(5)));
+    assert_eq!(
+        picks(&mut silent, 2, secs(5)),
+        ["app1", "app2"],
+        "then unknowns are used"
+    );
+}
+
+#[test]
+fn a_db_blip_failing_every_probe_at_once_keeps_both_backends_routable() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app1", SOFT_503, secs(10));
+    assert_eq!(routable(&pool), ["app2"]);
+    probe(&mut pool, "app2", SOFT_503, secs(10) + ms(400));
+    assert_eq!(routable(&pool), ["app1", "app2"]);
+    assert_eq!(pool.routing().guard, Guard::LastDown);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, secs(30));
+    assert_eq!(routable(&pool), ["app1"]);
+    assert_eq!(pool.routing().guard, Guard::Off);
+}
+
+#[test]
+fn a_blip_after_app2_already_went_down_keeps_app2_out() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", TIMEOUT, secs(15));
+    probe(&mut pool, "app1", SOFT_503, secs(120));
+    assert_eq!(routable(&pool), ["app1"]);
+    assert_eq!(pool.routing().guard, Guard::LastDown);
+    assert_eq!(picks(&mut pool, 3, secs(121)), ["app1"; 3]);
+}
+
+#[test]
+fn backends_that_went_down_together_but_refuse_connections_are_left_out() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", SOFT_503, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Refused, ms(20));
+    assert_eq!(routable(&pool), ["app1"]);
+}
+
+#[test]
+fn when_nothing_accepts_connections_every_backend_is_tried() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", ProbeOutcome::Refused, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Refused, ms(20));
+    assert_eq!(routable(&pool), ["app1", "app2"]);
+    assert_eq!(pool.routing().guard, Guard::NothingServing);
+}
+
+#[test]
+fn two_of_three_broken_after_a_bad_deploy_are_both_ejected_and_the_healthy_one_serves() {
+    let c = config(&["app1", "app2", "app3"], r#""max_ejection_percent": 100"#);
+    let mut pool = Pool::new(c, secs(0));
+    for name in ["app1", "app2", "app3"] {
+        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
+    }
+    for t in 1..=3 {
+        request(&mut pool, "app2", answered(502), secs(t));
+        request(&mut pool, "app3", answered(503), secs(t));
+    }
+    assert_eq!(routable(&pool), ["app1"]);
+    assert_eq!(picks(&mut pool, 3, secs(4)), ["app1"; 3]);
+}
+
+#[test]
+fn passive_ejection_may_take_one_of_two_backends_but_never_both() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    for t in 1..=3 {
+        request(&mut pool, "app2", answered(502), secs(t));
+    }
+    assert_eq!(routable(&pool), ["app1"]);
+    for t in 4..=6 {
+        request(&mut pool, "app1", answered(502), secs(t));
+    }
+    assert_eq!(
+        routable(&pool),
+        ["app1"],
+        "the second ejection is over the cap"
+    );
+    assert_eq!(pool.routing().ejected, [false, true]);
+}
+
+#[test]
+fn the_cap_counts_only_backends_passing_active_checks() {
+    let mut pool = pool(&["app1", "app2", "app3", "app4"]);
+    for name in ["app1", "app2"] {
+        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
+    }
+    for name in ["app3", "app4"] {
+        probe(&mut pool, name, TIMEOUT, ms(10));
+    }
+    for t in 1..=3 {
+        request(&mut pool, "app1", answered(502), secs(t));
+        request(&mut pool, "app2", answered(502), secs(t));
+    }
+    assert_eq!(
+        routable(&pool),
+        ["app2"],
+        "one of the two passing may go, not both"
+    );
+}
+
+#[test]
+fn a_refused_request_takes_a_backend_out_until_it_answers_again() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    request(&mut pool, "app2", REFUSED, secs(1));
+    assert_eq!(routable(&pool), ["app1"]);
+    probe(&mut pool, "app2", ProbeOutcome::Pass, secs(10));
+    assert_eq!(routable(&pool), ["app1", "app2"]);
+}
+
+#[test]
+fn below_min_healthy_percent_traffic_spreads_over_every_backend_that_accepts() {
+    let c: Config = config(
+        &["app1", "app2", "app3", "app4"],
+        r#""min_healthy_percent": 50"#,
+    );
+    let mut pool = Pool::new(c, secs(0));
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", SOFT_503, ms(10));
+    probe(&mut pool, "app3", SOFT_503, ms(10));
+    probe(&mut pool, "app4", ProbeOutcome::Refused, ms(10));
+    assert_eq!(routable(&pool), ["app1", "app2", "app3"]);
+    assert_eq!(pool.routing().guard, Guard::Panic);
+}
+
+#[test]
+fn weights_share_traffic_in_proportion() {
+    let json = r#"{"upstreams":[{"name":"big","weight":3},{"name":"small"}]}"#;
+    let mut pool = Pool::new(Config::parse(json.as_bytes()).expect("parses"), secs(0));
+    probe(&mut pool, "big", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "small", ProbeOutcome::Pass, ms(10));
+    let got = picks(&mut pool, 400, secs(1));
+    assert_eq!(got.iter().filter(|n| *n == "big").count(), 300);
+}

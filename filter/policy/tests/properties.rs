@@ -1,0 +1,145 @@
+//! Properties of the policy over random histories of probes, requests and time, for 1 to 50
+//! backends.
+
+mod support;
+
+use proptest::prelude::*;
+use std::time::Duration;
+use support::*;
+use upcheck_policy::{Config, Pick, Pool, ProbeOutcome, ProxyFailure, RequestOutcome};
+
+#[derive(Debug, Clone)]
+enum Step {
+    Probe(usize, ProbeOutcome),
+    Request(usize, RequestOutcome),
+    Advance(u64),
+}
+
+fn probe_outcome() -> impl Strategy<Value = ProbeOutcome> {
+    prop_oneof![
+        3 => Just(ProbeOutcome::Pass),
+        1 => Just(SOFT_503),
+        1 => Just(TIMEOUT),
+        1 => Just(ProbeOutcome::Refused),
+    ]
+}
+
+fn request_outcome() -> impl Strategy<Value = RequestOutcome> {
+    prop_oneof![
+        3 => (200u16..600, 0u64..3_000).prop_map(|(status, l)| RequestOutcome::Answered { status, latency: ms(l) }),
+        1 => Just(REFUSED),
+        1 => Just(RequestOutcome::Failed(ProxyFailure::Reset)),
+        1 => Just(RequestOutcome::Failed(ProxyFailure::Timeout)),
+        1 => (0u64..5_000).prop_map(|w| RequestOutcome::StillWaiting(ms(w))),
+        1 => Just(RequestOutcome::ClientGone),
+    ]
+}
+
+fn step(n: usize) -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => (0..n, probe_outcome()).prop_map(|(i, o)| Step::Probe(i, o)),
+        4 => (0..n, request_outcome()).prop_map(|(i, o)| Step::Request(i, o)),
+        2 => (0u64..4_000).prop_map(Step::Advance),
+    ]
+}
+
+fn scenario() -> impl Strategy<Value = (Vec<u32>, u8, bool, Vec<Step>)> {
+    (1usize..=50).prop_flat_map(|n| {
+        (
+            proptest::collection::vec(1u32..=5, n),
+            0u8..=100,
+            any::<bool>(),
+            proptest::collection::vec(step(n), 0..300),
+        )
+    })
+}
+
+fn build(weights: &[u32], max_ejection: u8, latency: bool) -> Config {
+    let ups: Vec<String> = weights
+        .iter()
+        .enumerate()
+        .map(|(i, w)| format!(r#"{{"name":"b{i}","weight":{w}}}"#))
+        .collect();
+    let passive = if latency {
+        r#","health_checks":{"passive":{"unhealthy_latency":"1s"}}"#
+    } else {
+        ""
+    };
+    let json = format!(
+        r#"{{"upstreams":[{}],"max_ejection_percent":{max_ejection}{passive}}}"#,
+        ups.join(",")
+    );
+    Config::parse(json.as_bytes()).expect("generated config parses")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_fleet_guard_holds_over_any_history((weights, max_ejection, latency, steps) in scenario()) {
+        let n = weights.len();
+        let mut pool = Pool::new(build(&weights, max_ejection, latency), Duration::ZERO);
+        let mut now = Duration::ZERO;
+        // Whether each backend's latest contact (probe or request) was a refusal.
+        let mut refused = vec![false; n];
+        for step in steps {
+            // Distinct events happen at distinct instants; the model orders them the same way.
+            now += Duration::from_micros(1);
+            match step {
+                Step::Probe(i, o) => {
+                    pool.observe_probe(i, o, now);
+                    refused[i] = o == ProbeOutcome::Refused;
+                }
+                Step::Request(i, o) => {
+                    pool.observe_request(i, o, now);
+                    match o {
+                        RequestOutcome::Answered { .. } | RequestOutcome::Failed(_) => refused[i] = o.refused(),
+                        RequestOutcome::StillWaiting(_) | RequestOutcome::ClientGone => {}
+                    }
+                }
+                Step::Advance(d) => now += ms(d),
+            }
+            pool.refresh(now);
+            let routing = pool.routing();
+
+            prop_assert!(routing.count() > 0, "nothing routable");
+
+            let ejected = routing.ejected.iter().filter(|e| **e).count();
+            let base = routing.routable.iter().zip(&routing.ejected).filter(|(r, e)| **r || **e).count();
+            prop_assert!(ejected * 100 <= usize::from(max_ejection) * base, "{ejected} of {base} ejected");
+            prop_assert!(ejected < base.max(1), "every backend ejected");
+
+            if let Pick::Backend(i) = pool.pick(now) {
+                prop_assert!(!refused[i] || refused.iter().all(|r| *r),
+                    "picked b{i}, which refused, while another accepts");
+            }
+        }
+    }
+
+    #[test]
+    fn selection_matches_weights_within_one_percent((weights, max_ejection, latency, steps) in scenario()) {
+        let mut pool = Pool::new(build(&weights, max_ejection, latency), Duration::ZERO);
+        let mut now = Duration::ZERO;
+        for step in steps {
+            match step {
+                Step::Probe(i, o) => { pool.observe_probe(i, o, now); }
+                Step::Request(i, o) => { pool.observe_request(i, o, now); }
+                Step::Advance(d) => now += ms(d),
+            }
+        }
+        now += secs(5);
+        pool.refresh(now);
+        let routable = pool.routing().routable.clone();
+        let total_weight: u32 = weights.iter().zip(&routable).filter(|(_, r)| **r).map(|(w, _)| *w).sum();
+        let rounds = 20_000usize;
+        let mut got = vec![0usize; weights.len()];
+        for _ in 0..rounds {
+            if let Pick::Backend(i) = pool.pick(now) { got[i] += 1; }
+        }
+        for (i, w) in weights.iter().enumerate() {
+            let expected = if routable[i] { f64::from(*w) / f64::from(total_weight) } else { 0.0 };
+            let share = got[i] as f64 / rounds as f64;
+            prop_assert!((share - expected).abs() <= 0.01, "b{i}: share {share}, expected {expected}");
+        }
+    }
+}
