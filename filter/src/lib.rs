@@ -1,1 +1,24 @@
-//! upcheck.wasm
+//! upcheck.wasm: the proxy-wasm adapter over the `upcheck-policy` core.
+//!
+//! The policy decides; this crate only turns host callbacks into policy inputs and policy
+//! outputs into host calls. A panic here would kill the worker's VM (503 forever, timers
+//! stopped), so nothing in it may panic: no `unwrap`, no indexing, every hostcall result handled.
+
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod http;
+mod metrics;
+mod prober;
+mod root;
+mod shared;
+mod worker;
+
+proxy_wasm::main! {{
+    proxy_wasm::set_log_level(proxy_wasm::types::LogLevel::Info);
+    proxy_wasm::set_root_context(|_| Box::new(root::Root::default()));
+}}

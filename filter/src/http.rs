@@ -1,0 +1,175 @@
+//! Per request: route by the policy, never by the client, and report how it went.
+//!
+//! The client's copy of the route header is removed whatever its case or count, the pick is set,
+//! and Envoy's `cluster_header` route sends the request there. When the answer comes, its status
+//! says what the backend did; only for a 5xx are Envoy's response flags read, to tell a backend's
+//! own 503 from Envoy's "could not connect" 503.
+
+use crate::worker::{self, Parked, Shared};
+use proxy_wasm::hostcalls;
+use proxy_wasm::traits::{Context, HttpContext};
+use proxy_wasm::types::{Action, MapType};
+use upcheck_policy::{Config, Pick, ProxyFailure, RequestOutcome, Time};
+
+/// Envoy's response flags (`response.flags`), the bits that say the backend failed.
+mod flags {
+    /// UT: the upstream request timed out.
+    pub const UPSTREAM_TIMEOUT: u64 = 1 << 2;
+    /// UR: the upstream reset the stream.
+    pub const UPSTREAM_RESET: u64 = 1 << 4;
+    /// UF: the upstream connection failed.
+    pub const UPSTREAM_CONNECT_FAILURE: u64 = 1 << 5;
+    /// UC: the upstream connection was terminated.
+    pub const UPSTREAM_TERMINATION: u64 = 1 << 6;
+    /// SI: the stream idle timeout fired.
+    pub const STREAM_IDLE_TIMEOUT: u64 = 1 << 16;
+}
+
+/// One request's context.
+pub struct Http {
+    id: u32,
+    worker: Shared,
+    /// The backend picked and when.
+    pick: Option<(usize, Time)>,
+    settled: bool,
+}
+
+impl Http {
+    /// A context for request `id`.
+    pub fn new(id: u32, worker: Shared) -> Http {
+        Http {
+            id,
+            worker,
+            pick: None,
+            settled: false,
+        }
+    }
+
+    fn settle(&mut self, outcome: impl FnOnce(Time, Time) -> RequestOutcome) {
+        if self.settled {
+            return;
+        }
+        self.settled = true;
+        let id = self.id;
+        let pick = self.pick;
+        worker::with(&self.worker, |w| {
+            let pick = pick.or_else(|| {
+                let at = w.resumed.iter().position(|(c, _, _)| *c == id)?;
+                let (_, backend, started) = w.resumed.swap_remove(at);
+                Some((backend, started))
+            });
+            match pick {
+                Some((backend, started)) => {
+                    let now = worker::now();
+                    w.settle(id, backend, outcome(now, started), now);
+                }
+                None => w.parked.retain(|p| p.context != id),
+            }
+        });
+    }
+}
+
+/// Sets the current request's route header to `backend`'s cluster, after removing every
+/// client-supplied copy (the host matches names case-insensitively). With no backend the header
+/// is only removed.
+pub fn route(config: &Config, backend: Option<usize>) {
+    let header = config.route_header.as_str();
+    let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, header);
+    if let Some(up) = backend.and_then(|i| config.upstreams.get(i)) {
+        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, header, Some(up.cluster()));
+    }
+}
+
+/// Envoy's response flags for this stream (0 when the host does not say).
+fn response_flags() -> u64 {
+    hostcalls::get_property(vec!["response", "flags"])
+        .ok()
+        .flatten()
+        .and_then(|b| b.get(..8).and_then(|b| b.try_into().ok()))
+        .map(u64::from_le_bytes)
+        .unwrap_or(0)
+}
+
+/// The proxy's own failure, if the flags name one.
+fn proxy_failure(flags: u64) -> Option<ProxyFailure> {
+    if flags & flags::UPSTREAM_CONNECT_FAILURE != 0 {
+        Some(ProxyFailure::Refused)
+    } else if flags & (flags::UPSTREAM_TIMEOUT | flags::STREAM_IDLE_TIMEOUT) != 0 {
+        Some(ProxyFailure::Timeout)
+    } else if flags & (flags::UPSTREAM_RESET | flags::UPSTREAM_TERMINATION) != 0 {
+        Some(ProxyFailure::Reset)
+    } else {
+        None
+    }
+}
+
+impl Context for Http {}
+
+impl HttpContext for Http {
+    fn on_http_request_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
+        let now = worker::now();
+        let id = self.id;
+        let picked = worker::with(&self.worker, |w| {
+            let pick = w.pool.as_mut()?.pick(now);
+            let backend = match pick {
+                Pick::Backend(i) => Some(i),
+                Pick::Wait(_) => None,
+            };
+            route(w.config()?, backend);
+            match backend {
+                Some(i) => w.routed(id, i, now),
+                None => w.parked.push(Parked { context: id }),
+            }
+            Some(backend)
+        })
+        .flatten();
+        match picked {
+            Some(Some(backend)) => {
+                self.pick = Some((backend, now));
+                Action::Continue
+            }
+            Some(None) => Action::Pause,
+            // Not configured: leave the request to the proxy's own routing.
+            None => Action::Continue,
+        }
+    }
+
+    fn on_http_response_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
+        let status = hostcalls::get_map_value(MapType::HttpResponseHeaders, ":status")
+            .ok()
+            .flatten()
+            .and_then(|s| s.trim().parse::<u16>().ok());
+        let Some(status) = status else {
+            return Action::Continue;
+        };
+        let failure = if status >= 500 {
+            proxy_failure(response_flags())
+        } else {
+            None
+        };
+        self.settle(|now, started| match failure {
+            Some(f) => RequestOutcome::Failed(f),
+            None => RequestOutcome::Answered {
+                status,
+                latency: now.saturating_sub(started),
+            },
+        });
+        Action::Continue
+    }
+
+    fn on_log(&mut self) {
+        if self.settled {
+            return;
+        }
+        // No response headers reached the client: the backend failed, or the client left.
+        let flags = if self.pick.is_some() {
+            response_flags()
+        } else {
+            0
+        };
+        self.settle(|_, _| match proxy_failure(flags) {
+            Some(f) => RequestOutcome::Failed(f),
+            None => RequestOutcome::ClientGone,
+        });
+    }
+}

@@ -1,0 +1,91 @@
+//! Envoy stats under `upcheck.` (shown as `wasmcustom.upcheck.*`): counters are summed over
+//! every VM by the host; gauges are last-writer-wins, so only the prober writes them.
+//!
+//! A metric the host refuses to define is simply not reported; it never stops routing.
+
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::MetricType;
+use upcheck_policy::Config;
+
+/// One backend's metrics.
+#[derive(Debug, Default, Clone)]
+pub struct BackendMetrics {
+    /// Probes sent.
+    pub probes: Option<u32>,
+    /// Probes that did not pass.
+    pub probe_failures: Option<u32>,
+    /// User requests routed.
+    pub requests: Option<u32>,
+    /// User requests that counted as failures.
+    pub request_failures: Option<u32>,
+    /// Passive ejections.
+    pub ejections: Option<u32>,
+    /// 1 while probes pass and it is not ejected (gauge).
+    pub healthy: Option<u32>,
+}
+
+/// Every metric upcheck reports.
+#[derive(Debug, Default, Clone)]
+pub struct Metrics {
+    /// Per backend, in config order.
+    pub backends: Vec<BackendMetrics>,
+    /// 1 while the fleet guard widens the routable set (gauge).
+    pub fleet_guard: Option<u32>,
+}
+
+fn define(kind: MetricType, name: &str) -> Option<u32> {
+    match hostcalls::define_metric(kind, name) {
+        Ok(id) => Some(id),
+        Err(status) => {
+            log::warn!("upcheck: metric {name} not reported: the host refused it ({status:?})");
+            None
+        }
+    }
+}
+
+impl Metrics {
+    /// Defines the metrics for `config`'s backends (the host returns the same id for a name
+    /// defined again, so a reconfiguration keeps the counts).
+    pub fn define(config: &Config) -> Metrics {
+        let backends = config
+            .upstreams
+            .iter()
+            .map(|u| {
+                let counter =
+                    |what: &str| define(MetricType::Counter, &format!("upcheck.{}.{what}", u.name));
+                BackendMetrics {
+                    probes: counter("probes"),
+                    probe_failures: counter("probe_failures"),
+                    requests: counter("requests"),
+                    request_failures: counter("request_failures"),
+                    ejections: counter("ejections"),
+                    healthy: define(MetricType::Gauge, &format!("upcheck.{}.healthy", u.name)),
+                }
+            })
+            .collect();
+        Metrics {
+            backends,
+            fleet_guard: define(MetricType::Gauge, "upcheck.fleet_guard"),
+        }
+    }
+
+    /// The metrics of backend `i`.
+    pub fn backend(&self, i: usize) -> Option<&BackendMetrics> {
+        self.backends.get(i)
+    }
+}
+
+/// Adds one to a counter.
+pub fn increment(id: Option<u32>) {
+    if let Some(id) = id {
+        // A failed increment loses one count; nothing to do about it from here.
+        let _ = hostcalls::increment_metric(id, 1);
+    }
+}
+
+/// Sets a gauge.
+pub fn set(id: Option<u32>, value: u64) {
+    if let Some(id) = id {
+        let _ = hostcalls::record_metric(id, value);
+    }
+}

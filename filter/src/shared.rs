@@ -1,0 +1,168 @@
+//! Process-wide state in proxy-wasm shared data.
+//!
+//! Envoy runs one VM per worker plus the main thread's; shared data (per `vm_id`) is what they
+//! have in common. Three keys:
+//! - `upcheck.lease`: which VM probes (holder id, expiry), taken and renewed by compare-and-swap,
+//!   so exactly one prober runs per process whatever the worker count, in any host;
+//! - `upcheck.active`: every backend's probe state, written only by the lease holder;
+//! - `upcheck.passive`: every backend's remembered request failures, updated by compare-and-swap
+//!   from whichever worker saw the failure, so 1 failure on worker A and 2 on worker B are 3.
+//!
+//! Values that do not decode (another version of upcheck sharing the `vm_id`) are reported and
+//! ignored rather than trusted.
+
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::Status;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use upcheck_policy::{ActiveHealth, PassiveHealth, Time};
+
+const LEASE: &str = "upcheck.lease";
+const ACTIVE: &str = "upcheck.active";
+const PASSIVE: &str = "upcheck.passive";
+const VM_SEQUENCE: &str = "upcheck.vm_sequence";
+
+/// How often a compare-and-swap is retried against other workers' writes.
+const CAS_ATTEMPTS: usize = 16;
+
+/// Probe state by backend name.
+pub type ActiveTable = BTreeMap<String, ActiveHealth>;
+/// Passive state by backend name.
+pub type PassiveTable = BTreeMap<String, PassiveHealth>;
+
+fn get(key: &str) -> Option<(Vec<u8>, u32)> {
+    match hostcalls::get_shared_data(key) {
+        Ok((Some(bytes), Some(cas))) => Some((bytes, cas)),
+        Ok(_) => None,
+        Err(status) => {
+            log::warn!("upcheck: reading shared data {key} failed ({status:?})");
+            None
+        }
+    }
+}
+
+/// Creates `key` with `initial` if it does not exist yet.
+fn ensure(key: &str, initial: &[u8]) {
+    if get(key).is_none() {
+        let _ = hostcalls::set_shared_data(key, Some(initial), None);
+    }
+}
+
+/// Replaces `key` if nobody wrote it since `cas`; false on a lost race.
+fn swap(key: &str, value: &[u8], cas: u32) -> bool {
+    match hostcalls::set_shared_data(key, Some(value), Some(cas)) {
+        Ok(()) => true,
+        Err(Status::CasMismatch) => false,
+        Err(status) => {
+            log::warn!("upcheck: writing shared data {key} failed ({status:?})");
+            false
+        }
+    }
+}
+
+/// A process-unique id for this VM.
+pub fn vm_id() -> u64 {
+    ensure(VM_SEQUENCE, &0u64.to_le_bytes());
+    for _ in 0..CAS_ATTEMPTS {
+        let Some((bytes, cas)) = get(VM_SEQUENCE) else {
+            break;
+        };
+        let next = decode_u64(&bytes).unwrap_or(0).wrapping_add(1);
+        if swap(VM_SEQUENCE, &next.to_le_bytes(), cas) {
+            return next;
+        }
+    }
+    // Without shared data there is nobody to collide with.
+    1
+}
+
+fn decode_u64(bytes: &[u8]) -> Option<u64> {
+    bytes.get(..8)?.try_into().ok().map(u64::from_le_bytes)
+}
+
+/// Takes or renews the probing lease for `me` until `now + ttl`; true if this VM holds it.
+pub fn hold_lease(me: u64, now: Time, ttl: Duration) -> bool {
+    ensure(LEASE, &[0; 16]);
+    let Some((bytes, cas)) = get(LEASE) else {
+        return false;
+    };
+    let holder = decode_u64(&bytes).unwrap_or(0);
+    let expiry = bytes.get(8..).and_then(decode_u64).unwrap_or(0);
+    let now_ns = u64::try_from(now.as_nanos()).unwrap_or(u64::MAX);
+    if holder != me && holder != 0 && expiry > now_ns {
+        return false;
+    }
+    let until = now_ns.saturating_add(u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX));
+    let mut value = [0u8; 16];
+    for (slot, byte) in value
+        .iter_mut()
+        .zip(me.to_le_bytes().iter().chain(&until.to_le_bytes()))
+    {
+        *slot = *byte;
+    }
+    swap(LEASE, &value, cas)
+}
+
+/// Reads a table if it changed since `seen` (its last compare-and-swap value).
+pub fn read_if_changed<T: DeserializeOwned>(key: &str, seen: Option<u32>) -> Option<(T, u32)> {
+    let (bytes, cas) = get(key)?;
+    if seen == Some(cas) {
+        return None;
+    }
+    match serde_json::from_slice(&bytes) {
+        Ok(table) => Some((table, cas)),
+        Err(e) => {
+            log::warn!("upcheck: shared data {key} is not upcheck's ({e}); ignoring it");
+            None
+        }
+    }
+}
+
+/// The probe table, if it changed since `seen`.
+pub fn read_active(seen: Option<u32>) -> Option<(ActiveTable, u32)> {
+    read_if_changed(ACTIVE, seen)
+}
+
+/// The passive table, if it changed since `seen`.
+pub fn read_passive(seen: Option<u32>) -> Option<(PassiveTable, u32)> {
+    read_if_changed(PASSIVE, seen)
+}
+
+fn encode<T: Serialize>(table: &T) -> Option<Vec<u8>> {
+    serde_json::to_vec(table).ok()
+}
+
+/// Publishes the probe table (only the lease holder writes it).
+pub fn write_active(table: &ActiveTable) {
+    if let Some(bytes) = encode(table) {
+        if let Err(status) = hostcalls::set_shared_data(ACTIVE, Some(&bytes), None) {
+            log::warn!("upcheck: publishing probe results failed ({status:?})");
+        }
+    }
+}
+
+/// Applies `change` to backend `name`'s passive state, atomically with respect to other workers;
+/// returns the whole table as written and what `change` returned.
+pub fn update_passive<R>(
+    name: &str,
+    mut change: impl FnMut(&mut PassiveHealth) -> R,
+) -> Option<(PassiveTable, R)> {
+    for _ in 0..CAS_ATTEMPTS {
+        let (mut table, cas): (PassiveTable, u32) = match get(PASSIVE) {
+            Some((bytes, cas)) => (serde_json::from_slice(&bytes).unwrap_or_default(), cas),
+            None => {
+                ensure(PASSIVE, b"{}");
+                continue;
+            }
+        };
+        let result = change(table.entry(name.to_owned()).or_default());
+        let bytes = encode(&table)?;
+        if swap(PASSIVE, &bytes, cas) {
+            return Some((table, result));
+        }
+    }
+    log::warn!("upcheck: a failure of {name} was not shared: shared data kept changing");
+    None
+}

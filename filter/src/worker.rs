@@ -1,0 +1,246 @@
+//! One VM's state, shared by its root context (ticks, probes) and its HTTP contexts (requests).
+//!
+//! It holds this VM's [`Pool`]: a copy of the process-wide tables refreshed every tick, plus
+//! whatever this VM itself just observed, so a worker reacts to its own failures at once and to
+//! everyone else's within one tick.
+
+use crate::metrics::{self, Metrics};
+use crate::shared::{self, ActiveTable, PassiveTable};
+use proxy_wasm::hostcalls;
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::{Duration, UNIX_EPOCH};
+use upcheck_policy::passive::Recorded;
+use upcheck_policy::{Backend, Config, InFlight, Pool, RequestOutcome, Time};
+
+/// The handle root and HTTP contexts share.
+pub type Shared = Rc<RefCell<Worker>>;
+
+/// Runs `f` on the worker unless it is already in use (never the case in a single-threaded VM,
+/// but a double borrow must not become a panic).
+pub fn with<R>(worker: &Shared, f: impl FnOnce(&mut Worker) -> R) -> Option<R> {
+    match worker.try_borrow_mut() {
+        Ok(mut w) => Some(f(&mut w)),
+        Err(_) => {
+            log::error!("upcheck: worker state busy; callback skipped");
+            None
+        }
+    }
+}
+
+/// The host's clock.
+pub fn now() -> Time {
+    hostcalls::get_current_time()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .unwrap_or(Duration::ZERO)
+}
+
+/// A request paused at cold start, waiting for the first verdict.
+#[derive(Debug, Clone, Copy)]
+pub struct Parked {
+    /// Its HTTP context.
+    pub context: u32,
+}
+
+/// One VM's state.
+#[derive(Default)]
+pub struct Worker {
+    /// The fleet as this VM sees it; `None` until configured.
+    pub pool: Option<Pool>,
+    /// Metric handles.
+    pub metrics: Metrics,
+    /// Requests in flight, tracked only when `unhealthy_latency` is set.
+    pub in_flight: InFlight,
+    /// Requests waiting at cold start.
+    pub parked: Vec<Parked>,
+    /// Picks made for parked requests when they were resumed: (context, backend, time).
+    pub resumed: Vec<(u32, usize, Time)>,
+    seen_active: Option<u32>,
+    seen_passive: Option<u32>,
+}
+
+impl Worker {
+    /// The configuration in force.
+    pub fn config(&self) -> Option<&Config> {
+        self.pool.as_ref().map(Pool::config)
+    }
+
+    /// Counts a routed request.
+    pub fn routed(&mut self, context: u32, backend: usize, now: Time) {
+        if let Some(m) = self.metrics.backend(backend) {
+            metrics::increment(m.requests);
+        }
+        if self
+            .config()
+            .is_some_and(|c| c.health_checks.passive.unhealthy_latency.is_some())
+        {
+            self.in_flight.begin(context, backend, now);
+        }
+    }
+
+    /// Settles request `context` to `backend` with `outcome`.
+    pub fn settle(&mut self, context: u32, backend: usize, outcome: RequestOutcome, now: Time) {
+        // A request counted when it became late is not counted again when it ends.
+        let counted_late = self.in_flight.end(context);
+        self.observe(backend, outcome, now, !counted_late);
+    }
+
+    /// Counts every in-flight request that just became `unhealthy_latency` late.
+    pub fn count_overdue(&mut self, now: Time) {
+        let Some(latency) = self
+            .config()
+            .and_then(|c| c.health_checks.passive.unhealthy_latency)
+        else {
+            return;
+        };
+        for (backend, _, waited) in self.in_flight.overdue(now, latency) {
+            self.observe(backend, RequestOutcome::StillWaiting(waited), now, true);
+        }
+    }
+
+    /// Takes one request outcome into account, process-wide when it changes anything.
+    fn observe(&mut self, backend: usize, outcome: RequestOutcome, now: Time, count: bool) {
+        let Some(pool) = self.pool.as_ref() else {
+            return;
+        };
+        let config = pool.config();
+        let Some(name) = config.upstreams.get(backend).map(|u| u.name.clone()) else {
+            return;
+        };
+        let passive_config = config.health_checks.passive.clone();
+        let failure = outcome.failure(&passive_config).filter(|_| count);
+        let contact = match outcome {
+            RequestOutcome::Answered { .. } | RequestOutcome::Failed(_) => Some(outcome.refused()),
+            RequestOutcome::StillWaiting(_) | RequestOutcome::ClientGone => None,
+        };
+        let known_refused = pool
+            .backends()
+            .get(backend)
+            .and_then(|b| b.passive.last_contact)
+            .map(|(_, refused)| refused);
+        let contact_changes =
+            contact.is_some_and(|c| known_refused != Some(c) && (c || known_refused.is_some()));
+        if failure.is_none() && !contact_changes {
+            return; // the fast path: a success that changes nothing
+        }
+
+        let shared = shared::update_passive(&name, |p| {
+            if let Some(refused) = contact {
+                p.contact(now, refused);
+            }
+            failure.map(|_| p.record(now, &passive_config))
+        });
+        let (table, recorded) = match shared {
+            Some(written) => written,
+            None => return,
+        };
+        let was_ejected = self.is_ejected(backend);
+        self.apply_passive(&table);
+        if let Some(pool) = self.pool.as_mut() {
+            pool.refresh(now);
+        }
+        if let (Some(failure), Some(m)) = (failure, self.metrics.backend(backend)) {
+            metrics::increment(m.request_failures);
+            log::debug!("upcheck: {name}: {failure}");
+        }
+        if let (Some(Recorded::Filled { until }), Some(failure)) = (recorded, failure) {
+            let within = upcheck_policy::duration::display(passive_config.fail_duration);
+            let count = passive_config.max_fails;
+            if !was_ejected && self.is_ejected(backend) {
+                if let Some(m) = self.metrics.backend(backend) {
+                    metrics::increment(m.ejections);
+                }
+                let for_how_long = upcheck_policy::duration::display(until.saturating_sub(now));
+                log::info!(
+                    "upcheck: {name} ejected for {for_how_long}: {count} failures within {within}, the last: {failure}"
+                );
+            } else if !self.is_ejected(backend) {
+                log::warn!(
+                    "upcheck: {name} has {count} failures within {within} but stays in rotation: max_ejection_percent reached"
+                );
+            }
+        }
+    }
+
+    fn is_ejected(&self, backend: usize) -> bool {
+        self.pool
+            .as_ref()
+            .and_then(|p| p.routing().ejected.get(backend).copied())
+            .unwrap_or(false)
+    }
+
+    fn apply_passive(&mut self, table: &PassiveTable) {
+        let Some(pool) = self.pool.as_mut() else {
+            return;
+        };
+        let updates: Vec<(usize, Backend)> = pool
+            .config()
+            .upstreams
+            .iter()
+            .enumerate()
+            .filter_map(|(i, u)| {
+                let passive = table.get(&u.name)?.clone();
+                let active = pool.backends().get(i)?.active;
+                Some((i, Backend { active, passive }))
+            })
+            .collect();
+        for (i, b) in updates {
+            pool.set_backend(i, b);
+        }
+    }
+
+    fn apply_active(&mut self, table: &ActiveTable) {
+        let Some(pool) = self.pool.as_mut() else {
+            return;
+        };
+        let updates: Vec<(usize, Backend)> = pool
+            .config()
+            .upstreams
+            .iter()
+            .enumerate()
+            .filter_map(|(i, u)| {
+                let active = *table.get(&u.name)?;
+                let passive = pool.backends().get(i)?.passive.clone();
+                Some((i, Backend { active, passive }))
+            })
+            .collect();
+        for (i, b) in updates {
+            pool.set_backend(i, b);
+        }
+    }
+
+    /// Takes in what other VMs published since the last look. `prober` VMs own the probe table
+    /// and skip it.
+    pub fn sync(&mut self, prober: bool) {
+        if !prober {
+            if let Some((table, cas)) = shared::read_active(self.seen_active) {
+                self.apply_active(&table);
+                self.seen_active = Some(cas);
+            }
+        }
+        if let Some((table, cas)) = shared::read_passive(self.seen_passive) {
+            self.apply_passive(&table);
+            self.seen_passive = Some(cas);
+        }
+    }
+
+    /// Forgets what was read, so the next sync takes everything in again.
+    pub fn resync(&mut self) {
+        self.seen_active = None;
+        self.seen_passive = None;
+    }
+
+    /// This VM's probe table, to publish.
+    pub fn active_table(&self) -> ActiveTable {
+        let Some(pool) = self.pool.as_ref() else {
+            return ActiveTable::new();
+        };
+        pool.config()
+            .upstreams
+            .iter()
+            .zip(pool.backends())
+            .map(|(u, b)| (u.name.clone(), b.active))
+            .collect()
+    }
+}
