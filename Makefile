@@ -1,27 +1,44 @@
 # upcheck: every target installs what it needs, so a fresh clone works.
+#
+#   make build       upcheck.wasm (target/upcheck.wasm)
+#   make test        everything: unit, host-test, e2e
+#   make unit        the policy core, natively
+#   make host-test   the real upcheck.wasm in a wasmtime proxy-wasm host, on a virtual clock
+#   make e2e         the real upcheck.wasm in a real Envoy 1.40
+#   make lint        rustfmt and clippy
 SHELL := /bin/bash
 CARGO ?= cargo
 WASM_TARGET := wasm32-unknown-unknown
-WASM := target/$(WASM_TARGET)/release/upcheck.wasm
+RAW_WASM := target/$(WASM_TARGET)/release/upcheck.wasm
+WASM := target/upcheck.wasm
+# The features rustc enables for wasm32 by default; wasm-opt must know them to keep them.
+WASM_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int \
+	--enable-mutable-globals --enable-reference-types --enable-multivalue
 
-.PHONY: build test unit lint wasm-target
+.PHONY: build test unit host-test lint tools
 
 build: $(WASM)
 
-wasm-target:
+## tools: the wasm target for rustc and wasm-opt (Debian's binaryen) when missing
+tools:
 	@rustup target list --installed | grep -qx $(WASM_TARGET) || rustup target add $(WASM_TARGET)
+	@command -v wasm-opt >/dev/null || { apt-get update -qq && apt-get install -y -qq binaryen >/dev/null; }
 
-$(WASM): wasm-target $(shell find filter -name '*.rs' -o -name Cargo.toml) Cargo.toml
+$(RAW_WASM): tools $(shell find filter -name '*.rs' -o -name Cargo.toml) Cargo.toml Cargo.lock
 	$(CARGO) build -p upcheck --target $(WASM_TARGET) --release
-	@echo "upcheck.wasm: $$(stat -c %s $(WASM)) bytes"
 
-## unit: the policy core, natively
+$(WASM): $(RAW_WASM)
+	wasm-opt -Oz $(WASM_FEATURES) $(RAW_WASM) -o $@
+	@echo "upcheck.wasm: $$(stat -c %s $@) bytes ($$(stat -c %s $(RAW_WASM)) before wasm-opt)"
+
+include mk/envoy.mk
+
 unit:
 	$(CARGO) test -p upcheck-policy
 
-test: unit build
+test: unit e2e
 
-lint: wasm-target
+lint: tools
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy -p upcheck-policy --all-targets -- -D warnings
+	$(CARGO) clippy -p upcheck-policy -p upcheck-e2e --all-targets -- -D warnings
 	$(CARGO) clippy -p upcheck --target $(WASM_TARGET) -- -D warnings

@@ -73,14 +73,13 @@ impl Prober {
                 continue;
             };
             let active = &pool.config().health_checks.active;
-            let extra = active.header_pairs();
             let mut headers: Vec<(&str, &str)> = vec![
                 (":method", "GET"),
                 (":path", active.path.as_str()),
                 (":authority", up.authority()),
                 ("user-agent", "upcheck"),
             ];
-            headers.extend(extra.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+            headers.extend(active.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())));
             if let Some(m) = metrics.backend(i) {
                 metrics::increment(m.probes);
             }

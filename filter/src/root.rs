@@ -25,8 +25,10 @@ const FIRST_TICK: Duration = Duration::from_millis(20);
 #[derive(Default)]
 pub struct Root {
     worker: Shared,
-    /// This VM's process-unique id (0 until configured).
+    /// This root context's process-unique id (0 until configured).
     vm: u64,
+    /// Fingerprint of its configuration.
+    config: u64,
     /// Present while this VM holds the probing lease.
     prober: Option<Prober>,
     /// Probe results not yet published.
@@ -41,10 +43,6 @@ impl Root {
             log::error!("upcheck: the host refused a tick period ({status:?}); probes cannot run");
         }
         self.steady = period == TICK;
-    }
-
-    fn publish(worker: &worker::Worker) {
-        shared::write_active(&worker.active_table());
     }
 }
 
@@ -68,7 +66,7 @@ impl Context for Root {
             match prober.answer(token, body_size, pool, &w.metrics, now) {
                 Some(Published::Now) => {
                     pool.refresh(now);
-                    Root::publish(w);
+                    w.publish_active();
                     *dirty = false;
                 }
                 Some(Published::Later) => *dirty = true,
@@ -99,6 +97,8 @@ impl RootContext for Root {
         if self.vm == 0 {
             self.vm = shared::vm_id();
         }
+        self.config = shared::fingerprint(&bytes);
+        shared::announce_config(self.config);
         let prober = &mut self.prober;
         let configured = worker::with(&self.worker, |w| {
             let names: Vec<&str> = config.upstreams.iter().map(|u| u.name.as_str()).collect();
@@ -128,7 +128,7 @@ impl RootContext for Root {
         if !self.steady {
             self.set_tick(TICK);
         }
-        let holder = shared::hold_lease(self.vm, now, lease_ttl(TICK));
+        let holder = shared::hold_lease(self.vm, self.config, now, lease_ttl(TICK));
         if !holder {
             self.prober = None;
         }
@@ -167,7 +167,7 @@ impl RootContext for Root {
                 p.gauges(pool, metrics);
             }
             if *dirty {
-                Root::publish(w);
+                w.publish_active();
                 *dirty = false;
             }
             resume_parked(w, now);

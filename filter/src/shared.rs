@@ -1,9 +1,13 @@
 //! Process-wide state in proxy-wasm shared data.
 //!
 //! Envoy runs one VM per worker plus the main thread's; shared data (per `vm_id`) is what they
-//! have in common. Three keys:
+//! have in common. Four keys:
 //! - `upcheck.lease`: which VM probes (holder id, expiry), taken and renewed by compare-and-swap,
 //!   so exactly one prober runs per process whatever the worker count, in any host;
+//! - `upcheck.config`: a fingerprint of the newest plugin configuration. After a config update
+//!   Envoy keeps the old root contexts ticking until the old filter chain drains (up to
+//!   `--drain-time-s`); only a root with the newest configuration may hold the lease, so a
+//!   backend added by the update is probed at once, not after the drain;
 //! - `upcheck.active`: every backend's probe state, written only by the lease holder;
 //! - `upcheck.passive`: every backend's remembered request failures, updated by compare-and-swap
 //!   from whichever worker saw the failure, so 1 failure on worker A and 2 on worker B are 3.
@@ -13,13 +17,12 @@
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-use std::collections::BTreeMap;
 use std::time::Duration;
+use upcheck_policy::wire::{self, WireError};
 use upcheck_policy::{ActiveHealth, PassiveHealth, Time};
 
 const LEASE: &str = "upcheck.lease";
+const CONFIG: &str = "upcheck.config";
 const ACTIVE: &str = "upcheck.active";
 const PASSIVE: &str = "upcheck.passive";
 const VM_SEQUENCE: &str = "upcheck.vm_sequence";
@@ -28,9 +31,9 @@ const VM_SEQUENCE: &str = "upcheck.vm_sequence";
 const CAS_ATTEMPTS: usize = 16;
 
 /// Probe state by backend name.
-pub type ActiveTable = BTreeMap<String, ActiveHealth>;
+pub type ActiveTable = Vec<(String, ActiveHealth)>;
 /// Passive state by backend name.
-pub type PassiveTable = BTreeMap<String, PassiveHealth>;
+pub type PassiveTable = Vec<(String, PassiveHealth)>;
 
 fn get(key: &str) -> Option<(Vec<u8>, u32)> {
     match hostcalls::get_shared_data(key) {
@@ -62,7 +65,7 @@ fn swap(key: &str, value: &[u8], cas: u32) -> bool {
     }
 }
 
-/// A process-unique id for this VM.
+/// A process-unique id for a root context.
 pub fn vm_id() -> u64 {
     ensure(VM_SEQUENCE, &0u64.to_le_bytes());
     for _ in 0..CAS_ATTEMPTS {
@@ -82,8 +85,27 @@ fn decode_u64(bytes: &[u8]) -> Option<u64> {
     bytes.get(..8)?.try_into().ok().map(u64::from_le_bytes)
 }
 
-/// Takes or renews the probing lease for `me` until `now + ttl`; true if this VM holds it.
-pub fn hold_lease(me: u64, now: Time, ttl: Duration) -> bool {
+/// A fingerprint of a plugin configuration (FNV-1a).
+pub fn fingerprint(config: &[u8]) -> u64 {
+    config.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Announces the configuration a root context was just given: the newest one.
+pub fn announce_config(fingerprint: u64) {
+    if let Err(status) = hostcalls::set_shared_data(CONFIG, Some(&fingerprint.to_le_bytes()), None) {
+        log::warn!("upcheck: announcing the configuration failed ({status:?})");
+    }
+}
+
+/// Takes or renews the probing lease for `me` (configured with `config`) until `now + ttl`;
+/// true if this root context holds it.
+pub fn hold_lease(me: u64, config: u64, now: Time, ttl: Duration) -> bool {
+    let newest = get(CONFIG).and_then(|(bytes, _)| decode_u64(&bytes));
+    if newest.is_some_and(|newest| newest != config) {
+        return false; // a root context with an older configuration, draining
+    }
     ensure(LEASE, &[0; 16]);
     let Some((bytes, cas)) = get(LEASE) else {
         return false;
@@ -106,15 +128,19 @@ pub fn hold_lease(me: u64, now: Time, ttl: Duration) -> bool {
 }
 
 /// Reads a table if it changed since `seen` (its last compare-and-swap value).
-pub fn read_if_changed<T: DeserializeOwned>(key: &str, seen: Option<u32>) -> Option<(T, u32)> {
+fn read_if_changed<T>(
+    key: &str,
+    seen: Option<u32>,
+    decode: fn(&[u8]) -> Result<T, WireError>,
+) -> Option<(T, u32)> {
     let (bytes, cas) = get(key)?;
     if seen == Some(cas) {
         return None;
     }
-    match serde_json::from_slice(&bytes) {
+    match decode(&bytes) {
         Ok(table) => Some((table, cas)),
         Err(e) => {
-            log::warn!("upcheck: shared data {key} is not upcheck's ({e}); ignoring it");
+            log::warn!("upcheck: shared data {key} is not this upcheck's ({e}); ignoring it");
             None
         }
     }
@@ -122,25 +148,25 @@ pub fn read_if_changed<T: DeserializeOwned>(key: &str, seen: Option<u32>) -> Opt
 
 /// The probe table, if it changed since `seen`.
 pub fn read_active(seen: Option<u32>) -> Option<(ActiveTable, u32)> {
-    read_if_changed(ACTIVE, seen)
+    read_if_changed(ACTIVE, seen, wire::decode_active)
 }
 
 /// The passive table, if it changed since `seen`.
 pub fn read_passive(seen: Option<u32>) -> Option<(PassiveTable, u32)> {
-    read_if_changed(PASSIVE, seen)
-}
-
-fn encode<T: Serialize>(table: &T) -> Option<Vec<u8>> {
-    serde_json::to_vec(table).ok()
+    read_if_changed(PASSIVE, seen, wire::decode_passive)
 }
 
 /// Publishes the probe table (only the lease holder writes it).
-pub fn write_active(table: &ActiveTable) {
-    if let Some(bytes) = encode(table) {
-        if let Err(status) = hostcalls::set_shared_data(ACTIVE, Some(&bytes), None) {
-            log::warn!("upcheck: publishing probe results failed ({status:?})");
-        }
+pub fn write_active(table: &[(&str, &ActiveHealth)]) {
+    let bytes = wire::encode_active(table);
+    if let Err(status) = hostcalls::set_shared_data(ACTIVE, Some(&bytes), None) {
+        log::warn!("upcheck: publishing probe results failed ({status:?})");
     }
+}
+
+fn encode_passive(table: &PassiveTable) -> Vec<u8> {
+    let entries: Vec<(&str, &PassiveHealth)> = table.iter().map(|(n, p)| (n.as_str(), p)).collect();
+    wire::encode_passive(&entries)
 }
 
 /// Applies `change` to backend `name`'s passive state, atomically with respect to other workers;
@@ -150,16 +176,24 @@ pub fn update_passive<R>(
     mut change: impl FnMut(&mut PassiveHealth) -> R,
 ) -> Option<(PassiveTable, R)> {
     for _ in 0..CAS_ATTEMPTS {
-        let (mut table, cas): (PassiveTable, u32) = match get(PASSIVE) {
-            Some((bytes, cas)) => (serde_json::from_slice(&bytes).unwrap_or_default(), cas),
+        let Some((bytes, cas)) = get(PASSIVE) else {
+            ensure(PASSIVE, &encode_passive(&PassiveTable::new()));
+            continue;
+        };
+        // A table that does not decode is replaced rather than trusted.
+        let mut table = wire::decode_passive(&bytes).unwrap_or_default();
+        let at = match table.iter().position(|(n, _)| n == name) {
+            Some(at) => at,
             None => {
-                ensure(PASSIVE, b"{}");
-                continue;
+                table.push((name.to_owned(), PassiveHealth::default()));
+                table.len() - 1
             }
         };
-        let result = change(table.entry(name.to_owned()).or_default());
-        let bytes = encode(&table)?;
-        if swap(PASSIVE, &bytes, cas) {
+        let result = match table.get_mut(at) {
+            Some((_, entry)) => change(entry),
+            None => return None,
+        };
+        if swap(PASSIVE, &encode_passive(&table), cas) {
             return Some((table, result));
         }
     }

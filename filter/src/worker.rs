@@ -180,7 +180,7 @@ impl Worker {
             .iter()
             .enumerate()
             .filter_map(|(i, u)| {
-                let passive = table.get(&u.name)?.clone();
+                let passive = table.iter().find(|(n, _)| *n == u.name)?.1.clone();
                 let active = pool.backends().get(i)?.active;
                 Some((i, Backend { active, passive }))
             })
@@ -200,7 +200,7 @@ impl Worker {
             .iter()
             .enumerate()
             .filter_map(|(i, u)| {
-                let active = *table.get(&u.name)?;
+                let active = table.iter().find(|(n, _)| *n == u.name)?.1;
                 let passive = pool.backends().get(i)?.passive.clone();
                 Some((i, Backend { active, passive }))
             })
@@ -231,16 +231,18 @@ impl Worker {
         self.seen_passive = None;
     }
 
-    /// This VM's probe table, to publish.
-    pub fn active_table(&self) -> ActiveTable {
+    /// Publishes this VM's probe table (the lease holder's).
+    pub fn publish_active(&self) {
         let Some(pool) = self.pool.as_ref() else {
-            return ActiveTable::new();
+            return;
         };
-        pool.config()
+        let table: Vec<(&str, &upcheck_policy::ActiveHealth)> = pool
+            .config()
             .upstreams
             .iter()
             .zip(pool.backends())
-            .map(|(u, b)| (u.name.clone(), b.active))
-            .collect()
+            .map(|(u, b)| (u.name.as_str(), &b.active))
+            .collect();
+        shared::write_active(&table);
     }
 }

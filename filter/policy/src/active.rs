@@ -8,12 +8,11 @@
 use crate::config::Active as ActiveConfig;
 use crate::duration;
 use crate::Time;
-use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
 
 /// What one probe found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProbeOutcome {
     /// Answered with the expected status and body.
     Pass,
@@ -76,7 +75,7 @@ impl fmt::Display for ProbeOutcome {
 }
 
 /// A backend's standing with the prober.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
     /// No verdict yet.
     Unknown,
@@ -138,12 +137,12 @@ pub enum Transition {
 }
 
 /// One backend's active-check state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ActiveHealth {
     /// Current verdict.
     pub status: Status,
     /// Consecutive passes (positive) or failures (negative) so far.
-    streak: i64,
+    pub(crate) streak: i64,
     /// The latest probe and when it settled.
     pub last: Option<(Time, ProbeOutcome)>,
     /// When `status` last changed.

@@ -4,57 +4,49 @@
 //!
 //! Everything is checked before the filter starts: a config that parses is one the policy can run.
 //! Errors name the JSON path and the reason (`health_checks.passive.max_fails: must be at least 1,
-//! got 0`), because the operator reading Envoy's log has nothing else to go on.
+//! got 0`), because the operator reading Envoy's log has nothing else to go on. The document is
+//! read as a JSON value and walked by hand rather than derived: the walk knows the path of every
+//! field it reads, and it keeps `upcheck.wasm` small.
 
 use crate::duration;
 use crate::status::StatusMatch;
-use serde::Deserialize;
-use std::collections::{BTreeMap, HashSet};
+use serde_json::{Map, Value};
+use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
 
 /// The whole plugin configuration.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// The backends, in order. Required, at least one, names unique.
     pub upstreams: Vec<Upstream>,
     /// Active and passive checks. Default: both on with the seed values below.
-    #[serde(default)]
     pub health_checks: HealthChecks,
     /// Request header that carries the picked backend's cluster to Envoy's `cluster_header` route.
     /// Any client-supplied copy is removed first. Default `x-upcheck-upstream`.
-    #[serde(default = "default_route_header")]
     pub route_header: String,
     /// At most this percentage of the backends passing active checks may be passively ejected at
     /// once, by Envoy's rule: one more may go while (ejected + 1) / N stays within it, and never the
     /// last one. Default 50: one of two.
-    #[serde(default = "default_max_ejection_percent")]
     pub max_ejection_percent: u8,
     /// When fewer than this percentage of all backends are routable, spread traffic over every
     /// backend that accepts connections (Envoy's panic threshold). Default: off.
-    #[serde(default)]
     pub min_healthy_percent: Option<u8>,
     /// Probe times are spread by up to ± this much so backends are not probed in lockstep.
     /// Default: 10% of the active interval.
-    #[serde(default, deserialize_with = "duration::deserialize_option")]
     pub jitter: Option<Duration>,
 }
 
 /// One backend.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Upstream {
     /// Its name, in logs, metrics and the status page. Required.
     pub name: String,
     /// The proxy cluster that probes are dispatched to and requests are routed to. Default: `name`.
-    #[serde(default)]
     pub cluster: Option<String>,
     /// `:authority` of probes. Default: `name`.
-    #[serde(default)]
     pub authority: Option<String>,
     /// Share of traffic relative to the others, 1 to 1000. Default 1.
-    #[serde(default = "default_weight")]
     pub weight: u32,
 }
 
@@ -71,176 +63,85 @@ impl Upstream {
 }
 
 /// Caddy's `health_checks` block.
-#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct HealthChecks {
     /// Probing. Default: on, `GET /up` every 10 s with a 5 s timeout.
-    #[serde(default)]
     pub active: Active,
     /// Watching real traffic. Default: on, 3 failures within 10 s eject.
-    #[serde(default)]
     pub passive: Passive,
 }
 
 /// Caddy's `health_checks.active`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Active {
     /// Path probed with `GET` (Caddy's `uri` is accepted as the same field). Default `/up`.
-    #[serde(default = "default_path", alias = "uri")]
     pub path: String,
-    /// Extra probe request headers; a name maps to one value or a list (Caddy's form).
-    /// Default: none.
-    #[serde(default)]
-    pub headers: BTreeMap<String, HeaderValues>,
+    /// Extra probe request headers as (lowercase name, value); in JSON a name maps to one value
+    /// or a list (Caddy's form). Default: none.
+    pub headers: Vec<(String, String)>,
     /// Time between probes of one backend. Default 10 s.
-    #[serde(
-        default = "default_interval",
-        deserialize_with = "duration::deserialize"
-    )]
     pub interval: Duration,
     /// A probe without an answer after this long failed; must be shorter than `interval`.
     /// Default 5 s.
-    #[serde(
-        default = "default_timeout",
-        deserialize_with = "duration::deserialize"
-    )]
     pub timeout: Duration,
     /// Status a passing probe answers: a code (`200`) or a class (`"2xx"`, or Caddy's `2`).
     /// Default 2xx.
-    #[serde(default = "default_expect_status")]
     pub expect_status: StatusMatch,
     /// Substring a passing probe's body must contain, within the first `max_size` bytes
     /// (Caddy takes a regular expression here; upcheck a plain substring). Default: none.
-    #[serde(default)]
     pub expect_body: Option<String>,
     /// Probe body bytes read at most. Default 65536.
-    #[serde(default = "default_max_size")]
     pub max_size: u64,
     /// Consecutive passing probes that make a backend healthy. Default 1 (as Caddy).
-    #[serde(default = "one")]
     pub passes: u32,
     /// Consecutive failing probes that make a backend unhealthy. Default 1 (as Caddy).
-    #[serde(default = "one")]
     pub fails: u32,
 }
 
 impl Default for Active {
     fn default() -> Self {
         Active {
-            path: default_path(),
-            headers: BTreeMap::new(),
-            interval: default_interval(),
-            timeout: default_timeout(),
-            expect_status: default_expect_status(),
+            path: "/up".into(),
+            headers: Vec::new(),
+            interval: Duration::from_secs(10),
+            timeout: Duration::from_secs(5),
+            expect_status: StatusMatch::Class(2),
             expect_body: None,
-            max_size: default_max_size(),
+            max_size: 65_536,
             passes: 1,
             fails: 1,
         }
     }
 }
 
-/// One header value or several, as Caddy's `http.Header` JSON has them.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(untagged)]
-pub enum HeaderValues {
-    /// `"name": "value"`
-    One(String),
-    /// `"name": ["value", …]`
-    Many(Vec<String>),
-}
-
-impl Active {
-    /// The probe's extra headers as (lowercase name, value) pairs.
-    pub fn header_pairs(&self) -> Vec<(String, String)> {
-        let mut pairs = Vec::new();
-        for (name, values) in &self.headers {
-            let name = name.to_ascii_lowercase();
-            match values {
-                HeaderValues::One(v) => pairs.push((name, v.clone())),
-                HeaderValues::Many(vs) => {
-                    pairs.extend(vs.iter().map(|v| (name.clone(), v.clone())))
-                }
-            }
-        }
-        pairs
-    }
-}
-
 /// Caddy's `health_checks.passive`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Passive {
     /// How long a failed request is remembered. Default 10 s.
-    #[serde(
-        default = "default_fail_duration",
-        deserialize_with = "duration::deserialize"
-    )]
     pub fail_duration: Duration,
     /// Remembered failures that eject a backend until enough of them expire. Default 3.
-    #[serde(default = "default_max_fails")]
     pub max_fails: u32,
     /// Answers that count as failures. Default `[502, 503, 504]`, so a sidecar's 502 for a backend
     /// that never booted counts. (Caddy's default counts no status at all.)
-    #[serde(default = "default_unhealthy_status")]
     pub unhealthy_status: Vec<StatusMatch>,
     /// A request this slow counts as failed, and counts the moment it is this late even while it
     /// is still waiting for its answer. Default: off.
-    #[serde(default, deserialize_with = "duration::deserialize_option")]
     pub unhealthy_latency: Option<Duration>,
 }
 
 impl Default for Passive {
     fn default() -> Self {
         Passive {
-            fail_duration: default_fail_duration(),
-            max_fails: default_max_fails(),
-            unhealthy_status: default_unhealthy_status(),
+            fail_duration: Duration::from_secs(10),
+            max_fails: 3,
+            unhealthy_status: vec![
+                StatusMatch::Code(502),
+                StatusMatch::Code(503),
+                StatusMatch::Code(504),
+            ],
             unhealthy_latency: None,
         }
     }
-}
-
-fn default_route_header() -> String {
-    "x-upcheck-upstream".into()
-}
-fn default_max_ejection_percent() -> u8 {
-    50
-}
-fn default_weight() -> u32 {
-    1
-}
-fn default_path() -> String {
-    "/up".into()
-}
-fn default_interval() -> Duration {
-    Duration::from_secs(10)
-}
-fn default_timeout() -> Duration {
-    Duration::from_secs(5)
-}
-fn default_expect_status() -> StatusMatch {
-    StatusMatch::Class(2)
-}
-fn default_max_size() -> u64 {
-    65_536
-}
-fn one() -> u32 {
-    1
-}
-fn default_fail_duration() -> Duration {
-    Duration::from_secs(10)
-}
-fn default_max_fails() -> u32 {
-    3
-}
-fn default_unhealthy_status() -> Vec<StatusMatch> {
-    vec![
-        StatusMatch::Code(502),
-        StatusMatch::Code(503),
-        StatusMatch::Code(504),
-    ]
 }
 
 /// The largest `weight`.
@@ -279,6 +180,284 @@ fn fail(path: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     }
 }
 
+/// What a JSON value is, for "expected …, got …" messages.
+fn kind(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("the boolean {b}"),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) => format!("the string {s:?}"),
+        Value::Array(_) => "a list".into(),
+        Value::Object(_) => "an object".into(),
+    }
+}
+
+/// A JSON object being read: it knows its path, and which fields were not read.
+struct Object<'a> {
+    path: String,
+    fields: &'a Map<String, Value>,
+    known: &'static [&'static str],
+}
+
+impl<'a> Object<'a> {
+    fn new(path: &str, value: &'a Value, known: &'static [&'static str]) -> Result<Self, ConfigError> {
+        match value {
+            Value::Object(fields) => {
+                let object = Object {
+                    path: path.to_owned(),
+                    fields,
+                    known,
+                };
+                if let Some(unknown) = fields.keys().find(|k| !known.contains(&k.as_str())) {
+                    return Err(fail(
+                        object.at(unknown),
+                        format!("unknown field `{unknown}`; known fields: {}", known.join(", ")),
+                    ));
+                }
+                Ok(object)
+            }
+            other => Err(fail(path, format!("expected an object, got {}", kind(other)))),
+        }
+    }
+
+    fn at(&self, field: &str) -> String {
+        if self.path.is_empty() {
+            field.to_owned()
+        } else {
+            format!("{}.{field}", self.path)
+        }
+    }
+
+    /// A field that is present and not null.
+    fn get(&self, field: &str) -> Option<(String, &'a Value)> {
+        debug_assert!(self.known.contains(&field));
+        match self.fields.get(field) {
+            None | Some(Value::Null) => None,
+            Some(v) => Some((self.at(field), v)),
+        }
+    }
+
+    fn read<T>(
+        &self,
+        field: &str,
+        parse: impl FnOnce(&str, &Value) -> Result<T, ConfigError>,
+    ) -> Result<Option<T>, ConfigError> {
+        self.get(field).map(|(path, v)| parse(&path, v)).transpose()
+    }
+}
+
+fn string(path: &str, v: &Value) -> Result<String, ConfigError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        other => Err(fail(path, format!("expected a string, got {}", kind(other)))),
+    }
+}
+
+fn whole(path: &str, v: &Value) -> Result<u64, ConfigError> {
+    match v.as_u64() {
+        Some(n) => Ok(n),
+        None => Err(fail(path, format!("expected a whole number, got {}", kind(v)))),
+    }
+}
+
+fn count(path: &str, v: &Value, min: u32, max: u32) -> Result<u32, ConfigError> {
+    let n = whole(path, v)?;
+    if n < u64::from(min) {
+        Err(fail(path, format!("must be at least {min}, got {n}")))
+    } else if n > u64::from(max) {
+        Err(fail(path, format!("must be at most {max}, got {n}")))
+    } else {
+        u32::try_from(n).map_err(|_| fail(path, format!("must be at most {max}, got {n}")))
+    }
+}
+
+fn percent(path: &str, v: &Value) -> Result<u8, ConfigError> {
+    let n = whole(path, v)?;
+    match u8::try_from(n) {
+        Ok(p) if p <= 100 => Ok(p),
+        _ => Err(fail(path, format!("must be a percentage 0-100, got {n}"))),
+    }
+}
+
+fn positive_duration(path: &str, v: &Value) -> Result<Duration, ConfigError> {
+    duration::from_json(v).map_err(|reason| fail(path, reason))
+}
+
+fn status(path: &str, v: &Value) -> Result<StatusMatch, ConfigError> {
+    StatusMatch::from_json(v).map_err(|reason| fail(path, reason))
+}
+
+fn list<T>(
+    path: &str,
+    v: &Value,
+    item: impl Fn(&str, &Value) -> Result<T, ConfigError>,
+) -> Result<Vec<T>, ConfigError> {
+    match v {
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, x)| item(&format!("{path}[{i}]"), x))
+            .collect(),
+        other => Err(fail(path, format!("expected a list, got {}", kind(other)))),
+    }
+}
+
+/// A header name or cluster name: a non-empty HTTP token.
+fn token(path: &str, value: &str) -> Result<(), ConfigError> {
+    if value.is_empty() {
+        return Err(fail(path, "must not be empty"));
+    }
+    let bad = value
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~:".contains(*c)));
+    match bad {
+        Some(c) => Err(fail(path, format!("{value:?} contains {c:?}, which is not allowed"))),
+        None => Ok(()),
+    }
+}
+
+/// A header value: no control characters that could split a header.
+fn header_value(path: &str, value: &str) -> Result<(), ConfigError> {
+    match value.chars().find(|c| c.is_control()) {
+        Some(c) => Err(fail(path, format!("contains the control character {c:?}"))),
+        None => Ok(()),
+    }
+}
+
+fn upstream(path: &str, v: &Value) -> Result<Upstream, ConfigError> {
+    let o = Object::new(path, v, &["name", "cluster", "authority", "weight"])?;
+    let name = o
+        .read("name", string)?
+        .ok_or_else(|| fail(o.at("name"), "missing; every upstream needs a name"))?;
+    token(&o.at("name"), &name)?;
+    let cluster = o.read("cluster", |p, v| {
+        let c = string(p, v)?;
+        token(p, &c).map(|()| c)
+    })?;
+    let authority = o.read("authority", |p, v| {
+        let a = string(p, v)?;
+        if a.is_empty() {
+            return Err(fail(p, "must not be empty"));
+        }
+        header_value(p, &a).map(|()| a)
+    })?;
+    let weight = o.read("weight", |p, v| count(p, v, 1, MAX_WEIGHT))?.unwrap_or(1);
+    Ok(Upstream {
+        name,
+        cluster,
+        authority,
+        weight,
+    })
+}
+
+fn headers(path: &str, v: &Value) -> Result<Vec<(String, String)>, ConfigError> {
+    let Value::Object(fields) = v else {
+        return Err(fail(path, format!("expected an object, got {}", kind(v))));
+    };
+    let mut pairs = Vec::new();
+    for (name, values) in fields {
+        let at = format!("{path}.{name}");
+        token(&at, name)?;
+        let values = match values {
+            Value::Array(_) => list(&at, values, string)?,
+            other => vec![string(&at, other)?],
+        };
+        for value in values {
+            header_value(&at, &value)?;
+            pairs.push((name.to_ascii_lowercase(), value));
+        }
+    }
+    Ok(pairs)
+}
+
+fn active(path: &str, v: &Value) -> Result<Active, ConfigError> {
+    let o = Object::new(
+        path,
+        v,
+        &[
+            "path", "uri", "headers", "interval", "timeout", "expect_status", "expect_body",
+            "max_size", "passes", "fails",
+        ],
+    )?;
+    let d = Active::default();
+    let probe_path = match (o.read("path", string)?, o.read("uri", string)?) {
+        (Some(_), Some(_)) => return Err(fail(o.at("uri"), "give `path` or `uri`, not both")),
+        (Some(p), None) => (o.at("path"), p),
+        (None, Some(u)) => (o.at("uri"), u),
+        (None, None) => (o.at("path"), d.path),
+    };
+    if !probe_path.1.starts_with('/') {
+        return Err(fail(probe_path.0, format!("must start with '/', got {:?}", probe_path.1)));
+    }
+    header_value(&probe_path.0, &probe_path.1)?;
+    let max_size = match o.read("max_size", whole)? {
+        Some(0) => return Err(fail(o.at("max_size"), "must be at least 1, got 0")),
+        Some(n) => n,
+        None => d.max_size,
+    };
+    let expect_body = o.read("expect_body", string)?;
+    if let Some(body) = &expect_body {
+        if body.is_empty() {
+            return Err(fail(o.at("expect_body"), "must not be empty"));
+        }
+        if body.len() as u64 > max_size {
+            return Err(fail(
+                o.at("expect_body"),
+                format!("is longer than max_size ({max_size} bytes)"),
+            ));
+        }
+    }
+    let a = Active {
+        path: probe_path.1,
+        headers: o.read("headers", headers)?.unwrap_or_default(),
+        interval: o.read("interval", positive_duration)?.unwrap_or(d.interval),
+        timeout: o.read("timeout", positive_duration)?.unwrap_or(d.timeout),
+        expect_status: o.read("expect_status", status)?.unwrap_or(d.expect_status),
+        expect_body,
+        max_size,
+        passes: o.read("passes", |p, v| count(p, v, 1, MAX_STREAK))?.unwrap_or(1),
+        fails: o.read("fails", |p, v| count(p, v, 1, MAX_STREAK))?.unwrap_or(1),
+    };
+    if a.timeout >= a.interval {
+        return Err(fail(
+            o.at("timeout"),
+            format!(
+                "must be shorter than interval ({}), got {}",
+                duration::display(a.interval),
+                duration::display(a.timeout)
+            ),
+        ));
+    }
+    Ok(a)
+}
+
+fn passive(path: &str, v: &Value) -> Result<Passive, ConfigError> {
+    let o = Object::new(
+        path,
+        v,
+        &["fail_duration", "max_fails", "unhealthy_status", "unhealthy_latency"],
+    )?;
+    let d = Passive::default();
+    Ok(Passive {
+        fail_duration: o.read("fail_duration", positive_duration)?.unwrap_or(d.fail_duration),
+        max_fails: o
+            .read("max_fails", |p, v| count(p, v, 1, MAX_FAILS_LIMIT))?
+            .unwrap_or(d.max_fails),
+        unhealthy_status: o
+            .read("unhealthy_status", |p, v| list(p, v, status))?
+            .unwrap_or(d.unhealthy_status),
+        unhealthy_latency: o.read("unhealthy_latency", positive_duration)?,
+    })
+}
+
+fn health_checks(path: &str, v: &Value) -> Result<HealthChecks, ConfigError> {
+    let o = Object::new(path, v, &["active", "passive"])?;
+    Ok(HealthChecks {
+        active: o.read("active", active)?.unwrap_or_default(),
+        passive: o.read("passive", passive)?.unwrap_or_default(),
+    })
+}
+
 impl Config {
     /// Parses and checks a plugin configuration.
     pub fn parse(json: &[u8]) -> Result<Config, ConfigError> {
@@ -288,174 +467,67 @@ impl Config {
                 "the plugin configuration is empty; it needs at least {\"upstreams\": [{\"name\": …}]}",
             ));
         }
-        let mut de = serde_json::Deserializer::from_slice(json);
-        let config: Config = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-            let path = e.path().to_string();
-            let reason = e.into_inner().to_string();
-            fail(if path == "." { String::new() } else { path }, reason)
-        })?;
-        de.end().map_err(|e| fail("", e.to_string()))?;
-        config.validate()?;
+        let document: Value =
+            serde_json::from_slice(json).map_err(|e| fail("", format!("not valid JSON: {e}")))?;
+        let o = Object::new(
+            "",
+            &document,
+            &[
+                "upstreams", "health_checks", "route_header", "max_ejection_percent",
+                "min_healthy_percent", "jitter",
+            ],
+        )?;
+        let upstreams = o
+            .read("upstreams", |p, v| list(p, v, upstream))?
+            .ok_or_else(|| fail("upstreams", "missing; list the backends, e.g. [{\"name\": \"app1\"}]"))?;
+        if upstreams.is_empty() {
+            return Err(fail("upstreams", "needs at least one upstream"));
+        }
+        let mut names = HashSet::new();
+        for (i, up) in upstreams.iter().enumerate() {
+            if !names.insert(up.name.as_str()) {
+                return Err(fail(format!("upstreams[{i}].name"), format!("{:?} is listed twice", up.name)));
+            }
+        }
+        let route_header = o
+            .read("route_header", |p, v| {
+                let h = string(p, v)?;
+                token(p, &h)?;
+                if h.starts_with(':') {
+                    return Err(fail(p, "must not be a pseudo-header"));
+                }
+                Ok(h)
+            })?
+            .unwrap_or_else(|| "x-upcheck-upstream".into());
+        let config = Config {
+            upstreams,
+            health_checks: o.read("health_checks", health_checks)?.unwrap_or_default(),
+            route_header,
+            max_ejection_percent: o.read("max_ejection_percent", percent)?.unwrap_or(50),
+            min_healthy_percent: o.read("min_healthy_percent", percent)?,
+            jitter: o.read("jitter", positive_duration)?,
+        };
+        let interval = config.health_checks.active.interval;
+        if config.jitter() >= interval {
+            return Err(fail(
+                "jitter",
+                format!(
+                    "must be shorter than health_checks.active.interval ({}), got {}",
+                    duration::display(interval),
+                    duration::display(config.jitter())
+                ),
+            ));
+        }
         Ok(config)
     }
 
     /// The jitter in force: the configured one, or 10% of the interval.
     pub fn jitter(&self) -> Duration {
-        self.jitter
-            .unwrap_or(self.health_checks.active.interval / 10)
+        self.jitter.unwrap_or(self.health_checks.active.interval / 10)
     }
 
     /// One probe round: a backend that goes down is noticed within this long.
     pub fn probe_round(&self) -> Duration {
         self.health_checks.active.interval + self.health_checks.active.timeout
-    }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        if self.upstreams.is_empty() {
-            return Err(fail("upstreams", "needs at least one upstream"));
-        }
-        let mut names = HashSet::new();
-        for (i, up) in self.upstreams.iter().enumerate() {
-            let at = |field: &str| format!("upstreams[{i}].{field}");
-            check_token(&at("name"), &up.name)?;
-            if !names.insert(up.name.as_str()) {
-                return Err(fail(at("name"), format!("{:?} is listed twice", up.name)));
-            }
-            if let Some(cluster) = &up.cluster {
-                check_token(&at("cluster"), cluster)?;
-            }
-            if let Some(authority) = &up.authority {
-                check_value(&at("authority"), authority)?;
-                if authority.is_empty() {
-                    return Err(fail(at("authority"), "must not be empty"));
-                }
-            }
-            check_range(&at("weight"), up.weight, 1, MAX_WEIGHT)?;
-        }
-        check_token("route_header", &self.route_header)?;
-        if self.route_header.starts_with(':') {
-            return Err(fail("route_header", "must not be a pseudo-header"));
-        }
-        check_percent("max_ejection_percent", self.max_ejection_percent)?;
-        if let Some(p) = self.min_healthy_percent {
-            check_percent("min_healthy_percent", p)?;
-        }
-
-        let active = &self.health_checks.active;
-        if !active.path.starts_with('/') {
-            return Err(fail(
-                "health_checks.active.path",
-                format!("must start with '/', got {:?}", active.path),
-            ));
-        }
-        check_value("health_checks.active.path", &active.path)?;
-        for (name, values) in &active.headers {
-            let at = format!("health_checks.active.headers.{name}");
-            check_token(&at, name)?;
-            let values: Vec<&String> = match values {
-                HeaderValues::One(v) => vec![v],
-                HeaderValues::Many(vs) => vs.iter().collect(),
-            };
-            for v in values {
-                check_value(&at, v)?;
-            }
-        }
-        if active.timeout >= active.interval {
-            return Err(fail(
-                "health_checks.active.timeout",
-                format!(
-                    "must be shorter than interval ({}), got {}",
-                    duration::display(active.interval),
-                    duration::display(active.timeout)
-                ),
-            ));
-        }
-        check_range("health_checks.active.passes", active.passes, 1, MAX_STREAK)?;
-        check_range("health_checks.active.fails", active.fails, 1, MAX_STREAK)?;
-        if active.max_size == 0 {
-            return Err(fail(
-                "health_checks.active.max_size",
-                "must be at least 1, got 0",
-            ));
-        }
-        if let Some(body) = &active.expect_body {
-            if body.is_empty() {
-                return Err(fail(
-                    "health_checks.active.expect_body",
-                    "must not be empty",
-                ));
-            }
-            if body.len() as u64 > active.max_size {
-                return Err(fail(
-                    "health_checks.active.expect_body",
-                    format!("is longer than max_size ({} bytes)", active.max_size),
-                ));
-            }
-        }
-        if self.jitter() >= active.interval {
-            return Err(fail(
-                "jitter",
-                format!(
-                    "must be shorter than health_checks.active.interval ({}), got {}",
-                    duration::display(active.interval),
-                    duration::display(self.jitter())
-                ),
-            ));
-        }
-
-        let passive = &self.health_checks.passive;
-        check_range(
-            "health_checks.passive.max_fails",
-            passive.max_fails,
-            1,
-            MAX_FAILS_LIMIT,
-        )?;
-        Ok(())
-    }
-}
-
-fn check_range(path: &str, value: u32, min: u32, max: u32) -> Result<(), ConfigError> {
-    if value < min {
-        Err(fail(path, format!("must be at least {min}, got {value}")))
-    } else if value > max {
-        Err(fail(path, format!("must be at most {max}, got {value}")))
-    } else {
-        Ok(())
-    }
-}
-
-fn check_percent(path: &str, value: u8) -> Result<(), ConfigError> {
-    if value > 100 {
-        Err(fail(
-            path,
-            format!("must be a percentage 0-100, got {value}"),
-        ))
-    } else {
-        Ok(())
-    }
-}
-
-/// A header name or cluster name: a non-empty HTTP token.
-fn check_token(path: &str, value: &str) -> Result<(), ConfigError> {
-    if value.is_empty() {
-        return Err(fail(path, "must not be empty"));
-    }
-    let bad = value
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~:".contains(*c)));
-    match bad {
-        Some(c) => Err(fail(
-            path,
-            format!("{value:?} contains {c:?}, which is not allowed"),
-        )),
-        None => Ok(()),
-    }
-}
-
-/// A header value: no control characters that could split a header.
-fn check_value(path: &str, value: &str) -> Result<(), ConfigError> {
-    match value.chars().find(|c| c.is_control()) {
-        Some(c) => Err(fail(path, format!("contains the control character {c:?}"))),
-        None => Ok(()),
     }
 }

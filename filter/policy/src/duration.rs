@@ -4,8 +4,7 @@
 //! (`"10s"`, `"500ms"`, `"1m30s"`). Both are accepted, and anything that is not a positive duration
 //! that fits in 64-bit nanoseconds is refused with a reason rather than silently clamped.
 
-use serde::de::{self, Deserializer, Visitor};
-use std::fmt;
+use serde_json::Value;
 use std::time::Duration;
 
 /// Parses a Go-style duration string: one or more `<number><unit>` pairs, units `ns`, `us`/`µs`,
@@ -80,11 +79,11 @@ fn too_large(text: &str) -> String {
 
 /// Formats a duration the way log lines and errors show it: `5.0s`, `250ms`, `2m0s`.
 pub fn display(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms < 1_000 && d.as_nanos() % 1_000_000 == 0 {
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    if ms < 1_000 && d.subsec_nanos() % 1_000_000 == 0 {
         format!("{ms}ms")
     } else if ms < 1_000 {
-        format!("{}us", d.as_micros())
+        format!("{}us", d.subsec_micros())
     } else if ms < 60_000 {
         format!("{}.{}s", ms / 1_000, (ms % 1_000) / 100)
     } else {
@@ -92,58 +91,26 @@ pub fn display(d: Duration) -> String {
     }
 }
 
-/// Deserializes a positive duration from nanoseconds or a string.
-pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    d.deserialize_any(PositiveDuration)
-}
-
-/// Deserializes an optional positive duration (`null` or absent means off).
-pub fn deserialize_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    d.deserialize_any(PositiveDuration).map(Some)
-}
-
-struct PositiveDuration;
-
-impl<'de> Visitor<'de> for PositiveDuration {
-    type Value = Duration;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a duration: integer nanoseconds or a string like \"10s\"")
+/// Reads a positive duration from JSON: integer nanoseconds (Caddy) or a string.
+pub fn from_json(v: &Value) -> Result<Duration, String> {
+    let d = match v {
+        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(nanos), _) => Duration::from_nanos(nanos),
+            (None, Some(negative)) => return Err(format!("must be greater than zero, got {negative}")),
+            (None, None) if n.as_f64().is_some_and(|f| f > u64::MAX as f64) => {
+                return Err(format!("{n} nanoseconds is too large"))
+            }
+            (None, None) => {
+                return Err(format!("must be whole nanoseconds or a string like \"10s\", got {n}"))
+            }
+        },
+        Value::String(text) => parse(text)?,
+        _ => return Err("expected a duration: integer nanoseconds or a string like \"10s\"".into()),
+    };
+    if d.is_zero() {
+        return Err(format!("must be greater than zero, got {v}"));
     }
-
-    fn visit_u64<E: de::Error>(self, nanos: u64) -> Result<Duration, E> {
-        if nanos == 0 {
-            return Err(E::custom("must be greater than zero, got 0"));
-        }
-        Ok(Duration::from_nanos(nanos))
-    }
-
-    fn visit_i64<E: de::Error>(self, nanos: i64) -> Result<Duration, E> {
-        match u64::try_from(nanos) {
-            Ok(nanos) => self.visit_u64(nanos),
-            Err(_) => Err(E::custom(format!("must be greater than zero, got {nanos}"))),
-        }
-    }
-
-    fn visit_f64<E: de::Error>(self, nanos: f64) -> Result<Duration, E> {
-        if nanos > u64::MAX as f64 {
-            Err(E::custom(format!("{nanos} nanoseconds is too large")))
-        } else {
-            Err(E::custom(format!(
-                "must be whole nanoseconds or a string like \"10s\", got {nanos}"
-            )))
-        }
-    }
-
-    fn visit_str<E: de::Error>(self, text: &str) -> Result<Duration, E> {
-        let d = parse(text).map_err(E::custom)?;
-        if d.is_zero() {
-            return Err(E::custom(format!(
-                "must be greater than zero, got {text:?}"
-            )));
-        }
-        Ok(d)
-    }
+    Ok(d)
 }
 
 #[cfg(test)]

@@ -18,11 +18,10 @@ use crate::active::{ActiveHealth, Status};
 use crate::config::Config;
 use crate::passive::PassiveHealth;
 use crate::Time;
-use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Everything known about one backend.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Backend {
     /// What probes say.
     pub active: ActiveHealth,
@@ -60,7 +59,7 @@ impl Backend {
 }
 
 /// Why the routable set is wider than "healthy and not ejected".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Guard {
     /// It is not: the guard is not engaged.
     #[default]

@@ -14,6 +14,7 @@ pub mod pool;
 pub mod schedule;
 pub mod select;
 pub mod status;
+pub mod wire;
 
 /// A point in time: the host's clock since its epoch.
 pub type Time = std::time::Duration;

@@ -8,13 +8,12 @@
 use crate::config::Passive as PassiveConfig;
 use crate::duration;
 use crate::Time;
-use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
 
 /// How the proxy itself failed a request before the backend answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProxyFailure {
     /// The connection was refused or could not be made.
     Refused,
@@ -91,12 +90,12 @@ impl fmt::Display for Failure {
 }
 
 /// The failures a backend is remembered for, and whether it is ejected.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PassiveHealth {
     /// The newest failures, oldest first; never more than `max_fails`.
-    failures: VecDeque<Time>,
+    pub(crate) failures: VecDeque<Time>,
     /// When the current ejection began (the failure that filled the window).
-    ejected_since: Option<Time>,
+    pub(crate) ejected_since: Option<Time>,
     /// The latest request outcome that told whether anything is serving: when, and whether it
     /// was a refusal.
     pub last_contact: Option<(Time, bool)>,

@@ -3,8 +3,7 @@
 //! Caddy writes a class as a single digit (`2` means 2xx) in JSON and as `2xx` in a Caddyfile; both
 //! are accepted so an operator's existing config keeps its meaning.
 
-use serde::de::{self, Deserializer, Visitor};
-use serde::Deserialize;
+use serde_json::Value;
 use std::fmt;
 
 /// Which statuses a rule matches.
@@ -58,35 +57,17 @@ impl fmt::Display for StatusMatch {
     }
 }
 
-impl<'de> Deserialize<'de> for StatusMatch {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(StatusVisitor)
-    }
-}
+const EXPECTED: &str = "expected a status code 100-599 or a class like \"2xx\"";
 
-struct StatusVisitor;
-
-const EXPECTED: &str = "a status code 100-599 or a class like \"2xx\"";
-
-impl<'de> Visitor<'de> for StatusVisitor {
-    type Value = StatusMatch;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str(EXPECTED)
-    }
-
-    fn visit_u64<E: de::Error>(self, n: u64) -> Result<StatusMatch, E> {
-        StatusMatch::from_number(n)
-            .ok_or_else(|| E::custom(format!("expected {EXPECTED}, got {n}")))
-    }
-
-    fn visit_i64<E: de::Error>(self, n: i64) -> Result<StatusMatch, E> {
-        Err(E::custom(format!("expected {EXPECTED}, got {n}")))
-    }
-
-    fn visit_str<E: de::Error>(self, text: &str) -> Result<StatusMatch, E> {
-        StatusMatch::from_text(text)
-            .ok_or_else(|| E::custom(format!("expected {EXPECTED}, got {text:?}")))
+impl StatusMatch {
+    /// Reads a matcher from JSON: a number or a string.
+    pub fn from_json(v: &Value) -> Result<StatusMatch, String> {
+        let parsed = match v {
+            Value::Number(n) => n.as_u64().and_then(StatusMatch::from_number),
+            Value::String(s) => StatusMatch::from_text(s),
+            _ => None,
+        };
+        parsed.ok_or_else(|| format!("{EXPECTED}, got {v}"))
     }
 }
 
@@ -95,7 +76,8 @@ mod tests {
     use super::*;
 
     fn parse(json: &str) -> Result<StatusMatch, String> {
-        serde_json::from_str(json).map_err(|e| e.to_string())
+        let v: Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        StatusMatch::from_json(&v)
     }
 
     #[test]

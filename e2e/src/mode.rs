@@ -1,0 +1,284 @@
+//! What a fake backend does with the requests it gets, and when that changes.
+//!
+//! Each mode is one way a real app server behaves or breaks, taken from the incident and its
+//! aftermath: a sidecar answering 502 to everything, an app server holding the port without
+//! serving, a database blip that fails only the health probe. Modes are written as short specs
+//! (`status:502`, `blip:5s..25s`) so a scenario, the command line and the control endpoint all
+//! say them the same way.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The path of the health probe, as in the operators' config and Rails' stock health controller.
+pub const PROBE_PATH: &str = "/up";
+
+/// One behaviour of a fake backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// `ok`: 200 on every path.
+    Ok,
+    /// `status:N`: N on every path, the probe included (the incident's sidecar: 502 to everything).
+    Status(u16),
+    /// `hang`: accepts connections and reads requests, never answers.
+    Hang,
+    /// `noaccept`: keeps the port open but never accepts, so connections complete in the kernel's
+    /// backlog and then wait (the incident's app server). Requests on connections accepted earlier hang.
+    NoAccept,
+    /// `refuse`: closes the port and every open connection, as a crashed process does; connections
+    /// are refused. Leaving this mode listens again on the same port.
+    Refuse,
+    /// `blip:FROM..TO`: the probe answers 503 from FROM to TO after start, pages stay 200 (a
+    /// shared-database blip seen only by a `/up` that queries the database).
+    Blip {
+        /// Start of the window, measured from the backend's start.
+        from: Duration,
+        /// End of the window (exclusive), measured from the backend's start.
+        to: Duration,
+    },
+    /// `flap:PERIOD` (`flap` alone: 1 s): every path answers 200 for PERIOD, then 503 for PERIOD, and so on.
+    Flap(Duration),
+    /// `slow:DURATION`: 200 on every path, after DURATION.
+    Slow(Duration),
+}
+
+/// How a backend in some mode answers one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// Send this status after this delay.
+    Respond {
+        /// The response status.
+        status: u16,
+        /// How long to wait before sending it.
+        after: Duration,
+    },
+    /// Never send anything; the client gives up or the connection closes.
+    Never,
+}
+
+impl Mode {
+    /// How this mode answers a request for `path`, `elapsed` after the backend started.
+    pub fn answer(&self, path: &str, elapsed: Duration) -> Answer {
+        let now = |status| Answer::Respond {
+            status,
+            after: Duration::ZERO,
+        };
+        match *self {
+            Mode::Ok => now(200),
+            Mode::Status(status) => now(status),
+            Mode::Hang | Mode::NoAccept | Mode::Refuse => Answer::Never,
+            Mode::Blip { from, to } if path == PROBE_PATH && (from..to).contains(&elapsed) => {
+                now(503)
+            }
+            Mode::Blip { .. } => now(200),
+            Mode::Flap(period) if (elapsed.as_nanos() / period.as_nanos().max(1)) % 2 == 1 => {
+                now(503)
+            }
+            Mode::Flap(_) => now(200),
+            Mode::Slow(after) => Answer::Respond { status: 200, after },
+        }
+    }
+}
+
+/// A mode spec that could not be read; its message names the spec and the accepted forms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModeError(String);
+
+impl fmt::Display for ModeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ModeError {}
+
+fn duration(spec: &str, text: &str) -> Result<Duration, ModeError> {
+    humantime::parse_duration(text.trim())
+        .map_err(|e| ModeError(format!("{spec:?}: {text:?} is not a duration ({e})")))
+}
+
+impl FromStr for Mode {
+    type Err = ModeError;
+
+    fn from_str(spec: &str) -> Result<Self, Self::Err> {
+        let (kind, arg) = match spec.split_once(':') {
+            Some((kind, arg)) => (kind, Some(arg)),
+            None => (spec, None),
+        };
+        match (kind.trim(), arg) {
+            ("ok", None) => Ok(Mode::Ok),
+            ("hang", None) => Ok(Mode::Hang),
+            ("noaccept", None) => Ok(Mode::NoAccept),
+            ("refuse", None) => Ok(Mode::Refuse),
+            ("flap", None) => Ok(Mode::Flap(Duration::from_secs(1))),
+            ("flap", Some(period)) => Ok(Mode::Flap(duration(spec, period)?)),
+            ("slow", Some(delay)) => Ok(Mode::Slow(duration(spec, delay)?)),
+            ("status", Some(code)) => match code.trim().parse() {
+                Ok(status @ 100..=999) => Ok(Mode::Status(status)),
+                _ => Err(ModeError(format!(
+                    "{spec:?}: {code:?} is not an HTTP status"
+                ))),
+            },
+            ("blip", Some(window)) => {
+                let (from, to) = window.split_once("..").ok_or_else(|| {
+                    ModeError(format!(
+                        "{spec:?}: the window is written FROM..TO, e.g. blip:5s..25s"
+                    ))
+                })?;
+                Ok(Mode::Blip {
+                    from: duration(spec, from)?,
+                    to: duration(spec, to)?,
+                })
+            }
+            _ => Err(ModeError(format!(
+                "unknown mode {spec:?}: expected ok, status:N, hang, noaccept, refuse, \
+                 blip:FROM..TO, flap[:PERIOD] or slow:DURATION"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = humantime::format_duration;
+        match self {
+            Mode::Ok => write!(f, "ok"),
+            Mode::Status(status) => write!(f, "status:{status}"),
+            Mode::Hang => write!(f, "hang"),
+            Mode::NoAccept => write!(f, "noaccept"),
+            Mode::Refuse => write!(f, "refuse"),
+            Mode::Blip { from, to } => write!(f, "blip:{}..{}", d(*from), d(*to)),
+            Mode::Flap(period) => write!(f, "flap:{}", d(*period)),
+            Mode::Slow(delay) => write!(f, "slow:{}", d(*delay)),
+        }
+    }
+}
+
+/// A change of mode at a fixed time after the backend started: `5s=status:502`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Switch {
+    /// When the new mode starts, measured from the backend's start.
+    pub at: Duration,
+    /// The mode from then on.
+    pub mode: Mode,
+}
+
+impl FromStr for Switch {
+    type Err = ModeError;
+
+    fn from_str(spec: &str) -> Result<Self, Self::Err> {
+        let (at, mode) = spec.split_once('=').ok_or_else(|| {
+            ModeError(format!(
+                "{spec:?}: a switch is written TIME=MODE, e.g. 5s=status:502"
+            ))
+        })?;
+        Ok(Switch {
+            at: duration(spec, at)?,
+            mode: mode.parse()?,
+        })
+    }
+}
+
+/// A backend's mode over time: the first mode, then timed switches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    /// The mode from the start.
+    pub first: Mode,
+    /// Later changes, applied at their times whatever their order here.
+    pub switches: Vec<Switch>,
+}
+
+impl Schedule {
+    /// Adds a switch to `mode` at `at` after start.
+    pub fn then(mut self, at: Duration, mode: Mode) -> Self {
+        self.switches.push(Switch { at, mode });
+        self
+    }
+}
+
+impl From<Mode> for Schedule {
+    fn from(first: Mode) -> Self {
+        Schedule {
+            first,
+            switches: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn every_mode_reads_back_what_it_writes() {
+        for spec in [
+            "ok",
+            "status:502",
+            "hang",
+            "noaccept",
+            "refuse",
+            "blip:5s..25s",
+            "flap:500ms",
+            "slow:2s",
+        ] {
+            assert_eq!(spec.parse::<Mode>().unwrap().to_string(), spec);
+        }
+    }
+
+    #[test]
+    fn a_bad_spec_names_itself_and_the_accepted_forms() {
+        let err = "stauts:502".parse::<Mode>().unwrap_err().to_string();
+        assert!(
+            err.contains("stauts:502") && err.contains("status:N"),
+            "{err}"
+        );
+        let err = "status:abc".parse::<Mode>().unwrap_err().to_string();
+        assert!(err.contains("not an HTTP status"), "{err}");
+        let err = "blip:5s".parse::<Mode>().unwrap_err().to_string();
+        assert!(err.contains("FROM..TO"), "{err}");
+    }
+
+    #[test]
+    fn a_blip_fails_only_the_probe_and_only_inside_its_window() {
+        let blip: Mode = "blip:1s..2s".parse().unwrap();
+        let status = |path, at| match blip.answer(path, ms(at)) {
+            Answer::Respond { status, .. } => status,
+            Answer::Never => 0,
+        };
+        assert_eq!(status("/up", 999), 200);
+        assert_eq!(status("/up", 1000), 503);
+        assert_eq!(status("/up", 1999), 503);
+        assert_eq!(status("/up", 2000), 200);
+        assert_eq!(status("/", 1500), 200);
+    }
+
+    #[test]
+    fn a_flap_alternates_every_period() {
+        let flap = Mode::Flap(ms(100));
+        let statuses: Vec<_> = [0, 99, 100, 199, 200]
+            .map(|at| flap.answer("/", ms(at)))
+            .into_iter()
+            .map(|answer| match answer {
+                Answer::Respond { status, .. } => status,
+                Answer::Never => 0,
+            })
+            .collect();
+        assert_eq!(statuses, [200, 200, 503, 503, 200]);
+    }
+
+    #[test]
+    fn a_switch_reads_as_time_then_mode() {
+        let switch: Switch = "5s=status:502".parse().unwrap();
+        assert_eq!(
+            switch,
+            Switch {
+                at: ms(5000),
+                mode: Mode::Status(502)
+            }
+        );
+    }
+}

@@ -1,0 +1,291 @@
+//! User traffic at a fixed rate, and what the users saw.
+//!
+//! The incident was measured as "N of M user requests failed", so that is what a replay reports.
+//! Requests go out on a fixed schedule (open loop: a slow answer does not slow the next request
+//! down, as real users do not wait for each other), each with its own timeout, so a run is bounded
+//! by `duration + timeout` whatever the backends do.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::{self, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+/// A load run: `rate` requests per second to `url` for `duration`.
+#[derive(Clone, Debug)]
+pub struct Replay {
+    url: String,
+    rate: u32,
+    duration: Duration,
+    timeout: Duration,
+    headers: Vec<(String, String)>,
+}
+
+/// What one user saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A response with this status.
+    Status(u16),
+    /// No complete response within the timeout.
+    Timeout,
+    /// The connection failed or broke; the text says how.
+    Error(String),
+}
+
+impl Outcome {
+    /// Whether a user would call it an error: anything but a 2xx or 3xx response.
+    pub fn is_failure(&self) -> bool {
+        !matches!(self, Outcome::Status(200..=399))
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Status(status) => write!(f, "{status}"),
+            Outcome::Timeout => write!(f, "timeout"),
+            Outcome::Error(_) => write!(f, "error"),
+        }
+    }
+}
+
+/// One request of a run.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    /// When it was sent, from the start of the run.
+    pub sent: Duration,
+    /// How long until its outcome was known.
+    pub latency: Duration,
+    /// What the user saw.
+    pub outcome: Outcome,
+}
+
+/// Every request of a run, in the order they were sent.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The samples, by `sent`.
+    pub samples: Vec<Sample>,
+}
+
+impl Replay {
+    /// `rate` requests per second to `url` for `duration`, each timing out after 2 s.
+    pub fn new(url: impl Into<String>, rate: u32, duration: Duration) -> Self {
+        Replay {
+            url: url.into(),
+            rate,
+            duration,
+            timeout: Duration::from_secs(2),
+            headers: Vec::new(),
+        }
+    }
+
+    /// Sets how long a user waits for a complete response.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Adds a request header to every request.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// How many requests a run sends.
+    pub fn count(&self) -> u64 {
+        (self.duration.as_secs_f64() * f64::from(self.rate)).round() as u64
+    }
+
+    /// Sends every request on schedule and waits for all outcomes.
+    pub async fn run(&self) -> Result<Report, reqwest::Error> {
+        // Never through a proxy from the environment: the targets are on this machine.
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(self.timeout)
+            .build()?;
+        let start = Instant::now();
+        let mut requests = JoinSet::new();
+        for i in 0..self.count() {
+            let due = Duration::from_secs_f64(i as f64 / f64::from(self.rate.max(1)));
+            tokio::time::sleep_until(start + due).await;
+            let mut request = client.get(&self.url);
+            for (name, value) in &self.headers {
+                request = request.header(name, value);
+            }
+            requests.spawn(async move {
+                let sent = start.elapsed();
+                let outcome = match request.send().await {
+                    Ok(response) => {
+                        let status = response.status().as_u16();
+                        match response.bytes().await {
+                            Ok(_) => Outcome::Status(status),
+                            Err(e) => failure(e),
+                        }
+                    }
+                    Err(e) => failure(e),
+                };
+                Sample {
+                    sent,
+                    latency: start.elapsed() - sent,
+                    outcome,
+                }
+            });
+        }
+        let mut samples = requests.join_all().await;
+        samples.sort_by_key(|sample| sample.sent);
+        Ok(Report { samples })
+    }
+}
+
+fn failure(e: reqwest::Error) -> Outcome {
+    if e.is_timeout() {
+        Outcome::Timeout
+    } else {
+        // The source chain says what broke (refused, reset, closed before the response).
+        let mut text = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(cause) = source {
+            text = format!("{text}: {cause}");
+            source = cause.source();
+        }
+        Outcome::Error(text)
+    }
+}
+
+impl Report {
+    /// How many requests were sent.
+    pub fn requests(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// How many of them failed (see [`Outcome::is_failure`]).
+    pub fn failures(&self) -> usize {
+        self.samples
+            .iter()
+            .filter(|s| s.outcome.is_failure())
+            .count()
+    }
+
+    /// When the last failed request was sent, from the start of the run.
+    pub fn last_failure(&self) -> Option<Duration> {
+        self.samples
+            .iter()
+            .filter(|s| s.outcome.is_failure())
+            .map(|s| s.sent)
+            .max()
+    }
+
+    /// The latency below which `percent` % of all requests completed (nearest rank).
+    pub fn latency_percentile(&self, percent: f64) -> Duration {
+        let mut latencies: Vec<_> = self.samples.iter().map(|s| s.latency).collect();
+        latencies.sort();
+        let rank = (percent / 100.0 * latencies.len() as f64).ceil() as usize;
+        latencies
+            .get(rank.clamp(1, latencies.len().max(1)) - 1)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// How many requests ended in each outcome, e.g. `{"200": 790, "503": 10}`.
+    pub fn outcomes(&self) -> BTreeMap<String, usize> {
+        let mut outcomes = BTreeMap::new();
+        for sample in &self.samples {
+            *outcomes.entry(sample.outcome.to_string()).or_default() += 1;
+        }
+        outcomes
+    }
+
+    /// Writes one line per request: `sent_ms,latency_ms,outcome,error`.
+    pub fn write_csv(&self, path: &Path) -> io::Result<()> {
+        let mut out = io::BufWriter::new(std::fs::File::create(path)?);
+        writeln!(out, "sent_ms,latency_ms,outcome,error")?;
+        for sample in &self.samples {
+            let error = match &sample.outcome {
+                Outcome::Error(text) => text.replace('"', "'"),
+                _ => String::new(),
+            };
+            writeln!(
+                out,
+                "{:.1},{:.1},{},\"{}\"",
+                sample.sent.as_secs_f64() * 1e3,
+                sample.latency.as_secs_f64() * 1e3,
+                sample.outcome,
+                error
+            )?;
+        }
+        out.flush()
+    }
+}
+
+/// The one summary line: `requests=400 failures=0 last_failure=- p50=1.2ms p99=3.4ms outcomes=200:400`.
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |d: Duration| format!("{:.1}ms", d.as_secs_f64() * 1e3);
+        let last = self
+            .last_failure()
+            .map_or_else(|| "-".to_owned(), |d| format!("{:.2}s", d.as_secs_f64()));
+        let outcomes: Vec<_> = self
+            .outcomes()
+            .iter()
+            .map(|(outcome, n)| format!("{outcome}:{n}"))
+            .collect();
+        write!(
+            f,
+            "requests={} failures={} last_failure={} p50={} p99={} outcomes={}",
+            self.requests(),
+            self.failures(),
+            last,
+            ms(self.latency_percentile(50.0)),
+            ms(self.latency_percentile(99.0)),
+            outcomes.join(",")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(sent_ms: u64, latency_ms: u64, outcome: Outcome) -> Sample {
+        Sample {
+            sent: Duration::from_millis(sent_ms),
+            latency: Duration::from_millis(latency_ms),
+            outcome,
+        }
+    }
+
+    #[test]
+    fn the_summary_counts_failures_and_says_when_the_last_one_was_sent() {
+        let report = Report {
+            samples: vec![
+                sample(0, 1, Outcome::Status(200)),
+                sample(25, 2, Outcome::Status(502)),
+                sample(50, 500, Outcome::Timeout),
+                sample(75, 4, Outcome::Status(301)),
+            ],
+        };
+        assert_eq!(
+            report.to_string(),
+            "requests=4 failures=2 last_failure=0.05s p50=2.0ms p99=500.0ms \
+             outcomes=200:1,301:1,502:1,timeout:1"
+        );
+    }
+
+    #[test]
+    fn an_empty_run_summarises_without_panicking() {
+        let report = Report { samples: vec![] };
+        assert_eq!(
+            report.to_string(),
+            "requests=0 failures=0 last_failure=- p50=0.0ms p99=0.0ms outcomes="
+        );
+    }
+
+    #[test]
+    fn a_run_sends_rate_times_duration_requests() {
+        let replay = Replay::new("http://127.0.0.1:1/", 40, Duration::from_secs(20));
+        assert_eq!(replay.count(), 800);
+    }
+}

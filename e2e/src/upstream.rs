@@ -1,0 +1,296 @@
+//! A fake app server on 127.0.0.1 that behaves, and breaks, on command.
+//!
+//! Tests run it inside their own process (no port handed over between processes, counts read
+//! directly); the `fake-upstream` binary runs the same server alone for manual experiments.
+//! It counts what it receives, because the questions the scenarios ask are "did the probes go out
+//! once per interval" and "did any user request reach the broken backend".
+//!
+//! Two paths are the server's own and never counted: `GET /__counts` answers the counts as JSON,
+//! `PUT /__mode` with a mode spec as body changes the mode (and cancels the pending switches).
+//! Neither answers while the server does not accept (`noaccept`, `refuse`).
+
+use std::convert::Infallible;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::mode::{Answer, Mode, Schedule, Switch, PROBE_PATH};
+
+/// The header Envoy routes on; a backend that receives it shows the route leaked it.
+pub const ROUTING_HEADER: &str = "x-upcheck-upstream";
+
+/// The response header that names the backend that answered.
+pub const NAME_HEADER: &str = "x-fake-upstream";
+
+/// What a fake backend has received so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// `GET /up` requests: health probes.
+    pub probes: u64,
+    /// Every other request: user traffic.
+    pub requests: u64,
+    /// Requests (of either kind) that still carried the routing header.
+    pub with_routing_header: u64,
+}
+
+/// A running fake backend; dropping it closes its port and every connection.
+pub struct FakeUpstream {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+}
+
+/// State shared by the accept loop, the connections and the handle.
+struct Shared {
+    name: String,
+    started: Instant,
+    mode: watch::Sender<Mode>,
+    /// Cancelled when the mode is set by hand: the remaining timed switches no longer apply.
+    schedule: CancellationToken,
+    probes: AtomicU64,
+    requests: AtomicU64,
+    with_routing_header: AtomicU64,
+}
+
+impl FakeUpstream {
+    /// Starts a backend named `name` on a free port of 127.0.0.1.
+    pub async fn start(name: &str, schedule: impl Into<Schedule>) -> io::Result<Self> {
+        Self::bind(0, name, schedule).await
+    }
+
+    /// Starts a backend named `name` on 127.0.0.1:`port` (0: any free port).
+    pub async fn bind(port: u16, name: &str, schedule: impl Into<Schedule>) -> io::Result<Self> {
+        let schedule = schedule.into();
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await?;
+        let addr = listener.local_addr()?;
+        let shutdown = CancellationToken::new();
+        let shared = Arc::new(Shared {
+            name: name.to_owned(),
+            started: Instant::now(),
+            mode: watch::Sender::new(schedule.first),
+            schedule: shutdown.child_token(),
+            probes: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+            with_routing_header: AtomicU64::new(0),
+        });
+        tokio::spawn(follow(schedule.switches, shared.clone()));
+        tokio::spawn(accept_loop(
+            listener,
+            addr,
+            shared.clone(),
+            shutdown.clone(),
+        ));
+        Ok(FakeUpstream {
+            addr,
+            shared,
+            shutdown,
+        })
+    }
+
+    /// The address it listens on (also while refusing: it listens there again afterwards).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The name it answers with.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// What it has received so far.
+    pub fn counts(&self) -> Counts {
+        self.shared.counts()
+    }
+
+    /// Changes the mode now; the pending timed switches are cancelled.
+    pub fn set_mode(&self, mode: Mode) {
+        self.shared.set_mode(mode);
+    }
+
+    /// The current mode.
+    pub fn mode(&self) -> Mode {
+        self.shared.mode.borrow().clone()
+    }
+}
+
+impl Drop for FakeUpstream {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl Shared {
+    fn counts(&self) -> Counts {
+        Counts {
+            probes: self.probes.load(Ordering::Relaxed),
+            requests: self.requests.load(Ordering::Relaxed),
+            with_routing_header: self.with_routing_header.load(Ordering::Relaxed),
+        }
+    }
+
+    fn set_mode(&self, mode: Mode) {
+        self.schedule.cancel();
+        self.mode.send_replace(mode);
+    }
+}
+
+/// Applies the timed switches, in time order, until the mode is set by hand.
+async fn follow(mut switches: Vec<Switch>, shared: Arc<Shared>) {
+    switches.sort_by_key(|switch| switch.at);
+    for switch in switches {
+        tokio::select! {
+            _ = shared.schedule.cancelled() => return,
+            _ = tokio::time::sleep_until(shared.started + switch.at) => {
+                shared.mode.send_replace(switch.mode);
+            }
+        }
+    }
+}
+
+/// Accepts connections while the mode allows it; gives the port up while refusing.
+async fn accept_loop(
+    listener: TcpListener,
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+) {
+    let mut mode = shared.mode.subscribe();
+    let mut listener = Some(listener);
+    loop {
+        let current = mode.borrow_and_update().clone();
+        if current == Mode::Refuse {
+            listener = None;
+        } else if listener.is_none() {
+            listener = rebind(addr, &shutdown).await;
+        }
+        let accepting = current != Mode::NoAccept;
+        let accept = async {
+            match &listener {
+                Some(listener) => listener.accept().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = mode.changed() => if changed.is_err() { return },
+            accepted = accept, if accepting => match accepted {
+                Ok((stream, _)) => {
+                    tokio::spawn(connection(stream, shared.clone(), shutdown.clone()));
+                }
+                Err(e) => {
+                    eprintln!("fake-upstream {}: accept failed: {e}", shared.name);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+        }
+    }
+}
+
+/// Listens on `addr` again after refusing, retrying while something else briefly holds the port.
+async fn rebind(addr: SocketAddr, shutdown: &CancellationToken) -> Option<TcpListener> {
+    while !shutdown.is_cancelled() {
+        match TcpListener::bind(addr).await {
+            Ok(listener) => return Some(listener),
+            Err(e) => {
+                eprintln!("fake-upstream: cannot listen on {addr} again: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    None
+}
+
+/// Serves one connection until it ends, the backend starts refusing, or it is dropped.
+async fn connection(stream: TcpStream, shared: Arc<Shared>, shutdown: CancellationToken) {
+    let mut mode = shared.mode.subscribe();
+    let service = service_fn(|request| respond(request, shared.clone()));
+    let serving = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+    tokio::select! {
+        _ = serving => {}
+        _ = shutdown.cancelled() => {}
+        _ = mode.wait_for(|mode| *mode == Mode::Refuse) => {}
+    }
+}
+
+async fn respond(
+    request: Request<Incoming>,
+    shared: Arc<Shared>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let path = request.uri().path().to_owned();
+    match (request.method(), path.as_str()) {
+        (&Method::GET, "/__counts") => {
+            let Counts {
+                probes,
+                requests,
+                with_routing_header,
+            } = shared.counts();
+            let body = serde_json::json!({
+                "probes": probes,
+                "requests": requests,
+                "with_routing_header": with_routing_header,
+            });
+            return Ok(reply(&shared, StatusCode::OK, body.to_string()));
+        }
+        (&Method::PUT, "/__mode") => return Ok(change_mode(request, &shared).await),
+        _ => {}
+    }
+    if request.method() == Method::GET && path == PROBE_PATH {
+        shared.probes.fetch_add(1, Ordering::Relaxed);
+    } else {
+        shared.requests.fetch_add(1, Ordering::Relaxed);
+    }
+    if request.headers().contains_key(ROUTING_HEADER) {
+        shared.with_routing_header.fetch_add(1, Ordering::Relaxed);
+    }
+    let answer = shared.mode.borrow().answer(&path, shared.started.elapsed());
+    match answer {
+        Answer::Respond { status, after } => {
+            tokio::time::sleep(after).await;
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            Ok(reply(
+                &shared,
+                status,
+                format!("{} {}\n", shared.name, status.as_u16()),
+            ))
+        }
+        Answer::Never => std::future::pending().await,
+    }
+}
+
+async fn change_mode(request: Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
+    let body = match request.into_body().collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(e) => return reply(shared, StatusCode::BAD_REQUEST, format!("{e}\n")),
+    };
+    match String::from_utf8_lossy(&body).trim().parse::<Mode>() {
+        Ok(mode) => {
+            let text = format!("{mode}\n");
+            shared.set_mode(mode);
+            reply(shared, StatusCode::OK, text)
+        }
+        Err(e) => reply(shared, StatusCode::BAD_REQUEST, format!("{e}\n")),
+    }
+}
+
+fn reply(shared: &Shared, status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    if let Ok(name) = shared.name.parse() {
+        response.headers_mut().insert(NAME_HEADER, name);
+    }
+    response
+}
