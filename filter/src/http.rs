@@ -110,7 +110,7 @@ impl HttpContext for Http {
         let now = worker::now();
         let id = self.id;
         let picked = worker::with(&self.worker, |w| {
-            let pick = w.pool.as_mut()?.pick(now);
+            let pick = w.pick(now)?;
             let backend = match pick {
                 Pick::Backend(i) => Some(i),
                 Pick::Wait(_) => None,

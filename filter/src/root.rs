@@ -210,7 +210,7 @@ fn resume_parked(w: &mut worker::Worker, now: Time) {
     }
     let parked = std::mem::take(&mut w.parked);
     for p in parked {
-        let pick = w.pool.as_mut().map(|pool| pool.pick(now));
+        let pick = w.pick(now);
         let Some(Pick::Backend(backend)) = pick else {
             w.parked.push(p);
             continue;

@@ -94,7 +94,8 @@ pub fn fingerprint(config: &[u8]) -> u64 {
 
 /// Announces the configuration a root context was just given: the newest one.
 pub fn announce_config(fingerprint: u64) {
-    if let Err(status) = hostcalls::set_shared_data(CONFIG, Some(&fingerprint.to_le_bytes()), None) {
+    if let Err(status) = hostcalls::set_shared_data(CONFIG, Some(&fingerprint.to_le_bytes()), None)
+    {
         log::warn!("upcheck: announcing the configuration failed ({status:?})");
     }
 }

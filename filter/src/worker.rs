@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 use upcheck_policy::passive::Recorded;
-use upcheck_policy::{Backend, Config, InFlight, Pool, RequestOutcome, Time};
+use upcheck_policy::{Backend, Config, InFlight, Pick, Pool, RequestOutcome, Time};
 
 /// The handle root and HTTP contexts share.
 pub type Shared = Rc<RefCell<Worker>>;
@@ -64,6 +64,34 @@ impl Worker {
     /// The configuration in force.
     pub fn config(&self) -> Option<&Config> {
         self.pool.as_ref().map(Pool::config)
+    }
+
+    /// Picks the backend for one request. A pick of a backend with failures on record (this
+    /// worker's or another's, as of the last sync) is checked against the process-wide table
+    /// first, so a backend another worker just ejected is not sent one more request; a clean
+    /// backend costs no shared-data read.
+    pub fn pick(&mut self, now: Time) -> Option<Pick> {
+        let pool = self.pool.as_mut()?;
+        let pick = pool.pick(now);
+        let Pick::Backend(i) = pick else {
+            return Some(pick);
+        };
+        let passive = &pool.config().health_checks.passive;
+        let suspect = pool
+            .backends()
+            .get(i)
+            .is_some_and(|b| b.passive.count(now, passive) > 0);
+        if !suspect {
+            return Some(pick);
+        }
+        let Some((table, cas)) = shared::read_passive(self.seen_passive) else {
+            return Some(pick);
+        };
+        self.seen_passive = Some(cas);
+        self.apply_passive(&table);
+        let pool = self.pool.as_mut()?;
+        pool.refresh(now);
+        Some(pool.pick(now))
     }
 
     /// Counts a routed request.

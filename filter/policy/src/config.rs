@@ -200,7 +200,11 @@ struct Object<'a> {
 }
 
 impl<'a> Object<'a> {
-    fn new(path: &str, value: &'a Value, known: &'static [&'static str]) -> Result<Self, ConfigError> {
+    fn new(
+        path: &str,
+        value: &'a Value,
+        known: &'static [&'static str],
+    ) -> Result<Self, ConfigError> {
         match value {
             Value::Object(fields) => {
                 let object = Object {
@@ -211,12 +215,18 @@ impl<'a> Object<'a> {
                 if let Some(unknown) = fields.keys().find(|k| !known.contains(&k.as_str())) {
                     return Err(fail(
                         object.at(unknown),
-                        format!("unknown field `{unknown}`; known fields: {}", known.join(", ")),
+                        format!(
+                            "unknown field `{unknown}`; known fields: {}",
+                            known.join(", ")
+                        ),
                     ));
                 }
                 Ok(object)
             }
-            other => Err(fail(path, format!("expected an object, got {}", kind(other)))),
+            other => Err(fail(
+                path,
+                format!("expected an object, got {}", kind(other)),
+            )),
         }
     }
 
@@ -249,14 +259,20 @@ impl<'a> Object<'a> {
 fn string(path: &str, v: &Value) -> Result<String, ConfigError> {
     match v {
         Value::String(s) => Ok(s.clone()),
-        other => Err(fail(path, format!("expected a string, got {}", kind(other)))),
+        other => Err(fail(
+            path,
+            format!("expected a string, got {}", kind(other)),
+        )),
     }
 }
 
 fn whole(path: &str, v: &Value) -> Result<u64, ConfigError> {
     match v.as_u64() {
         Some(n) => Ok(n),
-        None => Err(fail(path, format!("expected a whole number, got {}", kind(v)))),
+        None => Err(fail(
+            path,
+            format!("expected a whole number, got {}", kind(v)),
+        )),
     }
 }
 
@@ -311,7 +327,10 @@ fn token(path: &str, value: &str) -> Result<(), ConfigError> {
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~:".contains(*c)));
     match bad {
-        Some(c) => Err(fail(path, format!("{value:?} contains {c:?}, which is not allowed"))),
+        Some(c) => Err(fail(
+            path,
+            format!("{value:?} contains {c:?}, which is not allowed"),
+        )),
         None => Ok(()),
     }
 }
@@ -341,7 +360,9 @@ fn upstream(path: &str, v: &Value) -> Result<Upstream, ConfigError> {
         }
         header_value(p, &a).map(|()| a)
     })?;
-    let weight = o.read("weight", |p, v| count(p, v, 1, MAX_WEIGHT))?.unwrap_or(1);
+    let weight = o
+        .read("weight", |p, v| count(p, v, 1, MAX_WEIGHT))?
+        .unwrap_or(1);
     Ok(Upstream {
         name,
         cluster,
@@ -375,8 +396,16 @@ fn active(path: &str, v: &Value) -> Result<Active, ConfigError> {
         path,
         v,
         &[
-            "path", "uri", "headers", "interval", "timeout", "expect_status", "expect_body",
-            "max_size", "passes", "fails",
+            "path",
+            "uri",
+            "headers",
+            "interval",
+            "timeout",
+            "expect_status",
+            "expect_body",
+            "max_size",
+            "passes",
+            "fails",
         ],
     )?;
     let d = Active::default();
@@ -387,7 +416,10 @@ fn active(path: &str, v: &Value) -> Result<Active, ConfigError> {
         (None, None) => (o.at("path"), d.path),
     };
     if !probe_path.1.starts_with('/') {
-        return Err(fail(probe_path.0, format!("must start with '/', got {:?}", probe_path.1)));
+        return Err(fail(
+            probe_path.0,
+            format!("must start with '/', got {:?}", probe_path.1),
+        ));
     }
     header_value(&probe_path.0, &probe_path.1)?;
     let max_size = match o.read("max_size", whole)? {
@@ -415,8 +447,12 @@ fn active(path: &str, v: &Value) -> Result<Active, ConfigError> {
         expect_status: o.read("expect_status", status)?.unwrap_or(d.expect_status),
         expect_body,
         max_size,
-        passes: o.read("passes", |p, v| count(p, v, 1, MAX_STREAK))?.unwrap_or(1),
-        fails: o.read("fails", |p, v| count(p, v, 1, MAX_STREAK))?.unwrap_or(1),
+        passes: o
+            .read("passes", |p, v| count(p, v, 1, MAX_STREAK))?
+            .unwrap_or(1),
+        fails: o
+            .read("fails", |p, v| count(p, v, 1, MAX_STREAK))?
+            .unwrap_or(1),
     };
     if a.timeout >= a.interval {
         return Err(fail(
@@ -435,11 +471,18 @@ fn passive(path: &str, v: &Value) -> Result<Passive, ConfigError> {
     let o = Object::new(
         path,
         v,
-        &["fail_duration", "max_fails", "unhealthy_status", "unhealthy_latency"],
+        &[
+            "fail_duration",
+            "max_fails",
+            "unhealthy_status",
+            "unhealthy_latency",
+        ],
     )?;
     let d = Passive::default();
     Ok(Passive {
-        fail_duration: o.read("fail_duration", positive_duration)?.unwrap_or(d.fail_duration),
+        fail_duration: o
+            .read("fail_duration", positive_duration)?
+            .unwrap_or(d.fail_duration),
         max_fails: o
             .read("max_fails", |p, v| count(p, v, 1, MAX_FAILS_LIMIT))?
             .unwrap_or(d.max_fails),
@@ -473,20 +516,32 @@ impl Config {
             "",
             &document,
             &[
-                "upstreams", "health_checks", "route_header", "max_ejection_percent",
-                "min_healthy_percent", "jitter",
+                "upstreams",
+                "health_checks",
+                "route_header",
+                "max_ejection_percent",
+                "min_healthy_percent",
+                "jitter",
             ],
         )?;
         let upstreams = o
             .read("upstreams", |p, v| list(p, v, upstream))?
-            .ok_or_else(|| fail("upstreams", "missing; list the backends, e.g. [{\"name\": \"app1\"}]"))?;
+            .ok_or_else(|| {
+                fail(
+                    "upstreams",
+                    "missing; list the backends, e.g. [{\"name\": \"app1\"}]",
+                )
+            })?;
         if upstreams.is_empty() {
             return Err(fail("upstreams", "needs at least one upstream"));
         }
         let mut names = HashSet::new();
         for (i, up) in upstreams.iter().enumerate() {
             if !names.insert(up.name.as_str()) {
-                return Err(fail(format!("upstreams[{i}].name"), format!("{:?} is listed twice", up.name)));
+                return Err(fail(
+                    format!("upstreams[{i}].name"),
+                    format!("{:?} is listed twice", up.name),
+                ));
             }
         }
         let route_header = o
@@ -523,7 +578,8 @@ impl Config {
 
     /// The jitter in force: the configured one, or 10% of the interval.
     pub fn jitter(&self) -> Duration {
-        self.jitter.unwrap_or(self.health_checks.active.interval / 10)
+        self.jitter
+            .unwrap_or(self.health_checks.active.interval / 10)
     }
 
     /// One probe round: a backend that goes down is noticed within this long.

@@ -96,16 +96,22 @@ pub fn from_json(v: &Value) -> Result<Duration, String> {
     let d = match v {
         Value::Number(n) => match (n.as_u64(), n.as_i64()) {
             (Some(nanos), _) => Duration::from_nanos(nanos),
-            (None, Some(negative)) => return Err(format!("must be greater than zero, got {negative}")),
+            (None, Some(negative)) => {
+                return Err(format!("must be greater than zero, got {negative}"))
+            }
             (None, None) if n.as_f64().is_some_and(|f| f > u64::MAX as f64) => {
                 return Err(format!("{n} nanoseconds is too large"))
             }
             (None, None) => {
-                return Err(format!("must be whole nanoseconds or a string like \"10s\", got {n}"))
+                return Err(format!(
+                    "must be whole nanoseconds or a string like \"10s\", got {n}"
+                ))
             }
         },
         Value::String(text) => parse(text)?,
-        _ => return Err("expected a duration: integer nanoseconds or a string like \"10s\"".into()),
+        _ => {
+            return Err("expected a duration: integer nanoseconds or a string like \"10s\"".into())
+        }
     };
     if d.is_zero() {
         return Err(format!("must be greater than zero, got {v}"));

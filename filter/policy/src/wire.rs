@@ -57,7 +57,8 @@ impl Writer {
         let bytes = name.as_bytes();
         let len = bytes.len().min(usize::from(u16::MAX));
         self.u16(u16::try_from(len).unwrap_or(u16::MAX));
-        self.0.extend_from_slice(bytes.get(..len).unwrap_or_default());
+        self.0
+            .extend_from_slice(bytes.get(..len).unwrap_or_default());
     }
 }
 
@@ -264,7 +265,8 @@ mod tests {
 
     #[test]
     fn probe_state_survives_the_round_trip() {
-        let config = Config::parse(br#"{"upstreams":[{"name":"a"}]}"#).unwrap_or_else(|e| panic!("{e}"));
+        let config =
+            Config::parse(br#"{"upstreams":[{"name":"a"}]}"#).unwrap_or_else(|e| panic!("{e}"));
         let active = &config.health_checks.active;
         let mut states = Vec::new();
         for outcome in [
@@ -282,14 +284,17 @@ mod tests {
         let names = ["app1", "app2", "app3", "app4", "app5", "späť"];
         let entries: Vec<(&str, &ActiveHealth)> = names.iter().copied().zip(&states).collect();
         let decoded = decode_active(&encode_active(&entries)).unwrap_or_default();
-        let expected: Vec<(String, ActiveHealth)> =
-            entries.iter().map(|(n, a)| ((*n).to_owned(), **a)).collect();
+        let expected: Vec<(String, ActiveHealth)> = entries
+            .iter()
+            .map(|(n, a)| ((*n).to_owned(), **a))
+            .collect();
         assert_eq!(decoded, expected);
     }
 
     #[test]
     fn passive_state_survives_the_round_trip() {
-        let config = Config::parse(br#"{"upstreams":[{"name":"a"}]}"#).unwrap_or_else(|e| panic!("{e}"));
+        let config =
+            Config::parse(br#"{"upstreams":[{"name":"a"}]}"#).unwrap_or_else(|e| panic!("{e}"));
         let passive = &config.health_checks.passive;
         let mut p = PassiveHealth::default();
         for t in 1..=4 {
@@ -299,19 +304,29 @@ mod tests {
         let empty = PassiveHealth::default();
         let entries = [("app1", &p), ("app2", &empty)];
         let decoded = decode_passive(&encode_passive(&entries)).unwrap_or_default();
-        assert_eq!(decoded, [("app1".to_owned(), p.clone()), ("app2".to_owned(), empty)]);
+        assert_eq!(
+            decoded,
+            [("app1".to_owned(), p.clone()), ("app2".to_owned(), empty)]
+        );
     }
 
     #[test]
     fn bytes_that_are_not_a_table_are_an_error_not_a_panic() {
-        let config = Config::parse(br#"{"upstreams":[{"name":"a"}]}"#).unwrap_or_else(|e| panic!("{e}"));
+        let config =
+            Config::parse(br#"{"upstreams":[{"name":"a"}]}"#).unwrap_or_else(|e| panic!("{e}"));
         let mut p = PassiveHealth::default();
         p.record(secs(1), &config.health_checks.passive);
         let good = encode_passive(&[("app1", &p)]);
         for len in 0..good.len() {
-            assert!(decode_passive(good.get(..len).unwrap_or_default()).is_err(), "prefix of {len}");
+            assert!(
+                decode_passive(good.get(..len).unwrap_or_default()).is_err(),
+                "prefix of {len}"
+            );
         }
-        assert!(decode_active(&good).is_err(), "a passive table is not an active one");
+        assert!(
+            decode_active(&good).is_err(),
+            "a passive table is not an active one"
+        );
         assert!(decode_passive(b"{\"app1\": {}}").is_err());
         let mut huge_count = good.clone();
         huge_count.splice(4..8, u32::MAX.to_le_bytes());
