@@ -36,9 +36,12 @@ include mk/envoy.mk
 unit:
 	$(CARGO) test -p upcheck-policy
 
-test: unit e2e
+host-test: $(WASM)
+	$(CARGO) test -p upcheck-host-tests
+
+test: unit host-test e2e
 
 lint: tools
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy -p upcheck-policy -p upcheck-e2e --all-targets -- -D warnings
+	$(CARGO) clippy -p upcheck-policy -p upcheck-host-tests -p upcheck-e2e --all-targets -- -D warnings
 	$(CARGO) clippy -p upcheck --target $(WASM_TARGET) -- -D warnings

@@ -110,6 +110,9 @@ impl HttpContext for Http {
         let now = worker::now();
         let id = self.id;
         let picked = worker::with(&self.worker, |w| {
+            // With unhealthy_latency set, a hung request is counted late the moment it is, not at
+            // the next tick.
+            w.count_overdue(now);
             let pick = w.pick(now)?;
             let backend = match pick {
                 Pick::Backend(i) => Some(i),

@@ -28,6 +28,8 @@ pub struct Prober {
     in_flight: Vec<InFlight>,
     /// Backends whose cluster the host does not know, already reported once.
     reported: Vec<String>,
+    /// Backends seen passively ejected at the last look.
+    ejected: Vec<bool>,
     /// Gauge values last written, per backend, and the guard's.
     gauges: Vec<Option<u64>>,
     guard_gauge: Option<u64>,
@@ -49,6 +51,7 @@ impl Prober {
             schedule: Schedule::new(backends, now, seed),
             in_flight: Vec::new(),
             reported: Vec::new(),
+            ejected: vec![false; backends],
             gauges: vec![None; backends],
             guard_gauge: None,
         }
@@ -57,8 +60,26 @@ impl Prober {
     /// Follows a reconfiguration (`kept[new] = Some(old)`).
     pub fn remap(&mut self, kept: &[Option<usize>], now: Time) {
         self.schedule.remap(kept, now);
+        self.ejected = vec![false; kept.len()];
         self.gauges = vec![None; kept.len()];
         self.guard_gauge = None;
+    }
+
+    /// Probes at once every backend that was passively ejected since the last look: its ejection
+    /// ends when its failures expire, and by then a probe should have said whether it is still
+    /// broken (a hanging backend otherwise returns for another round of hung requests).
+    pub fn probe_ejected(&mut self, pool: &Pool, now: Time) {
+        for (i, (seen, ejected)) in self
+            .ejected
+            .iter_mut()
+            .zip(&pool.routing().ejected)
+            .enumerate()
+        {
+            if *ejected && !*seen {
+                self.schedule.due_now(i, now);
+            }
+            *seen = *ejected;
+        }
     }
 
     /// Sends every probe due at `now`. Returns whether a result must be published at once.

@@ -147,7 +147,7 @@ impl RootContext for Root {
                 // Take over from the published table, then probe everything at once.
                 w.resync();
                 w.sync(false);
-                log::debug!("upcheck: VM {vm} now probes for the process");
+                log::info!("upcheck: this VM (root context {vm}) now probes for the process");
                 *prober = Some(Prober::new(backends, now, vm ^ nanos(now)));
             }
             w.sync(holder);
@@ -157,6 +157,8 @@ impl RootContext for Root {
                 return;
             };
             if let Some(p) = prober.as_mut() {
+                pool.refresh(now);
+                p.probe_ejected(pool, now);
                 if p.round(pool, metrics, now) == Published::Now {
                     *dirty = true;
                 }

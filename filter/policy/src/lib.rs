@@ -4,6 +4,19 @@
 //! go out as values. The proxy-wasm adapter (the `upcheck` crate) turns host callbacks into these
 //! inputs and these outputs into host calls; nothing here can call the host, so all of it is
 //! tested natively and deterministically.
+//!
+//! It runs inside every proxy worker, where a panic kills the worker's VM; so outside tests it
+//! may not unwrap, index or panic.
+
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
 
 pub mod active;
 pub mod config;

@@ -32,6 +32,14 @@ impl Schedule {
             .collect();
     }
 
+    /// Makes backend `i` due at `now` (a backend just ejected is probed at once, so it is not
+    /// readmitted on expiring failures alone while it is still broken).
+    pub fn due_now(&mut self, i: usize, now: Time) {
+        if let Some(slot) = self.next.get_mut(i) {
+            *slot = (*slot).min(now);
+        }
+    }
+
     /// The backends due at `now`; each is rescheduled one interval (± jitter) later.
     pub fn due(&mut self, now: Time, interval: Duration, jitter: Duration) -> Vec<usize> {
         let mut due = Vec::new();

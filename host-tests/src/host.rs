@@ -1,0 +1,539 @@
+//! The orchestrator: the VMs of one Envoy process, their lifecycle, and the event loop that
+//! delivers what falls due on the virtual clock.
+//!
+//! Like Envoy 1.40 with `--concurrency N`, the host runs one VM for the main thread (id 0) and one
+//! per worker (ids 1..=N), all sharing one process ([`crate::process`]). Each VM gets Envoy's
+//! start sequence: `proxy_on_context_create(1, 0)`, `proxy_on_vm_start(1, vm_config_size)`,
+//! `proxy_on_configure(1, plugin_config_size)`; then ticks at the period it set. (Envoy makes
+//! N+2 VMs of which N+1 tick; the one that never ticks does nothing observable here.)
+
+use crate::abi::{BufferType, LogLevel, MetricKind};
+use crate::clock::Event;
+use crate::driver::RequestRecord;
+use crate::imports;
+use crate::process::{LogLine, Process};
+use crate::upstream::{Counts, Script, Upstream};
+use crate::vm::{Fuel, HostState, Vm, VmStatus, ROOT_CONTEXT};
+use std::cell::{RefCell, RefMut};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+use wasmtime::{Config, Engine, Module, OptLevel, Val};
+
+/// How the host is set up; `HostOptions::default()` matches `config/envoy.yaml` with 2 workers.
+#[derive(Clone, Debug)]
+pub struct HostOptions {
+    /// Worker VMs (ids 1..=workers) besides the main-thread VM (id 0). Default 2.
+    pub workers: usize,
+    /// Route timeout for user requests (Envoy's default is 15 s).
+    pub route_timeout: Duration,
+    /// The request header whose value names the cluster (the route's `cluster_header`).
+    pub route_header: String,
+    /// The VM configuration handed to `proxy_on_vm_start`. Default empty.
+    pub vm_config: String,
+    /// What `proxy_get_log_level` answers (Envoy's default: info). Every log line is captured.
+    pub log_level: LogLevel,
+    /// What a guest trap does.
+    pub on_trap: OnTrap,
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        HostOptions {
+            workers: 2,
+            route_timeout: Duration::from_secs(15),
+            route_header: "x-upcheck-upstream".to_string(),
+            vm_config: String::new(),
+            log_level: LogLevel::Info,
+            on_trap: OnTrap::Fail,
+        }
+    }
+}
+
+/// What happens when a guest traps (a Rust panic in the filter is a trap).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnTrap {
+    /// The host call that ran the guest returns [`HostError::Trap`]: the test fails, clearly.
+    Fail,
+    /// As in Envoy without `FAIL_RELOAD`: the VM is dead, its ticks stop, and its worker answers
+    /// every request with Envoy's 503 `wasm_fail_stream`. See [`Host::vm_status`].
+    Crash,
+}
+
+/// Why a host operation failed.
+#[derive(Debug)]
+pub enum HostError {
+    /// The module did not compile, link (an import the host does not provide) or initialize.
+    Load(String),
+    /// `proxy_on_vm_start` or `proxy_on_configure` returned false: Envoy refuses the config.
+    Rejected {
+        /// The VM that refused.
+        vm: usize,
+        /// The callback that returned false.
+        callback: &'static str,
+        /// What that VM logged during the callback (the reason, normally).
+        log: Vec<LogLine>,
+    },
+    /// The guest trapped.
+    Trap {
+        /// The VM that trapped.
+        vm: usize,
+        /// The export that was running.
+        callback: String,
+        /// wasmtime's account of the trap, with the wasm backtrace.
+        message: String,
+        /// That VM's last log lines (a Rust panic message is among them).
+        log: Vec<LogLine>,
+    },
+    /// The guest or the test asked for something this host does not emulate.
+    Unsupported(String),
+}
+
+impl fmt::Display for HostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lines = |f: &mut fmt::Formatter<'_>, log: &[LogLine]| {
+            log.iter().try_for_each(|line| write!(f, "\n  {line}"))
+        };
+        match self {
+            HostError::Load(message) => write!(f, "the module could not be loaded: {message}"),
+            HostError::Rejected { vm, callback, log } => {
+                write!(
+                    f,
+                    "vm{vm} {callback} returned false (configuration rejected)"
+                )?;
+                lines(f, log)
+            }
+            HostError::Trap {
+                vm,
+                callback,
+                message,
+                log,
+            } => {
+                write!(
+                    f,
+                    "vm{vm} trapped in {callback}: {message}\nits last log lines:"
+                )?;
+                lines(f, log)
+            }
+            HostError::Unsupported(what) => write!(f, "not emulated by this host: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for HostError {}
+
+/// Compiles `wasm` once per test process: every host of a test binary shares one engine and the
+/// compiled modules (upcheck.wasm takes seconds to compile with a debug build of cranelift).
+/// Cranelift does not optimize: compile time matters here, and fuel counts wasm instructions,
+/// which optimization does not change.
+fn compile(wasm: &[u8]) -> Result<Module, HostError> {
+    static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
+    static MODULES: Mutex<Vec<(u64, Module)>> = Mutex::new(Vec::new());
+    let engine = ENGINE
+        .get_or_init(|| {
+            let mut config = Config::new();
+            config.consume_fuel(true);
+            config.cranelift_opt_level(OptLevel::None);
+            Engine::new(&config).map_err(|e| format!("{e:?}"))
+        })
+        .as_ref()
+        .map_err(|e| HostError::Load(e.clone()))?;
+    let mut hasher = DefaultHasher::new();
+    wasm.hash(&mut hasher);
+    let key = hasher.finish();
+    // Compiling under the lock keeps parallel tests from compiling the same module twice.
+    let mut modules = MODULES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some((_, module)) = modules.iter().find(|(known, _)| *known == key) {
+        return Ok(module.clone());
+    }
+    let module = Module::new(engine, wasm).map_err(|e| HostError::Load(format!("{e:?}")))?;
+    modules.push((key, module.clone()));
+    Ok(module)
+}
+
+/// How many of a VM's log lines a trap error quotes.
+const TRAP_LOG_LINES: usize = 20;
+
+/// An emulated Envoy process running one proxy-wasm module. See the crate docs for a tour.
+pub struct Host {
+    pub(crate) vms: Vec<Vm>,
+    pub(crate) process: Rc<RefCell<Process>>,
+    pub(crate) options: HostOptions,
+    pub(crate) records: Vec<RequestRecord>,
+    pub(crate) next_worker: usize,
+}
+
+impl Host {
+    /// Compiles `wasm` (binary, or WAT text) and instantiates the main-thread VM and the workers.
+    /// Fails with [`HostError::Load`] if any import is not provided by the host.
+    pub fn new(wasm: impl AsRef<[u8]>, options: HostOptions) -> Result<Host, HostError> {
+        let load = |e: wasmtime::Error| HostError::Load(format!("{e:?}"));
+        let module = compile(wasm.as_ref())?;
+        let linker = imports::linker(module.engine()).map_err(load)?;
+        let process = Rc::new(RefCell::new(Process::default()));
+        let vms = (0..=options.workers)
+            .map(|vm| {
+                let state = HostState::new(vm, process.clone(), options.log_level);
+                Vm::new(&linker, &module, state)
+            })
+            .collect::<wasmtime::Result<Vec<Vm>>>()
+            .map_err(load)?;
+        Ok(Host {
+            vms,
+            process,
+            options,
+            records: Vec::new(),
+            next_worker: 0,
+        })
+    }
+
+    /// [`Host::new`] with the module read from `path`.
+    pub fn from_file(path: impl AsRef<Path>, options: HostOptions) -> Result<Host, HostError> {
+        let path = path.as_ref();
+        let wasm =
+            std::fs::read(path).map_err(|e| HostError::Load(format!("{}: {e}", path.display())))?;
+        Host::new(wasm, options)
+    }
+
+    /// Starts every VM (main thread first) with Envoy's sequence and `plugin_config`.
+    pub fn start(&mut self, plugin_config: &str) -> Result<(), HostError> {
+        for vm in 0..self.vms.len() {
+            self.callback(vm, "proxy_on_context_create", ROOT_CONTEXT, &[0])?;
+            let vm_config = self.options.vm_config.clone();
+            self.configure(
+                vm,
+                "proxy_on_vm_start",
+                BufferType::VmConfiguration,
+                &vm_config,
+            )?;
+            self.configure(
+                vm,
+                "proxy_on_configure",
+                BufferType::PluginConfiguration,
+                plugin_config,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Calls `proxy_on_configure` again on every VM with a new plugin configuration.
+    pub fn reconfigure(&mut self, plugin_config: &str) -> Result<(), HostError> {
+        for vm in 0..self.vms.len() {
+            self.configure(
+                vm,
+                "proxy_on_configure",
+                BufferType::PluginConfiguration,
+                plugin_config,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn configure(
+        &mut self,
+        vm: usize,
+        callback: &'static str,
+        buffer: BufferType,
+        text: &str,
+    ) -> Result<(), HostError> {
+        let logged_before = self.process.borrow().logs.len();
+        self.vms[vm].state_mut().configuration = Some((buffer, text.as_bytes().to_vec()));
+        let size = text.len() as i32;
+        let accepted = self.callback(vm, callback, ROOT_CONTEXT, &[size]);
+        self.vms[vm].state_mut().configuration = None;
+        if accepted? == Some(0) {
+            let log = self.process.borrow().logs[logged_before..]
+                .iter()
+                .filter(|line| line.vm == vm)
+                .cloned()
+                .collect();
+            return Err(HostError::Rejected { vm, callback, log });
+        }
+        self.settle(vm)
+    }
+
+    /// Moves the virtual clock forward by `by`, delivering everything that falls due on the way.
+    pub fn advance(&mut self, by: Duration) -> Result<(), HostError> {
+        let deadline = self.now() + by;
+        self.advance_to(deadline)
+    }
+
+    pub(crate) fn advance_to(&mut self, deadline: Duration) -> Result<(), HostError> {
+        loop {
+            let event = self.process.borrow_mut().clock.pop_due(deadline);
+            let Some(event) = event else { break };
+            self.handle(event)?;
+        }
+        self.process.borrow_mut().clock.settle_at(deadline);
+        Ok(())
+    }
+
+    fn handle(&mut self, event: Event) -> Result<(), HostError> {
+        match event {
+            Event::Tick { vm } => {
+                let state = self.vms[vm].state_mut();
+                state.tick_scheduled = false;
+                let period = state.tick_period;
+                if self.vms[vm].status != VmStatus::Running {
+                    return Ok(());
+                }
+                if !period.is_zero() {
+                    // Envoy re-arms the timer before running the tick handler.
+                    self.vms[vm].state_mut().tick_scheduled = true;
+                    self.process
+                        .borrow_mut()
+                        .clock
+                        .schedule(period, Event::Tick { vm });
+                }
+                self.callback(vm, "proxy_on_tick", ROOT_CONTEXT, &[])?;
+                self.settle(vm)
+            }
+            Event::CallResponse {
+                vm,
+                context,
+                token,
+                reply,
+            } => {
+                let state = self.vms[vm].state_mut();
+                if context != ROOT_CONTEXT && !state.streams.contains_key(&context) {
+                    return Ok(()); // Envoy cancels the calls of a finished stream.
+                }
+                let args = [
+                    token as i32,
+                    reply.headers.len() as i32,
+                    reply.body.len() as i32,
+                    0,
+                ];
+                state.call_response = Some(reply);
+                let delivered = self.callback(vm, "proxy_on_http_call_response", context, &args);
+                self.vms[vm].state_mut().call_response = None;
+                delivered?;
+                self.settle(vm)
+            }
+            Event::QueueReady { vm, context, queue } => {
+                self.callback(vm, "proxy_on_queue_ready", context, &[queue as i32])?;
+                self.settle(vm)
+            }
+            Event::RequestArrives { record } => self.arrive(record),
+            Event::UpstreamReply { vm, context, reply } => {
+                self.upstream_replied(vm, context, reply)
+            }
+            Event::ClientGivesUp { vm, context } => self.give_up(vm, context),
+        }
+    }
+
+    /// Runs callback `name(context, args...)` on `vm` if it is running and exports it; returns
+    /// its i32 result. A trap is handled per [`OnTrap`]. Fuel spent in a request's context is
+    /// booked on the request's record.
+    pub(crate) fn callback(
+        &mut self,
+        vm: usize,
+        name: &str,
+        context: u32,
+        args: &[i32],
+    ) -> Result<Option<i32>, HostError> {
+        let args: Vec<Val> = std::iter::once(context as i32)
+            .chain(args.iter().copied())
+            .map(Val::I32)
+            .collect();
+        let results = self.guest(vm, name, context, &args)?;
+        Ok(results.and_then(|results| results.first().and_then(Val::i32)))
+    }
+
+    fn guest(
+        &mut self,
+        vm: usize,
+        name: &str,
+        context: u32,
+        args: &[Val],
+    ) -> Result<Option<Vec<Val>>, HostError> {
+        let instance = &mut self.vms[vm];
+        if instance.status != VmStatus::Running {
+            return Ok(None);
+        }
+        instance.state_mut().effective_context = context;
+        match instance.invoke(name, args) {
+            Ok(None) => Ok(None),
+            Ok(Some(called)) => {
+                if let Some(stream) = instance.state().streams.get(&context) {
+                    self.records[stream.record].fuel += called.fuel;
+                }
+                Ok(Some(called.results))
+            }
+            Err(error) => {
+                let message = format!("{error:?}");
+                instance.status = VmStatus::Crashed(format!("{name}: {message}"));
+                let log: Vec<LogLine> = self.vm_logs(vm);
+                let start = log.len().saturating_sub(TRAP_LOG_LINES);
+                let trap = HostError::Trap {
+                    vm,
+                    callback: name.to_string(),
+                    message,
+                    log: log[start..].to_vec(),
+                };
+                match self.options.on_trap {
+                    OnTrap::Fail => Err(trap),
+                    OnTrap::Crash => {
+                        eprintln!("{trap}");
+                        Ok(None)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Calls any export of VM `vm` with the root context effective, then carries out what it
+    /// asked for. An escape hatch for tests of the host itself, with hand-written guests.
+    pub fn call(
+        &mut self,
+        vm: usize,
+        export: &str,
+        args: &[Val],
+    ) -> Result<Option<Vec<Val>>, HostError> {
+        let results = self.guest(vm, export, ROOT_CONTEXT, args)?;
+        self.settle(vm)?;
+        Ok(results)
+    }
+
+    /// Virtual time since the host started.
+    pub fn now(&self) -> Duration {
+        self.process.borrow().clock.now()
+    }
+
+    /// Scripts upstream (cluster) `name`, creating it on first use at `127.0.0.1:3001`,
+    /// `127.0.0.1:3002`... in order of creation. An unscripted upstream answers 200 everywhere.
+    pub fn upstream(&mut self, name: &str) -> Script<'_> {
+        let upstream = RefMut::map(self.process.borrow_mut(), |process| {
+            let port = 3001 + process.upstreams.len() as u16;
+            process
+                .upstreams
+                .entry(name.to_string())
+                .or_insert_with(|| Upstream::new(port))
+        });
+        Script::new(upstream)
+    }
+
+    /// What upstream `cluster` was sent so far (zero counts if it does not exist).
+    pub fn counts(&self, cluster: &str) -> Counts {
+        let process = self.process.borrow();
+        process
+            .upstreams
+            .get(cluster)
+            .map(|upstream| upstream.counts.clone())
+            .unwrap_or_default()
+    }
+
+    /// Http calls (probes) dispatched to `cluster` so far, all paths.
+    pub fn probes_sent(&self, cluster: &str) -> u64 {
+        self.counts(cluster).probes.values().sum()
+    }
+
+    /// User requests routed to `cluster` so far, all paths.
+    pub fn requests_routed(&self, cluster: &str) -> u64 {
+        self.counts(cluster).requests.values().sum()
+    }
+
+    /// The value of counter or gauge `name` (with or without Envoy's `wasmcustom.` prefix).
+    pub fn metric(&self, name: &str) -> Option<u64> {
+        let name = name.strip_prefix("wasmcustom.").unwrap_or(name);
+        let process = self.process.borrow();
+        let metric = process.metrics.get(name)?;
+        (metric.kind != MetricKind::Histogram).then_some(metric.value)
+    }
+
+    /// The values recorded in histogram `name`.
+    pub fn histogram(&self, name: &str) -> Vec<u64> {
+        let name = name.strip_prefix("wasmcustom.").unwrap_or(name);
+        let process = self.process.borrow();
+        process
+            .metrics
+            .get(name)
+            .map(|metric| metric.samples.clone())
+            .unwrap_or_default()
+    }
+
+    /// Every counter and gauge by name.
+    pub fn metrics(&self) -> BTreeMap<String, u64> {
+        let process = self.process.borrow();
+        process
+            .metrics
+            .iter()
+            .filter(|(_, metric)| metric.kind != MetricKind::Histogram)
+            .map(|(name, metric)| (name.clone(), metric.value))
+            .collect()
+    }
+
+    /// Every line the guests logged, in order.
+    pub fn logs(&self) -> Vec<LogLine> {
+        self.process.borrow().logs.clone()
+    }
+
+    fn vm_logs(&self, vm: usize) -> Vec<LogLine> {
+        let process = self.process.borrow();
+        process
+            .logs
+            .iter()
+            .filter(|line| line.vm == vm)
+            .cloned()
+            .collect()
+    }
+
+    /// The value and CAS stored under shared-data `key`.
+    pub fn shared_data(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+        self.process.borrow().get_shared(key).cloned()
+    }
+
+    /// Calls and fuel per export, summed over all VMs.
+    pub fn fuel(&self) -> BTreeMap<String, Fuel> {
+        let mut total: BTreeMap<String, Fuel> = BTreeMap::new();
+        for vm in &self.vms {
+            for (name, fuel) in &vm.fuel {
+                let sum = total.entry(name.clone()).or_default();
+                sum.calls += fuel.calls;
+                sum.fuel += fuel.fuel;
+            }
+        }
+        total
+    }
+
+    /// Calls and fuel per export of VM `vm`.
+    pub fn vm_fuel(&self, vm: usize) -> BTreeMap<String, Fuel> {
+        self.vms[vm].fuel.clone()
+    }
+
+    /// Number of VMs (main thread + workers).
+    pub fn vm_count(&self) -> usize {
+        self.vms.len()
+    }
+
+    /// Whether VM `vm` still gets callbacks.
+    pub fn vm_status(&self, vm: usize) -> VmStatus {
+        self.vms[vm].status.clone()
+    }
+
+    /// Freezes VM `vm` as if its thread hung: no more ticks, responses, queue or request
+    /// callbacks; new user requests go to the other workers.
+    pub fn stop_vm(&mut self, vm: usize) {
+        if self.vms[vm].status == VmStatus::Running {
+            self.vms[vm].status = VmStatus::Stopped;
+        }
+    }
+}
+
+impl Drop for Host {
+    /// A failing test shows what the guests logged.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- guest log ---");
+            for line in &self.process.borrow().logs {
+                eprintln!("{line}");
+            }
+        }
+    }
+}

@@ -1,0 +1,800 @@
+//! The hostcalls: every `env` import the proxy-wasm Rust SDK 0.2.5 can emit (ABI 0.2.1), plus the
+//! few WASI calls a Rust toolchain may emit. Anything else fails at link time, loudly.
+//!
+//! Statuses are the ones Envoy returns and the SDK accepts (`hostcalls.rs`): a missing header,
+//! property, shared-data key or buffer is NotFound (the SDK turns it into `None`); a header map
+//! that does not exist in the current callback is BadArgument (NotFound while logging), as in
+//! Envoy's `Context::getHeaderMapValue`; an unknown cluster or a call without `:authority`,
+//! `:path` or `:method` is BadArgument at once; a stale CAS is CasMismatch. Guest pointers go
+//! through `memory`, so a bad one is InvalidMemoryAccess.
+
+use crate::abi::{
+    deserialize_map, serialize_map, BufferType, Headers, LogLevel, MapType, MetricKind, Status,
+    STREAM_HTTP_REQUEST, STREAM_HTTP_RESPONSE,
+};
+use crate::clock::Event;
+use crate::envoy::{self, Reply};
+use crate::memory::{give, read, read_string, write, write_u32, Fault, Hostcall};
+use crate::process::{LogLine, Metric};
+use crate::upstream::Sender;
+use crate::vm::{HostState, Intent, Phase, ROOT_CONTEXT};
+use std::time::Duration;
+use wasmtime::{Caller, Engine, Linker};
+
+type Ctx<'a> = Caller<'a, HostState>;
+
+/// The status a hostcall returns to the guest; a trap ends the guest call instead.
+fn status(result: Hostcall) -> wasmtime::Result<i32> {
+    match result {
+        Ok(()) => Ok(Status::Ok as i32),
+        Err(Fault::Status(status)) => Ok(status as i32),
+        Err(Fault::Trap(error)) => Err(error),
+    }
+}
+
+/// The WASI errno of a call: 0, or EFAULT (21) for a bad guest pointer.
+fn errno(result: Hostcall) -> wasmtime::Result<i32> {
+    match result {
+        Ok(()) => Ok(0),
+        Err(Fault::Status(_)) => Ok(21),
+        Err(Fault::Trap(error)) => Err(error),
+    }
+}
+
+/// A linker with every hostcall; instances of any VM of the host link against it.
+pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
+    let mut l = Linker::new(engine);
+    l.func_wrap(
+        "env",
+        "proxy_log",
+        |mut c: Ctx, level: i32, ptr: i32, len: i32| status(log(&mut c, level, ptr, len)),
+    )?;
+    l.func_wrap("env", "proxy_get_log_level", |mut c: Ctx, ptr: i32| {
+        let level = c.data().log_level as u32;
+        status(write_u32(&mut c, ptr, level))
+    })?;
+    l.func_wrap(
+        "env",
+        "proxy_get_current_time_nanoseconds",
+        |mut c: Ctx, ptr: i32| {
+            let now = c.data().process.borrow().clock.wall_nanos();
+            status(write(&mut c, ptr, &now.to_le_bytes()))
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_set_tick_period_milliseconds",
+        |mut c: Ctx, ms: i32| {
+            set_tick_period(&mut c, ms);
+            status(Ok(()))
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_get_buffer_bytes",
+        |mut c: Ctx, kind: i32, start: i32, max: i32, ptr_ptr: i32, size_ptr: i32| {
+            status(get_buffer(&mut c, kind, start, max, ptr_ptr, size_ptr))
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_set_buffer_bytes",
+        |mut c: Ctx, kind: i32, start: i32, size: i32, ptr: i32, len: i32| {
+            status(set_buffer(&mut c, kind, start, size, ptr, len))
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_get_header_map_pairs",
+        |mut c: Ctx, kind: i32, ptr_ptr: i32, size_ptr: i32| {
+            status(get_map_pairs(&mut c, kind, ptr_ptr, size_ptr))
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_set_header_map_pairs",
+        |mut c: Ctx, kind: i32, ptr: i32, len: i32| {
+            status((|| {
+                let pairs = deserialize_map(&read(&mut c, ptr, len)?)
+                    .ok_or(Status::SerializationFailure)?;
+                *map_mut(c.data_mut(), kind)? = pairs;
+                Ok(())
+            })())
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_get_header_map_value",
+        |mut c: Ctx, kind: i32, key_ptr: i32, key_len: i32, ptr_ptr: i32, size_ptr: i32| {
+            status(get_map_value(
+                &mut c, kind, key_ptr, key_len, ptr_ptr, size_ptr,
+            ))
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_replace_header_map_value",
+        |mut c: Ctx, kind: i32, key_ptr: i32, key_len: i32, ptr: i32, len: i32| {
+            status(edit_map(
+                &mut c,
+                kind,
+                key_ptr,
+                key_len,
+                Some((ptr, len)),
+                Edit::Replace,
+            ))
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_add_header_map_value",
+        |mut c: Ctx, kind: i32, key_ptr: i32, key_len: i32, ptr: i32, len: i32| {
+            status(edit_map(
+                &mut c,
+                kind,
+                key_ptr,
+                key_len,
+                Some((ptr, len)),
+                Edit::Add,
+            ))
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_remove_header_map_value",
+        |mut c: Ctx, kind: i32, key_ptr: i32, key_len: i32| {
+            status(edit_map(&mut c, kind, key_ptr, key_len, None, Edit::Remove))
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_get_property",
+        |mut c: Ctx, path_ptr: i32, path_len: i32, ptr_ptr: i32, size_ptr: i32| {
+            status(get_property(&mut c, path_ptr, path_len, ptr_ptr, size_ptr))
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_set_property",
+        |mut c: Ctx, path_ptr: i32, path_len: i32, ptr: i32, len: i32| {
+            status((|| {
+                let path = read(&mut c, path_ptr, path_len)?;
+                let value = read(&mut c, ptr, len)?;
+                let state = c.data_mut();
+                state
+                    .properties
+                    .insert((state.effective_context, path), value);
+                Ok(())
+            })())
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_get_shared_data",
+        |mut c: Ctx, key_ptr: i32, key_len: i32, ptr_ptr: i32, size_ptr: i32, cas_ptr: i32| {
+            status((|| {
+                let key = read_string(&mut c, key_ptr, key_len)?;
+                let found = c.data().process.borrow().get_shared(&key).cloned();
+                let (value, cas) = found.ok_or(Status::NotFound)?;
+                write_u32(&mut c, cas_ptr, cas)?;
+                give(&mut c, &value, ptr_ptr, size_ptr)
+            })())
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_set_shared_data",
+        |mut c: Ctx, key_ptr: i32, key_len: i32, ptr: i32, len: i32, cas: i32| {
+            status((|| {
+                let key = read_string(&mut c, key_ptr, key_len)?;
+                let value = read(&mut c, ptr, len)?;
+                let mut process = c.data().process.borrow_mut();
+                Ok(process.set_shared(&key, value, cas as u32)?)
+            })())
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_register_shared_queue",
+        |mut c: Ctx, name_ptr: i32, name_len: i32, id_ptr: i32| {
+            status((|| {
+                let name = read_string(&mut c, name_ptr, name_len)?;
+                let (vm, context) = (c.data().vm, c.data().effective_context);
+                let id = c
+                    .data()
+                    .process
+                    .borrow_mut()
+                    .register_queue(&name, vm, context);
+                write_u32(&mut c, id_ptr, id)
+            })())
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_resolve_shared_queue",
+        |mut c: Ctx, vm_ptr: i32, vm_len: i32, name_ptr: i32, name_len: i32, id_ptr: i32| {
+            status((|| {
+                let vm_id = read_string(&mut c, vm_ptr, vm_len)?;
+                let name = read_string(&mut c, name_ptr, name_len)?;
+                let id = (vm_id == envoy::PLUGIN)
+                    .then(|| c.data().process.borrow().resolve_queue(&name))
+                    .flatten()
+                    .ok_or(Status::NotFound)?;
+                write_u32(&mut c, id_ptr, id)
+            })())
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_dequeue_shared_queue",
+        |mut c: Ctx, id: i32, ptr_ptr: i32, size_ptr: i32| {
+            status((|| {
+                let value = c.data().process.borrow_mut().dequeue(id as u32)?;
+                give(&mut c, &value, ptr_ptr, size_ptr)
+            })())
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_enqueue_shared_queue",
+        |mut c: Ctx, id: i32, ptr: i32, len: i32| {
+            status((|| {
+                let value = read(&mut c, ptr, len)?;
+                Ok(c.data().process.borrow_mut().enqueue(id as u32, value)?)
+            })())
+        },
+    )?;
+    l.func_wrap("env", "proxy_continue_stream", |mut c: Ctx, kind: i32| {
+        status(stream_intent(&mut c, kind, Intent::Continue))
+    })?;
+    l.func_wrap("env", "proxy_close_stream", |mut c: Ctx, kind: i32| {
+        status(stream_intent(&mut c, kind, Intent::Reset))
+    })?;
+    l.func_wrap(
+        "env",
+        "proxy_send_local_response",
+        |mut c: Ctx,
+         code: i32,
+         details_ptr: i32,
+         details_len: i32,
+         body_ptr: i32,
+         body_len: i32,
+         headers_ptr: i32,
+         headers_len: i32,
+         _grpc_status: i32| {
+            status((|| {
+                let details = read_string(&mut c, details_ptr, details_len)?;
+                let body = read_string(&mut c, body_ptr, body_len)?;
+                let headers = deserialize_map(&read(&mut c, headers_ptr, headers_len)?)
+                    .ok_or(Status::SerializationFailure)?;
+                let code = u16::try_from(code).map_err(|_| Status::BadArgument)?;
+                let state = c.data_mut();
+                let context = state.effective_context;
+                state.stream().ok_or(Status::BadArgument)?;
+                let reply = Reply::local(code, &details, &body, headers);
+                state.intents.push_back(Intent::LocalReply(context, reply));
+                Ok(())
+            })())
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_http_call",
+        |mut c: Ctx,
+         up_ptr: i32,
+         up_len: i32,
+         headers_ptr: i32,
+         headers_len: i32,
+         body_ptr: i32,
+         body_len: i32,
+         trailers_ptr: i32,
+         trailers_len: i32,
+         timeout_ms: i32,
+         token_ptr: i32| {
+            status((|| {
+                let cluster = read_string(&mut c, up_ptr, up_len)?;
+                let headers = deserialize_map(&read(&mut c, headers_ptr, headers_len)?)
+                    .ok_or(Status::SerializationFailure)?;
+                read(&mut c, body_ptr, body_len)?;
+                read(&mut c, trailers_ptr, trailers_len)?;
+                write_u32(&mut c, token_ptr, 0)?;
+                let timeout = Duration::from_millis(u64::from(timeout_ms as u32));
+                let token = http_call(c.data(), &cluster, &headers, timeout)?;
+                write_u32(&mut c, token_ptr, token)
+            })())
+        },
+    )?;
+    // No gRPC clusters exist here: calls fail the way the SDK expects a failed call to.
+    l.func_wrap(
+        "env",
+        "proxy_grpc_call",
+        |_: Ctx,
+         _: i32,
+         _: i32,
+         _: i32,
+         _: i32,
+         _: i32,
+         _: i32,
+         _: i32,
+         _: i32,
+         _: i32,
+         _: i32,
+         _: i32,
+         _: i32| { status(Err(Status::InternalFailure.into())) },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_grpc_stream",
+        |_: Ctx, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32| {
+            status(Err(Status::InternalFailure.into()))
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_grpc_send",
+        |_: Ctx, _: i32, _: i32, _: i32, _: i32| status(Err(Status::NotFound.into())),
+    )?;
+    l.func_wrap("env", "proxy_grpc_cancel", |_: Ctx, _: i32| {
+        status(Err(Status::NotFound.into()))
+    })?;
+    l.func_wrap("env", "proxy_grpc_close", |_: Ctx, _: i32| {
+        status(Err(Status::NotFound.into()))
+    })?;
+    l.func_wrap(
+        "env",
+        "proxy_get_status",
+        |mut c: Ctx, code_ptr: i32, ptr_ptr: i32, size_ptr: i32| {
+            status((|| {
+                write_u32(&mut c, code_ptr, 0)?;
+                give(&mut c, &[], ptr_ptr, size_ptr)
+            })())
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_set_effective_context",
+        |mut c: Ctx, context: i32| {
+            let state = c.data_mut();
+            let context = context as u32;
+            let known = context == ROOT_CONTEXT || state.streams.contains_key(&context);
+            if known {
+                state.effective_context = context;
+            }
+            status(if known {
+                Ok(())
+            } else {
+                Err(Status::BadArgument.into())
+            })
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_call_foreign_function",
+        |_: Ctx, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32| {
+            status(Err(Status::NotFound.into()))
+        },
+    )?;
+    l.func_wrap("env", "proxy_done", |_: Ctx| status(Ok(())))?;
+    l.func_wrap(
+        "env",
+        "proxy_define_metric",
+        |mut c: Ctx, kind: i32, name_ptr: i32, name_len: i32, id_ptr: i32| {
+            status((|| {
+                let kind = MetricKind::from_raw(kind).ok_or(Status::BadArgument)?;
+                let name = read_string(&mut c, name_ptr, name_len)?;
+                let id = define_metric(c.data_mut(), kind, name);
+                write_u32(&mut c, id_ptr, id)
+            })())
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_get_metric",
+        |mut c: Ctx, id: i32, ptr: i32| {
+            status((|| {
+                let value = with_metric(c.data(), id, |metric| match metric.kind {
+                    MetricKind::Histogram => Err(Status::BadArgument),
+                    _ => Ok(metric.value),
+                })?;
+                write(&mut c, ptr, &value.to_le_bytes())
+            })())
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_record_metric",
+        |c: Ctx, id: i32, value: i64| {
+            let value = value as u64;
+            status(with_metric(c.data(), id, |metric| {
+                match metric.kind {
+                    MetricKind::Counter => metric.value = metric.value.saturating_add(value),
+                    MetricKind::Gauge => metric.value = value,
+                    MetricKind::Histogram => metric.samples.push(value),
+                }
+                Ok(())
+            }))
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_increment_metric",
+        |c: Ctx, id: i32, offset: i64| {
+            status(with_metric(c.data(), id, |metric| {
+                let magnitude = offset.unsigned_abs();
+                match (metric.kind, offset > 0) {
+                    (MetricKind::Counter, true) | (MetricKind::Gauge, true) => {
+                        metric.value = metric.value.saturating_add(magnitude)
+                    }
+                    (MetricKind::Gauge, false) => {
+                        metric.value = metric.value.saturating_sub(magnitude)
+                    }
+                    _ => return Err(Status::BadArgument),
+                }
+                Ok(())
+            }))
+        },
+    )?;
+    wasi(&mut l)?;
+    Ok(l)
+}
+
+/// The WASI preview1 calls `std` may pull in; time and randomness are virtual and deterministic.
+fn wasi(l: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    const WASI: &str = "wasi_snapshot_preview1";
+    l.func_wrap(
+        WASI,
+        "fd_write",
+        |mut c: Ctx, fd: i32, iovs: i32, count: i32, written_ptr: i32| {
+            errno((|| {
+                let level = match fd {
+                    1 => LogLevel::Info,
+                    2 => LogLevel::Error,
+                    _ => return Err(Status::BadArgument.into()),
+                };
+                let mut text = Vec::new();
+                for i in 0..count.max(0) {
+                    let iov = read(&mut c, iovs.wrapping_add(i.wrapping_mul(8)), 8)?;
+                    let word = |at: usize| {
+                        i32::from_le_bytes([iov[at], iov[at + 1], iov[at + 2], iov[at + 3]])
+                    };
+                    text.extend(read(&mut c, word(0), word(4))?);
+                }
+                write_u32(&mut c, written_ptr, text.len() as u32)?;
+                let message = String::from_utf8_lossy(&text).trim_end().to_string();
+                push_log(c.data(), level, message);
+                Ok(())
+            })())
+        },
+    )?;
+    l.func_wrap(
+        WASI,
+        "clock_time_get",
+        |mut c: Ctx, clock: i32, _precision: i64, ptr: i32| {
+            let clock_now = {
+                let process = c.data().process.borrow();
+                match clock {
+                    0 => process.clock.wall_nanos(),
+                    _ => process.clock.now().as_nanos() as u64,
+                }
+            };
+            errno(write(&mut c, ptr, &clock_now.to_le_bytes()))
+        },
+    )?;
+    l.func_wrap(WASI, "random_get", |mut c: Ctx, ptr: i32, len: i32| {
+        let bytes: Vec<u8> = (0..len.max(0))
+            .map(|_| {
+                // xorshift64: reproducible across runs, which is the point here.
+                let state = &mut c.data_mut().random;
+                *state ^= *state << 13;
+                *state ^= *state >> 7;
+                *state ^= *state << 17;
+                *state as u8
+            })
+            .collect();
+        errno(write(&mut c, ptr, &bytes))
+    })?;
+    l.func_wrap(
+        WASI,
+        "environ_sizes_get",
+        |mut c: Ctx, count_ptr: i32, size_ptr: i32| {
+            errno(write_u32(&mut c, count_ptr, 0).and_then(|()| write_u32(&mut c, size_ptr, 0)))
+        },
+    )?;
+    l.func_wrap(WASI, "environ_get", |_: Ctx, _: i32, _: i32| errno(Ok(())))?;
+    l.func_wrap(
+        WASI,
+        "proc_exit",
+        |_: Ctx, code: i32| -> wasmtime::Result<()> {
+            wasmtime::bail!("the guest called proc_exit({code})")
+        },
+    )?;
+    Ok(())
+}
+
+fn push_log(state: &HostState, level: LogLevel, message: String) {
+    let mut process = state.process.borrow_mut();
+    let at = process.clock.now();
+    process.logs.push(LogLine {
+        at,
+        vm: state.vm,
+        level,
+        message,
+    });
+}
+
+fn log(c: &mut Ctx, level: i32, ptr: i32, len: i32) -> Hostcall {
+    let level = LogLevel::from_raw(level).ok_or(Status::BadArgument)?;
+    let message = read_string(c, ptr, len)?;
+    push_log(c.data(), level, message);
+    Ok(())
+}
+
+/// Envoy arms the tick timer when a period is first set and re-arms it after every tick; a new
+/// period takes effect from the next tick, and period 0 stops ticking after the pending one.
+fn set_tick_period(c: &mut Ctx, ms: i32) {
+    let state = c.data_mut();
+    state.tick_period = Duration::from_millis(u64::from(ms as u32));
+    if !state.tick_period.is_zero() && !state.tick_scheduled {
+        state.tick_scheduled = true;
+        let event = Event::Tick { vm: state.vm };
+        state
+            .process
+            .borrow_mut()
+            .clock
+            .schedule(state.tick_period, event);
+    }
+}
+
+fn get_buffer(
+    c: &mut Ctx,
+    kind: i32,
+    start: i32,
+    max: i32,
+    ptr_ptr: i32,
+    size_ptr: i32,
+) -> Hostcall {
+    let kind = BufferType::from_raw(kind).ok_or(Status::BadArgument)?;
+    let state = c.data();
+    let buffer = match kind {
+        BufferType::ResponseBody => state.stream().and_then(|s| s.response_body.as_ref()),
+        BufferType::CallResponseBody => state.call_response.as_ref().map(|r| &r.body),
+        BufferType::VmConfiguration | BufferType::PluginConfiguration => state
+            .configuration
+            .as_ref()
+            .filter(|(which, _)| *which == kind)
+            .map(|(_, bytes)| bytes),
+        BufferType::Absent => None,
+    }
+    .ok_or(Status::NotFound)?;
+    let start = (start as u32 as usize).min(buffer.len());
+    let end = start.saturating_add(max as u32 as usize).min(buffer.len());
+    let bytes = buffer[start..end].to_vec();
+    give(c, &bytes, ptr_ptr, size_ptr)
+}
+
+fn set_buffer(c: &mut Ctx, kind: i32, start: i32, size: i32, ptr: i32, len: i32) -> Hostcall {
+    let kind = BufferType::from_raw(kind).ok_or(Status::BadArgument)?;
+    let bytes = read(c, ptr, len)?;
+    let body = match kind {
+        BufferType::ResponseBody => c
+            .data_mut()
+            .stream_mut()
+            .and_then(|s| s.response_body.as_mut()),
+        _ => None,
+    }
+    .ok_or(Status::NotFound)?;
+    let start = (start as u32 as usize).min(body.len());
+    let end = start.saturating_add(size as u32 as usize).min(body.len());
+    body.splice(start..end, bytes);
+    Ok(())
+}
+
+/// A copy of header map `kind` of the effective context.
+fn map(state: &HostState, kind: i32) -> Hostcall<Headers> {
+    let kind = MapType::from_raw(kind).ok_or(Status::BadArgument)?;
+    let stream = state.stream();
+    let found = match kind {
+        MapType::RequestHeaders => stream.map(|s| s.request_headers.clone()),
+        MapType::ResponseHeaders => stream.and_then(|s| s.response_headers.clone()),
+        MapType::CallResponseHeaders => state.call_response.as_ref().map(|r| r.headers.clone()),
+        MapType::CallResponseTrailers => state.call_response.as_ref().map(|_| Headers::new()),
+        MapType::Absent => None,
+    };
+    // Envoy: a map that does not exist (yet) is BadArgument, except while logging (NotFound).
+    let logging = stream.is_some_and(|s| s.phase == Phase::Logging);
+    let missing = if logging {
+        Status::NotFound
+    } else {
+        Status::BadArgument
+    };
+    Ok(found.ok_or(missing)?)
+}
+
+/// Header map `kind` of the effective context, for changing it.
+fn map_mut(state: &mut HostState, kind: i32) -> Hostcall<&mut Headers> {
+    let kind = MapType::from_raw(kind).ok_or(Status::BadArgument)?;
+    let found = match kind {
+        MapType::RequestHeaders => state.stream_mut().map(|s| &mut s.request_headers),
+        MapType::ResponseHeaders => state.stream_mut().and_then(|s| s.response_headers.as_mut()),
+        MapType::CallResponseHeaders => state.call_response.as_mut().map(|r| &mut r.headers),
+        MapType::CallResponseTrailers | MapType::Absent => None,
+    };
+    Ok(found.ok_or(Status::BadArgument)?)
+}
+
+fn get_map_pairs(c: &mut Ctx, kind: i32, ptr_ptr: i32, size_ptr: i32) -> Hostcall {
+    let bytes = serialize_map(&map(c.data(), kind)?);
+    give(c, &bytes, ptr_ptr, size_ptr)
+}
+
+fn get_map_value(
+    c: &mut Ctx,
+    kind: i32,
+    key_ptr: i32,
+    key_len: i32,
+    ptr_ptr: i32,
+    size_ptr: i32,
+) -> Hostcall {
+    let key = read_string(c, key_ptr, key_len)?.to_ascii_lowercase();
+    let headers = map(c.data(), kind)?;
+    let (_, value) = headers
+        .iter()
+        .find(|(name, _)| *name == key)
+        .ok_or(Status::NotFound)?;
+    give(c, value.as_bytes(), ptr_ptr, size_ptr)
+}
+
+enum Edit {
+    Add,
+    Replace,
+    Remove,
+}
+
+fn edit_map(
+    c: &mut Ctx,
+    kind: i32,
+    key_ptr: i32,
+    key_len: i32,
+    value: Option<(i32, i32)>,
+    edit: Edit,
+) -> Hostcall {
+    let key = read_string(c, key_ptr, key_len)?.to_ascii_lowercase();
+    let value = match value {
+        Some((ptr, len)) => read_string(c, ptr, len)?,
+        None => String::new(),
+    };
+    let headers = map_mut(c.data_mut(), kind)?;
+    match edit {
+        Edit::Add => headers.push((key, value)),
+        Edit::Remove => headers.retain(|(name, _)| *name != key),
+        Edit::Replace => match headers.iter().position(|(name, _)| *name == key) {
+            Some(first) => {
+                headers[first].1 = value;
+                let mut index = 0;
+                headers.retain(|(name, _)| {
+                    index += 1;
+                    index - 1 == first || *name != key
+                });
+            }
+            None => headers.push((key, value)),
+        },
+    }
+    Ok(())
+}
+
+fn get_property(
+    c: &mut Ctx,
+    path_ptr: i32,
+    path_len: i32,
+    ptr_ptr: i32,
+    size_ptr: i32,
+) -> Hostcall {
+    let raw = read(c, path_ptr, path_len)?;
+    let state = c.data();
+    let set = state
+        .properties
+        .get(&(state.effective_context, raw.clone()));
+    let value = match set {
+        Some(value) => Some(value.clone()),
+        None => {
+            let text = String::from_utf8_lossy(&raw);
+            let path: Vec<&str> = text.split('\0').collect();
+            let stream = state.stream().map(|s| (&s.info, &s.request_headers));
+            envoy::property(&path, stream)
+        }
+    };
+    give(c, &value.ok_or(Status::NotFound)?, ptr_ptr, size_ptr)
+}
+
+/// `proxy_continue_stream` / `proxy_close_stream`: only HTTP request/response streams exist here.
+fn stream_intent(c: &mut Ctx, kind: i32, intent: fn(u32) -> Intent) -> Hostcall {
+    let state = c.data_mut();
+    let context = state.effective_context;
+    state.stream().ok_or(Status::BadArgument)?;
+    match kind {
+        STREAM_HTTP_REQUEST => state.intents.push_back(intent(context)),
+        // Responses are never paused by this host (it fails a test that tries), so continuing
+        // one is a no-op; closing it resets the stream like closing the request.
+        STREAM_HTTP_RESPONSE => {
+            if let Intent::Reset(_) = intent(context) {
+                state.intents.push_back(intent(context));
+            }
+        }
+        _ => return Err(Status::BadArgument.into()),
+    }
+    Ok(())
+}
+
+/// Dispatches an http call: checks it as Envoy does, counts it at the upstream, and schedules its
+/// answer (the backend's, or Envoy's 503/504) on the agenda.
+fn http_call(
+    state: &HostState,
+    cluster: &str,
+    headers: &Headers,
+    timeout: Duration,
+) -> Hostcall<u32> {
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let (Some(path), Some(_), Some(_)) = (header(":path"), header(":method"), header(":authority"))
+    else {
+        return Err(Status::BadArgument.into());
+    };
+    let mut process = state.process.borrow_mut();
+    let now = process.clock.now();
+    let wall = process.clock.wall_nanos();
+    let behaviour = process
+        .upstreams
+        .get_mut(cluster)
+        .ok_or(Status::BadArgument)?
+        .receive(Sender::Probe, path, now);
+    let token = process.next_token();
+    let timeout = (!timeout.is_zero()).then_some(timeout);
+    if let Some((after, reply)) = envoy::exchange(behaviour, timeout, cluster, wall) {
+        let (vm, context) = (state.vm, state.effective_context);
+        let event = Event::CallResponse {
+            vm,
+            context,
+            token,
+            reply,
+        };
+        process.clock.schedule(after, event);
+    }
+    Ok(token)
+}
+
+/// The id of metric `name` in this VM (defining it process-wide on first use).
+fn define_metric(state: &mut HostState, kind: MetricKind, name: String) -> u32 {
+    let index = match state.metric_names.iter().position(|known| *known == name) {
+        Some(index) => index,
+        None => {
+            state.metric_names.push(name.clone());
+            state.metric_names.len() - 1
+        }
+    };
+    let mut process = state.process.borrow_mut();
+    process.metrics.entry(name).or_insert(Metric {
+        kind,
+        value: 0,
+        samples: Vec::new(),
+    });
+    index as u32
+}
+
+/// Applies `f` to the process-wide stat behind this VM's metric `id`.
+fn with_metric<T>(
+    state: &HostState,
+    id: i32,
+    f: impl FnOnce(&mut Metric) -> Result<T, Status>,
+) -> Hostcall<T> {
+    let name = state
+        .metric_names
+        .get(id as u32 as usize)
+        .ok_or(Status::NotFound)?;
+    let mut process = state.process.borrow_mut();
+    let metric = process.metrics.get_mut(name).ok_or(Status::NotFound)?;
+    Ok(f(metric)?)
+}

@@ -1,0 +1,163 @@
+//! What one Envoy process shares between all VMs of a `vm_id`: shared data, shared queues, stats,
+//! the log, the clusters, the clock and the http-call token counter.
+//!
+//! Semantics follow proxy-wasm-cpp-host's `SharedData` and `SharedQueue` as Envoy uses them: one
+//! CAS counter for the whole process that starts at 1 and moves on every set (so a CAS is never
+//! reused, across keys too); a set with CAS 0 always succeeds, a set with a stale CAS fails with
+//! CasMismatch, a set of a missing key succeeds whatever the CAS. Stats are shared by name: every
+//! VM's increments go to the same counter, and a gauge holds what the last writer set.
+
+use crate::abi::{LogLevel, MetricKind, Status};
+use crate::clock::{Clock, Event};
+use crate::upstream::Upstream;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt;
+use std::time::Duration;
+
+/// One `proxy_log` call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogLine {
+    /// Virtual time since the host started.
+    pub at: Duration,
+    /// The VM that logged (0 = main thread, 1.. = workers).
+    pub vm: usize,
+    /// Level the guest gave.
+    pub level: LogLevel,
+    /// The message.
+    pub message: String,
+}
+
+impl fmt::Display for LogLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "[{:>9.3}s vm{} {:?}] {}",
+            self.at.as_secs_f64(),
+            self.vm,
+            self.level,
+            self.message
+        )
+    }
+}
+
+/// A stat defined by the guest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Metric {
+    pub kind: MetricKind,
+    /// Counter or gauge value.
+    pub value: u64,
+    /// Recorded values of a histogram.
+    pub samples: Vec<u64>,
+}
+
+struct Queue {
+    owner_vm: usize,
+    owner_context: u32,
+    items: VecDeque<Vec<u8>>,
+}
+
+/// Process-wide state, shared by every VM's store.
+#[derive(Default)]
+pub(crate) struct Process {
+    pub clock: Clock,
+    shared_data: HashMap<String, (Vec<u8>, u32)>,
+    last_cas: u32,
+    queue_ids: HashMap<String, u32>,
+    queues: Vec<Queue>,
+    pub metrics: BTreeMap<String, Metric>,
+    pub logs: Vec<LogLine>,
+    pub upstreams: BTreeMap<String, Upstream>,
+    last_token: u32,
+}
+
+impl Process {
+    /// The value and CAS stored under `key`.
+    pub(crate) fn get_shared(&self, key: &str) -> Option<&(Vec<u8>, u32)> {
+        self.shared_data.get(key)
+    }
+
+    /// Stores `value` under `key` unless `cas` is non-zero and stale.
+    pub(crate) fn set_shared(&mut self, key: &str, value: Vec<u8>, cas: u32) -> Result<(), Status> {
+        if let Some((_, current)) = self.shared_data.get(key) {
+            if cas != 0 && cas != *current {
+                return Err(Status::CasMismatch);
+            }
+        }
+        // As cpp-host's nextCas: 1, 2, ... and never 0 after wrapping.
+        self.last_cas = self.last_cas.wrapping_add(1).max(1);
+        self.shared_data
+            .insert(key.to_string(), (value, self.last_cas));
+        Ok(())
+    }
+
+    /// The queue `name`, registered by `context` of `vm` if new.
+    pub(crate) fn register_queue(&mut self, name: &str, vm: usize, context: u32) -> u32 {
+        if let Some(id) = self.queue_ids.get(name) {
+            return *id;
+        }
+        self.queues.push(Queue {
+            owner_vm: vm,
+            owner_context: context,
+            items: VecDeque::new(),
+        });
+        let id = self.queues.len() as u32;
+        self.queue_ids.insert(name.to_string(), id);
+        id
+    }
+
+    /// The id of the queue `name`, if registered.
+    pub(crate) fn resolve_queue(&self, name: &str) -> Option<u32> {
+        self.queue_ids.get(name).copied()
+    }
+
+    fn queue(&mut self, id: u32) -> Result<&mut Queue, Status> {
+        let index = usize::try_from(id).ok().and_then(|id| id.checked_sub(1));
+        index
+            .and_then(|index| self.queues.get_mut(index))
+            .ok_or(Status::NotFound)
+    }
+
+    /// Appends to queue `id` and tells its owner, at once, that it is ready.
+    pub(crate) fn enqueue(&mut self, id: u32, value: Vec<u8>) -> Result<(), Status> {
+        let queue = self.queue(id)?;
+        queue.items.push_back(value);
+        let event = Event::QueueReady {
+            vm: queue.owner_vm,
+            context: queue.owner_context,
+            queue: id,
+        };
+        self.clock.schedule(Duration::ZERO, event);
+        Ok(())
+    }
+
+    /// Takes the oldest item of queue `id`.
+    pub(crate) fn dequeue(&mut self, id: u32) -> Result<Vec<u8>, Status> {
+        self.queue(id)?.items.pop_front().ok_or(Status::Empty)
+    }
+
+    /// A token no other http call of the process has.
+    pub(crate) fn next_token(&mut self) -> u32 {
+        self.last_token += 1;
+        self.last_token
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cas_values_start_at_one_and_grow_across_keys() {
+        let mut process = Process::default();
+        process.set_shared("a", b"1".to_vec(), 0).unwrap();
+        process.set_shared("b", b"1".to_vec(), 0).unwrap();
+        assert_eq!(process.get_shared("a").map(|v| v.1), Some(1));
+        assert_eq!(process.get_shared("b").map(|v| v.1), Some(2));
+        assert_eq!(
+            process.set_shared("a", b"2".to_vec(), 2),
+            Err(Status::CasMismatch)
+        );
+        assert_eq!(process.set_shared("a", b"2".to_vec(), 1), Ok(()));
+        assert_eq!(process.get_shared("a").map(|v| v.1), Some(3));
+    }
+}

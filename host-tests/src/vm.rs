@@ -1,0 +1,215 @@
+//! One instance of the module: a wasmtime `Store` whose data is what Envoy keeps per VM (its
+//! contexts, the http-call response being delivered, tick timer, metric ids), plus fuel metering.
+//!
+//! Every call into the guest goes through [`Vm::invoke`], which gives the call a fresh fuel budget
+//! and books what it spent under the export's name: fuel is wasmtime's deterministic instruction
+//! count, so "instructions per request" does not depend on the machine. A budget that runs out
+//! (a guest stuck in a loop) traps instead of hanging the test.
+
+use crate::abi::{BufferType, Headers, LogLevel};
+use crate::envoy::{Reply, StreamInfo};
+use crate::process::Process;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::rc::Rc;
+use std::time::Duration;
+use wasmtime::{Instance, Linker, Module, Store, Val};
+
+/// Fuel one guest call may spend before it is stopped as runaway.
+const FUEL_PER_CALL: u64 = 1_000_000_000;
+
+/// The id of every VM's root context.
+pub(crate) const ROOT_CONTEXT: u32 = 1;
+
+/// Where an HTTP stream is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// `on_request_headers` is running.
+    Decoding,
+    /// The filter returned Pause and has not continued yet.
+    Paused,
+    /// Routed; waiting for the upstream (or Envoy) to answer.
+    Upstream,
+    /// The response is passing through the filter.
+    Encoding,
+    /// Over: `on_log`, `on_done`, `on_delete` are running.
+    Logging,
+}
+
+/// One HTTP context (a user request) in a VM.
+#[derive(Debug)]
+pub(crate) struct Stream {
+    /// Index of the request's record in the host.
+    pub record: usize,
+    pub request_headers: Headers,
+    pub response_headers: Option<Headers>,
+    /// The response body, readable while `on_response_body` runs.
+    pub response_body: Option<Vec<u8>>,
+    pub info: StreamInfo,
+    pub phase: Phase,
+}
+
+/// Something the guest asked of an HTTP stream; carried out once the current guest call returns,
+/// as Envoy defers such actions until the VM call is over.
+#[derive(Debug)]
+pub(crate) enum Intent {
+    Continue(u32),
+    LocalReply(u32, Reply),
+    Reset(u32),
+}
+
+/// What Envoy keeps per VM.
+pub(crate) struct HostState {
+    pub vm: usize,
+    pub process: Rc<RefCell<Process>>,
+    pub log_level: LogLevel,
+    pub effective_context: u32,
+    pub streams: BTreeMap<u32, Stream>,
+    /// The http-call response being delivered by `proxy_on_http_call_response`.
+    pub call_response: Option<Reply>,
+    /// The VM or plugin configuration, while `on_vm_start` / `on_configure` runs.
+    pub configuration: Option<(BufferType, Vec<u8>)>,
+    /// Properties the guest set, by (context, serialized path).
+    pub properties: HashMap<(u32, Vec<u8>), Vec<u8>>,
+    /// Metric ids are indexes into this list of names.
+    pub metric_names: Vec<String>,
+    pub tick_period: Duration,
+    pub tick_scheduled: bool,
+    pub intents: VecDeque<Intent>,
+    /// State of the deterministic generator behind WASI `random_get`.
+    pub random: u64,
+}
+
+impl HostState {
+    pub(crate) fn new(vm: usize, process: Rc<RefCell<Process>>, log_level: LogLevel) -> Self {
+        HostState {
+            vm,
+            process,
+            log_level,
+            effective_context: ROOT_CONTEXT,
+            streams: BTreeMap::new(),
+            call_response: None,
+            configuration: None,
+            properties: HashMap::new(),
+            metric_names: Vec::new(),
+            tick_period: Duration::ZERO,
+            tick_scheduled: false,
+            intents: VecDeque::new(),
+            random: 0x9E37_79B9_7F4A_7C15 ^ vm as u64,
+        }
+    }
+
+    /// The HTTP stream of the effective context, if it is one.
+    pub(crate) fn stream(&self) -> Option<&Stream> {
+        self.streams.get(&self.effective_context)
+    }
+
+    /// Mutable access to the effective HTTP stream.
+    pub(crate) fn stream_mut(&mut self) -> Option<&mut Stream> {
+        self.streams.get_mut(&self.effective_context)
+    }
+}
+
+/// Calls and fuel spent in one guest export.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fuel {
+    /// How many times it was called.
+    pub calls: u64,
+    /// Fuel (≈ wasm instructions) spent in those calls, including the guest allocator's.
+    pub fuel: u64,
+}
+
+/// Whether a VM still gets callbacks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VmStatus {
+    /// Ticks, responses and requests are delivered.
+    Running,
+    /// Stopped by the test (`Host::stop_vm`): nothing is delivered any more.
+    Stopped,
+    /// The guest trapped; the message says where. Nothing is delivered any more.
+    Crashed(String),
+}
+
+/// What a guest call returned.
+pub(crate) struct Called {
+    pub results: Vec<Val>,
+    pub fuel: u64,
+}
+
+/// One instance of the module.
+pub(crate) struct Vm {
+    store: Store<HostState>,
+    instance: Instance,
+    pub status: VmStatus,
+    pub fuel: BTreeMap<String, Fuel>,
+    last_context: u32,
+}
+
+impl Vm {
+    /// Instantiates the module (every import must resolve) and runs its initializers.
+    pub(crate) fn new(
+        linker: &Linker<HostState>,
+        module: &Module,
+        state: HostState,
+    ) -> wasmtime::Result<Vm> {
+        let mut store = Store::new(module.engine(), state);
+        store.set_fuel(FUEL_PER_CALL)?;
+        let instance = linker.instantiate(&mut store, module)?;
+        if instance
+            .get_func(&mut store, "proxy_abi_version_0_2_1")
+            .is_none()
+        {
+            wasmtime::bail!("the module does not export proxy_abi_version_0_2_1 (ABI 0.2.1)");
+        }
+        let mut vm = Vm {
+            store,
+            instance,
+            status: VmStatus::Running,
+            fuel: BTreeMap::new(),
+            last_context: ROOT_CONTEXT,
+        };
+        for init in ["_initialize", "_start"] {
+            vm.invoke(init, &[])?;
+        }
+        Ok(vm)
+    }
+
+    /// Calls export `name`; `Ok(None)` if the module does not export it, else its results and
+    /// the fuel the call spent.
+    pub(crate) fn invoke(&mut self, name: &str, args: &[Val]) -> wasmtime::Result<Option<Called>> {
+        let Some(func) = self.instance.get_func(&mut self.store, name) else {
+            return Ok(None);
+        };
+        let mut results: Vec<Val> = func
+            .ty(&self.store)
+            .results()
+            .map(|_| Val::I32(0))
+            .collect();
+        self.store.set_fuel(FUEL_PER_CALL)?;
+        let outcome = func.call(&mut self.store, args, &mut results);
+        let spent = FUEL_PER_CALL.saturating_sub(self.store.get_fuel().unwrap_or(0));
+        let fuel = self.fuel.entry(name.to_string()).or_default();
+        fuel.calls += 1;
+        fuel.fuel += spent;
+        outcome.map(|()| {
+            Some(Called {
+                results,
+                fuel: spent,
+            })
+        })
+    }
+
+    pub(crate) fn state(&self) -> &HostState {
+        self.store.data()
+    }
+
+    pub(crate) fn state_mut(&mut self) -> &mut HostState {
+        self.store.data_mut()
+    }
+
+    /// A context id not used before in this VM.
+    pub(crate) fn new_context(&mut self) -> u32 {
+        self.last_context += 1;
+        self.last_context
+    }
+}

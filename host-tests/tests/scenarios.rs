@@ -1,0 +1,257 @@
+//! The incident and its cousins, driven through the real upcheck.wasm: a main-thread VM and two
+//! workers, 40 requests a second, probes every 10 s with a 5 s timeout, 3 failures in 10 s eject,
+//! a 15 s route timeout.
+
+use std::time::Duration;
+use upcheck_host_tests::{Behaviour, Host, HostOptions, RequestSpec, Traffic, UPCHECK_WASM};
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+const APP1: &str = r#"{"upstreams":[{"name":"app1"}]}"#;
+const BOTH: &str = r#"{"upstreams":[{"name":"app1"},{"name":"app2"}]}"#;
+
+fn host() -> Host {
+    Host::from_file(UPCHECK_WASM, HostOptions::default())
+        .unwrap_or_else(|e| panic!("{UPCHECK_WASM} loads (run `make build`): {e}"))
+}
+
+fn run(host: &mut Host, rate: u32, duration: Duration) -> Traffic {
+    let traffic = host
+        .traffic(rate, duration)
+        .unwrap_or_else(|e| panic!("traffic runs: {e}"));
+    println!("{traffic}");
+    traffic
+}
+
+fn ok<T>(result: Result<T, upcheck_host_tests::HostError>) -> T {
+    result.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// app1 serving; app2 joins by a configuration update, the incident's way, behaving as `broken`.
+fn app2_added(broken: Behaviour) {
+    let mut host = host();
+    host.upstream("app1");
+    host.upstream("app2")
+        .others(broken.clone())
+        .path("/up", broken);
+    ok(host.start(APP1));
+    let before = run(&mut host, 40, secs(5));
+    ok(host.reconfigure(BOTH));
+    let after = run(&mut host, 40, secs(40));
+    assert!(
+        before.failures().is_empty() && after.failures().is_empty(),
+        "{after}"
+    );
+    assert_eq!(host.requests_routed("app2"), 0, "app2 saw users");
+    assert!(
+        host.probes_sent("app2") >= 4,
+        "app2 was probed at once and every interval"
+    );
+}
+
+#[test]
+fn a_backend_added_while_answering_502_never_sees_a_user() {
+    app2_added(Behaviour::status(502));
+}
+
+#[test]
+fn a_backend_added_while_holding_the_port_without_answering_never_sees_a_user() {
+    app2_added(Behaviour::Hang);
+}
+
+#[test]
+fn a_backend_added_while_refusing_connections_never_sees_a_user() {
+    app2_added(Behaviour::Refuse);
+}
+
+#[test]
+fn at_cold_start_requests_wait_for_the_first_passing_probe_and_nobody_fails() {
+    let mut host = host();
+    host.upstream("app1").path(
+        "/up",
+        Behaviour::status(200).after(Duration::from_millis(300)),
+    );
+    host.upstream("app2")
+        .others(Behaviour::Hang)
+        .path("/up", Behaviour::Hang);
+    ok(host.start(BOTH));
+    let traffic = run(&mut host, 40, secs(20));
+    assert!(traffic.failures().is_empty(), "{traffic}");
+    assert_eq!(host.requests_routed("app2"), 0);
+    let longest = traffic
+        .requests
+        .iter()
+        .filter_map(|r| Some(r.completed? - r.sent))
+        .max()
+        .unwrap_or_default();
+    assert!(
+        longest <= secs(5),
+        "a request waited {longest:?}, more than one probe timeout"
+    );
+}
+
+#[test]
+fn a_backend_breaking_with_502_mid_traffic_costs_at_most_three_requests_and_comes_back() {
+    let mut host = host();
+    host.upstream("app1");
+    host.upstream("app2")
+        .all_from(secs(20), Behaviour::status(502))
+        .all_from(
+            secs(40),
+            Behaviour::status(200).after(Duration::from_millis(1)),
+        );
+    ok(host.start(BOTH));
+    let traffic = run(&mut host, 40, secs(80));
+    let failures = traffic.failures();
+    assert!(
+        failures.len() <= 3,
+        "{} failures: {traffic}",
+        failures.len()
+    );
+    assert!(!failures.is_empty(), "the break was not exercised");
+    let back = traffic
+        .requests
+        .iter()
+        .filter(|r| r.sent >= secs(60) && r.upstream.as_deref() == Some("app2"))
+        .count();
+    assert!(
+        back > 0,
+        "app2 not back in rotation within 20 s of recovering"
+    );
+    assert_eq!(host.metric("upcheck.app2.ejections"), Some(1));
+}
+
+/// app2 healthy, then hangs from 20 s on; `extra` adds passive settings.
+fn app2_hangs_mid_traffic(extra: &str) -> (Host, Traffic) {
+    let mut host = host();
+    host.upstream("app1");
+    host.upstream("app2").all_from(secs(20), Behaviour::Hang);
+    ok(host.start(&format!(
+        r#"{{"upstreams":[{{"name":"app1"}},{{"name":"app2"}}]{extra}}}"#
+    )));
+    let traffic = run(&mut host, 40, secs(60));
+    (host, traffic)
+}
+
+#[test]
+fn a_backend_that_hangs_mid_traffic_fails_only_requests_sent_before_its_next_probe_times_out() {
+    let (host, traffic) = app2_hangs_mid_traffic("");
+    let failures = traffic.failures();
+    assert!(failures
+        .iter()
+        .all(|r| r.upstream.as_deref() == Some("app2")));
+    // The next probe goes out within one interval (+ jitter) and times out 5 s later.
+    let detected_by = secs(20 + 10 + 1 + 5);
+    assert!(failures.iter().all(|r| r.sent < detected_by), "{traffic}");
+    assert!(failures.len() <= 20 * 16, "{} failures", failures.len());
+    assert!(host
+        .logs()
+        .iter()
+        .any(|l| l.message == "upcheck: app2 unhealthy: 1 probe timed out after 5.0s"));
+}
+
+#[test]
+fn with_unhealthy_latency_a_hanging_backend_costs_about_one_second_of_its_share() {
+    let (_, traffic) =
+        app2_hangs_mid_traffic(r#","health_checks":{"passive":{"unhealthy_latency":"1s"}}"#);
+    let failures = traffic.failures().len();
+    assert!(failures <= 25, "{failures} failures: {traffic}");
+    assert!(failures > 0, "the hang was not exercised");
+}
+
+#[test]
+fn a_db_blip_failing_every_probe_at_once_fails_no_user_and_engages_the_fleet_guard() {
+    let mut host = host();
+    for app in ["app1", "app2"] {
+        host.upstream(app)
+            .path("/up", Behaviour::status(200))
+            .from(secs(20), Behaviour::status(503))
+            .from(secs(40), Behaviour::status(200));
+    }
+    ok(host.start(BOTH));
+    let before = run(&mut host, 40, secs(30));
+    assert_eq!(
+        host.metric("upcheck.fleet_guard"),
+        Some(1),
+        "guard engaged during the blip"
+    );
+    let after = run(&mut host, 40, secs(30));
+    assert!(
+        before.failures().is_empty() && after.failures().is_empty(),
+        "{before}\n{after}"
+    );
+    assert_eq!(
+        host.metric("upcheck.fleet_guard"),
+        Some(0),
+        "guard released after"
+    );
+    let by = after.by_upstream();
+    assert!(
+        by.get("app1") > Some(&0) && by.get("app2") > Some(&0),
+        "{by:?}"
+    );
+}
+
+#[test]
+fn a_blip_after_app2_has_been_down_for_minutes_still_sends_app2_nothing() {
+    let mut host = host();
+    host.upstream("app1")
+        .path("/up", Behaviour::status(200))
+        .from(secs(200), Behaviour::status(503))
+        .from(secs(230), Behaviour::status(200));
+    host.upstream("app2").all_from(secs(10), Behaviour::Hang);
+    ok(host.start(BOTH));
+    ok(host.advance(secs(190)));
+    let routed_before = host.requests_routed("app2");
+    let blip = run(&mut host, 40, secs(50));
+    assert_eq!(
+        host.requests_routed("app2"),
+        routed_before,
+        "app2 got traffic during the blip"
+    );
+    assert!(blip.failures().is_empty(), "{blip}");
+}
+
+#[test]
+fn a_client_supplied_route_header_never_chooses_the_backend() {
+    let mut host = host();
+    host.upstream("app1");
+    host.upstream("app2")
+        .others(Behaviour::status(502))
+        .path("/up", Behaviour::status(502));
+    host.upstream("teapot").others(Behaviour::status(418));
+    ok(host.start(BOTH));
+    ok(host.advance(secs(2)));
+    let spoofs: [&[(&str, &str)]; 4] = [
+        &[("x-upcheck-upstream", "app2")],
+        &[("X-Upcheck-Upstream", "app2")],
+        &[
+            ("x-upcheck-upstream", "teapot"),
+            ("x-upcheck-upstream", "app2"),
+        ],
+        &[("X-UPCHECK-UPSTREAM", "teapot")],
+    ];
+    for headers in spoofs {
+        for _ in 0..4 {
+            let record = ok(host.request(RequestSpec {
+                headers: headers
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.to_string()))
+                    .collect(),
+                ..RequestSpec::default()
+            }));
+            assert_eq!(
+                record.upstream.as_deref(),
+                Some("app1"),
+                "{headers:?} chose {record:?}"
+            );
+            assert_eq!(record.status(), Some(200));
+        }
+    }
+    assert_eq!(
+        host.requests_routed("teapot") + host.requests_routed("app2"),
+        0
+    );
+}
