@@ -9,7 +9,7 @@ use crate::worker::{self, Parked, Shared};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, MapType};
-use upcheck_policy::{Config, Pick, ProxyFailure, RequestOutcome, Time};
+use upcheck_policy::{Config, Pick, ProxyFailure, RequestOutcome, RoutingMode, Time};
 
 /// Envoy's response flags (`response.flags`), the bits that say the backend failed.
 mod flags {
@@ -23,6 +23,12 @@ mod flags {
     pub const UPSTREAM_TERMINATION: u64 = 1 << 6;
     /// SI: the stream idle timeout fired.
     pub const STREAM_IDLE_TIMEOUT: u64 = 1 << 16;
+}
+
+/// Whether the proxy retried a request: if so, the address that gave the final answer.
+enum Retry {
+    No,
+    Yes(Option<String>),
 }
 
 /// One request's context.
@@ -45,7 +51,9 @@ impl Http {
         }
     }
 
-    fn settle(&mut self, outcome: impl FnOnce(Time, Time) -> RequestOutcome) {
+    /// Settles the request with `outcome(now, started)`; `retry` tells whether the proxy
+    /// retried it, and where the final answer came from.
+    fn settle(&mut self, retry: Retry, outcome: impl FnOnce(Time, Time) -> RequestOutcome) {
         if self.settled {
             return;
         }
@@ -58,14 +66,45 @@ impl Http {
                 let (_, backend, started) = w.resumed.swap_remove(at);
                 Some((backend, started))
             });
-            match pick {
-                Some((backend, started)) => {
-                    let now = worker::now();
-                    w.settle(id, backend, outcome(now, started), now);
+            let Some((backend, started)) = pick else {
+                w.parked.retain(|p| p.context != id);
+                return;
+            };
+            let now = worker::now();
+            let outcome = outcome(now, started);
+            match retry {
+                Retry::No => w.settle(id, backend, outcome, now),
+                Retry::Yes(answered_by) => {
+                    let answered_by = answered_by.as_deref().and_then(|a| w.backend_at(a));
+                    w.settle_retried(id, backend, answered_by, outcome, now);
                 }
-                None => w.parked.retain(|p| p.context != id),
             }
         });
+    }
+
+    /// Whether the proxy retried this request, read only in `host` routing (where the route may
+    /// retry); hosts without the properties are taken at their word that it was not.
+    fn retry(&self) -> Retry {
+        let host_mode = worker::with(&self.worker, |w| {
+            w.config().is_some_and(|c| c.routing == RoutingMode::Host)
+        });
+        if host_mode != Some(true) {
+            return Retry::No;
+        }
+        let attempts = hostcalls::get_property(vec!["upstream", "request_attempt_count"])
+            .ok()
+            .flatten()
+            .and_then(|b| b.get(..8).and_then(|b| b.try_into().ok()))
+            .map(u64::from_le_bytes)
+            .unwrap_or(1);
+        if attempts <= 1 {
+            return Retry::No;
+        }
+        let address = hostcalls::get_property(vec!["upstream", "address"])
+            .ok()
+            .flatten()
+            .and_then(|b| String::from_utf8(b).ok());
+        Retry::Yes(address)
     }
 }
 
@@ -76,7 +115,8 @@ pub fn route(config: &Config, backend: Option<usize>) {
     let header = config.route_header.as_str();
     let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, header);
     if let Some(up) = backend.and_then(|i| config.upstreams.get(i)) {
-        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, header, Some(up.cluster()));
+        let value = up.route_value(config.routing);
+        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, header, Some(value));
     }
 }
 
@@ -150,7 +190,8 @@ impl HttpContext for Http {
         } else {
             None
         };
-        self.settle(|now, started| match failure {
+        let retry = self.retry();
+        self.settle(retry, |now, started| match failure {
             Some(f) => RequestOutcome::Failed(f),
             None => RequestOutcome::Answered {
                 status,
@@ -170,7 +211,8 @@ impl HttpContext for Http {
         } else {
             0
         };
-        self.settle(|_, _| match proxy_failure(flags) {
+        let retry = if self.pick.is_some() { self.retry() } else { Retry::No };
+        self.settle(retry, |_, _| match proxy_failure(flags) {
             Some(f) => RequestOutcome::Failed(f),
             None => RequestOutcome::ClientGone,
         });

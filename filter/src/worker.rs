@@ -114,6 +114,32 @@ impl Worker {
         self.observe(backend, outcome, now, !counted_late);
     }
 
+    /// Settles a request the proxy retried: the picked backend's attempt failed; the final
+    /// `outcome` belongs to the backend that answered, `answered_by`, when the proxy says which.
+    pub fn settle_retried(
+        &mut self,
+        context: u32,
+        picked: usize,
+        answered_by: Option<usize>,
+        outcome: RequestOutcome,
+        now: Time,
+    ) {
+        let counted_late = self.in_flight.end(context);
+        self.observe(picked, RequestOutcome::RetriedElsewhere, now, !counted_late);
+        if let Some(other) = answered_by.filter(|o| *o != picked) {
+            self.observe(other, outcome, now, true);
+        }
+    }
+
+    /// The backend whose route value (address) is `address`.
+    pub fn backend_at(&self, address: &str) -> Option<usize> {
+        let config = self.config()?;
+        config
+            .upstreams
+            .iter()
+            .position(|u| u.address.as_deref() == Some(address))
+    }
+
     /// Counts every in-flight request that just became `unhealthy_latency` late.
     pub fn count_overdue(&mut self, now: Time) {
         let Some(latency) = self
@@ -133,14 +159,14 @@ impl Worker {
             return;
         };
         let config = pool.config();
-        let Some(name) = config.upstreams.get(backend).map(|u| u.name.clone()) else {
-            return;
-        };
-        let passive_config = config.health_checks.passive.clone();
-        let failure = outcome.failure(&passive_config).filter(|_| count);
+        let failure = outcome
+            .failure(&config.health_checks.passive)
+            .filter(|_| count);
         let contact = match outcome {
             RequestOutcome::Answered { .. } | RequestOutcome::Failed(_) => Some(outcome.refused()),
-            RequestOutcome::StillWaiting(_) | RequestOutcome::ClientGone => None,
+            RequestOutcome::StillWaiting(_)
+            | RequestOutcome::RetriedElsewhere
+            | RequestOutcome::ClientGone => None,
         };
         let known_refused = pool
             .backends()
@@ -152,6 +178,10 @@ impl Worker {
         if failure.is_none() && !contact_changes {
             return; // the fast path: a success that changes nothing
         }
+        let Some(name) = config.upstreams.get(backend).map(|u| u.name.clone()) else {
+            return;
+        };
+        let passive_config = config.health_checks.passive.clone();
 
         let shared = shared::update_passive(&name, |p| {
             if let Some(refused) = contact {

@@ -22,8 +22,11 @@ pub struct Config {
     pub upstreams: Vec<Upstream>,
     /// Active and passive checks. Default: both on with the seed values below.
     pub health_checks: HealthChecks,
-    /// Request header that carries the picked backend's cluster to Envoy's `cluster_header` route.
-    /// Any client-supplied copy is removed first. Default `x-upcheck-upstream`.
+    /// How the pick reaches the proxy. Default [`RoutingMode::Cluster`].
+    pub routing: RoutingMode,
+    /// Request header that carries the pick: the backend's cluster (`routing: "cluster"`, for
+    /// Envoy's `cluster_header`) or its address (`routing: "host"`, for the `override_host` load
+    /// balancing policy). Any client-supplied copy is removed first. Default `x-upcheck-upstream`.
     pub route_header: String,
     /// At most this percentage of the backends passing active checks may be passively ejected at
     /// once, by Envoy's rule: one more may go while (ejected + 1) / N stays within it, and never the
@@ -37,6 +40,17 @@ pub struct Config {
     pub jitter: Option<Duration>,
 }
 
+/// How the pick reaches the proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoutingMode {
+    /// The route header names the backend's cluster; the route uses `cluster_header`.
+    Cluster,
+    /// The route header names the backend's address within one pool cluster whose load
+    /// balancing policy is `override_host`; a failed attempt can then be retried on another
+    /// backend by the route's retry policy.
+    Host,
+}
+
 /// One backend.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Upstream {
@@ -48,6 +62,9 @@ pub struct Upstream {
     pub authority: Option<String>,
     /// Share of traffic relative to the others, 1 to 1000. Default 1.
     pub weight: u32,
+    /// `host:port` of the backend in the pool cluster; required with `routing: "host"`, where it
+    /// is what the route header carries. Default: none.
+    pub address: Option<String>,
 }
 
 impl Upstream {
@@ -59,6 +76,14 @@ impl Upstream {
     /// The `:authority` of its probes.
     pub fn authority(&self) -> &str {
         self.authority.as_deref().unwrap_or(&self.name)
+    }
+
+    /// What the route header carries for it under `routing`.
+    pub fn route_value(&self, routing: RoutingMode) -> &str {
+        match (routing, &self.address) {
+            (RoutingMode::Host, Some(address)) => address,
+            _ => self.cluster(),
+        }
     }
 }
 
@@ -180,12 +205,17 @@ fn fail(path: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     }
 }
 
-/// What a JSON value is, for "expected …, got …" messages.
-fn kind(v: &Value) -> String {
+/// What a JSON value is, for "expected …, got …" messages. (Numbers are shown from their
+/// integer value: formatting floats would double the size of the module for an error message.)
+pub(crate) fn kind(v: &Value) -> String {
     match v {
         Value::Null => "null".into(),
         Value::Bool(b) => format!("the boolean {b}"),
-        Value::Number(n) => format!("the number {n}"),
+        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => format!("the number {u}"),
+            (None, Some(i)) => format!("the number {i}"),
+            (None, None) => "a fractional or huge number".into(),
+        },
         Value::String(s) => format!("the string {s:?}"),
         Value::Array(_) => "a list".into(),
         Value::Object(_) => "an object".into(),
@@ -340,8 +370,34 @@ fn header_value(path: &str, value: &str) -> Result<(), ConfigError> {
     }
 }
 
+/// A `host:port` address: a host name, IPv4 address or bracketed IPv6 address, and a port.
+fn address(path: &str, v: &Value) -> Result<String, ConfigError> {
+    let text = string(path, v)?;
+    let bad = || fail(path, format!("expected host:port, got {text:?}"));
+    let (host, port) = text.rsplit_once(':').ok_or_else(bad)?;
+    let host_ok = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        !v6.is_empty()
+            && v6
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+    } else {
+        !host.is_empty()
+            && host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+    };
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 && host_ok => Ok(text),
+        _ => Err(bad()),
+    }
+}
+
 fn upstream(path: &str, v: &Value) -> Result<Upstream, ConfigError> {
-    let o = Object::new(path, v, &["name", "cluster", "authority", "weight"])?;
+    let o = Object::new(
+        path,
+        v,
+        &["name", "cluster", "authority", "weight", "address"],
+    )?;
     let name = o
         .read("name", string)?
         .ok_or_else(|| fail(o.at("name"), "missing; every upstream needs a name"))?;
@@ -365,6 +421,7 @@ fn upstream(path: &str, v: &Value) -> Result<Upstream, ConfigError> {
         cluster,
         authority,
         weight,
+        address: o.read("address", address)?,
     })
 }
 
@@ -515,6 +572,7 @@ impl Config {
             &[
                 "upstreams",
                 "health_checks",
+                "routing",
                 "route_header",
                 "max_ejection_percent",
                 "min_healthy_percent",
@@ -541,6 +599,29 @@ impl Config {
                 ));
             }
         }
+        let routing = o
+            .read("routing", |p, v| match string(p, v)?.as_str() {
+                "cluster" => Ok(RoutingMode::Cluster),
+                "host" => Ok(RoutingMode::Host),
+                other => Err(fail(
+                    p,
+                    format!("expected \"cluster\" or \"host\", got {other:?}"),
+                )),
+            })?
+            .unwrap_or(RoutingMode::Cluster);
+        if routing == RoutingMode::Host {
+            let mut addresses = HashSet::new();
+            for (i, up) in upstreams.iter().enumerate() {
+                let at = format!("upstreams[{i}].address");
+                match &up.address {
+                    None => return Err(fail(at, "missing; `routing: \"host\"` routes by address")),
+                    Some(a) if !addresses.insert(a.as_str()) => {
+                        return Err(fail(at, format!("{a:?} is another upstream's address too")))
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
         let route_header = o
             .read("route_header", |p, v| {
                 let h = string(p, v)?;
@@ -553,6 +634,7 @@ impl Config {
             .unwrap_or_else(|| "x-upcheck-upstream".into());
         let config = Config {
             upstreams,
+            routing,
             health_checks: o.read("health_checks", health_checks)?.unwrap_or_default(),
             route_header,
             max_ejection_percent: o.read("max_ejection_percent", percent)?.unwrap_or(50),

@@ -100,11 +100,12 @@ pub fn from_json(v: &Value) -> Result<Duration, String> {
                 return Err(format!("must be greater than zero, got {negative}"))
             }
             (None, None) if n.as_f64().is_some_and(|f| f > u64::MAX as f64) => {
-                return Err(format!("{n} nanoseconds is too large"))
+                return Err("is too large (at most about 584 years of nanoseconds)".into())
             }
             (None, None) => {
                 return Err(format!(
-                    "must be whole nanoseconds or a string like \"10s\", got {n}"
+                    "must be whole nanoseconds or a string like \"10s\", got {}",
+                    crate::config::kind(v)
                 ))
             }
         },
@@ -114,7 +115,10 @@ pub fn from_json(v: &Value) -> Result<Duration, String> {
         }
     };
     if d.is_zero() {
-        return Err(format!("must be greater than zero, got {v}"));
+        return Err(format!(
+            "must be greater than zero, got {}",
+            crate::config::kind(v)
+        ));
     }
     Ok(d)
 }

@@ -33,7 +33,7 @@ pub mod wire;
 pub type Time = std::time::Duration;
 
 pub use active::{ActiveHealth, ProbeOutcome, Status, Transition};
-pub use config::{Config, ConfigError};
+pub use config::{Config, ConfigError, RoutingMode};
 pub use fleet::{Backend, Guard, Routing};
 pub use passive::{InFlight, PassiveHealth, ProxyFailure, RequestOutcome};
 pub use pool::{Event, Pick, Pool};

@@ -37,6 +37,9 @@ pub enum RequestOutcome {
     Failed(ProxyFailure),
     /// The request is still waiting for its answer after this long (see `unhealthy_latency`).
     StillWaiting(Duration),
+    /// The proxy retried the request on another backend: this backend's attempt failed (how,
+    /// the proxy does not say).
+    RetriedElsewhere,
     /// The client went away first: says nothing about the backend.
     ClientGone,
 }
@@ -53,7 +56,7 @@ impl RequestOutcome {
             RequestOutcome::Answered { status, latency } => {
                 config.unhealthy_status.iter().any(|m| m.matches(status)) || late(latency)
             }
-            RequestOutcome::Failed(_) => true,
+            RequestOutcome::Failed(_) | RequestOutcome::RetriedElsewhere => true,
             RequestOutcome::StillWaiting(waited) => late(waited),
             RequestOutcome::ClientGone => false,
         };
@@ -84,6 +87,9 @@ impl fmt::Display for Failure {
                 "a request is still unanswered after {}",
                 duration::display(waited)
             ),
+            RequestOutcome::RetriedElsewhere => {
+                f.write_str("a request's attempt failed and was retried on another backend")
+            }
             RequestOutcome::ClientGone => f.write_str("the client went away"),
         }
     }

@@ -141,7 +141,9 @@ impl Pool {
         match outcome {
             RequestOutcome::Answered { .. } => b.passive.contact(now, false),
             RequestOutcome::Failed(_) => b.passive.contact(now, outcome.refused()),
-            RequestOutcome::StillWaiting(_) | RequestOutcome::ClientGone => {}
+            RequestOutcome::StillWaiting(_)
+            | RequestOutcome::RetriedElsewhere
+            | RequestOutcome::ClientGone => {}
         }
         let failure = outcome.failure(passive)?;
         let recorded = b.passive.record(now, passive);

@@ -67,7 +67,7 @@ impl StatusMatch {
             Value::String(s) => StatusMatch::from_text(s),
             _ => None,
         };
-        parsed.ok_or_else(|| format!("{EXPECTED}, got {v}"))
+        parsed.ok_or_else(|| format!("{EXPECTED}, got {}", crate::config::kind(v)))
     }
 }
 

@@ -153,7 +153,7 @@ fn zero_negative_and_overflowing_durations_are_refused() {
     let e = error(&with_active(r#""interval": 0"#));
     assert_eq!(
         e.split(" at line").next(),
-        Some("health_checks.active.interval: must be greater than zero, got 0")
+        Some("health_checks.active.interval: must be greater than zero, got the number 0")
     );
     let e = error(&with_active(r#""timeout": -5"#));
     assert!(
@@ -264,4 +264,54 @@ fn hostile_header_values_and_paths_are_refused() {
 fn trailing_garbage_after_the_document_is_refused() {
     let e = error(r#"{"upstreams":[{"name":"a"}]} x"#);
     assert!(e.contains("trailing characters"), "{e}");
+}
+
+#[test]
+fn host_routing_carries_each_backends_address_and_cluster_routing_its_cluster() {
+    let json = r#"{"routing":"host","upstreams":[
+        {"name":"app1","address":"127.0.0.1:3001"},{"name":"app2","address":"[::1]:3002"}]}"#;
+    let c = Config::parse(json.as_bytes()).expect("parses");
+    assert_eq!(c.routing, upcheck_policy::RoutingMode::Host);
+    let values: Vec<&str> = c
+        .upstreams
+        .iter()
+        .map(|u| u.route_value(c.routing))
+        .collect();
+    assert_eq!(values, ["127.0.0.1:3001", "[::1]:3002"]);
+    let plain = Config::parse(CADDY.as_bytes()).expect("parses");
+    assert_eq!(plain.routing, upcheck_policy::RoutingMode::Cluster);
+    assert_eq!(plain.upstreams[0].route_value(plain.routing), "app1");
+}
+
+#[test]
+fn host_routing_without_an_address_or_with_a_shared_one_is_refused() {
+    let e = error(
+        r#"{"routing":"host","upstreams":[{"name":"a","address":"10.0.0.1:80"},{"name":"b"}]}"#,
+    );
+    assert!(e.starts_with("upstreams[1].address: missing"), "{e}");
+    let e = error(
+        r#"{"routing":"host","upstreams":[{"name":"a","address":"10.0.0.1:80"},{"name":"b","address":"10.0.0.1:80"}]}"#,
+    );
+    assert_eq!(
+        e,
+        "upstreams[1].address: \"10.0.0.1:80\" is another upstream's address too"
+    );
+    let e = error(r#"{"routing":"hosts","upstreams":[{"name":"a"}]}"#);
+    assert_eq!(
+        e,
+        "routing: expected \"cluster\" or \"host\", got \"hosts\""
+    );
+}
+
+#[test]
+fn an_address_must_be_host_and_port() {
+    for bad in ["app1", "app1:0", "app1:99999", ":80", "a b:80", "[]:80"] {
+        let e = error(&format!(
+            r#"{{"upstreams":[{{"name":"a","address":"{bad}"}}]}}"#
+        ));
+        assert_eq!(
+            e,
+            format!("upstreams[0].address: expected host:port, got {bad:?}")
+        );
+    }
 }

@@ -196,3 +196,19 @@ fn weights_share_traffic_in_proportion() {
     let got = picks(&mut pool, 400, secs(1));
     assert_eq!(got.iter().filter(|n| *n == "big").count(), 300);
 }
+
+#[test]
+fn a_backend_that_fails_only_first_attempts_is_ejected_like_one_whose_failures_reach_users() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    for t in 1..=3 {
+        request(
+            &mut pool,
+            "app2",
+            upcheck_policy::RequestOutcome::RetriedElsewhere,
+            secs(t),
+        );
+    }
+    assert_eq!(routable(&pool), ["app1"]);
+}

@@ -32,6 +32,7 @@ fn request_outcome() -> impl Strategy<Value = RequestOutcome> {
         1 => Just(RequestOutcome::Failed(ProxyFailure::Timeout)),
         1 => (0u64..5_000).prop_map(|w| RequestOutcome::StillWaiting(ms(w))),
         1 => Just(RequestOutcome::ClientGone),
+        1 => Just(RequestOutcome::RetriedElsewhere),
     ]
 }
 
@@ -94,7 +95,7 @@ proptest! {
                     pool.observe_request(i, o, now);
                     match o {
                         RequestOutcome::Answered { .. } | RequestOutcome::Failed(_) => refused[i] = o.refused(),
-                        RequestOutcome::StillWaiting(_) | RequestOutcome::ClientGone => {}
+                        RequestOutcome::StillWaiting(_) | RequestOutcome::RetriedElsewhere | RequestOutcome::ClientGone => {}
                     }
                 }
                 Step::Advance(d) => now += ms(d),
