@@ -5,6 +5,7 @@
 //! says what the backend did; only for a 5xx are Envoy's response flags read, to tell a backend's
 //! own 503 from Envoy's "could not connect" 503.
 
+use crate::status;
 use crate::worker::{self, Parked, Shared};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -149,6 +150,10 @@ impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
         let now = worker::now();
         let id = self.id;
+        if worker::with(&self.worker, |w| status::answer(w, now)) == Some(true) {
+            self.settled = true; // a page upcheck served itself says nothing about a backend
+            return Action::Pause;
+        }
         let picked = worker::with(&self.worker, |w| {
             // With unhealthy_latency set, a hung request is counted late the moment it is, not at
             // the next tick.
@@ -211,7 +216,11 @@ impl HttpContext for Http {
         } else {
             0
         };
-        let retry = if self.pick.is_some() { self.retry() } else { Retry::No };
+        let retry = if self.pick.is_some() {
+            self.retry()
+        } else {
+            Retry::No
+        };
         self.settle(retry, |_, _| match proxy_failure(flags) {
             Some(f) => RequestOutcome::Failed(f),
             None => RequestOutcome::ClientGone,

@@ -16,6 +16,7 @@ mod metrics;
 mod prober;
 mod root;
 mod shared;
+mod status;
 mod worker;
 
 proxy_wasm::main! {{

@@ -99,6 +99,8 @@ pub struct RequestRecord {
     pub details: String,
     /// Fuel the filter spent on this request, over all its callbacks.
     pub fuel: u64,
+    /// The response body the user got.
+    pub body: Vec<u8>,
 }
 
 impl RequestRecord {
@@ -259,6 +261,7 @@ impl Host {
             flags: 0,
             details: String::new(),
             fuel: 0,
+            body: Vec::new(),
         });
         let event = Event::RequestArrives { record };
         self.process.borrow_mut().clock.schedule(after, event);
@@ -465,8 +468,10 @@ impl Host {
             stream.info.flags,
             stream.info.details.clone(),
         );
+        let body = stream.response_body.clone().unwrap_or_default();
         let record = &mut self.records[index];
         record.outcome = outcome;
+        record.body = body;
         record.completed = Some(now);
         record.flags = flags;
         record.details = details;

@@ -255,3 +255,43 @@ fn a_client_supplied_route_header_never_chooses_the_backend() {
         0
     );
 }
+
+#[test]
+fn the_status_page_shows_every_backend_to_loopback_clients_only() {
+    let mut host = host();
+    host.upstream("app1");
+    host.upstream("app2")
+        .others(Behaviour::status(502))
+        .path("/up", Behaviour::status(502));
+    ok(host.start(BOTH));
+    ok(host.advance(secs(2)));
+    let local = |path: &str| RequestSpec {
+        path: path.to_string(),
+        source_address: "127.0.0.1:40000".to_string(),
+        ..RequestSpec::default()
+    };
+    let page = ok(host.request(local("/upcheck/status.json")));
+    assert_eq!(page.status(), Some(200), "{page:?}");
+    assert_eq!(page.upstream, None, "the filter answered it itself");
+    let json = String::from_utf8_lossy(&page.body);
+    assert!(
+        json.starts_with(r#"{"backends":[{"name":"app1","routable":true,"status":"healthy""#),
+        "{json}"
+    );
+    assert!(
+        json.contains(r#"{"name":"app2","routable":false,"status":"unhealthy""#),
+        "{json}"
+    );
+    let text = ok(host.request(local("/upcheck/status?x=1")));
+    assert_eq!(text.status(), Some(200));
+    assert!(String::from_utf8_lossy(&text.body).contains("fleet guard: off"));
+    let remote = ok(host.request(RequestSpec {
+        path: "/upcheck/status.json".to_string(),
+        ..RequestSpec::default()
+    }));
+    assert_eq!(remote.status(), Some(403));
+    assert_eq!(
+        host.requests_routed("app1") + host.requests_routed("app2"),
+        0
+    );
+}

@@ -87,7 +87,7 @@ pub enum Status {
 
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str(match self {
+        f.pad(match self {
             Status::Unknown => "unknown",
             Status::Healthy => "healthy",
             Status::Unhealthy => "unhealthy",

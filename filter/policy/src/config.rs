@@ -38,6 +38,12 @@ pub struct Config {
     /// Probe times are spread by up to ± this much so backends are not probed in lockstep.
     /// Default: 10% of the active interval.
     pub jitter: Option<Duration>,
+    /// Path the filter answers itself with every backend's health: plain text there, JSON at the
+    /// same path plus `.json`; `null` turns it off. Default `/upcheck/status`.
+    pub status_path: Option<String>,
+    /// Whether clients other than loopback may read the status page. Default false: others get
+    /// 403.
+    pub status_public: bool,
 }
 
 /// How the pick reaches the proxy.
@@ -345,6 +351,15 @@ fn list<T>(
     }
 }
 
+/// The index of the first item equal to an earlier one (`None` items never repeat).
+fn first_repeat<'a>(items: impl Iterator<Item = Option<&'a str>>) -> Option<usize> {
+    let mut seen = HashSet::new();
+    items
+        .enumerate()
+        .find(|(_, item)| item.is_some_and(|s| !seen.insert(s)))
+        .map(|(i, _)| i)
+}
+
 /// A header name or cluster name: a non-empty HTTP token.
 fn token(path: &str, value: &str) -> Result<(), ConfigError> {
     if value.is_empty() {
@@ -577,6 +592,8 @@ impl Config {
                 "max_ejection_percent",
                 "min_healthy_percent",
                 "jitter",
+                "status_path",
+                "status_public",
             ],
         )?;
         let upstreams = o
@@ -590,14 +607,15 @@ impl Config {
         if upstreams.is_empty() {
             return Err(fail("upstreams", "needs at least one upstream"));
         }
-        let mut names = HashSet::new();
-        for (i, up) in upstreams.iter().enumerate() {
-            if !names.insert(up.name.as_str()) {
-                return Err(fail(
-                    format!("upstreams[{i}].name"),
-                    format!("{:?} is listed twice", up.name),
-                ));
-            }
+        if let Some(i) = first_repeat(upstreams.iter().map(|u| Some(u.name.as_str()))) {
+            let name = upstreams
+                .get(i)
+                .map(|u| u.name.as_str())
+                .unwrap_or_default();
+            return Err(fail(
+                format!("upstreams[{i}].name"),
+                format!("{name:?} is listed twice"),
+            ));
         }
         let routing = o
             .read("routing", |p, v| match string(p, v)?.as_str() {
@@ -610,16 +628,21 @@ impl Config {
             })?
             .unwrap_or(RoutingMode::Cluster);
         if routing == RoutingMode::Host {
-            let mut addresses = HashSet::new();
-            for (i, up) in upstreams.iter().enumerate() {
-                let at = format!("upstreams[{i}].address");
-                match &up.address {
-                    None => return Err(fail(at, "missing; `routing: \"host\"` routes by address")),
-                    Some(a) if !addresses.insert(a.as_str()) => {
-                        return Err(fail(at, format!("{a:?} is another upstream's address too")))
-                    }
-                    Some(_) => {}
-                }
+            if let Some(i) = upstreams.iter().position(|u| u.address.is_none()) {
+                return Err(fail(
+                    format!("upstreams[{i}].address"),
+                    "missing; `routing: \"host\"` routes by address",
+                ));
+            }
+            if let Some(i) = first_repeat(upstreams.iter().map(|u| u.address.as_deref())) {
+                let a = upstreams
+                    .get(i)
+                    .and_then(|u| u.address.as_deref())
+                    .unwrap_or_default();
+                return Err(fail(
+                    format!("upstreams[{i}].address"),
+                    format!("{a:?} is another upstream's address too"),
+                ));
             }
         }
         let route_header = o
@@ -640,6 +663,31 @@ impl Config {
             max_ejection_percent: o.read("max_ejection_percent", percent)?.unwrap_or(50),
             min_healthy_percent: o.read("min_healthy_percent", percent)?,
             jitter: o.read("jitter", positive_duration)?,
+            status_path: match document.get("status_path") {
+                Some(Value::Null) => None,
+                _ => Some(
+                    o.read("status_path", |p, v| {
+                        let path = string(p, v)?;
+                        if !path.starts_with('/') || path.contains(['?', '#']) {
+                            return Err(fail(
+                                p,
+                                format!("must be a path like \"/upcheck/status\", got {path:?}"),
+                            ));
+                        }
+                        header_value(p, &path).map(|()| path)
+                    })?
+                    .unwrap_or_else(|| "/upcheck/status".into()),
+                ),
+            },
+            status_public: o
+                .read("status_public", |p, v| match v {
+                    Value::Bool(b) => Ok(*b),
+                    other => Err(fail(
+                        p,
+                        format!("expected true or false, got {}", kind(other)),
+                    )),
+                })?
+                .unwrap_or(false),
         };
         let interval = config.health_checks.active.interval;
         if config.jitter() >= interval {

@@ -24,6 +24,7 @@ pub mod duration;
 pub mod fleet;
 pub mod passive;
 pub mod pool;
+pub mod report;
 pub mod schedule;
 pub mod select;
 pub mod status;

@@ -1,0 +1,173 @@
+//! The status page: every backend's health as the policy sees it, for a person (text) and for a
+//! machine (JSON), rendered from a [`Pool`] with no I/O.
+
+use crate::active::{ProbeOutcome, Status};
+use crate::duration;
+use crate::pool::Pool;
+use crate::Time;
+use std::fmt::Write;
+
+/// One backend's line, shared by both renderings.
+struct Line<'a> {
+    name: &'a str,
+    routable: bool,
+    status: Status,
+    ejected: bool,
+    failures: u32,
+    last_probe: Option<(Time, ProbeOutcome)>,
+    accepting: bool,
+}
+
+fn lines(pool: &Pool, now: Time) -> impl Iterator<Item = Line<'_>> {
+    let routing = pool.routing();
+    let passive = &pool.config().health_checks.passive;
+    pool.config()
+        .upstreams
+        .iter()
+        .zip(pool.backends())
+        .enumerate()
+        .map(move |(i, (u, b))| Line {
+            name: &u.name,
+            routable: routing.routable.get(i).copied().unwrap_or(false),
+            status: b.active.status,
+            ejected: routing.ejected.get(i).copied().unwrap_or(false),
+            failures: b.passive.count(now, passive),
+            last_probe: b.active.last,
+            accepting: b.accepting(),
+        })
+}
+
+fn ago(now: Time, at: Time) -> String {
+    duration::display(now.saturating_sub(at))
+}
+
+/// Plain text: one line per backend, then the fleet guard.
+pub fn text(pool: &Pool, now: Time) -> String {
+    let mut out = String::from("upcheck\n");
+    for l in lines(pool, now) {
+        let _ = write!(
+            out,
+            "{:<24} {:<9} {:<9} failures={} {}",
+            l.name,
+            if l.routable { "in" } else { "out" },
+            l.status,
+            l.failures,
+            if l.ejected { "ejected " } else { "" },
+        );
+        match l.last_probe {
+            Some((at, outcome)) => {
+                let _ = writeln!(out, "last probe {outcome} {} ago", ago(now, at));
+            }
+            None => out.push_str("not probed yet\n"),
+        }
+    }
+    let guard = pool.routing().guard;
+    let _ = writeln!(out, "fleet guard: {guard}");
+    out
+}
+
+/// JSON: `{"backends": [{"name", "routable", "status", "ejected", "failures", "accepting",
+/// "last_probe", "last_probe_ago_ms"}], "fleet_guard": bool, "fleet_guard_reason": string}`.
+pub fn json(pool: &Pool, now: Time) -> String {
+    let mut out = String::from("{\"backends\":[");
+    for (i, l) in lines(pool, now).enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(
+            out,
+            "{{\"name\":{},\"routable\":{},\"status\":\"{}\",\"ejected\":{},\"failures\":{},\"accepting\":{}",
+            quoted(l.name),
+            l.routable,
+            l.status,
+            l.ejected,
+            l.failures,
+            l.accepting
+        );
+        match l.last_probe {
+            Some((at, outcome)) => {
+                let ms = now.saturating_sub(at).as_millis();
+                let _ = write!(
+                    out,
+                    ",\"last_probe\":{},\"last_probe_ago_ms\":{}}}",
+                    quoted(&outcome.to_string()),
+                    u64::try_from(ms).unwrap_or(u64::MAX)
+                );
+            }
+            None => out.push_str(",\"last_probe\":null,\"last_probe_ago_ms\":null}"),
+        }
+    }
+    let guard = pool.routing().guard;
+    let _ = write!(
+        out,
+        "],\"fleet_guard\":{},\"fleet_guard_reason\":{}}}",
+        guard.engaged(),
+        quoted(&guard.to_string())
+    );
+    out
+}
+
+/// A JSON string literal.
+fn quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use std::time::Duration;
+
+    fn pool() -> Pool {
+        let config = Config::parse(br#"{"upstreams":[{"name":"app1"},{"name":"app-2"}]}"#)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut pool = Pool::new(config, Duration::ZERO);
+        pool.observe_probe(0, ProbeOutcome::Pass, Duration::from_millis(10));
+        pool.observe_probe(1, ProbeOutcome::Soft(Some(502)), Duration::from_millis(20));
+        pool.refresh(Duration::from_millis(20));
+        pool
+    }
+
+    #[test]
+    fn the_json_status_is_valid_json_with_every_backend() {
+        let json = json(&pool(), Duration::from_secs(1));
+        let v: serde_json::Value =
+            serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+        assert_eq!(v["backends"][0]["name"], "app1");
+        assert_eq!(v["backends"][0]["routable"], true);
+        assert_eq!(v["backends"][1]["name"], "app-2");
+        assert_eq!(v["backends"][1]["status"], "unhealthy");
+        assert_eq!(v["backends"][1]["last_probe"], "answered 502");
+        assert_eq!(v["backends"][1]["last_probe_ago_ms"], 980);
+        assert_eq!(v["fleet_guard"], false);
+    }
+
+    #[test]
+    fn json_strings_escape_quotes_and_control_characters() {
+        assert_eq!(quoted("a\"b\\c\nd"), r#""a\"b\\c\u000ad""#);
+    }
+
+    #[test]
+    fn the_text_status_reads_one_line_per_backend() {
+        let text = text(&pool(), Duration::from_secs(1));
+        assert!(text.contains("app1                     in        healthy   failures=0 last probe passed 990ms ago"), "{text}");
+        assert!(
+            text.contains("out       unhealthy failures=0 last probe answered 502 980ms ago"),
+            "{text}"
+        );
+        assert!(text.ends_with("fleet guard: off\n"), "{text}");
+    }
+}

@@ -1,0 +1,58 @@
+//! The status page, answered by the filter itself: every backend's health as this worker routes
+//! by it. Closed to clients other than loopback unless `status_public` is set, since it names
+//! the backends.
+
+use crate::worker::Worker;
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::MapType;
+use upcheck_policy::{report, Time};
+
+/// Answers the request if it is for the status page; true if it did.
+pub fn answer(w: &Worker, now: Time) -> bool {
+    let (Some(pool), Some(page)) = (
+        w.pool.as_ref(),
+        w.config().and_then(|c| c.status_path.as_deref()),
+    ) else {
+        return false;
+    };
+    let Ok(Some(path)) = hostcalls::get_map_value(MapType::HttpRequestHeaders, ":path") else {
+        return false;
+    };
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    let json = match path.strip_prefix(page) {
+        Some("") => false,
+        Some(".json") => true,
+        _ => return false,
+    };
+    if !pool.config().status_public && !from_loopback() {
+        respond(
+            403,
+            "text/plain",
+            "upcheck: the status page is open to loopback clients only\n",
+        );
+    } else if json {
+        respond(200, "application/json", &report::json(pool, now));
+    } else {
+        respond(200, "text/plain; charset=utf-8", &report::text(pool, now));
+    }
+    true
+}
+
+/// Whether the client connected from a loopback address (`source.address` is `ip:port`).
+fn from_loopback() -> bool {
+    let Ok(Some(address)) = hostcalls::get_property(vec!["source", "address"]) else {
+        return false;
+    };
+    let address = String::from_utf8_lossy(&address);
+    address.starts_with("127.") || address.starts_with("[::1]") || address.starts_with("::1")
+}
+
+fn respond(status: u32, content_type: &str, body: &str) {
+    let headers = vec![
+        ("content-type", content_type),
+        ("cache-control", "no-store"),
+    ];
+    if let Err(status) = hostcalls::send_http_response(status, headers, Some(body.as_bytes())) {
+        log::warn!("upcheck: the status page could not be sent ({status:?})");
+    }
+}
