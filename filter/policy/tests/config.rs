@@ -319,12 +319,18 @@ fn an_address_must_be_host_and_port() {
 #[test]
 fn the_status_page_is_on_at_its_default_path_closed_to_others_and_can_be_moved_or_turned_off() {
     let c = Config::parse(CADDY.as_bytes()).expect("parses");
-    assert_eq!((c.status_path.as_deref(), c.status_public), (Some("/upcheck/status"), false));
+    assert_eq!(
+        (c.status_path.as_deref(), c.status_public),
+        (Some("/upcheck/status"), false)
+    );
     let c = Config::parse(br#"{"upstreams":[{"name":"a"}],"status_path":null}"#).expect("parses");
     assert_eq!(c.status_path, None);
     let json = br#"{"upstreams":[{"name":"a"}],"status_path":"/lb","status_public":true}"#;
     let c = Config::parse(json).expect("parses");
-    assert_eq!((c.status_path.as_deref(), c.status_public), (Some("/lb"), true));
+    assert_eq!(
+        (c.status_path.as_deref(), c.status_public),
+        (Some("/lb"), true)
+    );
     assert_eq!(
         error(r#"{"upstreams":[{"name":"a"}],"status_path":"lb?x"}"#),
         "status_path: must be a path like \"/upcheck/status\", got \"lb?x\""
