@@ -117,7 +117,13 @@ impl RootContext for Root {
                 }
                 None => w.pool = Some(Pool::new(config, now)),
             }
+            // A root context created by a configuration update starts from what the process
+            // already knows rather than from a cold start.
             w.resync();
+            w.sync(false);
+            if let Some(pool) = w.pool.as_mut() {
+                pool.refresh(now);
+            }
         });
         self.set_tick(FIRST_TICK);
         configured.is_some()

@@ -107,8 +107,12 @@ pub fn hold_lease(me: u64, config: u64, now: Time, ttl: Duration) -> bool {
     if newest.is_some_and(|newest| newest != config) {
         return false; // a root context with an older configuration, draining
     }
-    ensure(LEASE, &[0; 16]);
-    let Some((bytes, cas)) = get(LEASE) else {
+    // Created empty, then taken by compare-and-swap like any other time: two VMs creating it
+    // at once cannot both win.
+    let Some((bytes, cas)) = get(LEASE).or_else(|| {
+        ensure(LEASE, &[0; 16]);
+        get(LEASE)
+    }) else {
         return false;
     };
     let holder = decode_u64(&bytes).unwrap_or(0);

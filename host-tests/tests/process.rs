@@ -112,3 +112,13 @@ fn a_request_and_a_probe_round_cost_a_bounded_number_of_instructions() {
         "{per_probe} per probe answer"
     );
 }
+
+#[test]
+fn the_first_probe_round_goes_out_within_100_ms_of_start() {
+    let mut host = host(2);
+    host.upstream("app1");
+    host.upstream("app2");
+    ok(host.start(BOTH));
+    ok(host.advance(Duration::from_millis(100)));
+    assert_eq!((host.probes_sent("app1"), host.probes_sent("app2")), (1, 1));
+}
