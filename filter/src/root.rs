@@ -65,7 +65,7 @@ impl Context for Root {
             };
             match prober.answer(token, body_size, pool, &w.metrics, now) {
                 Some(Published::Now) => {
-                    pool.refresh(now);
+                    take_stock(pool, prober, &w.metrics, now);
                     w.publish_active();
                     *dirty = false;
                 }
@@ -162,16 +162,14 @@ impl RootContext for Root {
             let Some(pool) = pool.as_mut() else {
                 return;
             };
-            if let Some(p) = prober.as_mut() {
-                pool.refresh(now);
-                p.probe_ejected(pool, now);
-                if p.round(pool, metrics, now) == Published::Now {
-                    *dirty = true;
-                }
-            }
             let events = pool.refresh(now);
             if let Some(p) = prober.as_mut() {
                 report(pool, &events);
+                p.probe_ejected(pool, now);
+                if p.round(pool, metrics, now) == Published::Now {
+                    *dirty = true;
+                    take_stock(pool, p, metrics, now);
+                }
                 p.gauges(pool, metrics);
             }
             if *dirty {
@@ -193,6 +191,13 @@ impl RootContext for Root {
 
 fn nanos(t: Time) -> u64 {
     u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Recomputes the prober's routing after a change it made, and reports it.
+fn take_stock(pool: &mut Pool, prober: &mut Prober, metrics: &Metrics, now: Time) {
+    let events = pool.refresh(now);
+    report(pool, &events);
+    prober.gauges(pool, metrics);
 }
 
 /// Logs process-wide routing changes (only the prober does, so each is logged once).
