@@ -5,6 +5,7 @@
 #   make unit        the policy core, natively
 #   make host-test   the real upcheck.wasm in a wasmtime proxy-wasm host, on a virtual clock
 #   make e2e         the real upcheck.wasm in a real Envoy 1.40
+#   make run         the incident, live: app1 healthy, app2 answering 502, Envoy with upcheck
 #   make lint        rustfmt and clippy
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -32,6 +33,7 @@ $(WASM): $(RAW_WASM)
 	@echo "upcheck.wasm: $$(stat -c %s $@) bytes ($$(stat -c %s $(RAW_WASM)) before wasm-opt)"
 
 include mk/envoy.mk
+include mk/run.mk
 
 unit:
 	$(CARGO) test -p upcheck-policy

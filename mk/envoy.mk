@@ -37,7 +37,7 @@ envoy: $(ENVOY_STAMP)
 	@echo "envoy $(ENVOY_VERSION): $(ENVOY)"
 
 e2e: envoy $(WASM)
-	$(CARGO) test -p upcheck-e2e
+	$(CARGO) test -p upcheck-e2e --no-fail-fast
 
 # Validation loads the module and runs its on_configure, so the plugin configuration is checked too.
 validate-config: envoy $(WASM)

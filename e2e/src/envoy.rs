@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -42,6 +42,15 @@ pub struct EnvoyBuilder {
     concurrency: u32,
     backends: Vec<(String, SocketAddr)>,
     filter: Option<Value>,
+}
+
+/// How an Envoy that was meant to refuse its configuration ended.
+#[derive(Debug)]
+pub struct Exited {
+    /// Its exit status.
+    pub status: ExitStatus,
+    /// Its log followed by its own stdout and stderr.
+    pub output: String,
 }
 
 /// A running Envoy.
@@ -85,16 +94,69 @@ impl EnvoyBuilder {
         self
     }
 
+    /// The wasm filter as configured, with the module from `UPCHECK_WASM`.
+    fn wasm(&self) -> Result<Option<WasmFilter>> {
+        match &self.filter {
+            Some(config) => Ok(Some(WasmFilter {
+                module: module()?,
+                config: config.clone(),
+            })),
+            None => Ok(None),
+        }
+    }
+
+    /// Runs Envoy with its listener and clusters in a static bootstrap until it exits by itself,
+    /// `--mode validate` if `validate`: for a configuration it must refuse at start-up (see
+    /// [`envoy_config::static_bootstrap`]). An error if it is still running after 30 s (it is
+    /// killed then).
+    pub async fn run_static(self, validate: bool) -> Result<Exited> {
+        let binary = binary()?;
+        let filter = self.wasm()?;
+        let _turn = TURN.lock().await;
+        let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
+        let bootstrap = dir.path().join("bootstrap.json");
+        let listener = envoy_config::listener(free_addr()?, filter.as_ref());
+        let config =
+            envoy_config::static_bootstrap(free_addr()?, listener, clusters(&self.backends));
+        std::fs::write(&bootstrap, config.to_string())?;
+        let (log, out) = (dir.path().join("envoy.log"), dir.path().join("envoy.out"));
+        let output = std::fs::File::create(&out)?;
+        let mut child = Command::new(binary)
+            .arg("--config-path")
+            .arg(&bootstrap)
+            .args(["--mode", if validate { "validate" } else { "serve" }])
+            .args(["--concurrency", &self.concurrency.to_string()])
+            .arg("--disable-hot-restart")
+            .arg("--log-path")
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(output.try_clone()?)
+            .stderr(output)
+            .spawn()
+            .with_context(|| format!("cannot run {}", binary.display()))?;
+        let deadline = Instant::now() + PATIENCE;
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("Envoy (pid {}) still ran after {PATIENCE:?}", child.id());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
+        Ok(Exited {
+            status,
+            output: read(&log) + &read(&out),
+        })
+    }
+
     /// Starts Envoy and waits until it serves on its listener.
     pub async fn start(self) -> Result<Envoy> {
         let binary = binary()?;
-        let filter = match self.filter {
-            Some(config) => Some(WasmFilter {
-                module: module()?,
-                config,
-            }),
-            None => None,
-        };
+        let filter = self.wasm()?;
         let turn = TURN.lock().await;
         let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
         let xds = XdsFiles::create(&dir.path().join("xds"))?;
@@ -155,9 +217,19 @@ impl Envoy {
         }
     }
 
+    /// The address of the listener users reach.
+    pub fn addr(&self) -> SocketAddr {
+        self.listener
+    }
+
     /// The URL of `path` (starting with `/`) on the listener users reach.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.listener)
+    }
+
+    /// The URL of `path_and_query` on the admin interface (loopback), e.g. `/stats?filter=upcheck`.
+    pub fn admin_url(&self, path_and_query: &str) -> String {
+        format!("http://{}{path_and_query}", self.admin)
     }
 
     /// Envoy's pid.
@@ -172,7 +244,7 @@ impl Envoy {
 
     /// The body of an admin GET, e.g. `admin("/clusters")`.
     pub async fn admin(&self, path_and_query: &str) -> Result<String> {
-        let url = format!("http://{}{path_and_query}", self.admin);
+        let url = self.admin_url(path_and_query);
         let response = self.http.get(&url).send().await?;
         let status = response.status();
         let body = response.text().await?;

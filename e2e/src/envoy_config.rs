@@ -44,6 +44,29 @@ pub fn bootstrap(admin: SocketAddr, lds: &Path, cds: &Path) -> Value {
     })
 }
 
+/// A bootstrap with everything static: loopback admin on `admin`, and `listener` and `clusters`
+/// (as [`listener`] and [`cluster`] render them) in `static_resources`, for a start-up that must
+/// fail. A plugin configuration the filter rejects fails a static listener, and Envoy with it;
+/// served over LDS it only gets the update rejected, and Envoy stays up without the listener.
+pub fn static_bootstrap(admin: SocketAddr, listener: Value, clusters: Vec<Value>) -> Value {
+    // `@type` names a resource's type in a discovery response; inside the bootstrap the field
+    // already says it, and protobuf's JSON reader rejects the extra key.
+    let untyped = |mut resource: Value| {
+        if let Some(fields) = resource.as_object_mut() {
+            fields.remove("@type");
+        }
+        resource
+    };
+    json!({
+        "node": {"id": "upcheck-e2e", "cluster": "upcheck-e2e"},
+        "admin": {"address": socket_address(admin)},
+        "static_resources": {
+            "listeners": [untyped(listener)],
+            "clusters": clusters.into_iter().map(untyped).collect::<Vec<_>>(),
+        },
+    })
+}
+
 /// The listener on `addr`: the route sends each request to the cluster named in the routing
 /// header (set by the filter, or by the client when there is no filter), which is then removed.
 pub fn listener(addr: SocketAddr, filter: Option<&WasmFilter>) -> Value {

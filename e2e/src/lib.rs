@@ -3,7 +3,8 @@
 //! The pieces a scenario is made of, each in its own module: fake backends that break on command
 //! ([`upstream`], [`mode`]), user traffic that reports what users saw ([`replay`]), and a real
 //! Envoy per test ([`envoy`]) whose configuration ([`envoy_config`]) is served from files
-//! ([`xds`]) so it can change while Envoy runs. A scenario reads:
+//! ([`xds`]) so it can change while Envoy runs, and the plugin configuration the incident
+//! scenarios share ([`plugin`]). A scenario reads:
 //!
 //! ```no_run
 //! # async fn scenario() -> anyhow::Result<()> {
@@ -34,6 +35,7 @@
 pub mod envoy;
 pub mod envoy_config;
 pub mod mode;
+pub mod plugin;
 pub mod ports;
 pub mod replay;
 pub mod upstream;

@@ -22,6 +22,7 @@ pub struct Replay {
     duration: Duration,
     timeout: Duration,
     headers: Vec<(String, String)>,
+    fresh_connections: bool,
 }
 
 /// What one user saw.
@@ -79,7 +80,16 @@ impl Replay {
             duration,
             timeout: Duration::from_secs(2),
             headers: Vec::new(),
+            fresh_connections: false,
         }
+    }
+
+    /// Opens a new connection for every request, as many separate users do, instead of reusing
+    /// idle ones. A proxy spreads connections over its workers, so this is how traffic reaches
+    /// every worker; over kept-alive connections a light load stays on one or two.
+    pub fn connection_per_request(mut self) -> Self {
+        self.fresh_connections = true;
+        self
     }
 
     /// Sets how long a user waits for a complete response.
@@ -102,10 +112,11 @@ impl Replay {
     /// Sends every request on schedule and waits for all outcomes.
     pub async fn run(&self) -> Result<Report, reqwest::Error> {
         // Never through a proxy from the environment: the targets are on this machine.
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .timeout(self.timeout)
-            .build()?;
+        let mut client = reqwest::Client::builder().no_proxy().timeout(self.timeout);
+        if self.fresh_connections {
+            client = client.pool_max_idle_per_host(0);
+        }
+        let client = client.build()?;
         let start = Instant::now();
         let mut requests = JoinSet::new();
         for i in 0..self.count() {

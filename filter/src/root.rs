@@ -102,7 +102,7 @@ impl RootContext for Root {
         let prober = &mut self.prober;
         let configured = worker::with(&self.worker, |w| {
             let names: Vec<&str> = config.upstreams.iter().map(|u| u.name.as_str()).collect();
-            log::info!(
+            log::debug!(
                 "upcheck: configured with {} backends: {}",
                 names.len(),
                 names.join(", ")

@@ -2,8 +2,11 @@
 //!
 //! Every backend is due at once when it first appears (a new backend is probed immediately, not
 //! one interval later), then every interval, moved by up to ± jitter so a large fleet is not
-//! probed in lockstep. The jitter comes from a small seeded generator: the same seed gives the
-//! same schedule, which keeps tests and probe counts deterministic.
+//! probed in lockstep. Each backend keeps a nominal slot that advances by exactly one interval;
+//! only the probe time is jittered around it, so neither the jitter nor the caller's tick
+//! granularity accumulates into a longer interval. The jitter comes from a small seeded
+//! generator: the same seed gives the same schedule, which keeps tests and probe counts
+//! deterministic.
 
 use crate::Time;
 use std::time::Duration;
@@ -11,7 +14,10 @@ use std::time::Duration;
 /// Next probe time per backend.
 #[derive(Debug, Clone)]
 pub struct Schedule {
+    /// When each backend is probed next (its slot, jittered).
     next: Vec<Time>,
+    /// Each backend's nominal slot.
+    slot: Vec<Time>,
     rng: u64,
 }
 
@@ -20,16 +26,20 @@ impl Schedule {
     pub fn new(backends: usize, now: Time, seed: u64) -> Schedule {
         Schedule {
             next: vec![now; backends],
+            slot: vec![now; backends],
             rng: seed | 1,
         }
     }
 
     /// Keeps the times of backends that stay (`kept[new] = Some(old)`); new ones are due at `now`.
     pub fn remap(&mut self, kept: &[Option<usize>], now: Time) {
-        self.next = kept
-            .iter()
-            .map(|old| old.and_then(|o| self.next.get(o).copied()).unwrap_or(now))
-            .collect();
+        let carry = |times: &[Time]| -> Vec<Time> {
+            kept.iter()
+                .map(|old| old.and_then(|o| times.get(o).copied()).unwrap_or(now))
+                .collect()
+        };
+        self.next = carry(&self.next);
+        self.slot = carry(&self.slot);
     }
 
     /// Makes backend `i` due at `now` (a backend just ejected is probed at once, so it is not
@@ -46,10 +56,17 @@ impl Schedule {
         for i in 0..self.next.len() {
             let at = self.next.get(i).copied().unwrap_or(now);
             if at <= now {
+                let mut slot = self.slot.get(i).copied().unwrap_or(now) + interval;
+                if slot <= now {
+                    slot = now + interval; // first probe, or far behind: start again from now
+                }
                 let shift = self.jitter(jitter);
-                let next = (now + interval + jitter).saturating_sub(shift);
-                if let Some(slot) = self.next.get_mut(i) {
-                    *slot = next;
+                let next = (slot + jitter)
+                    .saturating_sub(shift)
+                    .max(now + interval / 2);
+                if let (Some(s), Some(n)) = (self.slot.get_mut(i), self.next.get_mut(i)) {
+                    *s = slot;
+                    *n = next;
                 }
                 due.push(i);
             }
@@ -88,6 +105,21 @@ mod tests {
         let next = s.next_due().unwrap_or_default();
         assert!(next >= 9 * S && next <= 11 * S, "next due at {next:?}");
         assert_eq!(s.due(11 * S, 10 * S, S), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn probes_checked_on_a_coarse_tick_keep_the_interval_on_average() {
+        let mut s = Schedule::new(1, Duration::ZERO, 3);
+        let tick = Duration::from_millis(200);
+        let (interval, jitter) = (Duration::from_millis(1_000), Duration::from_millis(100));
+        let mut probes = 0;
+        let mut now = Duration::ZERO;
+        while now < Duration::from_secs(1_000) {
+            probes += s.due(now, interval, jitter).len();
+            now += tick;
+        }
+        // 1,000 s at one probe a second: a drift of half a tick per probe would give ~900.
+        assert!((999..=1_001).contains(&probes), "{probes} probes");
     }
 
     #[test]

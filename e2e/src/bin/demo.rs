@@ -1,0 +1,191 @@
+//! `make run`: the incident, live, with upcheck in front.
+//!
+//! app1 is healthy; app2 is broken as it was in the incident, its sidecar answering 502 to
+//! everything. Envoy 1.40 runs upcheck.wasm with the operators' own plugin configuration
+//! (`config/upcheck.json`, the Caddy `health_checks` block) in the same shape as
+//! `config/envoy.yaml`, all on 127.0.0.1. A little user traffic runs in the background; every
+//! second one line says what those users saw and which backend got them, and every health change
+//! upcheck logs is shown as it happens. So a reader watches app2 being kept out of rotation, and
+//! can break or fix a backend by hand (the printed `curl -X PUT` lines) and watch upcheck follow.
+//!
+//! Everything is built from the e2e harness, so the demo runs exactly what the tests test. It
+//! stops on Ctrl-C or SIGTERM, or by itself after `--seconds` (`DEMO_SECONDS`, default 10 min),
+//! and kills Envoy by its pid on the way out.
+
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::time::{sleep_until, Instant, MissedTickBehavior};
+use upcheck_e2e::envoy::Envoy;
+use upcheck_e2e::mode::Mode;
+use upcheck_e2e::replay::Replay;
+use upcheck_e2e::upstream::FakeUpstream;
+
+/// A live demo of the incident with upcheck in front (needs UPCHECK_ENVOY and UPCHECK_WASM).
+#[derive(Parser)]
+struct Args {
+    /// The plugin configuration (JSON) upcheck runs with.
+    #[arg(long, default_value = "config/upcheck.json")]
+    plugin_config: PathBuf,
+    /// Stop by itself after this many seconds.
+    #[arg(long, env = "DEMO_SECONDS", default_value_t = 600)]
+    seconds: u64,
+    /// Background user requests per second.
+    #[arg(long, default_value_t = 10)]
+    rate: u32,
+}
+
+/// Seconds since `start`, as the demo's lines are stamped.
+fn stamp(start: Instant) -> String {
+    format!("[{:>4}s]", start.elapsed().as_secs())
+}
+
+/// The message of an upcheck log line in Envoy's log: `upcheck: app2 unhealthy: …`.
+///
+/// Envoy writes `… wasm log <plugin> <root id>: <message>`; upcheck's messages start `upcheck:`.
+fn upcheck_message(line: &str) -> Option<&str> {
+    let (_, logged) = line.split_once("] wasm log ")?;
+    let (_, message) = logged.split_once(": ")?;
+    message.starts_with("upcheck:").then_some(message)
+}
+
+/// Prints every upcheck line Envoy logs, every 200 ms, until dropped.
+async fn follow_log(envoy: &Envoy, start: Instant) -> Infallible {
+    let mut seen = 0;
+    loop {
+        let log = envoy.log();
+        // Only whole lines: the last one may still be being written.
+        let complete = log.rfind('\n').map_or(0, |end| end + 1);
+        if complete > seen {
+            for line in log[seen..complete].lines() {
+                if let Some(message) = upcheck_message(line) {
+                    println!("{} {message}", stamp(start));
+                }
+            }
+            seen = complete;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Sends `rate` user requests a second and prints one line a second: what users saw, and how
+/// many of them each backend received. Runs until dropped, or until no client can be built.
+async fn drive_users(
+    url: String,
+    rate: u32,
+    app1: &FakeUpstream,
+    app2: &FakeUpstream,
+    start: Instant,
+) -> reqwest::Error {
+    let second = Replay::new(url, rate, Duration::from_secs(1)).connection_per_request();
+    let mut every_second = tokio::time::interval(Duration::from_secs(1));
+    every_second.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        every_second.tick().await;
+        let before = (app1.counts().requests, app2.counts().requests);
+        let report = match second.run().await {
+            Ok(report) => report,
+            Err(e) => return e,
+        };
+        let after = (app1.counts().requests, app2.counts().requests);
+        let outcomes: Vec<String> = report
+            .outcomes()
+            .iter()
+            .map(|(outcome, n)| format!("{outcome}:{n}"))
+            .collect();
+        println!(
+            "{} users: {} sent, {} failed ({})  backends got: app1 {}, app2 {}",
+            stamp(start),
+            report.requests(),
+            report.failures(),
+            outcomes.join(" "),
+            after.0 - before.0,
+            after.1 - before.1,
+        );
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let text = std::fs::read_to_string(&args.plugin_config)
+        .with_context(|| format!("cannot read {}", args.plugin_config.display()))?;
+    let plugin: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not JSON", args.plugin_config.display()))?;
+
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Status(502)).await?;
+    let envoy = Envoy::builder()
+        .concurrency(2)
+        .upstream(&app1)
+        .upstream(&app2)
+        .wasm_filter(plugin.clone())
+        .start()
+        .await?;
+    let start = Instant::now();
+
+    println!("upcheck demo: the incident, with upcheck in front (all on 127.0.0.1)");
+    println!("  app1   {}  healthy", app1.addr());
+    println!(
+        "  app2   {}  broken as in the incident: 502 to everything",
+        app2.addr()
+    );
+    println!(
+        "  Envoy {} (pid {}, 2 workers) running upcheck.wasm with {}:",
+        upcheck_e2e::envoy::VERSION,
+        envoy.pid(),
+        args.plugin_config.display()
+    );
+    println!("         {plugin}");
+    println!();
+    println!("Send requests:  curl -si {}", envoy.url("/"));
+    println!("                (the x-fake-upstream header says which backend answered)");
+    println!(
+        "Envoy stats:    curl -s '{}'",
+        envoy.admin_url("/stats?filter=upcheck")
+    );
+    println!(
+        "Fix app2:       curl -X PUT --data ok http://{}/__mode",
+        app2.addr()
+    );
+    println!(
+        "Break app1:     curl -X PUT --data status:502 http://{}/__mode",
+        app1.addr()
+    );
+    println!(
+        "Background traffic: {} requests/s. Stops on Ctrl-C, or by itself after {} s.",
+        args.rate, args.seconds
+    );
+    println!();
+
+    let mut terminate = signal(SignalKind::terminate())?;
+    let deadline = start + Duration::from_secs(args.seconds);
+    let stopped_by = tokio::select! {
+        _ = tokio::signal::ctrl_c() => "Ctrl-C".to_owned(),
+        _ = terminate.recv() => "SIGTERM".to_owned(),
+        _ = sleep_until(deadline) => format!("{} s are up", args.seconds),
+        never = follow_log(&envoy, start) => match never {},
+        e = drive_users(envoy.url("/"), args.rate, &app1, &app2, start) => {
+            format!("the traffic stopped: {e}")
+        }
+    };
+
+    let (a1, a2) = (app1.counts(), app2.counts());
+    println!();
+    println!(
+        "Stopping ({stopped_by}). In {} s: app1 received {} user requests and {} probes, app2 {} user requests and {} probes.",
+        start.elapsed().as_secs(),
+        a1.requests,
+        a1.probes,
+        a2.requests,
+        a2.probes
+    );
+    let pid = envoy.pid();
+    drop(envoy);
+    println!("Envoy (pid {pid}) and both backends stopped.");
+    Ok(())
+}

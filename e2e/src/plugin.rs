@@ -1,0 +1,29 @@
+//! The plugin configuration the incident scenarios run with.
+//!
+//! It is the operators' Caddy block (`config/upcheck.json`) with its times shortened, so that a
+//! scenario needing several probe rounds and an ejection window takes seconds instead of minutes.
+//! The counts stay as the operators wrote them (3 failures eject), because the scenarios assert
+//! counts.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// Time between probes of one backend.
+pub const INTERVAL: Duration = Duration::from_secs(1);
+
+/// Requests per second of user traffic in the scenarios, as in the incident's measurement.
+pub const RATE: u32 = 40;
+
+/// The operators' block for `upstreams` (each also a cluster): probe `GET /up` every 1 s with a
+/// 500 ms timeout, eject a backend after 3 failures within 2 s.
+pub fn fast_checks(upstreams: &[&str]) -> Value {
+    let upstreams: Vec<Value> = upstreams.iter().map(|name| json!({"name": name})).collect();
+    json!({
+        "upstreams": upstreams,
+        "health_checks": {
+            "active": {"path": "/up", "interval": "1s", "timeout": "500ms"},
+            "passive": {"fail_duration": "2s", "max_fails": 3},
+        },
+    })
+}

@@ -1,0 +1,40 @@
+//! Cold start: Envoy comes up with app1 and a hanging app2 both configured and users already
+//! knocking. Nothing is known about either backend yet, so upcheck holds each request back until
+//! the first probe answers (at most one probe timeout), then sends it to a backend that passed.
+//!
+//! app1 answers after 200 ms, its probe included, so users certainly arrive before any verdict:
+//! without the wait they would be spread over both unknown backends, and half would hang on app2.
+
+use std::time::Duration;
+
+use upcheck_e2e::envoy::Envoy;
+use upcheck_e2e::mode::Mode;
+use upcheck_e2e::plugin::{fast_checks, RATE};
+use upcheck_e2e::replay::Replay;
+use upcheck_e2e::upstream::FakeUpstream;
+
+#[tokio::test]
+async fn users_arriving_at_cold_start_never_reach_a_hanging_backend() -> anyhow::Result<()> {
+    let app1 = FakeUpstream::start("app1", Mode::Slow(Duration::from_millis(200))).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Hang).await?;
+    let envoy = Envoy::builder()
+        .concurrency(2)
+        .upstream(&app1)
+        .upstream(&app2)
+        .wasm_filter(fast_checks(&["app1", "app2"]))
+        .start()
+        .await?;
+
+    // From the moment the listener is up: the first probes are still out.
+    let report = Replay::new(envoy.url("/"), RATE, Duration::from_secs(4))
+        .connection_per_request()
+        .run()
+        .await?;
+    println!("cold start, app2 hanging: {report}");
+    println!("first request: {:?}", report.samples[0]);
+
+    assert_eq!(report.failures(), 0, "{report}");
+    assert_eq!(app1.counts().requests, 160);
+    assert_eq!(app2.counts().requests, 0);
+    Ok(())
+}

@@ -1,0 +1,13 @@
+# `make run`: the incident, live, on this machine (demo/README.md). Included from the root
+# Makefile after mk/envoy.mk, whose `envoy` target installs Envoy 1.40 and which exports
+# UPCHECK_ENVOY and UPCHECK_WASM for the demo.
+#
+#   make run                     app1 healthy, app2 answering 502; Envoy + upcheck in front
+#   DEMO_SECONDS=20 make run     stop by itself after 20 s (default 600); Ctrl-C stops it at once
+#
+# Everything listens on 127.0.0.1 only, on free ports the demo prints.
+
+.PHONY: run
+
+run: envoy $(WASM)
+	$(CARGO) run --quiet -p upcheck-e2e --bin demo -- --plugin-config config/upcheck.json
