@@ -228,7 +228,9 @@ impl Worker {
             .unwrap_or(false)
     }
 
-    fn apply_passive(&mut self, table: &PassiveTable) {
+    /// Replaces, per configured backend, what `update` returns for it (by name and current
+    /// state), leaving the others as they are.
+    fn merge(&mut self, update: impl Fn(usize, &str, &Backend) -> Option<Backend>) {
         let Some(pool) = self.pool.as_mut() else {
             return;
         };
@@ -236,36 +238,33 @@ impl Worker {
             .config()
             .upstreams
             .iter()
+            .zip(pool.backends())
             .enumerate()
-            .filter_map(|(i, u)| {
-                let passive = table.iter().find(|(n, _)| *n == u.name)?.1.clone();
-                let active = pool.backends().get(i)?.active;
-                Some((i, Backend { active, passive }))
-            })
+            .filter_map(|(i, (u, b))| Some((i, update(i, &u.name, b)?)))
             .collect();
         for (i, b) in updates {
             pool.set_backend(i, b);
         }
     }
 
-    fn apply_active(&mut self, table: &ActiveTable) {
-        let Some(pool) = self.pool.as_mut() else {
-            return;
-        };
-        let updates: Vec<(usize, Backend)> = pool
-            .config()
-            .upstreams
-            .iter()
-            .enumerate()
-            .filter_map(|(i, u)| {
-                let active = table.iter().find(|(n, _)| *n == u.name)?.1;
-                let passive = pool.backends().get(i)?.passive.clone();
-                Some((i, Backend { active, passive }))
+    fn apply_passive(&mut self, table: &PassiveTable) {
+        self.merge(|i, name, b| {
+            let passive = entry(table, i, name)?.clone();
+            Some(Backend {
+                active: b.active,
+                passive,
             })
-            .collect();
-        for (i, b) in updates {
-            pool.set_backend(i, b);
-        }
+        });
+    }
+
+    fn apply_active(&mut self, table: &ActiveTable) {
+        self.merge(|i, name, b| {
+            let active = *entry(table, i, name)?;
+            Some(Backend {
+                active,
+                passive: b.passive.clone(),
+            })
+        });
     }
 
     /// Takes in what other VMs published since the last look. `prober` VMs own the probe table
@@ -303,4 +302,14 @@ impl Worker {
             .collect();
         shared::write_active(&table);
     }
+}
+
+/// Backend `name`'s entry in a shared table; tables written from the same configuration list
+/// backends in its order, so position `i` is tried first.
+fn entry<'a, T>(table: &'a [(String, T)], i: usize, name: &str) -> Option<&'a T> {
+    table
+        .get(i)
+        .filter(|(n, _)| n == name)
+        .or_else(|| table.iter().find(|(n, _)| n == name))
+        .map(|(_, t)| t)
 }

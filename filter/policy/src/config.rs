@@ -6,11 +6,11 @@
 //! Errors name the JSON path and the reason (`health_checks.passive.max_fails: must be at least 1,
 //! got 0`), because the operator reading Envoy's log has nothing else to go on. The document is
 //! read as a JSON value and walked by hand rather than derived: the walk knows the path of every
-//! field it reads, and it keeps `upcheck.wasm` small.
+//! field it reads, and it keeps `upcheck.wasm` small (see [`crate::json`]).
 
 use crate::duration;
+use crate::json::{self, Json, Number};
 use crate::status::StatusMatch;
-use serde_json::{Map, Value};
 use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
@@ -213,40 +213,41 @@ fn fail(path: impl Into<String>, reason: impl Into<String>) -> ConfigError {
 
 /// What a JSON value is, for "expected …, got …" messages. (Numbers are shown from their
 /// integer value: formatting floats would double the size of the module for an error message.)
-pub(crate) fn kind(v: &Value) -> String {
+pub(crate) fn kind(v: &Json) -> String {
     match v {
-        Value::Null => "null".into(),
-        Value::Bool(b) => format!("the boolean {b}"),
-        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
-            (Some(u), _) => format!("the number {u}"),
-            (None, Some(i)) => format!("the number {i}"),
-            (None, None) => "a fractional or huge number".into(),
-        },
-        Value::String(s) => format!("the string {s:?}"),
-        Value::Array(_) => "a list".into(),
-        Value::Object(_) => "an object".into(),
+        Json::Null => "null".into(),
+        Json::Bool(b) => format!("the boolean {b}"),
+        Json::Number(Number::Unsigned(u)) => format!("the number {u}"),
+        Json::Number(Number::Negative(i)) => format!("the number {i}"),
+        Json::Number(Number::Fraction) => "a fraction".into(),
+        Json::Number(Number::Huge) => "a number too large for 64 bits".into(),
+        Json::String(s) => format!("the string {s:?}"),
+        Json::Array(_) => "a list".into(),
+        Json::Object(_) => "an object".into(),
     }
 }
 
 /// A JSON object being read: it knows its path, and which fields were not read.
 struct Object<'a> {
     path: String,
-    fields: &'a Map<String, Value>,
+    fields: &'a [(String, Json)],
 }
 
 impl<'a> Object<'a> {
     fn new(
         path: &str,
-        value: &'a Value,
+        value: &'a Json,
         known: &'static [&'static str],
     ) -> Result<Self, ConfigError> {
         match value {
-            Value::Object(fields) => {
+            Json::Object(fields) => {
                 let object = Object {
                     path: path.to_owned(),
                     fields,
                 };
-                if let Some(unknown) = fields.keys().find(|k| !known.contains(&k.as_str())) {
+                if let Some((unknown, _)) =
+                    fields.iter().find(|(k, _)| !known.contains(&k.as_str()))
+                {
                     return Err(fail(
                         object.at(unknown),
                         format!(
@@ -273,9 +274,9 @@ impl<'a> Object<'a> {
     }
 
     /// A field that is present and not null.
-    fn get(&self, field: &str) -> Option<(String, &'a Value)> {
-        match self.fields.get(field) {
-            None | Some(Value::Null) => None,
+    fn get(&self, field: &str) -> Option<(String, &'a Json)> {
+        match self.fields.iter().find(|(k, _)| k == field).map(|(_, v)| v) {
+            None | Some(Json::Null) => None,
             Some(v) => Some((self.at(field), v)),
         }
     }
@@ -283,15 +284,15 @@ impl<'a> Object<'a> {
     fn read<T>(
         &self,
         field: &str,
-        parse: impl FnOnce(&str, &Value) -> Result<T, ConfigError>,
+        parse: impl FnOnce(&str, &Json) -> Result<T, ConfigError>,
     ) -> Result<Option<T>, ConfigError> {
         self.get(field).map(|(path, v)| parse(&path, v)).transpose()
     }
 }
 
-fn string(path: &str, v: &Value) -> Result<String, ConfigError> {
+fn string(path: &str, v: &Json) -> Result<String, ConfigError> {
     match v {
-        Value::String(s) => Ok(s.clone()),
+        Json::String(s) => Ok(s.clone()),
         other => Err(fail(
             path,
             format!("expected a string, got {}", kind(other)),
@@ -299,17 +300,17 @@ fn string(path: &str, v: &Value) -> Result<String, ConfigError> {
     }
 }
 
-fn whole(path: &str, v: &Value) -> Result<u64, ConfigError> {
-    match v.as_u64() {
-        Some(n) => Ok(n),
-        None => Err(fail(
+fn whole(path: &str, v: &Json) -> Result<u64, ConfigError> {
+    match v {
+        Json::Number(Number::Unsigned(n)) => Ok(*n),
+        _ => Err(fail(
             path,
             format!("expected a whole number, got {}", kind(v)),
         )),
     }
 }
 
-fn count(path: &str, v: &Value, min: u32, max: u32) -> Result<u32, ConfigError> {
+fn count(path: &str, v: &Json, min: u32, max: u32) -> Result<u32, ConfigError> {
     let n = whole(path, v)?;
     if n < u64::from(min) {
         Err(fail(path, format!("must be at least {min}, got {n}")))
@@ -320,7 +321,7 @@ fn count(path: &str, v: &Value, min: u32, max: u32) -> Result<u32, ConfigError> 
     }
 }
 
-fn percent(path: &str, v: &Value) -> Result<u8, ConfigError> {
+fn percent(path: &str, v: &Json) -> Result<u8, ConfigError> {
     let n = whole(path, v)?;
     match u8::try_from(n) {
         Ok(p) if p <= 100 => Ok(p),
@@ -328,21 +329,21 @@ fn percent(path: &str, v: &Value) -> Result<u8, ConfigError> {
     }
 }
 
-fn positive_duration(path: &str, v: &Value) -> Result<Duration, ConfigError> {
+fn positive_duration(path: &str, v: &Json) -> Result<Duration, ConfigError> {
     duration::from_json(v).map_err(|reason| fail(path, reason))
 }
 
-fn status(path: &str, v: &Value) -> Result<StatusMatch, ConfigError> {
+fn status(path: &str, v: &Json) -> Result<StatusMatch, ConfigError> {
     StatusMatch::from_json(v).map_err(|reason| fail(path, reason))
 }
 
 fn list<T>(
     path: &str,
-    v: &Value,
-    item: impl Fn(&str, &Value) -> Result<T, ConfigError>,
+    v: &Json,
+    item: impl Fn(&str, &Json) -> Result<T, ConfigError>,
 ) -> Result<Vec<T>, ConfigError> {
     match v {
-        Value::Array(items) => items
+        Json::Array(items) => items
             .iter()
             .enumerate()
             .map(|(i, x)| item(&format!("{path}[{i}]"), x))
@@ -386,7 +387,7 @@ fn header_value(path: &str, value: &str) -> Result<(), ConfigError> {
 }
 
 /// A `host:port` address: a host name, IPv4 address or bracketed IPv6 address, and a port.
-fn address(path: &str, v: &Value) -> Result<String, ConfigError> {
+fn address(path: &str, v: &Json) -> Result<String, ConfigError> {
     let text = string(path, v)?;
     let bad = || fail(path, format!("expected host:port, got {text:?}"));
     let (host, port) = text.rsplit_once(':').ok_or_else(bad)?;
@@ -407,7 +408,7 @@ fn address(path: &str, v: &Value) -> Result<String, ConfigError> {
     }
 }
 
-fn upstream(path: &str, v: &Value) -> Result<Upstream, ConfigError> {
+fn upstream(path: &str, v: &Json) -> Result<Upstream, ConfigError> {
     let o = Object::new(
         path,
         v,
@@ -440,8 +441,8 @@ fn upstream(path: &str, v: &Value) -> Result<Upstream, ConfigError> {
     })
 }
 
-fn headers(path: &str, v: &Value) -> Result<Vec<(String, String)>, ConfigError> {
-    let Value::Object(fields) = v else {
+fn headers(path: &str, v: &Json) -> Result<Vec<(String, String)>, ConfigError> {
+    let Json::Object(fields) = v else {
         return Err(fail(path, format!("expected an object, got {}", kind(v))));
     };
     let mut pairs = Vec::new();
@@ -449,7 +450,7 @@ fn headers(path: &str, v: &Value) -> Result<Vec<(String, String)>, ConfigError> 
         let at = format!("{path}.{name}");
         token(&at, name)?;
         let values = match values {
-            Value::Array(_) => list(&at, values, string)?,
+            Json::Array(_) => list(&at, values, string)?,
             other => vec![string(&at, other)?],
         };
         for value in values {
@@ -460,7 +461,7 @@ fn headers(path: &str, v: &Value) -> Result<Vec<(String, String)>, ConfigError> 
     Ok(pairs)
 }
 
-fn active(path: &str, v: &Value) -> Result<Active, ConfigError> {
+fn active(path: &str, v: &Json) -> Result<Active, ConfigError> {
     let o = Object::new(
         path,
         v,
@@ -536,7 +537,7 @@ fn active(path: &str, v: &Value) -> Result<Active, ConfigError> {
     Ok(a)
 }
 
-fn passive(path: &str, v: &Value) -> Result<Passive, ConfigError> {
+fn passive(path: &str, v: &Json) -> Result<Passive, ConfigError> {
     let o = Object::new(
         path,
         v,
@@ -562,7 +563,7 @@ fn passive(path: &str, v: &Value) -> Result<Passive, ConfigError> {
     })
 }
 
-fn health_checks(path: &str, v: &Value) -> Result<HealthChecks, ConfigError> {
+fn health_checks(path: &str, v: &Json) -> Result<HealthChecks, ConfigError> {
     let o = Object::new(path, v, &["active", "passive"])?;
     Ok(HealthChecks {
         active: o.read("active", active)?.unwrap_or_default(),
@@ -579,8 +580,7 @@ impl Config {
                 "the plugin configuration is empty; it needs at least {\"upstreams\": [{\"name\": …}]}",
             ));
         }
-        let document: Value =
-            serde_json::from_slice(json).map_err(|e| fail("", format!("not valid JSON: {e}")))?;
+        let document = json::parse(json).map_err(|e| fail("", format!("not valid JSON: {e}")))?;
         let o = Object::new(
             "",
             &document,
@@ -664,7 +664,7 @@ impl Config {
             min_healthy_percent: o.read("min_healthy_percent", percent)?,
             jitter: o.read("jitter", positive_duration)?,
             status_path: match document.get("status_path") {
-                Some(Value::Null) => None,
+                Some(Json::Null) => None,
                 _ => Some(
                     o.read("status_path", |p, v| {
                         let path = string(p, v)?;
@@ -681,7 +681,7 @@ impl Config {
             },
             status_public: o
                 .read("status_public", |p, v| match v {
-                    Value::Bool(b) => Ok(*b),
+                    Json::Bool(b) => Ok(*b),
                     other => Err(fail(
                         p,
                         format!("expected true or false, got {}", kind(other)),

@@ -4,7 +4,7 @@
 //! (`"10s"`, `"500ms"`, `"1m30s"`). Both are accepted, and anything that is not a positive duration
 //! that fits in 64-bit nanoseconds is refused with a reason rather than silently clamped.
 
-use serde_json::Value;
+use crate::json::{Json, Number};
 use std::time::Duration;
 
 /// Parses a Go-style duration string: one or more `<number><unit>` pairs, units `ns`, `us`/`µs`,
@@ -92,24 +92,19 @@ pub fn display(d: Duration) -> String {
 }
 
 /// Reads a positive duration from JSON: integer nanoseconds (Caddy) or a string.
-pub fn from_json(v: &Value) -> Result<Duration, String> {
+pub fn from_json(v: &Json) -> Result<Duration, String> {
     let d = match v {
-        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
-            (Some(nanos), _) => Duration::from_nanos(nanos),
-            (None, Some(negative)) => {
-                return Err(format!("must be greater than zero, got {negative}"))
-            }
-            (None, None) if n.as_f64().is_some_and(|f| f > u64::MAX as f64) => {
-                return Err("is too large (at most about 584 years of nanoseconds)".into())
-            }
-            (None, None) => {
-                return Err(format!(
-                    "must be whole nanoseconds or a string like \"10s\", got {}",
-                    crate::config::kind(v)
-                ))
-            }
-        },
-        Value::String(text) => parse(text)?,
+        Json::Number(Number::Unsigned(nanos)) => Duration::from_nanos(*nanos),
+        Json::Number(Number::Negative(negative)) => {
+            return Err(format!("must be greater than zero, got {negative}"))
+        }
+        Json::Number(Number::Huge) => {
+            return Err("is too large (at most about 584 years of nanoseconds)".into())
+        }
+        Json::Number(Number::Fraction) => {
+            return Err("must be whole nanoseconds or a string like \"10s\"".into())
+        }
+        Json::String(text) => parse(text)?,
         _ => {
             return Err("expected a duration: integer nanoseconds or a string like \"10s\"".into())
         }

@@ -22,6 +22,7 @@ pub mod active;
 pub mod config;
 pub mod duration;
 pub mod fleet;
+pub mod json;
 pub mod passive;
 pub mod pool;
 pub mod report;

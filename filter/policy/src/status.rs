@@ -3,7 +3,7 @@
 //! Caddy writes a class as a single digit (`2` means 2xx) in JSON and as `2xx` in a Caddyfile; both
 //! are accepted so an operator's existing config keeps its meaning.
 
-use serde_json::Value;
+use crate::json::{Json, Number};
 use std::fmt;
 
 /// Which statuses a rule matches.
@@ -61,10 +61,10 @@ const EXPECTED: &str = "expected a status code 100-599 or a class like \"2xx\"";
 
 impl StatusMatch {
     /// Reads a matcher from JSON: a number or a string.
-    pub fn from_json(v: &Value) -> Result<StatusMatch, String> {
+    pub fn from_json(v: &Json) -> Result<StatusMatch, String> {
         let parsed = match v {
-            Value::Number(n) => n.as_u64().and_then(StatusMatch::from_number),
-            Value::String(s) => StatusMatch::from_text(s),
+            Json::Number(Number::Unsigned(n)) => StatusMatch::from_number(*n),
+            Json::String(s) => StatusMatch::from_text(s),
             _ => None,
         };
         parsed.ok_or_else(|| format!("{EXPECTED}, got {}", crate::config::kind(v)))
@@ -76,7 +76,7 @@ mod tests {
     use super::*;
 
     fn parse(json: &str) -> Result<StatusMatch, String> {
-        let v: Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        let v = crate::json::parse(json.as_bytes()).map_err(|e| e.to_string())?;
         StatusMatch::from_json(&v)
     }
 
