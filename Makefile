@@ -6,6 +6,7 @@
 #   make host-test   the real upcheck.wasm in a wasmtime proxy-wasm host, on a virtual clock
 #   make e2e         the real upcheck.wasm in a real Envoy 1.40
 #   make run         the incident, live: app1 healthy, app2 answering 502, Envoy with upcheck
+#   make bench       what upcheck costs, side by side with a floor filter and Envoy's own checks
 #   make lint        rustfmt and clippy
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -34,6 +35,7 @@ $(WASM): $(RAW_WASM)
 
 include mk/envoy.mk
 include mk/run.mk
+include mk/bench.mk
 
 unit:
 	$(CARGO) test -p upcheck-policy
@@ -45,5 +47,5 @@ test: unit host-test e2e
 
 lint: tools
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy -p upcheck-policy -p upcheck-host-tests -p upcheck-e2e --all-targets -- -D warnings
-	$(CARGO) clippy -p upcheck --target $(WASM_TARGET) -- -D warnings
+	$(CARGO) clippy -p upcheck-policy -p upcheck-host-tests -p upcheck-e2e -p upcheck-bench --all-targets -- -D warnings
+	$(CARGO) clippy -p upcheck -p upcheck-bench-floor --target $(WASM_TARGET) -- -D warnings

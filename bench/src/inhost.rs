@@ -1,0 +1,368 @@
+//! Figures from the wasmtime host (host-tests): fuel and linear memory, deterministic.
+//!
+//! Fuel is wasmtime's count of wasm instructions, so these figures do not depend on the machine
+//! or on what else runs: they say what the filter itself spends, apart from Envoy. Every run is a
+//! process as the shipped configurations run it, `--concurrency 2` (a main-thread VM and two
+//! workers), whose backends all answer 200, so the health table never changes once warm.
+
+use crate::instrument::{self, Instrumented};
+use anyhow::{bail, Result};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use upcheck_host_tests::{Fuel, Host, HostError, HostOptions, Val};
+
+/// Requests per second of the traffic the host sends.
+const RATE: u32 = 500;
+
+/// The upcheck callbacks a request goes through, in order.
+pub const REQUEST_CALLBACKS: [&str; 6] = [
+    "proxy_on_context_create",
+    "proxy_on_request_headers",
+    "proxy_on_response_headers",
+    "proxy_on_log",
+    "proxy_on_done",
+    "proxy_on_delete",
+];
+
+/// The plugin configuration for backends `app1..=appN` with the given probe interval and timeout.
+pub fn fleet(backends: usize, interval: &str, timeout: &str) -> String {
+    let upstreams: Vec<_> = (1..=backends)
+        .map(|i| serde_json::json!({"name": format!("app{i}")}))
+        .collect();
+    serde_json::json!({
+        "upstreams": upstreams,
+        "health_checks": {
+            "active": {"path": "/up", "interval": interval, "timeout": timeout},
+            "passive": {"fail_duration": "10s", "max_fails": 3},
+        },
+    })
+    .to_string()
+}
+
+/// A host running `wasm` in front of `backends` healthy backends, after the first probe round.
+fn started(wasm: &[u8], backends: usize, config: &str) -> Result<Host> {
+    let mut host = Host::new(wasm, HostOptions::default()).map_err(host_error)?;
+    for i in 1..=backends {
+        host.upstream(&format!("app{i}"));
+    }
+    host.start(config).map_err(host_error)?;
+    host.advance(Duration::from_secs(1)).map_err(host_error)?;
+    Ok(host)
+}
+
+fn host_error(e: HostError) -> anyhow::Error {
+    anyhow::anyhow!("{e}")
+}
+
+/// Fuel per export, summed over every VM.
+fn fuel_of(host: &Host) -> BTreeMap<String, Fuel> {
+    host.fuel()
+}
+
+/// What `export` spent between two snapshots.
+fn spent(before: &BTreeMap<String, Fuel>, after: &BTreeMap<String, Fuel>, export: &str) -> Fuel {
+    let (b, a) = (
+        before.get(export).copied().unwrap_or_default(),
+        after.get(export).copied().unwrap_or_default(),
+    );
+    Fuel {
+        calls: a.calls - b.calls,
+        fuel: a.fuel - b.fuel,
+    }
+}
+
+/// Fuel per routed request, in all and per callback.
+#[derive(Clone, Debug)]
+pub struct RequestFuel {
+    /// Mean fuel per request over every callback of its context.
+    pub total: u64,
+    /// Mean fuel per request in each of [`REQUEST_CALLBACKS`].
+    pub callbacks: Vec<(&'static str, u64)>,
+}
+
+/// Fuel per request of `wasm` in front of `backends` (`config` its plugin configuration), after
+/// a warm-up batch, over `requests` requests at [`RATE`].
+pub fn request_fuel(wasm: &[u8], backends: usize, config: &str) -> Result<RequestFuel> {
+    let mut host = started(wasm, backends, config)?;
+    host.traffic(RATE, Duration::from_secs(1))
+        .map_err(host_error)?;
+    let before = fuel_of(&host);
+    let traffic = host
+        .traffic(RATE, Duration::from_secs(4))
+        .map_err(host_error)?;
+    let after = fuel_of(&host);
+    let n = traffic.len() as u64;
+    anyhow::ensure!(
+        traffic.failures().is_empty(),
+        "requests failed in the host: {traffic}"
+    );
+    Ok(RequestFuel {
+        total: traffic.mean_fuel(),
+        callbacks: REQUEST_CALLBACKS
+            .iter()
+            .map(|export| (*export, spent(&before, &after, export).fuel / n.max(1)))
+            .collect(),
+    })
+}
+
+/// Fuel of active checking with `backends` backends and the default 10 s interval.
+#[derive(Clone, Copy, Debug)]
+pub struct ProbeFuel {
+    /// `on_tick` + `on_http_call_response` fuel, all VMs, over whole rounds ÷ probes sent.
+    pub per_backend_round: u64,
+    /// The same with the ticks' idle cost ([`ProbeFuel::idle_tick`] per tick) taken out: what
+    /// probing itself costs.
+    pub probing_per_backend: u64,
+    /// Mean fuel of one `on_tick` (any VM) while no probe is due or answered.
+    pub idle_tick: u64,
+}
+
+/// Measures [`ProbeFuel`] for upcheck `wasm` without traffic.
+pub fn probe_fuel(wasm: &[u8], backends: usize) -> Result<ProbeFuel> {
+    let interval = Duration::from_secs(10);
+    let mut host = started(wasm, backends, &fleet(backends, "10s", "5s"))?;
+    // The first round went out at start; the next is due 9-11 s after it (jitter ± 10 %).
+    let before = fuel_of(&host);
+    host.advance(Duration::from_millis(7_500))
+        .map_err(host_error)?;
+    let after = fuel_of(&host);
+    anyhow::ensure!(
+        spent(&before, &after, "proxy_on_http_call_response").calls == 0,
+        "probes were answered between rounds"
+    );
+    let idle = spent(&before, &after, "proxy_on_tick");
+    // Then whole intervals, from round 2 on.
+    host.advance(Duration::from_millis(1_000))
+        .map_err(host_error)?;
+    let probes = |host: &Host| -> u64 {
+        (1..=backends)
+            .map(|i| host.probes_sent(&format!("app{i}")))
+            .sum()
+    };
+    let (sent_before, before) = (probes(&host), fuel_of(&host));
+    host.advance(interval * 3).map_err(host_error)?;
+    let (sent_after, after) = (probes(&host), fuel_of(&host));
+    let ticks = spent(&before, &after, "proxy_on_tick");
+    let fuel = ticks.fuel + spent(&before, &after, "proxy_on_http_call_response").fuel;
+    let idle_tick = idle.fuel / idle.calls.max(1);
+    let probes = (sent_after - sent_before).max(1);
+    Ok(ProbeFuel {
+        per_backend_round: fuel / probes,
+        probing_per_backend: fuel.saturating_sub(idle_tick * ticks.calls) / probes,
+        idle_tick,
+    })
+}
+
+/// Linear memory of the VMs over a long run.
+#[derive(Clone, Copy, Debug)]
+pub struct MemoryRun {
+    /// Largest memory of any VM after warm-up, in 64 KiB pages.
+    pub warm_pages: u64,
+    /// Largest memory of any VM at the end.
+    pub end_pages: u64,
+    /// Requests sent.
+    pub requests: u64,
+    /// Probe rounds (probes sent ÷ backends).
+    pub rounds: u64,
+}
+
+/// The probe interval of the memory runs: the shortest the tick (200 ms) serves, so that many
+/// rounds fit; with jitter a backend is due every second tick.
+const MEMORY_INTERVAL: &str = "200ms";
+/// Virtual time per batch of a memory run.
+const MEMORY_BATCH: Duration = Duration::from_secs(10);
+
+/// Runs the instrumented `wasm` with `backends` backends until at least `rounds` probe rounds
+/// went out and `requests` requests were sent, spread over the rounds, in batches.
+pub fn memory_run(
+    instrumented: &Instrumented,
+    backends: usize,
+    requests: u64,
+    rounds: u64,
+) -> Result<MemoryRun> {
+    let config = fleet(backends, MEMORY_INTERVAL, "100ms");
+    let mut host = started(&instrumented.wasm, backends, &config)?;
+    host.traffic(RATE, Duration::from_secs(1))
+        .map_err(host_error)?;
+    let warm_pages = pages(&mut host)?;
+    let probes = |host: &Host| -> u64 {
+        (1..=backends)
+            .map(|i| host.probes_sent(&format!("app{i}")))
+            .sum::<u64>()
+            / backends as u64
+    };
+    let first_rounds = probes(&host);
+    // A round every other 200 ms tick: rounds × 400 ms of traffic.
+    let seconds = (rounds * 2).div_ceil(5).max(1);
+    let rate = u32::try_from(requests.div_ceil(seconds))?.max(1);
+    let mut sent = 0;
+    while sent < requests || probes(&host) - first_rounds < rounds {
+        let traffic = host.traffic(rate, MEMORY_BATCH).map_err(host_error)?;
+        sent += traffic.len() as u64;
+    }
+    Ok(MemoryRun {
+        warm_pages,
+        end_pages: pages(&mut host)?,
+        requests: sent,
+        rounds: probes(&host) - first_rounds,
+    })
+}
+
+/// The largest memory of any VM, in pages.
+fn pages(host: &mut Host) -> Result<u64> {
+    (0..host.vm_count())
+        .map(|vm| read_export(host, vm, instrument::MEMORY_PAGES))
+        .try_fold(0, |max, pages| Ok(max.max(pages?)))
+}
+
+fn read_export(host: &mut Host, vm: usize, export: &str) -> Result<u64> {
+    let results = host.call(vm, export, &[]).map_err(host_error)?;
+    match results.as_deref() {
+        Some([Val::I32(v)]) => Ok(u64::from(*v as u32)),
+        Some([Val::I64(v)]) => Ok(*v as u64),
+        _ => anyhow::bail!("{export} answered {results:?}"),
+    }
+}
+
+/// Hostcall counts of every import, summed over the VMs.
+fn hostcalls(host: &mut Host, instrumented: &Instrumented) -> Result<BTreeMap<String, u64>> {
+    let mut counts = BTreeMap::new();
+    for import in &instrumented.imports {
+        let export = instrument::counter_export(import);
+        let mut sum = 0;
+        for vm in 0..host.vm_count() {
+            sum += read_export(host, vm, &export)?;
+        }
+        counts.insert(import.clone(), sum);
+    }
+    Ok(counts)
+}
+
+/// Requests sent one at a time between two ticks, so that only request callbacks make hostcalls.
+const PROFILE_REQUESTS: u64 = 50;
+
+/// Hostcalls per request by import, most frequent first, of the instrumented `wasm` in front of
+/// `backends` after warm-up, counted over requests sent one at a time between ticks.
+pub fn hostcalls_per_request(
+    instrumented: &Instrumented,
+    backends: usize,
+    config: &str,
+) -> Result<Vec<(String, f64)>> {
+    let mut host = started(&instrumented.wasm, backends, config)?;
+    host.traffic(RATE, Duration::from_secs(1))
+        .map_err(host_error)?;
+    let host = &mut host;
+    let busy = |host: &Host| -> u64 {
+        let fuel = fuel_of(host);
+        ["proxy_on_tick", "proxy_on_http_call_response"]
+            .iter()
+            .map(|export| fuel.get(*export).map_or(0, |f| f.calls))
+            .sum()
+    };
+    for _ in 0..10 {
+        let (ticks, before) = (busy(host), hostcalls(host, instrumented)?);
+        for _ in 0..PROFILE_REQUESTS {
+            host.request(Default::default()).map_err(host_error)?;
+        }
+        if busy(host) != ticks {
+            continue; // a tick came in between: try the next gap
+        }
+        let after = hostcalls(host, instrumented)?;
+        let mut per_request: Vec<(String, f64)> = after
+            .iter()
+            .map(|(import, n)| {
+                let delta = n - before.get(import).copied().unwrap_or(0);
+                (import.clone(), delta as f64 / PROFILE_REQUESTS as f64)
+            })
+            .filter(|(_, n)| *n > 0.0)
+            .collect();
+        per_request.sort_by(|a, b| b.1.total_cmp(&a.1));
+        return Ok(per_request);
+    }
+    bail!("no gap between ticks for {PROFILE_REQUESTS} requests in 10 tries")
+}
+
+/// The backend counts every fuel and memory figure is given for.
+pub const BACKENDS: [usize; 3] = [2, 100, 1_000];
+
+/// Requests and probe rounds of the memory run, by backend count: a million requests and ten
+/// thousand rounds where they fit in the bench's time, fewer at 1,000 backends, where a round
+/// is a thousand probes.
+pub const MEMORY_RUNS: [(u64, u64); 3] =
+    [(1_000_000, 10_000), (1_000_000, 10_000), (1_000_000, 1_000)];
+
+/// Every figure from the host.
+#[derive(Clone, Debug)]
+pub struct HostFigures {
+    /// upcheck's fuel per request, by [`BACKENDS`].
+    pub requests: Vec<RequestFuel>,
+    /// The floor's fuel per request (2 backends; it routes every request to one).
+    pub floor: RequestFuel,
+    /// upcheck's probing fuel, by [`BACKENDS`].
+    pub probes: Vec<ProbeFuel>,
+    /// upcheck's memory runs, by [`BACKENDS`].
+    pub memory: Vec<MemoryRun>,
+    /// upcheck's hostcalls per request, 2 backends.
+    pub hostcalls: Vec<(String, f64)>,
+    /// The floor's hostcalls per request.
+    pub floor_hostcalls: Vec<(String, f64)>,
+    /// How long measuring all this took.
+    pub elapsed: Duration,
+}
+
+/// Measures every host figure for `upcheck` and `floor`, one thread per backend count, each at
+/// the lowest CPU priority so that Envoys running meanwhile are not slowed down.
+pub fn figures(upcheck: &[u8], floor: &[u8]) -> Result<HostFigures> {
+    let started = std::time::Instant::now();
+    let instrumented = instrument::instrument(upcheck)?;
+    let per_count = std::thread::scope(|scope| {
+        let threads: Vec<_> = BACKENDS
+            .into_iter()
+            .zip(MEMORY_RUNS)
+            .map(|(backends, (requests, rounds))| {
+                let instrumented = &instrumented;
+                scope.spawn(move || {
+                    lowest_priority();
+                    let config = fleet(backends, "10s", "5s");
+                    anyhow::Ok((
+                        request_fuel(upcheck, backends, &config)?,
+                        probe_fuel(upcheck, backends)?,
+                        memory_run(instrumented, backends, requests, rounds)?,
+                    ))
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .map_err(|_| anyhow::anyhow!("a host thread panicked"))?
+            })
+            .collect::<Result<Vec<_>>>()
+    })?;
+    let deployed = crate::deployed_config().to_string();
+    let mut figures = HostFigures {
+        requests: Vec::new(),
+        floor: request_fuel(floor, 2, "{}")?,
+        probes: Vec::new(),
+        memory: Vec::new(),
+        hostcalls: hostcalls_per_request(&instrumented, 2, &deployed)?,
+        floor_hostcalls: hostcalls_per_request(&instrument::instrument(floor)?, 2, "{}")?,
+        elapsed: Duration::ZERO,
+    };
+    for (requests, probes, memory) in per_count {
+        figures.requests.push(requests);
+        figures.probes.push(probes);
+        figures.memory.push(memory);
+    }
+    figures.elapsed = started.elapsed();
+    Ok(figures)
+}
+
+/// Gives the calling thread the lowest CPU priority (nice 19; on Linux, per thread).
+fn lowest_priority() {
+    // SAFETY: setpriority only reads its arguments; `0` is the calling thread.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, 19);
+    }
+}

@@ -1,0 +1,143 @@
+//! `upcheck-bench`: what upcheck costs and what it buys, measured side by side in one run and
+//! printed as one Markdown table under the machine line. It measures; it never fails a target.
+//!
+//! Method. Sizes are the files as shipped (`wasm-opt -Oz`). Instructions are wasmtime fuel in the
+//! host-tests proxy-wasm host (a main-thread VM and two workers, all backends answering 200, after
+//! a warm-up): deterministic, so they compare across machines; per request is every callback of
+//! the request's context. The floor is a filter that only sets one request header (bench/floor),
+//! measured the same way. Memory is the largest VM's `memory.size` after warm-up and after a long
+//! run, read through an instrumented copy of the module (see [`instrument`]), which also counts
+//! hostcalls. Throughput is Envoy `--concurrency 1` pinned to core 0, wrk and the upstreams pinned
+//! to core 1, three setups up side by side and loaded in alternating rounds; the bottleneck check
+//! (the upstream alone, each core's load) is printed with the figures. Probes per interval and the
+//! detection runs use real Envoys and the e2e fake upstreams; they run concurrently with the host
+//! figures, which do not depend on load (fuel and pages are counts). Every run is bounded: fixed
+//! counts, fixed durations, timeouts on every wait.
+//!
+//! ```text
+//! upcheck-bench --envoy PATH --upcheck target/upcheck.wasm --floor target/floor.wasm
+//! ```
+//! (`make -f mk/bench.mk bench` builds and installs everything, then runs it.)
+
+mod detection;
+mod inhost;
+mod instrument;
+mod machine;
+mod probes;
+mod proxy;
+mod report;
+mod throughput;
+mod upstream;
+mod wrk;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Measures upcheck.wasm against the floor filter and Envoy's own health checks.
+#[derive(Parser)]
+struct Args {
+    /// The Envoy 1.40 binary.
+    #[arg(long, env = "UPCHECK_ENVOY")]
+    envoy: Option<PathBuf>,
+    /// upcheck.wasm as shipped.
+    #[arg(long, env = "UPCHECK_WASM", default_value = "target/upcheck.wasm")]
+    upcheck: PathBuf,
+    /// The floor filter, built and optimized like upcheck.
+    #[arg(long, env = "UPCHECK_FLOOR_WASM", default_value = "target/floor.wasm")]
+    floor: PathBuf,
+    /// Where Envoys keep their bootstrap and logs.
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serves upstreams answering 200, printing `NAME ADDR` for each, until stdin closes.
+    #[command(hide = true)]
+    Upstreams {
+        /// Serve the e2e fake upstream in `ok` mode instead of the bench's own.
+        #[arg(long)]
+        e2e: bool,
+        /// Their names.
+        names: Vec<String>,
+    },
+}
+
+/// The operators' plugin configuration (`config/upcheck.json`, routing by cluster as in
+/// `config/envoy-simple.yaml`).
+pub fn deployed_config() -> serde_json::Value {
+    serde_json::from_str(include_str!("../../config/upcheck.json"))
+        .unwrap_or_else(|e| panic!("config/upcheck.json does not parse: {e}"))
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    match args.command {
+        Some(Command::Upstreams { e2e, names }) => upstream::serve(&names, e2e),
+        None => {
+            let envoy = args
+                .envoy
+                .context("no Envoy: pass --envoy or set UPCHECK_ENVOY (mk/envoy.mk installs it)")?;
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(bench(&envoy, &args.upcheck, &args.floor, &args.out))
+        }
+    }
+}
+
+/// Runs every measurement and prints the table.
+async fn bench(envoy: &Path, upcheck: &Path, floor: &Path, out: &Path) -> Result<()> {
+    let started = Instant::now();
+    let read = |path: &Path| std::fs::read(path).with_context(|| format!("{}", path.display()));
+    let (upcheck_wasm, floor_wasm) = (read(upcheck)?, read(floor)?);
+    std::fs::create_dir_all(out)?;
+    // The Envoys of earlier runs (bootstrap and log each): only the last run's are kept.
+    for entry in std::fs::read_dir(out)? {
+        let path = entry?.path();
+        if path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("envoy-"))
+        {
+            std::fs::remove_dir_all(&path)?;
+        }
+    }
+    eprintln!(
+        "bench: throughput, {} rounds of 3 setups…",
+        throughput::ROUNDS
+    );
+    let throughput = throughput::measure(envoy, upcheck, floor, out).await?;
+    eprintln!("bench: host figures, probes and detection, concurrently…");
+    let host = std::thread::spawn(move || inhost::figures(&upcheck_wasm, &floor_wasm));
+    let probes = async {
+        let per = |workers| probes::per_interval(envoy, upcheck, workers, out);
+        let (one, two, four) = tokio::try_join!(per(1), per(2), per(4))?;
+        anyhow::Ok([one, two, four])
+    };
+    let detection = async {
+        let [a, b, c, d] = detection::cases();
+        let run = |case| detection::run(envoy, upcheck, case, out);
+        let (a, b, c, d) = tokio::try_join!(run(a), run(b), run(c), run(d))?;
+        anyhow::Ok([a, b, c, d])
+    };
+    let (probes, detection) = tokio::join!(probes, detection);
+    let host = host
+        .join()
+        .map_err(|_| anyhow::anyhow!("the host figures panicked"))??;
+    let report = report::Report {
+        machine: machine::line(),
+        sizes: report::Sizes {
+            upcheck: std::fs::metadata(upcheck)?.len(),
+            floor: std::fs::metadata(floor)?.len(),
+        },
+        host,
+        throughput,
+        probes: probes?,
+        detection: detection?,
+        elapsed: started.elapsed(),
+    };
+    println!("{report}");
+    Ok(())
+}

@@ -1,0 +1,196 @@
+//! Envoy as the benchmarks run it: a static bootstrap, pinned to a core when asked.
+//!
+//! The e2e harness's `Envoy` serves listeners and clusters over file-based xDS and runs one Envoy
+//! at a time per process, which suits tests that change the configuration and assert timing. The
+//! bench needs other things: several Envoys at once (the setups of a throughput round stay up
+//! side by side; the detection runs overlap), a cluster with Envoy's own health checks, and a
+//! process pinned with `taskset`. It renders its bootstraps from the harness's public pieces
+//! ([`envoy_config`]) and starts Envoy itself.
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use upcheck_e2e::envoy_config::{self, Routing, WasmFilter, POOL};
+use upcheck_e2e::ports::free_addr;
+
+/// How long Envoy may take to become ready (V8 compiles the module once per VM).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// What sits in front of the backends.
+#[derive(Clone, Debug)]
+pub enum Front {
+    /// A wasm filter (upcheck or the floor) with this plugin configuration; one cluster per
+    /// backend, routed by the header the filter sets (`cluster_header`, as
+    /// `config/envoy-simple.yaml`).
+    Wasm {
+        /// The module.
+        module: PathBuf,
+        /// Its plugin configuration.
+        config: Value,
+    },
+    /// No filter: one round-robin cluster over every backend with Envoy's own active health
+    /// checks (`GET /up` every 10 s, 5 s timeout) and outlier detection (3 consecutive 5xx).
+    EnvoyChecks,
+}
+
+/// The bootstrap for `front` before `backends`, listening on `listener`, admin on `admin`.
+fn bootstrap(
+    front: &Front,
+    backends: &[(String, SocketAddr)],
+    listener: SocketAddr,
+    admin: SocketAddr,
+) -> Value {
+    match front {
+        Front::Wasm { module, config } => {
+            let filter = WasmFilter {
+                module: module.clone(),
+                config: config.clone(),
+            };
+            envoy_config::static_bootstrap(
+                admin,
+                envoy_config::listener(listener, Some(&filter), Routing::Cluster),
+                envoy_config::clusters(backends, Routing::Cluster),
+            )
+        }
+        Front::EnvoyChecks => {
+            let mut listener = envoy_config::listener(listener, None, Routing::Cluster);
+            let route = "/filter_chains/0/filters/0/typed_config/route_config/virtual_hosts/0/routes/0/route";
+            if let Some(route) = listener.pointer_mut(route) {
+                *route = json!({"cluster": POOL});
+            }
+            envoy_config::static_bootstrap(admin, listener, vec![pool(backends)])
+        }
+    }
+}
+
+/// One cluster over every backend with Envoy's health checking, the anchor upcheck replaces.
+fn pool(backends: &[(String, SocketAddr)]) -> Value {
+    let endpoints: Vec<Value> = backends
+        .iter()
+        .map(|(_, addr)| {
+            json!({"endpoint": {"address": {"socket_address": {
+                "address": addr.ip().to_string(), "port_value": addr.port()}}}})
+        })
+        .collect();
+    json!({
+        "name": POOL,
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "lb_policy": "ROUND_ROBIN",
+        "load_assignment": {"cluster_name": POOL, "endpoints": [{"lb_endpoints": endpoints}]},
+        "health_checks": [{
+            "timeout": "5s",
+            "interval": "10s",
+            "unhealthy_threshold": 1,
+            "healthy_threshold": 1,
+            "http_health_check": {"path": "/up"},
+        }],
+        "outlier_detection": {
+            "consecutive_5xx": 3,
+            "interval": "10s",
+            "max_ejection_percent": 50,
+        },
+    })
+}
+
+/// A running Envoy, killed (by its pid) when dropped.
+pub struct Proxy {
+    child: Child,
+    listener: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Proxy {
+    /// Starts `envoy` with `workers` worker threads for `front` before `backends`, on core `cpu`
+    /// if given, and waits until it is ready. Its files go to a directory under `out`.
+    pub async fn start(
+        envoy: &Path,
+        front: &Front,
+        backends: &[(String, SocketAddr)],
+        workers: u32,
+        cpu: Option<usize>,
+        out: &Path,
+    ) -> Result<Proxy> {
+        let (listener, admin) = (free_addr()?, free_addr()?);
+        let dir = out.join(format!("envoy-{}", listener.port()));
+        std::fs::create_dir_all(&dir)?;
+        let config = dir.join("bootstrap.json");
+        std::fs::write(
+            &config,
+            bootstrap(front, backends, listener, admin).to_string(),
+        )?;
+        let mut command = match cpu {
+            Some(cpu) => {
+                let mut taskset = Command::new("taskset");
+                taskset.args(["-c", &cpu.to_string()]).arg(envoy);
+                taskset
+            }
+            None => Command::new(envoy),
+        };
+        let output = std::fs::File::create(dir.join("envoy.out"))?;
+        let child = command
+            .arg("--config-path")
+            .arg(&config)
+            .args(["--concurrency", &workers.to_string()])
+            .arg("--disable-hot-restart")
+            .arg("--log-path")
+            .arg(dir.join("envoy.log"))
+            .stdin(Stdio::null())
+            .stdout(output.try_clone()?)
+            .stderr(output)
+            .spawn()
+            .with_context(|| format!("cannot run {}", envoy.display()))?;
+        let mut proxy = Proxy {
+            child,
+            listener,
+            dir,
+        };
+        proxy.until_ready(admin).await?;
+        Ok(proxy)
+    }
+
+    /// Polls the admin `/ready` until it answers 200.
+    async fn until_ready(&mut self, admin: SocketAddr) -> Result<()> {
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(2))
+            .build()?;
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!("Envoy exited ({status}); see {}", self.dir.display());
+            }
+            let ready = client.get(format!("http://{admin}/ready")).send().await;
+            if ready.is_ok_and(|r| r.status().is_success()) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "Envoy not ready after {PATIENCE:?}; see {}",
+                    self.dir.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The URL of `path` on the listener.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.listener)
+    }
+
+    /// CPU time Envoy has used so far (user + system, all threads).
+    pub fn cpu_time(&self) -> Result<Duration> {
+        crate::machine::cpu_time(self.child.id())
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

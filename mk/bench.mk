@@ -1,0 +1,52 @@
+# Benchmarks: what upcheck costs next to a floor filter and to Envoy's own health checks. Not part
+# of `make test`: it measures and prints one Markdown table, it never fails a target. Included from
+# the root Makefile after mk/envoy.mk; also usable alone: `make -f mk/bench.mk bench`.
+#
+#   make bench   builds upcheck.wasm (root Makefile), the floor filter (bench/floor, wasm-opt'ed
+#                like upcheck) and the runner (bench/, release), installs Envoy 1.40 (mk/envoy.mk)
+#                and wrk (Debian) when missing, then runs target/release/upcheck-bench (about 3
+#                minutes; the whole on a fresh machine, builds included, about 9).
+#
+# The runner is built for speed: the workspace's release profile is tuned for the wasm module
+# (opt-level z, LTO, one codegen unit), which would make wasmtime slow to build and to run. The
+# overrides go through the environment, for this build only; the wasm builds keep the profile.
+
+SHELL := /bin/bash
+CARGO ?= cargo
+WASM ?= target/upcheck.wasm
+WASM_TARGET ?= wasm32-unknown-unknown
+WASM_FEATURES ?= --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int \
+	--enable-mutable-globals --enable-reference-types --enable-multivalue
+ifndef ENVOY_VERSION
+include mk/envoy.mk
+endif
+
+FLOOR_RAW := target/$(WASM_TARGET)/release/upcheck_bench_floor.wasm
+FLOOR_WASM := target/floor.wasm
+BENCH_RUNNER := target/release/upcheck-bench
+BENCH_PROFILE := CARGO_PROFILE_RELEASE_OPT_LEVEL=3 CARGO_PROFILE_RELEASE_LTO=false \
+	CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_PANIC=unwind \
+	CARGO_PROFILE_RELEASE_STRIP=false
+
+.PHONY: bench bench-build bench-wrk
+
+bench-wrk:
+	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
+	@command -v taskset >/dev/null || { echo "taskset (util-linux) is missing" >&2; exit 1; }
+
+# Envoy downloads (pip) while the rest builds (the long part on a fresh machine is the runner);
+# the apt-get installs (binaryen via `make build`, then wrk) stay in sequence: dpkg has one lock.
+bench-build:
+	@mkdir -p target; \
+	$(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) envoy \
+		> target/bench-envoy.log 2>&1 & envoy=$$!; \
+	$(MAKE) --no-print-directory -f Makefile build && \
+	$(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) bench-wrk && \
+	$(CARGO) build -p upcheck-bench-floor --target $(WASM_TARGET) --release && \
+	wasm-opt -Oz $(WASM_FEATURES) $(FLOOR_RAW) -o $(FLOOR_WASM) && \
+	$(BENCH_PROFILE) $(CARGO) build -p upcheck-bench --release; built=$$?; \
+	wait $$envoy || { cat target/bench-envoy.log >&2; exit 1; }; exit $$built
+
+bench: bench-build
+	@test -x "$(ENVOY)" || { echo "no Envoy under $(VENV)" >&2; exit 1; }
+	$(BENCH_RUNNER) --envoy "$(ENVOY)" --upcheck $(WASM) --floor $(FLOOR_WASM)
