@@ -10,6 +10,7 @@ use crate::worker::{self, Parked, Shared};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, MapType};
+use std::time::Duration;
 use upcheck_policy::{Config, Pick, ProxyFailure, RequestOutcome, RoutingMode, Time};
 
 /// Envoy's response flags (`response.flags`), the bits that say the backend failed.
@@ -36,8 +37,8 @@ enum Retry {
 pub struct Http {
     id: u32,
     worker: Shared,
-    /// The backend picked and when.
-    pick: Option<(usize, Time)>,
+    /// The backend picked, and when if latency is tracked.
+    pick: Option<(usize, Option<Time>)>,
     settled: bool,
 }
 
@@ -52,9 +53,9 @@ impl Http {
         }
     }
 
-    /// Settles the request with `outcome(now, started)`; `retry` tells whether the proxy
+    /// Settles the request with `outcome(latency)` (zero when latency is not tracked); `retry` tells whether the proxy
     /// retried it, and where the final answer came from.
-    fn settle(&mut self, retry: Retry, outcome: impl FnOnce(Time, Time) -> RequestOutcome) {
+    fn settle(&mut self, retry: Retry, outcome: impl FnOnce(Duration) -> RequestOutcome) {
         if self.settled {
             return;
         }
@@ -71,8 +72,13 @@ impl Http {
                 w.parked.retain(|p| p.context != id);
                 return;
             };
-            let now = worker::now();
-            let outcome = outcome(now, started);
+            // The clock is read only where latency matters, or later if the outcome counts.
+            let now = started.map(|_| worker::now());
+            let latency = match (now, started) {
+                (Some(now), Some(started)) => now.saturating_sub(started),
+                _ => Duration::ZERO,
+            };
+            let outcome = outcome(latency);
             match retry {
                 Retry::No => w.settle(id, backend, outcome, now),
                 Retry::Yes(answered_by) => {
@@ -148,32 +154,33 @@ impl Context for Http {}
 
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
-        let now = worker::now();
         let id = self.id;
-        if worker::with(&self.worker, |w| status::answer(w, now)) == Some(true) {
+        if worker::with(&self.worker, status::answer) == Some(true) {
             self.settled = true; // a page upcheck served itself says nothing about a backend
             return Action::Pause;
         }
         let picked = worker::with(&self.worker, |w| {
             // With unhealthy_latency set, a hung request is counted late the moment it is, not at
             // the next tick.
-            w.count_overdue(now);
-            let pick = w.pick(now)?;
+            w.count_overdue();
+            let pick = w.pick()?;
             let backend = match pick {
                 Pick::Backend(i) => Some(i),
                 Pick::Wait(_) => None,
             };
             route(w.config()?, backend);
-            match backend {
-                Some(i) => w.routed(id, i, now),
-                None => w.parked.push(Parked { context: id }),
-            }
-            Some(backend)
+            Some(match backend {
+                Some(i) => Some((i, w.routed(id, i))),
+                None => {
+                    w.parked.push(Parked { context: id });
+                    None
+                }
+            })
         })
         .flatten();
         match picked {
-            Some(Some(backend)) => {
-                self.pick = Some((backend, now));
+            Some(Some(pick)) => {
+                self.pick = Some(pick);
                 Action::Continue
             }
             Some(None) => Action::Pause,
@@ -196,12 +203,9 @@ impl HttpContext for Http {
             None
         };
         let retry = self.retry();
-        self.settle(retry, |now, started| match failure {
+        self.settle(retry, |latency| match failure {
             Some(f) => RequestOutcome::Failed(f),
-            None => RequestOutcome::Answered {
-                status,
-                latency: now.saturating_sub(started),
-            },
+            None => RequestOutcome::Answered { status, latency },
         });
         Action::Continue
     }
@@ -221,7 +225,7 @@ impl HttpContext for Http {
         } else {
             Retry::No
         };
-        self.settle(retry, |_, _| match proxy_failure(flags) {
+        self.settle(retry, |_| match proxy_failure(flags) {
             Some(f) => RequestOutcome::Failed(f),
             None => RequestOutcome::ClientGone,
         });

@@ -28,6 +28,8 @@ pub struct Prober {
     in_flight: Vec<InFlight>,
     /// Backends whose cluster the host does not know, already reported once.
     reported: Vec<String>,
+    /// The routing generation last followed.
+    generation: Option<u64>,
     /// Backends seen passively ejected at the last look.
     ejected: Vec<bool>,
     /// Gauge values last written, per backend, and the guard's.
@@ -51,6 +53,7 @@ impl Prober {
             schedule: Schedule::new(backends, now, seed),
             in_flight: Vec::new(),
             reported: Vec::new(),
+            generation: None,
             ejected: vec![false; backends],
             gauges: vec![None; backends],
             guard_gauge: None,
@@ -60,15 +63,27 @@ impl Prober {
     /// Follows a reconfiguration (`kept[new] = Some(old)`).
     pub fn remap(&mut self, kept: &[Option<usize>], now: Time) {
         self.schedule.remap(kept, now);
+        self.generation = None;
         self.ejected = vec![false; kept.len()];
         self.gauges = vec![None; kept.len()];
         self.guard_gauge = None;
     }
 
+    /// Follows a change of the routing, if there was one since the last look: probes newly
+    /// ejected backends, writes the gauges.
+    pub fn follow(&mut self, pool: &Pool, metrics: &Metrics, now: Time) {
+        if self.generation == Some(pool.generation()) {
+            return;
+        }
+        self.generation = Some(pool.generation());
+        self.probe_ejected(pool, now);
+        self.gauges(pool, metrics);
+    }
+
     /// Probes at once every backend that was passively ejected since the last look: its ejection
     /// ends when its failures expire, and by then a probe should have said whether it is still
     /// broken (a hanging backend otherwise returns for another round of hung requests).
-    pub fn probe_ejected(&mut self, pool: &Pool, now: Time) {
+    fn probe_ejected(&mut self, pool: &Pool, now: Time) {
         for (i, (seen, ejected)) in self
             .ejected
             .iter_mut()

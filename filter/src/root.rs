@@ -108,6 +108,7 @@ impl RootContext for Root {
                 names.join(", ")
             );
             w.metrics = Metrics::define(&config);
+            w.last_tick = now;
             match w.pool.as_mut() {
                 Some(pool) => {
                     let kept = pool.reconfigure(config, now);
@@ -156,8 +157,9 @@ impl RootContext for Root {
                 log::info!("upcheck: this VM (root context {vm}) now probes for the process");
                 *prober = Some(Prober::new(backends, now, vm ^ nanos(now)));
             }
+            w.last_tick = now;
             w.sync(holder);
-            w.count_overdue(now);
+            w.count_overdue();
             let worker::Worker { pool, metrics, .. } = w;
             let Some(pool) = pool.as_mut() else {
                 return;
@@ -165,18 +167,17 @@ impl RootContext for Root {
             let events = pool.refresh(now);
             if let Some(p) = prober.as_mut() {
                 report(pool, &events);
-                p.probe_ejected(pool, now);
+                p.follow(pool, metrics, now);
                 if p.round(pool, metrics, now) == Published::Now {
                     *dirty = true;
                     take_stock(pool, p, metrics, now);
                 }
-                p.gauges(pool, metrics);
             }
             if *dirty {
                 w.publish_active();
                 *dirty = false;
             }
-            resume_parked(w, now);
+            resume_parked(w);
         });
     }
 
@@ -197,6 +198,8 @@ fn nanos(t: Time) -> u64 {
 fn take_stock(pool: &mut Pool, prober: &mut Prober, metrics: &Metrics, now: Time) {
     let events = pool.refresh(now);
     report(pool, &events);
+    prober.follow(pool, metrics, now);
+    // A probe can change a backend's status without changing the routing (under the guard).
     prober.gauges(pool, metrics);
 }
 
@@ -217,13 +220,13 @@ fn report(pool: &Pool, events: &[Event]) {
 }
 
 /// Resumes requests parked at cold start once a backend can be picked.
-fn resume_parked(w: &mut worker::Worker, now: Time) {
+fn resume_parked(w: &mut worker::Worker) {
     if w.parked.is_empty() {
         return;
     }
     let parked = std::mem::take(&mut w.parked);
     for p in parked {
-        let pick = w.pick(now);
+        let pick = w.pick();
         let Some(Pick::Backend(backend)) = pick else {
             w.parked.push(p);
             continue;
@@ -234,8 +237,8 @@ fn resume_parked(w: &mut worker::Worker, now: Time) {
         if let Some(config) = w.config() {
             http::route(config, Some(backend));
         }
-        w.routed(p.context, backend, now);
-        w.resumed.push((p.context, backend, now));
+        let started = w.routed(p.context, backend);
+        w.resumed.push((p.context, backend, started));
         if let Err(status) = hostcalls::resume_http_request() {
             log::warn!("upcheck: a request parked at cold start could not resume ({status:?})");
         }

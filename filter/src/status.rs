@@ -5,10 +5,10 @@
 use crate::worker::Worker;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MapType;
-use upcheck_policy::{report, Time};
+use upcheck_policy::report;
 
 /// Answers the request if it is for the status page; true if it did.
-pub fn answer(w: &Worker, now: Time) -> bool {
+pub fn answer(w: &mut Worker) -> bool {
     let (Some(pool), Some(page)) = (
         w.pool.as_ref(),
         w.config().and_then(|c| c.status_path.as_deref()),
@@ -24,6 +24,7 @@ pub fn answer(w: &Worker, now: Time) -> bool {
         Some(".json") => true,
         _ => return false,
     };
+    let now = crate::worker::now();
     if !pool.config().status_public && !from_loopback() {
         respond(
             403,

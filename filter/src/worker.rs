@@ -54,8 +54,12 @@ pub struct Worker {
     pub in_flight: InFlight,
     /// Requests waiting at cold start.
     pub parked: Vec<Parked>,
-    /// Picks made for parked requests when they were resumed: (context, backend, time).
-    pub resumed: Vec<(u32, usize, Time)>,
+    /// Picks made for parked requests when they were resumed: (context, backend, start time
+    /// when latency is tracked).
+    pub resumed: Vec<(u32, usize, Option<Time>)>,
+    /// The time of the last tick (or configuration): what picks use instead of reading the
+    /// clock per request; it only matters at cold start, where a tick's precision is plenty.
+    pub last_tick: Time,
     seen_active: Option<u32>,
     seen_passive: Option<u32>,
 }
@@ -70,7 +74,8 @@ impl Worker {
     /// worker's or another's, as of the last sync) is checked against the process-wide table
     /// first, so a backend another worker just ejected is not sent one more request; a clean
     /// backend costs no shared-data read.
-    pub fn pick(&mut self, now: Time) -> Option<Pick> {
+    pub fn pick(&mut self) -> Option<Pick> {
+        let now = self.last_tick;
         let pool = self.pool.as_mut()?;
         let pick = pool.pick(now);
         let Pick::Backend(i) = pick else {
@@ -94,21 +99,35 @@ impl Worker {
         Some(pool.pick(now))
     }
 
-    /// Counts a routed request.
-    pub fn routed(&mut self, context: u32, backend: usize, now: Time) {
+    /// Whether request latency matters (`unhealthy_latency` is set): only then is the clock
+    /// read for every request.
+    pub fn tracks_latency(&self) -> bool {
+        self.config()
+            .is_some_and(|c| c.health_checks.passive.unhealthy_latency.is_some())
+    }
+
+    /// Counts a routed request; returns its start time when latency is tracked.
+    pub fn routed(&mut self, context: u32, backend: usize) -> Option<Time> {
         if let Some(m) = self.metrics.backend(backend) {
             metrics::increment(m.requests);
         }
-        if self
-            .config()
-            .is_some_and(|c| c.health_checks.passive.unhealthy_latency.is_some())
-        {
-            self.in_flight.begin(context, backend, now);
+        if !self.tracks_latency() {
+            return None;
         }
+        let now = now();
+        self.in_flight.begin(context, backend, now);
+        Some(now)
     }
 
-    /// Settles request `context` to `backend` with `outcome`.
-    pub fn settle(&mut self, context: u32, backend: usize, outcome: RequestOutcome, now: Time) {
+    /// Settles request `context` to `backend` with `outcome`, observed at `now` if the caller
+    /// read the clock (else it is read only if the outcome changes anything).
+    pub fn settle(
+        &mut self,
+        context: u32,
+        backend: usize,
+        outcome: RequestOutcome,
+        now: Option<Time>,
+    ) {
         // A request counted when it became late is not counted again when it ends.
         let counted_late = self.in_flight.end(context);
         self.observe(backend, outcome, now, !counted_late);
@@ -122,7 +141,7 @@ impl Worker {
         picked: usize,
         answered_by: Option<usize>,
         outcome: RequestOutcome,
-        now: Time,
+        now: Option<Time>,
     ) {
         let counted_late = self.in_flight.end(context);
         self.observe(picked, RequestOutcome::RetriedElsewhere, now, !counted_late);
@@ -141,20 +160,26 @@ impl Worker {
     }
 
     /// Counts every in-flight request that just became `unhealthy_latency` late.
-    pub fn count_overdue(&mut self, now: Time) {
+    pub fn count_overdue(&mut self) {
         let Some(latency) = self
             .config()
             .and_then(|c| c.health_checks.passive.unhealthy_latency)
         else {
             return;
         };
+        let now = now();
         for (backend, _, waited) in self.in_flight.overdue(now, latency) {
-            self.observe(backend, RequestOutcome::StillWaiting(waited), now, true);
+            self.observe(
+                backend,
+                RequestOutcome::StillWaiting(waited),
+                Some(now),
+                true,
+            );
         }
     }
 
     /// Takes one request outcome into account, process-wide when it changes anything.
-    fn observe(&mut self, backend: usize, outcome: RequestOutcome, now: Time, count: bool) {
+    fn observe(&mut self, backend: usize, outcome: RequestOutcome, at: Option<Time>, count: bool) {
         let Some(pool) = self.pool.as_ref() else {
             return;
         };
@@ -182,6 +207,7 @@ impl Worker {
             return;
         };
         let passive_config = config.health_checks.passive.clone();
+        let now = at.unwrap_or_else(now);
 
         let shared = shared::update_passive(&name, |p| {
             if let Some(refused) = contact {

@@ -158,6 +158,14 @@ impl PassiveHealth {
         u32::try_from(live).unwrap_or(u32::MAX)
     }
 
+    /// When the next remembered failure expires, after `now`.
+    pub fn next_expiry(&self, now: Time, config: &PassiveConfig) -> Option<Time> {
+        self.failures
+            .iter()
+            .map(|t| *t + config.fail_duration)
+            .find(|expiry| *expiry > now)
+    }
+
     /// Whether `max_fails` failures are remembered at `now`.
     pub fn full(&self, now: Time, config: &PassiveConfig) -> bool {
         self.count(now, config) >= config.max_fails

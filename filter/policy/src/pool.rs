@@ -50,6 +50,14 @@ pub struct Pool {
     routing: Routing,
     rotation: Rotation,
     started: Time,
+    /// Whether anything was heard from any backend (then there is no cold-start wait).
+    heard: bool,
+    /// Whether an observation changed a backend since the last refresh.
+    changed: bool,
+    /// When a remembered failure next expires (the routing can change by time alone then).
+    expires: Option<Time>,
+    /// Counts routing changes.
+    generation: u64,
 }
 
 impl Pool {
@@ -63,6 +71,10 @@ impl Pool {
             routing: Routing::default(),
             rotation: Rotation::default(),
             started: now,
+            heard: false,
+            changed: true,
+            expires: None,
+            generation: 0,
         };
         pool.refresh(now);
         pool
@@ -89,6 +101,8 @@ impl Pool {
         self.weights = config.upstreams.iter().map(|u| u.weight).collect();
         self.config = config;
         self.routing = Routing::default();
+        self.heard = self.backends.iter().any(Backend::heard_from);
+        self.changed = true;
         self.refresh(now);
         kept
     }
@@ -116,6 +130,8 @@ impl Pool {
     /// Replaces a backend's state with one learnt elsewhere (another worker, the prober).
     pub fn set_backend(&mut self, i: usize, backend: Backend) {
         if let Some(slot) = self.backends.get_mut(i) {
+            self.heard |= backend.heard_from();
+            self.changed = true;
             *slot = backend;
         }
     }
@@ -124,7 +140,11 @@ impl Pool {
     pub fn observe_probe(&mut self, i: usize, outcome: ProbeOutcome, now: Time) -> Transition {
         let active = &self.config.health_checks.active;
         match self.backends.get_mut(i) {
-            Some(b) => b.active.observe(outcome, now, active),
+            Some(b) => {
+                self.heard = true;
+                self.changed = true;
+                b.active.observe(outcome, now, active)
+            }
             None => Transition::Unchanged,
         }
     }
@@ -138,6 +158,8 @@ impl Pool {
     ) -> Option<Counted> {
         let passive = &self.config.health_checks.passive;
         let b = self.backends.get_mut(i)?;
+        self.heard = true;
+        self.changed = true;
         match outcome {
             RequestOutcome::Answered { .. } => b.passive.contact(now, false),
             RequestOutcome::Failed(_) => b.passive.contact(now, outcome.refused()),
@@ -150,8 +172,24 @@ impl Pool {
         Some(Counted { failure, recorded })
     }
 
-    /// Recomputes the routing at `now`; returns what changed.
+    /// How many times the routing has changed: a cheap way to ask "anything new?".
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Recomputes the routing at `now`; returns what changed. Costs nothing when no backend
+    /// changed and no remembered failure expired since the last call.
     pub fn refresh(&mut self, now: Time) -> Vec<Event> {
+        if !self.changed && self.expires.is_none_or(|e| now < e) {
+            return Vec::new();
+        }
+        self.changed = false;
+        let passive = &self.config.health_checks.passive;
+        self.expires = self
+            .backends
+            .iter()
+            .filter_map(|b| b.passive.next_expiry(now, passive))
+            .min();
         let next = route(&self.backends, now, &self.config);
         let mut events = Vec::new();
         if next.routable != self.routing.routable {
@@ -170,14 +208,18 @@ impl Pool {
         if next.guard != self.routing.guard {
             events.push(Event::Guard(next.guard));
         }
+        if next != self.routing {
+            self.generation += 1;
+        }
         self.routing = next;
         events
     }
 
-    /// Picks the backend for one request.
+    /// Picks the backend for one request. `now` matters only at cold start, so a caller may
+    /// pass a recent time (its last tick) rather than read the clock per request.
     pub fn pick(&mut self, now: Time) -> Pick {
         let wait_until = self.started + self.config.health_checks.active.timeout;
-        if now < wait_until && !self.backends.iter().any(Backend::heard_from) {
+        if !self.heard && now < wait_until {
             return Pick::Wait(wait_until);
         }
         match self.rotation.advance() {

@@ -18,6 +18,8 @@ pub struct Schedule {
     next: Vec<Time>,
     /// Each backend's nominal slot.
     slot: Vec<Time>,
+    /// The earliest of `next`, so a call with nothing due costs nothing.
+    earliest: Time,
     rng: u64,
 }
 
@@ -27,6 +29,7 @@ impl Schedule {
         Schedule {
             next: vec![now; backends],
             slot: vec![now; backends],
+            earliest: now,
             rng: seed | 1,
         }
     }
@@ -40,6 +43,7 @@ impl Schedule {
         };
         self.next = carry(&self.next);
         self.slot = carry(&self.slot);
+        self.earliest = self.next.iter().min().copied().unwrap_or(now);
     }
 
     /// Makes backend `i` due at `now` (a backend just ejected is probed at once, so it is not
@@ -47,12 +51,16 @@ impl Schedule {
     pub fn due_now(&mut self, i: usize, now: Time) {
         if let Some(slot) = self.next.get_mut(i) {
             *slot = (*slot).min(now);
+            self.earliest = self.earliest.min(now);
         }
     }
 
     /// The backends due at `now`; each is rescheduled one interval (± jitter) later.
     pub fn due(&mut self, now: Time, interval: Duration, jitter: Duration) -> Vec<usize> {
         let mut due = Vec::new();
+        if now < self.earliest {
+            return due;
+        }
         for i in 0..self.next.len() {
             let at = self.next.get(i).copied().unwrap_or(now);
             if at <= now {
@@ -71,12 +79,13 @@ impl Schedule {
                 due.push(i);
             }
         }
+        self.earliest = self.next.iter().min().copied().unwrap_or(now + interval);
         due
     }
 
     /// The earliest time any backend is due.
     pub fn next_due(&self) -> Option<Time> {
-        self.next.iter().min().copied()
+        (!self.next.is_empty()).then_some(self.earliest)
     }
 
     /// A uniform duration in [0, 2 × jitter].

@@ -102,6 +102,11 @@ proptest! {
             }
             pool.refresh(now);
             let routing = pool.routing();
+            prop_assert_eq!(
+                routing,
+                &upcheck_policy::fleet::route(pool.backends(), now, pool.config()),
+                "a refresh that skipped work left a stale routing"
+            );
 
             prop_assert!(routing.count() > 0, "nothing routable");
 
