@@ -115,16 +115,19 @@ impl Http {
     }
 }
 
-/// Sets the current request's route header to `backend`'s cluster, after removing every
-/// client-supplied copy (the host matches names case-insensitively). With no backend the header
-/// is only removed.
+/// Sets the current request's route header to `backend`'s pick, replacing every client-supplied
+/// copy (a replace drops all values of the name, which the host matches case-insensitively, in
+/// Envoy as in the test host). With no backend the header is only removed.
 pub fn route(config: &Config, backend: Option<usize>) {
     let header = config.route_header.as_str();
-    let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, header);
-    if let Some(up) = backend.and_then(|i| config.upstreams.get(i)) {
-        let value = up.route_value(config.routing);
-        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, header, Some(value));
-    }
+    let _ = match backend.and_then(|i| config.upstreams.get(i)) {
+        Some(up) => hostcalls::set_map_value(
+            MapType::HttpRequestHeaders,
+            header,
+            Some(up.route_value(config.routing)),
+        ),
+        None => hostcalls::remove_map_value(MapType::HttpRequestHeaders, header),
+    };
 }
 
 /// Envoy's response flags for this stream (0 when the host does not say).
