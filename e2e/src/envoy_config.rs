@@ -1,8 +1,11 @@
 //! The Envoy configuration a test runs, rendered in code.
 //!
-//! The shapes are those of `config/envoy.yaml` (one STATIC cluster per backend with no Envoy
-//! health checks, a `cluster_header` route that removes the header, the wasm filter before the
-//! router, loopback admin); only the addresses, the module path and the plugin configuration
+//! The shapes are those of the shipped configurations, one per [`Routing`] mode:
+//! `config/envoy-simple.yaml` (one STATIC cluster per backend with no Envoy health checks, a
+//! `cluster_header` route that removes the header) and `config/envoy.yaml` (a pool cluster whose
+//! override_host load balancer follows the header, a probe cluster per backend, two routes that
+//! retry once on another backend); both with the wasm filter before the router and loopback
+//! admin. Only the addresses, the module path, the plugin configuration and the per-try timeout
 //! vary. Rendering JSON values instead of filling a text template means the plugin configuration,
 //! itself JSON inside a string, needs no escaping.
 //!
@@ -12,10 +15,29 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::upstream::ROUTING_HEADER;
+
+/// The cluster of every backend in [`Routing::Host`], as in `config/envoy.yaml`.
+pub const POOL: &str = "pool";
+
+/// How the route reaches the backend the filter picked (the plugin's `routing`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Routing {
+    /// `routing: cluster`: one cluster per backend, named by the routing header; no retries.
+    #[default]
+    Cluster,
+    /// `routing: host`: the [`POOL`] cluster picks the address in the routing header; GET and HEAD
+    /// are retried once elsewhere after a gateway error, reset or `per_try_timeout`, every other
+    /// method only when it never reached a backend. Each backend also has its own cluster, for probes.
+    Host {
+        /// How long one attempt of a GET or HEAD may take before it is retried.
+        per_try_timeout: Duration,
+    },
+}
 
 /// The upcheck filter as a test configures it.
 #[derive(Clone, Debug)]
@@ -45,7 +67,7 @@ pub fn bootstrap(admin: SocketAddr, lds: &Path, cds: &Path) -> Value {
 }
 
 /// A bootstrap with everything static: loopback admin on `admin`, and `listener` and `clusters`
-/// (as [`listener`] and [`cluster`] render them) in `static_resources`, for a start-up that must
+/// (as [`listener`] and [`clusters`] render them) in `static_resources`, for a start-up that must
 /// fail. A plugin configuration the filter rejects fails a static listener, and Envoy with it;
 /// served over LDS it only gets the update rejected, and Envoy stays up without the listener.
 pub fn static_bootstrap(admin: SocketAddr, listener: Value, clusters: Vec<Value>) -> Value {
@@ -67,17 +89,14 @@ pub fn static_bootstrap(admin: SocketAddr, listener: Value, clusters: Vec<Value>
     })
 }
 
-/// The listener on `addr`: the route sends each request to the cluster named in the routing
-/// header (set by the filter, or by the client when there is no filter), which is then removed.
-pub fn listener(addr: SocketAddr, filter: Option<&WasmFilter>) -> Value {
-    let router = json!({
-        "name": "envoy.filters.http.router",
-        "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
-    });
+/// The listener on `addr`. The routing header (set by the filter, or by the client when there
+/// is no filter) names a cluster ([`Routing::Cluster`]) or an address in the pool
+/// ([`Routing::Host`]); either way the backend never sees it.
+pub fn listener(addr: SocketAddr, filter: Option<&WasmFilter>, routing: Routing) -> Value {
     let http_filters: Vec<Value> = filter
         .map(wasm_filter)
         .into_iter()
-        .chain([router])
+        .chain([router(routing)])
         .collect();
     json!({
         "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
@@ -93,17 +112,80 @@ pub fn listener(addr: SocketAddr, filter: Option<&WasmFilter>) -> Value {
                     "virtual_hosts": [{
                         "name": "apps",
                         "domains": ["*"],
-                        "routes": [{
-                            "match": {"prefix": "/"},
-                            "route": {"cluster_header": ROUTING_HEADER},
-                            "request_headers_to_remove": [ROUTING_HEADER],
-                        }],
+                        "routes": routes(routing),
                     }],
                 },
                 "http_filters": http_filters,
             },
         }]}],
     })
+}
+
+/// The routes of `routing`: one `cluster_header` route that removes the header, or the pool's
+/// two routes (reads retried after any failure, other methods only before reaching a backend).
+fn routes(routing: Routing) -> Value {
+    match routing {
+        Routing::Cluster => json!([{
+            "match": {"prefix": "/"},
+            "route": {"cluster_header": ROUTING_HEADER},
+            "request_headers_to_remove": [ROUTING_HEADER],
+        }]),
+        Routing::Host { per_try_timeout } => {
+            let mut reads = retry_once("gateway-error,reset,connect-failure,refused-stream");
+            reads["per_try_timeout"] = json!(format!("{}s", per_try_timeout.as_secs_f64()));
+            json!([
+                {
+                    "match": {
+                        "prefix": "/",
+                        "headers": [{"name": ":method", "string_match": {"safe_regex": {"regex": "GET|HEAD"}}}],
+                    },
+                    "route": {"cluster": POOL, "retry_policy": reads},
+                },
+                {
+                    "match": {"prefix": "/"},
+                    "route": {"cluster": POOL, "retry_policy": retry_once("connect-failure,refused-stream")},
+                },
+            ])
+        }
+    }
+}
+
+/// A retry policy: once, on `retry_on`, never on the host that already failed the request.
+fn retry_once(retry_on: &str) -> Value {
+    json!({
+        "retry_on": retry_on,
+        "num_retries": 1,
+        "retry_host_predicate": [{
+            "name": "envoy.retry_host_predicates.previous_hosts",
+            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"},
+        }],
+        "host_selection_retry_max_attempts": 3,
+    })
+}
+
+/// The router; in [`Routing::Host`] an upstream filter removes the routing header from each
+/// attempt once its backend is chosen (the route must leave it for the load balancer).
+fn router(routing: Routing) -> Value {
+    let mut router = json!({
+        "name": "envoy.filters.http.router",
+        "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+    });
+    if let Routing::Host { .. } = routing {
+        router["typed_config"]["upstream_http_filters"] = json!([
+            {
+                "name": "envoy.filters.http.header_mutation",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
+                    "mutations": {"request_mutations": [{"remove": ROUTING_HEADER}]},
+                },
+            },
+            {
+                "name": "envoy.filters.http.upstream_codec",
+                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"},
+            },
+        ]);
+    }
+    router
 }
 
 fn wasm_filter(filter: &WasmFilter) -> Value {
@@ -129,18 +211,57 @@ fn wasm_filter(filter: &WasmFilter) -> Value {
     })
 }
 
-/// The cluster of one backend: a single static endpoint, no Envoy health checks or outlier detection.
-pub fn cluster(name: &str, addr: SocketAddr) -> Value {
+/// The clusters of `backends` (name, address) under `routing`: one per backend, and in
+/// [`Routing::Host`] the [`POOL`] of them all.
+pub fn clusters(backends: &[(String, SocketAddr)], routing: Routing) -> Vec<Value> {
+    let own = backends.iter().map(|(name, addr)| cluster(name, &[*addr]));
+    match routing {
+        Routing::Cluster => own.collect(),
+        Routing::Host { .. } => {
+            let addrs: Vec<_> = backends.iter().map(|(_, addr)| *addr).collect();
+            own.chain([pool(&addrs)]).collect()
+        }
+    }
+}
+
+/// A cluster of static endpoints, with no Envoy health checks or outlier detection.
+fn cluster(name: &str, addrs: &[SocketAddr]) -> Value {
+    let endpoints: Vec<_> = addrs
+        .iter()
+        .map(|addr| json!({"endpoint": {"address": socket_address(*addr)}}))
+        .collect();
     json!({
         "@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
         "name": name,
         "type": "STATIC",
         "connect_timeout": "1s",
-        "load_assignment": {
-            "cluster_name": name,
-            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": socket_address(addr)}}]}],
-        },
+        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": endpoints}]},
     })
+}
+
+/// The [`POOL`] of `addrs`: the override_host load balancer follows the routing header and falls
+/// back to round robin (no header, or a retry); the retry breaker is as large as the request one.
+fn pool(addrs: &[SocketAddr]) -> Value {
+    let mut pool = cluster(POOL, addrs);
+    pool["load_balancing_policy"] = json!({"policies": [{"typed_extension_config": {
+        "name": "envoy.load_balancing_policies.override_host",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost",
+            "override_host_sources": [{"header": ROUTING_HEADER}],
+            "fallback_policy": {"policies": [{"typed_extension_config": {
+                "name": "envoy.load_balancing_policies.round_robin",
+                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin"},
+            }}]},
+        },
+    }}]});
+    pool["circuit_breakers"] = json!({"thresholds": [{
+        "priority": "DEFAULT",
+        "max_connections": 1024,
+        "max_pending_requests": 1024,
+        "max_requests": 1024,
+        "max_retries": 1024,
+    }]});
+    pool
 }
 
 fn socket_address(addr: SocketAddr) -> Value {

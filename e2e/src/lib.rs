@@ -3,8 +3,9 @@
 //! The pieces a scenario is made of, each in its own module: fake backends that break on command
 //! ([`upstream`], [`mode`]), user traffic that reports what users saw ([`replay`]), and a real
 //! Envoy per test ([`envoy`]) whose configuration ([`envoy_config`]) is served from files
-//! ([`xds`]) so it can change while Envoy runs, and the plugin configuration the incident
-//! scenarios share ([`plugin`]). A scenario reads:
+//! ([`xds`]) so it can change while Envoy runs, in either routing mode
+//! ([`envoy_config::Routing`]), the plugin configuration the incident scenarios share
+//! ([`plugin`]), and requests written by hand ([`raw_http`]). A scenario reads:
 //!
 //! ```no_run
 //! # async fn scenario() -> anyhow::Result<()> {
@@ -37,6 +38,7 @@ pub mod envoy_config;
 pub mod mode;
 pub mod plugin;
 pub mod ports;
+pub mod raw_http;
 pub mod replay;
 pub mod upstream;
 pub mod xds;

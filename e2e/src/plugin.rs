@@ -3,11 +3,13 @@
 //! It is the operators' Caddy block (`config/upcheck.json`) with its times shortened, so that a
 //! scenario needing several probe rounds and an ejection window takes seconds instead of minutes.
 //! The counts stay as the operators wrote them (3 failures eject), because the scenarios assert
-//! counts.
+//! counts. [`fast_host_checks`] is the same block for `routing: host` (`config/envoy.yaml`).
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
+
+use crate::upstream::FakeUpstream;
 
 /// Time between probes of one backend.
 pub const INTERVAL: Duration = Duration::from_secs(1);
@@ -26,4 +28,16 @@ pub fn fast_checks(upstreams: &[&str]) -> Value {
             "passive": {"fail_duration": "2s", "max_fails": 3},
         },
     })
+}
+
+/// [`fast_checks`] for `routing: host`: each upstream named as its fake backend (so also its probe
+/// cluster) and routed to by its address in the pool cluster.
+pub fn fast_host_checks(upstreams: &[&FakeUpstream]) -> Value {
+    let names: Vec<&str> = upstreams.iter().map(|u| u.name()).collect();
+    let mut config = fast_checks(&names);
+    config["routing"] = json!("host");
+    for (i, upstream) in upstreams.iter().enumerate() {
+        config["upstreams"][i]["address"] = json!(upstream.addr().to_string());
+    }
+    config
 }

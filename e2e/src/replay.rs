@@ -21,6 +21,7 @@ pub struct Replay {
     rate: u32,
     duration: Duration,
     timeout: Duration,
+    method: reqwest::Method,
     headers: Vec<(String, String)>,
     fresh_connections: bool,
 }
@@ -72,13 +73,14 @@ pub struct Report {
 }
 
 impl Replay {
-    /// `rate` requests per second to `url` for `duration`, each timing out after 2 s.
+    /// `rate` GET requests per second to `url` for `duration`, each timing out after 2 s.
     pub fn new(url: impl Into<String>, rate: u32, duration: Duration) -> Self {
         Replay {
             url: url.into(),
             rate,
             duration,
             timeout: Duration::from_secs(2),
+            method: reqwest::Method::GET,
             headers: Vec::new(),
             fresh_connections: false,
         }
@@ -95,6 +97,12 @@ impl Replay {
     /// Sets how long a user waits for a complete response.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Sends every request with `method` (without a body) instead of GET.
+    pub fn method(mut self, method: reqwest::Method) -> Self {
+        self.method = method;
         self
     }
 
@@ -122,7 +130,7 @@ impl Replay {
         for i in 0..self.count() {
             let due = Duration::from_secs_f64(i as f64 / f64::from(self.rate.max(1)));
             tokio::time::sleep_until(start + due).await;
-            let mut request = client.get(&self.url);
+            let mut request = client.request(self.method.clone(), &self.url);
             for (name, value) in &self.headers {
                 request = request.header(name, value);
             }

@@ -125,6 +125,17 @@ impl FakeUpstream {
     pub fn mode(&self) -> Mode {
         self.shared.mode.borrow().clone()
     }
+
+    /// Returns as soon as one more probe has arrived; an error if none did `within`.
+    pub async fn until_probed(&self, within: Duration) -> anyhow::Result<()> {
+        let seen = self.counts().probes;
+        let deadline = Instant::now() + within;
+        while self.counts().probes == seen {
+            anyhow::ensure!(Instant::now() < deadline, "{} was not probed", self.name());
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Ok(())
+    }
 }
 
 impl Drop for FakeUpstream {
@@ -259,7 +270,10 @@ async fn respond(
     let answer = shared.mode.borrow().answer(&path, shared.started.elapsed());
     match answer {
         Answer::Respond { status, after } => {
-            tokio::time::sleep(after).await;
+            // A zero sleep would still wait for tokio's next 1 ms timer tick.
+            if !after.is_zero() {
+                tokio::time::sleep(after).await;
+            }
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             Ok(reply(
                 &shared,

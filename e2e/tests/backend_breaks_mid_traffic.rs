@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use tokio::time::{sleep, Instant};
+use tokio::time::sleep;
 use upcheck_e2e::envoy::Envoy;
 use upcheck_e2e::mode::Mode;
 use upcheck_e2e::plugin::{fast_checks, INTERVAL, RATE};
@@ -21,21 +21,6 @@ struct Breakage {
     app1: FakeUpstream,
     app2: FakeUpstream,
     report: Report,
-}
-
-/// Returns as soon as `upstream` has received one more probe (an error after two intervals).
-async fn after_next_probe(upstream: &FakeUpstream) -> anyhow::Result<()> {
-    let seen = upstream.counts().probes;
-    let deadline = Instant::now() + 2 * INTERVAL;
-    while upstream.counts().probes == seen {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{} was not probed",
-            upstream.name()
-        );
-        sleep(Duration::from_millis(2)).await;
-    }
-    Ok(())
 }
 
 /// 8 s of users over app1 and app2; app2 starts answering 502 to everything about 3 s in, just
@@ -55,7 +40,7 @@ async fn app2_breaks_mid_traffic() -> anyhow::Result<Breakage> {
     sleep(Duration::from_secs(3)).await;
     // Right after a probe passed, so the users meet the breakage a whole interval before the
     // next probe does: the passive checks, not a lucky probe, take app2 out.
-    after_next_probe(&app2).await?;
+    app2.until_probed(2 * INTERVAL).await?;
     app2.set_mode(Mode::Status(502));
     let report = traffic.await??;
     println!("app2 breaks with 502 mid-traffic: {report}");

@@ -1,4 +1,4 @@
-//! Envoy 1.40 routes by the routing header as config/envoy.yaml has it, before any filter is in.
+//! Envoy 1.40 routes by the routing header as config/envoy-simple.yaml has it, before any filter is in.
 //!
 //! Without the wasm filter the client sets `x-upcheck-upstream` itself, as the filter will.
 

@@ -23,7 +23,7 @@ pub const DC: u64 = 0x4000;
 /// Response flag NC: no cluster found (`NoClusterFound = 0x1000000`).
 pub const NC: u64 = 0x100_0000;
 
-/// Name, root id and vm id of the plugin, as in `config/envoy.yaml`.
+/// Name, root id and vm id of the plugin, as in `config/envoy-simple.yaml`.
 pub(crate) const PLUGIN: &str = "upcheck";
 
 /// An HTTP answer as it reaches the filter, with the stream info Envoy records for it.

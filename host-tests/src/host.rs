@@ -24,7 +24,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 use wasmtime::{Config, Engine, Module, OptLevel, Val};
 
-/// How the host is set up; `HostOptions::default()` matches `config/envoy.yaml` with 2 workers.
+/// How the host is set up; `HostOptions::default()` matches `config/envoy-simple.yaml` with 2 workers.
 #[derive(Clone, Debug)]
 pub struct HostOptions {
     /// Worker VMs (ids 1..=workers) besides the main-thread VM (id 0). Default 2.

@@ -3,7 +3,7 @@
 //! app1 is healthy; app2 is broken as it was in the incident, its sidecar answering 502 to
 //! everything. Envoy 1.40 runs upcheck.wasm with the operators' own plugin configuration
 //! (`config/upcheck.json`, the Caddy `health_checks` block) in the same shape as
-//! `config/envoy.yaml`, all on 127.0.0.1. A little user traffic runs in the background; every
+//! `config/envoy-simple.yaml`, all on 127.0.0.1. A little user traffic runs in the background; every
 //! second one line says what those users saw and which backend got them, and every health change
 //! upcheck logs is shown as it happens. So a reader watches app2 being kept out of rotation, and
 //! can break or fix a backend by hand (the printed `curl -X PUT` lines) and watch upcheck follow.

@@ -1,0 +1,281 @@
+//! Invisible failover (`routing: host`, `config/envoy.yaml`): a request whose backend fails it in
+//! a way that is safe to repeat is retried once on the other backend, so users see nothing of a
+//! backend that breaks mid-traffic, while upcheck still counts the failed attempts and ejects the
+//! backend after three, as without retries.
+//!
+//! Reads (GET, HEAD) are retried after a gateway error, a reset or `per_try_timeout`; every other
+//! method only when it never reached a backend (connection refused). Users arrive on separate
+//! connections, so Envoy spreads them over both workers and failures are counted process-wide.
+
+use std::time::Duration;
+
+use reqwest::Method;
+use tokio::time::sleep;
+use upcheck_e2e::envoy::Envoy;
+use upcheck_e2e::envoy_config::Routing;
+use upcheck_e2e::mode::Mode;
+use upcheck_e2e::plugin::{fast_checks, fast_host_checks, INTERVAL, RATE};
+use upcheck_e2e::replay::{Outcome, Replay, Report};
+use upcheck_e2e::upstream::FakeUpstream;
+
+/// How long one attempt of a read may take before Envoy retries it elsewhere.
+const PER_TRY_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The routing these scenarios run in.
+const HOST: Routing = Routing::Host {
+    per_try_timeout: PER_TRY_TIMEOUT,
+};
+
+/// What a retried request may cost beyond `PER_TRY_TIMEOUT`: Envoy's retry back-off (at most
+/// 25 ms for the first retry), the answer from the other backend, a busy two-core machine.
+const MARGIN: Duration = Duration::from_millis(300);
+
+/// Envoy with 2 workers in front of `app1` and `app2`, in `routing`, checking every second.
+async fn envoy_for(
+    routing: Routing,
+    app1: &FakeUpstream,
+    app2: &FakeUpstream,
+) -> anyhow::Result<Envoy> {
+    let plugin = match routing {
+        Routing::Cluster => fast_checks(&[app1.name(), app2.name()]),
+        Routing::Host { .. } => fast_host_checks(&[app1, app2]),
+    };
+    Envoy::builder()
+        .concurrency(2)
+        .upstream(app1)
+        .upstream(app2)
+        .routing(routing)
+        .wasm_filter(plugin)
+        .start()
+        .await
+}
+
+/// One run of app2 breaking under traffic, kept for the assertions.
+struct Break {
+    envoy: Envoy,
+    /// One report per method, in the order asked for.
+    reports: Vec<Report>,
+    /// User requests app2 received after it broke.
+    hits: u64,
+}
+
+/// 8 s of users over app1 and app2, `RATE` requests per second shared by `methods`; about 3 s in,
+/// 50 ms after one of its probes, app2 switches to `mode`. The users meet the breakage a whole
+/// interval before the next probe does, so the passive checks, not a lucky probe, take app2 out.
+async fn app2_breaks(routing: Routing, mode: Mode, methods: &[Method]) -> anyhow::Result<Break> {
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
+    let envoy = envoy_for(routing, &app1, &app2).await?;
+    let rate = RATE / methods.len() as u32;
+    let traffic: Vec<_> = methods
+        .iter()
+        .map(|method| {
+            let replay = Replay::new(envoy.url("/"), rate, Duration::from_secs(8))
+                .method(method.clone())
+                .connection_per_request();
+            tokio::spawn(async move { replay.run().await })
+        })
+        .collect();
+    sleep(Duration::from_secs(3)).await;
+    app2.until_probed(2 * INTERVAL).await?;
+    // Let the probe's answer leave first: `refuse` drops open connections, the probe's included,
+    // and a probe that fails takes app2 out before any user meets the break.
+    sleep(Duration::from_millis(50)).await;
+    let before = app2.counts().requests;
+    app2.set_mode(mode);
+    let mut reports = Vec::new();
+    for run in traffic {
+        reports.push(run.await??);
+    }
+    Ok(Break {
+        envoy,
+        reports,
+        hits: app2.counts().requests - before,
+    })
+}
+
+/// The one report of a single-method run, printed with `label`.
+fn only(label: &str, run: &Break) -> Report {
+    let report = run.reports[0].clone();
+    println!("{label}: {report}; app2 got {} after it broke", run.hits);
+    report
+}
+
+#[tokio::test]
+async fn a_backend_answering_502_mid_traffic_costs_no_get_and_is_ejected_after_three(
+) -> anyhow::Result<()> {
+    let run = app2_breaks(HOST, Mode::Status(502), &[Method::GET]).await?;
+    let report = only("host routing, app2 answers 502 mid-traffic", &run);
+    let retried = run.envoy.stat("cluster.pool.upstream_rq_retry").await?;
+    println!("  retries: {retried}");
+
+    assert_eq!(report.failures(), 0, "{report}");
+    assert!(
+        run.hits <= 3,
+        "app2 got {} requests after it broke",
+        run.hits
+    );
+    assert!(run.hits >= 1, "the break happened under traffic");
+    assert_eq!(retried, run.hits);
+    assert!(
+        run.envoy
+            .stat("wasmcustom.upcheck.app2.request_failures")
+            .await?
+            >= 3
+    );
+    assert!(run.envoy.stat("wasmcustom.upcheck.app2.ejections").await? >= 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_backend_hanging_mid_traffic_costs_no_get_and_each_hit_at_most_one_per_try_timeout(
+) -> anyhow::Result<()> {
+    let run = app2_breaks(HOST, Mode::Hang, &[Method::GET]).await?;
+    let report = only("host routing, app2 hangs mid-traffic", &run);
+    let slow = |at_least: Duration| {
+        report
+            .samples
+            .iter()
+            .filter(|s| s.latency >= at_least)
+            .count() as u64
+    };
+    let (delayed, late) = (slow(PER_TRY_TIMEOUT), slow(PER_TRY_TIMEOUT + MARGIN));
+    println!(
+        "  slower than {PER_TRY_TIMEOUT:?}: {delayed}, slower than {:?}: {late}",
+        PER_TRY_TIMEOUT + MARGIN
+    );
+
+    assert_eq!(report.failures(), 0, "{report}");
+    assert!(run.hits >= 1, "the break happened under traffic");
+    // Only a request that met the hang waited for its per-try timeout, and none waited longer.
+    assert!(
+        delayed <= run.hits,
+        "{delayed} delayed, {} hit app2",
+        run.hits
+    );
+    assert_eq!(late, 0, "{report}");
+    assert!(run.envoy.stat("wasmcustom.upcheck.app2.ejections").await? >= 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_backend_refusing_connections_mid_traffic_costs_no_request_of_any_method(
+) -> anyhow::Result<()> {
+    let run = app2_breaks(HOST, Mode::Refuse, &[Method::GET, Method::POST]).await?;
+    for (method, report) in [Method::GET, Method::POST].iter().zip(&run.reports) {
+        println!("host routing, app2 refuses mid-traffic, {method}: {report}");
+        assert_eq!(report.failures(), 0, "{method}: {report}");
+    }
+    let failures = run
+        .envoy
+        .stat("wasmcustom.upcheck.app2.request_failures")
+        .await?;
+    let stats = run
+        .envoy
+        .stats("^cluster\\.pool\\.(upstream_rq_retry|upstream_cx_connect_fail)$|upcheck\\.app2")
+        .await?;
+    println!("  app2 request failures counted: {failures}; {stats:?}");
+    assert!(failures >= 1, "the refusals were counted");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_post_answered_502_is_not_retried_and_costs_users_at_most_three() -> anyhow::Result<()> {
+    let run = app2_breaks(HOST, Mode::Status(502), &[Method::POST]).await?;
+    let report = only("host routing, app2 answers 502 mid-traffic, POST", &run);
+    let retried = run.envoy.stat("cluster.pool.upstream_rq_retry").await?;
+
+    assert!(report.failures() <= 3, "{report}");
+    assert!(
+        report
+            .samples
+            .iter()
+            .filter(|s| s.outcome.is_failure())
+            .all(|s| s.outcome == Outcome::Status(502)),
+        "{report}"
+    );
+    // Every POST that reached app2 after it broke was answered by app2, and only those failed.
+    assert_eq!(retried, 0);
+    assert_eq!(report.failures() as u64, run.hits);
+    Ok(())
+}
+
+#[tokio::test]
+async fn two_hundred_concurrent_gets_during_a_break_all_succeed() -> anyhow::Result<()> {
+    // app1 takes 300 ms per answer, so every retry sent to it is in flight at once: far more
+    // than Envoy's default retry circuit breaker (3) lets through.
+    let app1 = FakeUpstream::start("app1", Mode::Slow(Duration::from_millis(300))).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
+    let envoy = envoy_for(HOST, &app1, &app2).await?;
+    let warm_up = Replay::new(envoy.url("/"), RATE, Duration::from_secs(1))
+        .run()
+        .await?;
+    assert_eq!(warm_up.failures(), 0, "{warm_up}");
+
+    app2.set_mode(Mode::Status(502));
+    // 200 requests within 20 ms, each on its own connection, all picked before any answer.
+    let burst = Replay::new(envoy.url("/"), 10_000, Duration::from_millis(20))
+        .connection_per_request()
+        .timeout(Duration::from_secs(5))
+        .run()
+        .await?;
+    let stats = envoy.stats("^cluster\\.pool\\.upstream_rq_retry").await?;
+    println!("host routing, 200 concurrent GETs as app2 breaks: {burst}; {stats:?}");
+
+    assert_eq!(burst.requests(), 200);
+    assert_eq!(burst.failures(), 0, "{burst}");
+    assert_eq!(
+        stats.get("cluster.pool.upstream_rq_retry_overflow"),
+        Some(&0)
+    );
+    assert!(stats
+        .get("cluster.pool.upstream_rq_retry")
+        .is_some_and(|n| *n > 3));
+    Ok(())
+}
+
+#[tokio::test]
+async fn side_by_side_a_break_mid_traffic_costs_users_in_cluster_routing_and_nothing_in_host_routing(
+) -> anyhow::Result<()> {
+    let modes = [("cluster", Routing::Cluster), ("host", HOST)];
+    let breaks = [("502", Mode::Status(502)), ("hang", Mode::Hang)];
+    let mut lines = Vec::new();
+    for (breakage, mode) in &breaks {
+        for (routing_name, routing) in modes {
+            let run = app2_breaks(routing, mode.clone(), &[Method::GET]).await?;
+            let report = run.reports[0].clone();
+            lines.push(format!(
+                "app2 {breakage:>4} mid-traffic, {routing_name:>7} routing: {report}"
+            ));
+            match routing {
+                Routing::Cluster => assert!(report.failures() >= 1, "{report}"),
+                Routing::Host { .. } => assert_eq!(report.failures(), 0, "{report}"),
+            }
+        }
+    }
+    println!("{}", lines.join("\n"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn from_the_first_request_on_users_go_where_upcheck_sends_them() -> anyhow::Result<()> {
+    // app2 answers 502 from the start, so upcheck never picks it. A request the pool routed by
+    // itself (round robin) would still reach it, and be retried on app1 unseen by the user: only
+    // app2's count shows it.
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Status(502)).await?;
+    let envoy = envoy_for(HOST, &app1, &app2).await?;
+    let report = Replay::new(envoy.url("/"), RATE, Duration::from_secs(1))
+        .connection_per_request()
+        .run()
+        .await?;
+    println!(
+        "host routing, app2 broken from the start: {report}; app2 {:?}",
+        app2.counts()
+    );
+
+    assert_eq!(report.failures(), 0, "{report}");
+    assert_eq!(app2.counts().requests, 0);
+    assert_eq!(envoy.stat("cluster.pool.upstream_rq_retry").await?, 0);
+    Ok(())
+}

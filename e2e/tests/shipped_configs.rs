@@ -1,0 +1,118 @@
+//! The configurations in `config/` run as shipped: each file is booted as written, with only what
+//! an operator edits replaced (the backends' addresses, marked EDIT, and the module path) plus the
+//! listener and admin ports, which must be free loopback ports here.
+//!
+//! `config/envoy.yaml` (`routing: host`) keeps users from seeing a backend that starts answering
+//! 502; `config/envoy-simple.yaml` (`routing: cluster`) routes through upcheck.
+
+use std::path::Path;
+use std::time::Duration;
+
+use upcheck_e2e::envoy::{self, Envoy};
+use upcheck_e2e::mode::Mode;
+use upcheck_e2e::plugin::RATE;
+use upcheck_e2e::ports::free_addr;
+use upcheck_e2e::replay::Replay;
+use upcheck_e2e::upstream::FakeUpstream;
+
+/// One of the shipped files, with a running Envoy and its two backends.
+struct Shipped {
+    envoy: Envoy,
+    app1: FakeUpstream,
+    app2: FakeUpstream,
+}
+
+/// Replaces every `from` in `text` by `to`; an error if there is none, so a changed file cannot
+/// silently keep, say, its production address.
+fn replace_all(text: &str, from: &str, to: &str) -> anyhow::Result<String> {
+    anyhow::ensure!(text.contains(from), "the file has no {from:?} any more");
+    Ok(text.replace(from, to))
+}
+
+/// Boots `config/<file>` with app1 and app2 (healthy) in place of 127.0.0.1:3001 and :3002.
+async fn boot(file: &str) -> anyhow::Result<Shipped> {
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
+    let (listener, admin) = (free_addr()?, free_addr()?);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../config")
+        .join(file);
+    let mut text = std::fs::read_to_string(&path)?;
+    let module = envoy::module()?;
+    let edits = [
+        ("/etc/upcheck/upcheck.wasm", module.display().to_string()),
+        ("address: 0.0.0.0", "address: 127.0.0.1".to_owned()),
+        (
+            "port_value: 8080",
+            format!("port_value: {}", listener.port()),
+        ),
+        ("port_value: 9901", format!("port_value: {}", admin.port())),
+        (
+            "port_value: 3001",
+            format!("port_value: {}", app1.addr().port()),
+        ),
+        (
+            "port_value: 3002",
+            format!("port_value: {}", app2.addr().port()),
+        ),
+    ];
+    for (from, to) in &edits {
+        text = replace_all(&text, from, to)?;
+    }
+    if file == "envoy.yaml" {
+        // The plugin configuration names the same backends by address.
+        for (from, to) in [
+            ("127.0.0.1:3001", app1.addr()),
+            ("127.0.0.1:3002", app2.addr()),
+        ] {
+            text = replace_all(&text, from, &to.to_string())?;
+        }
+    }
+    let envoy = Envoy::builder()
+        .concurrency(2)
+        .start_yaml(&text, listener, admin)
+        .await?;
+    Ok(Shipped { envoy, app1, app2 })
+}
+
+/// One second of users: all answered, both backends used, neither saw the routing header.
+async fn serves_users(shipped: &Shipped, file: &str) -> anyhow::Result<()> {
+    let report = Replay::new(shipped.envoy.url("/"), RATE, Duration::from_secs(1))
+        .connection_per_request()
+        .run()
+        .await?;
+    let (app1, app2) = (shipped.app1.counts(), shipped.app2.counts());
+    println!("config/{file}, both backends healthy: {report}; app1 {app1:?}, app2 {app2:?}");
+    assert_eq!(report.failures(), 0, "{report}");
+    assert_eq!(app1.requests + app2.requests, u64::from(RATE));
+    assert!(app1.requests > 0 && app2.requests > 0);
+    assert_eq!(app1.with_routing_header + app2.with_routing_header, 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_simple_config_routes_users_through_upcheck() -> anyhow::Result<()> {
+    let shipped = boot("envoy-simple.yaml").await?;
+    serves_users(&shipped, "envoy-simple.yaml").await
+}
+
+#[tokio::test]
+async fn the_recommended_config_retries_gets_on_the_other_backend_when_one_breaks(
+) -> anyhow::Result<()> {
+    let shipped = boot("envoy.yaml").await?;
+    serves_users(&shipped, "envoy.yaml").await?;
+
+    shipped.app2.set_mode(Mode::Status(502));
+    let report = Replay::new(shipped.envoy.url("/"), RATE, Duration::from_secs(2))
+        .connection_per_request()
+        .run()
+        .await?;
+    let ejections = shipped
+        .envoy
+        .stat("wasmcustom.upcheck.app2.ejections")
+        .await?;
+    println!("config/envoy.yaml, app2 answering 502: {report}; app2 ejections {ejections}");
+    assert_eq!(report.failures(), 0, "{report}");
+    assert_eq!(ejections, 1);
+    Ok(())
+}
