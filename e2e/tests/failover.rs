@@ -279,3 +279,35 @@ async fn from_the_first_request_on_users_go_where_upcheck_sends_them() -> anyhow
     assert_eq!(envoy.stat("cluster.pool.upstream_rq_retry").await?, 0);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_retry_goes_to_the_backend_upcheck_names_never_to_one_it_took_out() -> anyhow::Result<()>
+{
+    // app3 is in Envoy's pool but out of upcheck's rotation (its probes fail). When app2 breaks,
+    // Envoy's own choice for a retry would be app1 or app3 (round robin, skipping app2); upcheck
+    // names the retry's backend after the pick, so it is app1.
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
+    let app3 = FakeUpstream::start("app3", Mode::Status(502)).await?;
+    let envoy = Envoy::builder()
+        .concurrency(2)
+        .upstream(&app1)
+        .upstream(&app2)
+        .upstream(&app3)
+        .routing(HOST)
+        .wasm_filter(fast_host_checks(&[&app1, &app2, &app3]))
+        .start()
+        .await?;
+    let replay = Replay::new(envoy.url("/"), RATE, Duration::from_secs(6)).connection_per_request();
+    let traffic = tokio::spawn(async move { replay.run().await });
+    sleep(Duration::from_secs(2)).await;
+    app2.until_probed(2 * INTERVAL).await?;
+    sleep(Duration::from_millis(50)).await;
+    app2.set_mode(Mode::Status(502));
+    let report = traffic.await??;
+    println!("host routing, 3 backends, app3 out, app2 answers 502 mid-traffic: {report}");
+    assert_eq!(report.failures(), 0, "{report}");
+    assert_eq!(app3.counts().requests, 0, "a retry went to app3");
+    assert!(envoy.stat("cluster.pool.upstream_rq_retry").await? >= 1);
+    Ok(())
+}

@@ -11,7 +11,7 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, MapType};
 use std::time::Duration;
-use upcheck_policy::{Config, Pick, ProxyFailure, RequestOutcome, RoutingMode, Time};
+use upcheck_policy::{Pick, Pool, ProxyFailure, RequestOutcome, RoutingMode, Time};
 
 /// Envoy's response flags (`response.flags`), the bits that say the backend failed.
 mod flags {
@@ -117,17 +117,27 @@ impl Http {
 
 /// Sets the current request's route header to `backend`'s pick, replacing every client-supplied
 /// copy (a replace drops all values of the name, which the host matches case-insensitively, in
-/// Envoy as in the test host). With no backend the header is only removed.
-pub fn route(config: &Config, backend: Option<usize>) {
+/// Envoy as in the test host). With no backend the header is only removed. In `host` routing
+/// the header lists a second address after the pick, the backend whose turn is next: Envoy's
+/// `override_host` policy takes one address per attempt, so a retry goes where upcheck says, not
+/// to a backend it took out of rotation.
+pub fn route(pool: &Pool, backend: Option<usize>) {
+    let config = pool.config();
     let header = config.route_header.as_str();
-    let _ = match backend.and_then(|i| config.upstreams.get(i)) {
-        Some(up) => hostcalls::set_map_value(
-            MapType::HttpRequestHeaders,
-            header,
-            Some(up.route_value(config.routing)),
-        ),
-        None => hostcalls::remove_map_value(MapType::HttpRequestHeaders, header),
+    let Some(up) = backend.and_then(|i| config.upstreams.get(i)) else {
+        let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, header);
+        return;
     };
+    let first = up.route_value(config.routing);
+    let second = match config.routing {
+        RoutingMode::Host => backend
+            .and_then(|i| pool.retry_choice(i))
+            .and_then(|j| config.upstreams.get(j))
+            .map(|other| format!("{first},{}", other.route_value(config.routing))),
+        RoutingMode::Cluster => None,
+    };
+    let value = second.as_deref().unwrap_or(first);
+    let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, header, Some(value));
 }
 
 /// Envoy's response flags for this stream (0 when the host does not say).
@@ -171,7 +181,7 @@ impl HttpContext for Http {
                 Pick::Backend(i) => Some(i),
                 Pick::Wait(_) => None,
             };
-            route(w.config()?, backend);
+            route(w.pool.as_ref()?, backend);
             Some(match backend {
                 Some(i) => Some((i, w.routed(id, i))),
                 None => {

@@ -234,8 +234,8 @@ fn resume_parked(w: &mut worker::Worker) {
         if hostcalls::set_effective_context(p.context).is_err() {
             continue; // the request is gone
         }
-        if let Some(config) = w.config() {
-            http::route(config, Some(backend));
+        if let Some(pool) = w.pool.as_ref() {
+            http::route(pool, Some(backend));
         }
         let started = w.routed(p.context, backend);
         w.resumed.push((p.context, backend, started));

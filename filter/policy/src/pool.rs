@@ -215,6 +215,12 @@ impl Pool {
         events
     }
 
+    /// Where a retry of a request picked for `first` should go: another routable backend, the
+    /// one whose turn is next; `None` when `first` is the only one.
+    pub fn retry_choice(&self, first: usize) -> Option<usize> {
+        self.rotation.next_other_than(first)
+    }
+
     /// Picks the backend for one request. `now` matters only at cold start, so a caller may
     /// pass a recent time (its last tick) rather than read the clock per request.
     pub fn pick(&mut self, now: Time) -> Pick {

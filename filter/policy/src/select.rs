@@ -81,6 +81,17 @@ impl Rotation {
         Rotation { order, cursor: 0 }
     }
 
+    /// The backend the rotation would give next that is not `first`, without taking it: where
+    /// to send a retry of a request that went to `first`.
+    pub fn next_other_than(&self, first: usize) -> Option<usize> {
+        let (after, before) = self.order.split_at(self.cursor.min(self.order.len()));
+        before
+            .iter()
+            .chain(after)
+            .filter_map(|b| usize::try_from(*b).ok())
+            .find(|b| *b != first)
+    }
+
     /// The next backend, or `None` if none is routable.
     pub fn advance(&mut self) -> Option<usize> {
         let picked = self.order.get(self.cursor).copied()?;
@@ -113,6 +124,18 @@ mod tests {
     fn backends_not_routable_get_no_turn() {
         assert_eq!(cycle(&[true, false, true], &[1, 1, 1]), vec![0, 2]);
         assert_eq!(Rotation::new(&[false, false], &[1, 1]).advance(), None);
+    }
+
+    #[test]
+    fn the_retry_choice_is_the_next_other_backend_in_turn_and_none_when_alone() {
+        let mut r = Rotation::new(&[true, true, true], &[1, 1, 1]);
+        assert_eq!(r.advance(), Some(0));
+        assert_eq!(r.next_other_than(0), Some(1));
+        assert_eq!(r.advance(), Some(1), "peeking takes no turn");
+        assert_eq!(r.advance(), Some(2));
+        assert_eq!(r.next_other_than(2), Some(0));
+        let alone = Rotation::new(&[false, true, false], &[1, 1, 1]);
+        assert_eq!(alone.next_other_than(1), None);
     }
 
     #[test]
