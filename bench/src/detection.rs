@@ -11,6 +11,7 @@ use anyhow::Result;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Duration;
+use upcheck_e2e::envoy_config::Routing;
 use upcheck_e2e::mode::Mode;
 use upcheck_e2e::replay::{Replay, Report};
 use upcheck_e2e::upstream::FakeUpstream;
@@ -96,6 +97,7 @@ pub async fn run(envoy: &Path, upcheck: &Path, case: Case, out: &Path) -> Result
         ("app2".to_owned(), app2.addr()),
     ];
     let front = Front::Wasm {
+        routing: Routing::Cluster,
         module: upcheck.to_owned(),
         config: case.config(),
     };

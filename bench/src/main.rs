@@ -8,7 +8,7 @@
 //! measured the same way. Memory is the largest VM's `memory.size` after warm-up and after a long
 //! run, read through an instrumented copy of the module (see [`instrument`]), which also counts
 //! hostcalls. Throughput is Envoy `--concurrency 1` pinned to core 0, wrk and the upstreams pinned
-//! to core 1, three setups up side by side and loaded in alternating rounds; the bottleneck check
+//! to core 1, four setups up side by side and loaded in alternating rounds; the bottleneck check
 //! (the upstream alone, each core's load) is printed with the figures. Probes per interval and the
 //! detection runs use real Envoys and the e2e fake upstreams; they run concurrently with the host
 //! figures, which do not depend on load (fuel and pages are counts). Every run is bounded: fixed
@@ -105,7 +105,7 @@ async fn bench(envoy: &Path, upcheck: &Path, floor: &Path, out: &Path) -> Result
         }
     }
     eprintln!(
-        "bench: throughput, {} rounds of 3 setups…",
+        "bench: throughput, {} rounds of 4 setups…",
         throughput::ROUNDS
     );
     let throughput = throughput::measure(envoy, upcheck, floor, out).await?;

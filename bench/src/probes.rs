@@ -5,6 +5,7 @@
 use crate::proxy::{Front, Proxy};
 use anyhow::Result;
 use std::path::Path;
+use upcheck_e2e::envoy_config::Routing;
 use upcheck_e2e::mode::Mode;
 use upcheck_e2e::plugin::{fast_checks, INTERVAL};
 use upcheck_e2e::upstream::FakeUpstream;
@@ -18,6 +19,7 @@ pub async fn per_interval(envoy: &Path, upcheck: &Path, workers: u32, out: &Path
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
     let front = Front::Wasm {
+        routing: Routing::Cluster,
         module: upcheck.to_owned(),
         config: fast_checks(&["app1", "app2"]),
     };

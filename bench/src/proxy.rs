@@ -22,14 +22,17 @@ const PATIENCE: Duration = Duration::from_secs(30);
 /// What sits in front of the backends.
 #[derive(Clone, Debug)]
 pub enum Front {
-    /// A wasm filter (upcheck or the floor) with this plugin configuration; one cluster per
-    /// backend, routed by the header the filter sets (`cluster_header`, as
-    /// `config/envoy-simple.yaml`).
+    /// A wasm filter (upcheck or the floor) with this plugin configuration, routed by the header
+    /// the filter sets: one cluster per backend (`Routing::Cluster`, `cluster_header`, as
+    /// `config/envoy-simple.yaml`), or also one pool cluster with `override_host` and retries
+    /// (`Routing::Host`, as `config/envoy.yaml`).
     Wasm {
         /// The module.
         module: PathBuf,
         /// Its plugin configuration.
         config: Value,
+        /// How the pick reaches Envoy.
+        routing: Routing,
     },
     /// No filter: one round-robin cluster over every backend with Envoy's own active health
     /// checks (`GET /up` every 10 s, 5 s timeout) and outlier detection (3 consecutive 5xx).
@@ -44,15 +47,19 @@ fn bootstrap(
     admin: SocketAddr,
 ) -> Value {
     match front {
-        Front::Wasm { module, config } => {
+        Front::Wasm {
+            module,
+            config,
+            routing,
+        } => {
             let filter = WasmFilter {
                 module: module.clone(),
                 config: config.clone(),
             };
             envoy_config::static_bootstrap(
                 admin,
-                envoy_config::listener(listener, Some(&filter), Routing::Cluster),
-                envoy_config::clusters(backends, Routing::Cluster),
+                envoy_config::listener(listener, Some(&filter), *routing),
+                envoy_config::clusters(backends, *routing),
             )
         }
         Front::EnvoyChecks => {

@@ -316,7 +316,7 @@ impl Report {
                 ),
             );
         }
-        let [a, b, c] = [0, 1, 2].map(|i| medians(&th.setups[i]));
+        let [a, b, c, d] = [0, 1, 2, 3].map(|i| medians(&th.setups[i]));
         let ba = b.0 / a.0.max(1.0);
         t.row(
             "3",
@@ -335,6 +335,18 @@ impl Report {
                 p99_gap <= Duration::from_micros(50),
                 us(p99_gap.saturating_sub(Duration::from_micros(50))),
             ),
+        );
+        t.row(
+            "3",
+            "req/s d/b · p50 d − b · p99 d − b (host routing against cluster routing)",
+            format!(
+                "{:.3} · {:+.0} µs · {:+.0} µs",
+                d.0 / b.0.max(1.0),
+                (d.1 - b.1) * 1e6,
+                (d.2 - b.2) * 1e6
+            ),
+            "",
+            String::new(),
         );
         t.row(
             "3",

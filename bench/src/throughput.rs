@@ -1,8 +1,9 @@
-//! Envoy throughput and latency with wrk: the floor filter, upcheck, and Envoy's own checks.
+//! Envoy throughput and latency with wrk: the floor filter, upcheck (in both routing modes), and
+//! Envoy's own checks.
 //!
 //! Envoy runs one worker pinned to core 0; wrk and the upstreams (a separate process of this
-//! binary) share core 1, so neither steals Envoy's core. The three setups stay up side by side
-//! and are measured in alternating rounds (A B C A B C …), so a drift of the machine over the run
+//! binary) share core 1, so neither steals Envoy's core. The setups stay up side by side and are
+//! measured in alternating rounds (A B C D A B C D …), so a drift of the machine over the run
 //! hits every setup alike. Whether Envoy is the bottleneck is checked, not assumed: wrk against
 //! the upstream alone must go well past any setup, and Envoy's core must be the busy one. (The
 //! e2e fake upstream did not: see [`crate::upstream`].)
@@ -17,8 +18,9 @@ use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+use upcheck_e2e::envoy_config::Routing;
 
-/// Rounds of A B C.
+/// Rounds of A B C D.
 pub const ROUNDS: usize = 5;
 /// Length of one measured wrk run.
 const RUN: Duration = Duration::from_secs(5);
@@ -52,7 +54,7 @@ pub struct Setup {
 /// All setups, and the bottleneck check.
 #[derive(Clone, Debug)]
 pub struct Throughput {
-    /// The floor (a), upcheck (b), Envoy's checks (c).
+    /// The floor (a), upcheck (b), Envoy's checks (c), upcheck in host routing (d).
     pub setups: Vec<Setup>,
     /// wrk straight at one of the upstreams used, same settings and cores.
     pub upstream_alone: wrk::Run,
@@ -108,7 +110,7 @@ impl Upstreams {
     }
 }
 
-/// Measures the three setups in front of two `ok` upstreams.
+/// Measures the four setups in front of two `ok` upstreams.
 pub async fn measure(envoy: &Path, upcheck: &Path, floor: &Path, out: &Path) -> Result<Throughput> {
     let pinned = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
     let (envoy_cpu, load_cpu) = if pinned {
@@ -127,10 +129,28 @@ pub async fn measure(envoy: &Path, upcheck: &Path, floor: &Path, out: &Path) -> 
     };
     let upstreams = Upstreams::start(&["app1", "app2"], load_cpu, false).await?;
     let backends = &upstreams.addrs;
-    let fronts: [(&'static str, Front); 3] = [
-        ("(a) floor", wasm(floor, serde_json::json!({}))),
-        ("(b) upcheck", wasm(upcheck, crate::deployed_config())),
+    let mut host_config = crate::deployed_config();
+    host_config["routing"] = serde_json::json!("host");
+    for (i, (_, addr)) in backends.iter().enumerate() {
+        host_config["upstreams"][i]["address"] = serde_json::json!(addr.to_string());
+    }
+    let host = Routing::Host {
+        per_try_timeout: Duration::from_secs(3),
+    };
+    let fronts: [(&'static str, Front); 4] = [
+        (
+            "(a) floor",
+            wasm(floor, serde_json::json!({}), Routing::Cluster),
+        ),
+        (
+            "(b) upcheck",
+            wasm(upcheck, crate::deployed_config(), Routing::Cluster),
+        ),
         ("(c) Envoy checks", Front::EnvoyChecks),
+        (
+            "(d) upcheck, host routing + retries",
+            wasm(upcheck, host_config, host),
+        ),
     ];
     let mut proxies = Vec::new();
     for (_, front) in &fronts {
@@ -176,9 +196,10 @@ pub async fn measure(envoy: &Path, upcheck: &Path, floor: &Path, out: &Path) -> 
     })
 }
 
-fn wasm(module: &Path, config: serde_json::Value) -> Front {
+fn wasm(module: &Path, config: serde_json::Value, routing: Routing) -> Front {
     Front::Wasm {
         module: PathBuf::from(module),
         config,
+        routing,
     }
 }
