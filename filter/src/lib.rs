@@ -12,6 +12,7 @@
 )]
 
 mod http;
+mod logger;
 mod metrics;
 mod prober;
 mod root;
@@ -20,6 +21,5 @@ mod status;
 mod worker;
 
 proxy_wasm::main! {{
-    proxy_wasm::set_log_level(proxy_wasm::types::LogLevel::Info);
     proxy_wasm::set_root_context(|_| Box::new(root::Root::default()));
 }}

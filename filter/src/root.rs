@@ -78,10 +78,12 @@ impl Context for Root {
 
 impl RootContext for Root {
     fn on_vm_start(&mut self, _vm_configuration_size: usize) -> bool {
+        crate::logger::install();
         true
     }
 
     fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
+        crate::logger::install();
         let bytes = hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX)
             .ok()
             .flatten()
