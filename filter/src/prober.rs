@@ -70,7 +70,7 @@ impl Prober {
     }
 
     /// Follows a change of the routing, if there was one since the last look: probes newly
-    /// ejected backends, writes the gauges.
+    /// ejected backends, reports the end of ejections, writes the gauges.
     pub fn follow(&mut self, pool: &Pool, metrics: &Metrics, now: Time) {
         if self.generation == Some(pool.generation()) {
             return;
@@ -82,7 +82,8 @@ impl Prober {
 
     /// Probes at once every backend that was passively ejected since the last look: its ejection
     /// ends when its failures expire, and by then a probe should have said whether it is still
-    /// broken (a hanging backend otherwise returns for another round of hung requests).
+    /// broken (a hanging backend otherwise returns for another round of hung requests). Logs the
+    /// end of an ejection (the start is logged by the worker that saw the last failure).
     fn probe_ejected(&mut self, pool: &Pool, now: Time) {
         for (i, (seen, ejected)) in self
             .ejected
@@ -92,6 +93,11 @@ impl Prober {
         {
             if *ejected && !*seen {
                 self.schedule.due_now(i, now);
+            }
+            if *seen && !*ejected {
+                if let Some(up) = pool.config().upstreams.get(i) {
+                    log::info!("upcheck: {} no longer ejected: its failures expired", up.name);
+                }
             }
             *seen = *ejected;
         }

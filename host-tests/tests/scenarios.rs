@@ -121,6 +121,25 @@ fn a_backend_breaking_with_502_mid_traffic_costs_at_most_three_requests_and_come
         "app2 not back in rotation within 20 s of recovering"
     );
     assert_eq!(host.metric("upcheck.app2.ejections"), Some(1));
+    let lines: Vec<String> = host
+        .logs()
+        .into_iter()
+        .map(|l| l.message)
+        .filter(|m| m.contains("ejected"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[0].starts_with("upcheck: app2 ejected for "),
+        "{lines:?}"
+    );
+    assert!(
+        lines[0].ends_with("3 failures within 10.0s, the last: a request answered 502"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines[1],
+        "upcheck: app2 no longer ejected: its failures expired"
+    );
 }
 
 /// app2 healthy, then hangs from 20 s on; `extra` adds passive settings.

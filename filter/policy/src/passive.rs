@@ -30,7 +30,7 @@ pub enum RequestOutcome {
     Answered {
         /// The backend's own status.
         status: u16,
-        /// Time from the request to the response headers.
+        /// Time from the request to the response headers (zero when not measured).
         latency: Duration,
     },
     /// The proxy gave up on the backend.
@@ -72,6 +72,10 @@ impl RequestOutcome {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         match self.0 {
+            // Latency is measured only when unhealthy_latency is set; zero means not measured.
+            RequestOutcome::Answered { status, latency } if latency.is_zero() => {
+                write!(f, "a request answered {status}")
+            }
             RequestOutcome::Answered { status, latency } => write!(
                 f,
                 "a request answered {status} after {}",
