@@ -298,6 +298,9 @@ pub struct HostFigures {
     pub requests: Vec<RequestFuel>,
     /// The floor's fuel per request (2 backends; it routes every request to one).
     pub floor: RequestFuel,
+    /// upcheck's fuel per request with the status page off (`status_path: null`), 2 backends:
+    /// what reading `:path` on every request costs.
+    pub no_status_page: RequestFuel,
     /// upcheck's probing fuel, by [`BACKENDS`].
     pub probes: Vec<ProbeFuel>,
     /// upcheck's memory runs, by [`BACKENDS`].
@@ -341,9 +344,12 @@ pub fn figures(upcheck: &[u8], floor: &[u8]) -> Result<HostFigures> {
             .collect::<Result<Vec<_>>>()
     })?;
     let deployed = crate::deployed_config().to_string();
+    let mut no_status_page = serde_json::from_str::<serde_json::Value>(&fleet(2, "10s", "5s"))?;
+    no_status_page["status_path"] = serde_json::Value::Null;
     let mut figures = HostFigures {
         requests: Vec::new(),
         floor: request_fuel(floor, 2, "{}")?,
+        no_status_page: request_fuel(upcheck, 2, &no_status_page.to_string())?,
         probes: Vec::new(),
         memory: Vec::new(),
         hostcalls: hostcalls_per_request(&instrumented, 2, &deployed)?,

@@ -196,6 +196,13 @@ impl Report {
             "",
             String::new(),
         );
+        t.row(
+            "2",
+            "fuel per request, upcheck (2 backends) with the status page off",
+            n(host.no_status_page.total),
+            "",
+            String::new(),
+        );
         t.row("2", "fuel per request, floor", n(floor), "", String::new());
         let ratio = two as f64 / floor.max(1) as f64;
         t.row(
