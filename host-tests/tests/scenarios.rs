@@ -314,3 +314,32 @@ fn the_status_page_shows_every_backend_to_loopback_clients_only() {
         0
     );
 }
+
+#[test]
+fn a_backend_whose_cluster_the_proxy_lacks_is_reported_once_and_kept_out() {
+    let mut host = host();
+    host.upstream("app1");
+    // No upstream script for app3: the host has no such cluster, as an Envoy missing it.
+    ok(host.start(r#"{"upstreams":[{"name":"app1"},{"name":"app3","cluster":"missing"}]}"#));
+    let traffic = run(&mut host, 40, secs(35));
+    assert!(traffic.failures().is_empty(), "{traffic}");
+    assert_eq!(traffic.by_upstream().get("missing"), None);
+    let errors: Vec<String> = host
+        .logs()
+        .into_iter()
+        .map(|l| l.message)
+        .filter(|m| m.contains("cannot probe"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with(
+            "upcheck: cannot probe app3: the proxy refused a call to cluster \"missing\""
+        ),
+        "{errors:?}"
+    );
+    assert_eq!(
+        host.metric("upcheck.app3.probes"),
+        Some(4),
+        "retried every interval"
+    );
+}
