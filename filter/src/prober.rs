@@ -96,7 +96,10 @@ impl Prober {
             }
             if *seen && !*ejected {
                 if let Some(up) = pool.config().upstreams.get(i) {
-                    log::info!("upcheck: {} no longer ejected: its failures expired", up.name);
+                    log::info!(
+                        "upcheck: {} no longer ejected: its failures expired",
+                        up.name
+                    );
                 }
             }
             *seen = *ejected;
