@@ -82,6 +82,16 @@ fn spread(values: &[f64]) -> (f64, f64, f64) {
 }
 
 /// Median req/s, p50 and p99 (seconds) of a setup.
+/// Setup `x` against setup `y`, both as [`medians`]: the req/s ratio, the p50 and p99 gaps.
+fn against(x: (f64, f64, f64), y: (f64, f64, f64)) -> String {
+    format!(
+        "{:.3} · {:+.0} µs · {:+.0} µs",
+        x.0 / y.0.max(1.0),
+        (x.1 - y.1) * 1e6,
+        (x.2 - y.2) * 1e6
+    )
+}
+
 fn medians(setup: &Setup) -> (f64, f64, f64) {
     let of =
         |f: fn(&crate::wrk::Run) -> f64| spread(&setup.runs.iter().map(f).collect::<Vec<_>>()).0;
@@ -346,24 +356,14 @@ impl Report {
         t.row(
             "3",
             "req/s d/b · p50 d − b · p99 d − b (host routing against cluster routing)",
-            format!(
-                "{:.3} · {:+.0} µs · {:+.0} µs",
-                d.0 / b.0.max(1.0),
-                (d.1 - b.1) * 1e6,
-                (d.2 - b.2) * 1e6
-            ),
+            against(d, b),
             "",
             String::new(),
         );
         t.row(
             "3",
             "req/s b/c · p50 b − c · p99 b − c",
-            format!(
-                "{:.3} · {:+.0} µs · {:+.0} µs",
-                b.0 / c.0.max(1.0),
-                (b.1 - c.1) * 1e6,
-                (b.2 - c.2) * 1e6
-            ),
+            against(b, c),
             "",
             String::new(),
         );
