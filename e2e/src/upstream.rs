@@ -126,15 +126,23 @@ impl FakeUpstream {
         self.shared.mode.borrow().clone()
     }
 
-    /// Returns as soon as one more probe has arrived; an error if none did `within`.
-    pub async fn until_probed(&self, within: Duration) -> anyhow::Result<()> {
+    /// Switches to `mode` just after the next probe has been answered (an error if none came
+    /// `within`), so users meet the change a whole interval before the next probe does: the
+    /// passive checks, not a lucky probe, must notice it. Returns the user requests received
+    /// before the switch.
+    pub async fn switch_after_probe(&self, mode: Mode, within: Duration) -> anyhow::Result<u64> {
         let seen = self.counts().probes;
         let deadline = Instant::now() + within;
         while self.counts().probes == seen {
             anyhow::ensure!(Instant::now() < deadline, "{} was not probed", self.name());
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        Ok(())
+        // Let the probe's answer leave first: `refuse` drops open connections, the probe's
+        // included, and a failed probe would take the backend out before any user met the change.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let before = self.counts().requests;
+        self.set_mode(mode);
+        Ok(before)
     }
 }
 

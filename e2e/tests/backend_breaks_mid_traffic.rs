@@ -38,10 +38,8 @@ async fn app2_breaks_mid_traffic() -> anyhow::Result<Breakage> {
     let replay = Replay::new(envoy.url("/"), RATE, Duration::from_secs(8)).connection_per_request();
     let traffic = tokio::spawn(async move { replay.run().await });
     sleep(Duration::from_secs(3)).await;
-    // Right after a probe passed, so the users meet the breakage a whole interval before the
-    // next probe does: the passive checks, not a lucky probe, take app2 out.
-    app2.until_probed(2 * INTERVAL).await?;
-    app2.set_mode(Mode::Status(502));
+    app2.switch_after_probe(Mode::Status(502), 2 * INTERVAL)
+        .await?;
     let report = traffic.await??;
     println!("app2 breaks with 502 mid-traffic: {report}");
     for sample in report.samples.iter().filter(|s| s.outcome.is_failure()) {

@@ -77,12 +77,7 @@ async fn app2_breaks(routing: Routing, mode: Mode, methods: &[Method]) -> anyhow
         })
         .collect();
     sleep(Duration::from_secs(3)).await;
-    app2.until_probed(2 * INTERVAL).await?;
-    // Let the probe's answer leave first: `refuse` drops open connections, the probe's included,
-    // and a probe that fails takes app2 out before any user meets the break.
-    sleep(Duration::from_millis(50)).await;
-    let before = app2.counts().requests;
-    app2.set_mode(mode);
+    let before = app2.switch_after_probe(mode, 2 * INTERVAL).await?;
     let mut reports = Vec::new();
     for run in traffic {
         reports.push(run.await??);
@@ -301,9 +296,8 @@ async fn a_retry_goes_to_the_backend_upcheck_names_never_to_one_it_took_out() ->
     let replay = Replay::new(envoy.url("/"), RATE, Duration::from_secs(6)).connection_per_request();
     let traffic = tokio::spawn(async move { replay.run().await });
     sleep(Duration::from_secs(2)).await;
-    app2.until_probed(2 * INTERVAL).await?;
-    sleep(Duration::from_millis(50)).await;
-    app2.set_mode(Mode::Status(502));
+    app2.switch_after_probe(Mode::Status(502), 2 * INTERVAL)
+        .await?;
     let report = traffic.await??;
     println!("host routing, 3 backends, app3 out, app2 answers 502 mid-traffic: {report}");
     assert_eq!(report.failures(), 0, "{report}");
