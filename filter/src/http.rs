@@ -5,8 +5,8 @@
 //! says what the backend did; only for a 5xx are Envoy's response flags read, to tell a backend's
 //! own 503 from Envoy's "could not connect" 503.
 
-use crate::status;
-use crate::worker::{self, Parked, Shared};
+use crate::status_page;
+use crate::vm::{self, Handle};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, MapType};
@@ -36,7 +36,7 @@ enum Retry {
 /// One request's context.
 pub struct Http {
     id: u32,
-    worker: Shared,
+    vm: Handle,
     /// The backend picked, and when if latency is tracked.
     pick: Option<(usize, Option<Time>)>,
     settled: bool,
@@ -44,10 +44,10 @@ pub struct Http {
 
 impl Http {
     /// A context for request `id`.
-    pub fn new(id: u32, worker: Shared) -> Http {
+    pub fn new(id: u32, vm: Handle) -> Http {
         Http {
             id,
-            worker,
+            vm,
             pick: None,
             settled: false,
         }
@@ -62,29 +62,36 @@ impl Http {
         self.settled = true;
         let id = self.id;
         let pick = self.pick;
-        worker::with(&self.worker, |w| {
+        vm::with(&self.vm, |v| {
             let pick = pick.or_else(|| {
-                let at = w.resumed.iter().position(|(c, _, _)| *c == id)?;
-                let (_, backend, started) = w.resumed.swap_remove(at);
-                Some((backend, started))
+                let at = v.resumed.iter().position(|r| r.context == id)?;
+                let resumed = v.resumed.swap_remove(at);
+                Some((resumed.backend, resumed.started))
             });
             let Some((backend, started)) = pick else {
-                w.parked.retain(|p| p.context != id);
+                v.parked.retain(|context| *context != id);
                 return;
             };
-            // The clock is read only where latency matters, or later if the outcome counts.
-            let now = started.map(|_| worker::now());
+            // The clock is read here only where latency matters, or later if the outcome counts.
+            let now = started.map(|_| vm::now());
             let latency = match (now, started) {
                 (Some(now), Some(started)) => now.saturating_sub(started),
                 _ => Duration::ZERO,
             };
             let outcome = outcome(latency);
-            match retry {
-                Retry::No => w.settle(id, backend, outcome, now),
+            let Some(pool) = v.pool.as_mut() else {
+                return;
+            };
+            let retried = match retry {
+                Retry::No => None,
                 Retry::Yes(answered_by) => {
-                    let answered_by = answered_by.as_deref().and_then(|a| w.backend_at(a));
-                    w.settle_retried(id, backend, answered_by, outcome, now);
+                    Some(answered_by.as_deref().and_then(|a| pool.index_at(a)))
                 }
+            };
+            let clock = || now.unwrap_or_else(vm::now);
+            let effects = pool.request_settled(id, backend, retried, outcome, clock);
+            if !effects.is_empty() {
+                v.carry_out(effects, now.unwrap_or_else(vm::now));
             }
         });
     }
@@ -92,8 +99,10 @@ impl Http {
     /// Whether the proxy retried this request, read only in `host` routing (where the route may
     /// retry); hosts without the properties are taken at their word that it was not.
     fn retry(&self) -> Retry {
-        let host_mode = worker::with(&self.worker, |w| {
-            w.config().is_some_and(|c| c.routing == RoutingMode::Host)
+        let host_mode = vm::with(&self.vm, |v| {
+            v.pool
+                .as_ref()
+                .is_some_and(|p| p.config().routing == RoutingMode::Host)
         });
         if host_mode != Some(true) {
             return Retry::No;
@@ -121,7 +130,7 @@ impl Http {
 /// the header lists a second address after the pick, the backend whose turn is next: Envoy's
 /// `override_host` policy takes one address per attempt, so a retry goes where upcheck says, not
 /// to a backend it took out of rotation.
-pub fn route(pool: &Pool, backend: Option<usize>) {
+pub fn route<H>(pool: &Pool<H>, backend: Option<usize>) {
     let config = pool.config();
     let header = config.route_header.as_str();
     let Some(up) = backend.and_then(|i| config.upstreams.get(i)) else {
@@ -168,24 +177,20 @@ impl Context for Http {}
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
         let id = self.id;
-        if worker::with(&self.worker, status::answer) == Some(true) {
+        if vm::with(&self.vm, status_page::answer) == Some(true) {
             self.settled = true; // a page upcheck served itself says nothing about a backend
             return Action::Pause;
         }
-        let picked = worker::with(&self.worker, |w| {
-            // With unhealthy_latency set, a hung request is counted late the moment it is, not at
-            // the next tick.
-            w.count_overdue();
-            let pick = w.pick()?;
-            let backend = match pick {
+        let picked = vm::with(&self.vm, |v| {
+            let backend = match v.pick()? {
                 Pick::Backend(i) => Some(i),
                 Pick::Wait(_) => None,
             };
-            route(w.pool.as_ref()?, backend);
+            route(v.pool.as_ref()?, backend);
             Some(match backend {
-                Some(i) => Some((i, w.routed(id, i))),
+                Some(i) => Some((i, v.routed(id, i))),
                 None => {
-                    w.parked.push(Parked { context: id });
+                    v.parked.push(id);
                     None
                 }
             })

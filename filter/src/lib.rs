@@ -14,11 +14,11 @@
 mod http;
 mod logger;
 mod metrics;
-mod prober;
+mod probes;
 mod root;
 mod shared;
-mod status;
-mod worker;
+mod status_page;
+mod vm;
 
 proxy_wasm::main! {{
     proxy_wasm::set_root_context(|_| Box::new(root::Root::default()));

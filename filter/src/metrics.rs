@@ -5,9 +5,9 @@
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
-use upcheck_policy::Config;
+use upcheck_policy::config::Upstream;
 
-/// One backend's metrics.
+/// One backend's metrics: the handles the pool keeps in each backend's record.
 #[derive(Debug, Default, Clone)]
 pub struct BackendMetrics {
     /// Probes sent.
@@ -24,15 +24,6 @@ pub struct BackendMetrics {
     pub healthy: Option<u32>,
 }
 
-/// Every metric upcheck reports.
-#[derive(Debug, Default, Clone)]
-pub struct Metrics {
-    /// Per backend, in config order.
-    pub backends: Vec<BackendMetrics>,
-    /// 1 while the fleet guard widens the routable set (gauge).
-    pub fleet_guard: Option<u32>,
-}
-
 fn define(kind: MetricType, name: &str) -> Option<u32> {
     match hostcalls::define_metric(kind, name) {
         Ok(id) => Some(id),
@@ -43,36 +34,26 @@ fn define(kind: MetricType, name: &str) -> Option<u32> {
     }
 }
 
-impl Metrics {
-    /// Defines the metrics for `config`'s backends (the host returns the same id for a name
-    /// defined again, so a reconfiguration keeps the counts).
-    pub fn define(config: &Config) -> Metrics {
-        let backends = config
-            .upstreams
-            .iter()
-            .map(|u| {
-                let counter =
-                    |what: &str| define(MetricType::Counter, &format!("upcheck.{}.{what}", u.name));
-                BackendMetrics {
-                    probes: counter("probes"),
-                    probe_failures: counter("probe_failures"),
-                    requests: counter("requests"),
-                    request_failures: counter("request_failures"),
-                    ejections: counter("ejections"),
-                    healthy: define(MetricType::Gauge, &format!("upcheck.{}.healthy", u.name)),
-                }
-            })
-            .collect();
-        Metrics {
-            backends,
-            fleet_guard: define(MetricType::Gauge, "upcheck.fleet_guard"),
+impl BackendMetrics {
+    /// Defines `upstream`'s metrics (the host returns the same id for a name defined again, so
+    /// a reconfiguration keeps the counts).
+    pub fn define(upstream: &Upstream) -> BackendMetrics {
+        let name = &upstream.name;
+        let counter = |what: &str| define(MetricType::Counter, &format!("upcheck.{name}.{what}"));
+        BackendMetrics {
+            probes: counter("probes"),
+            probe_failures: counter("probe_failures"),
+            requests: counter("requests"),
+            request_failures: counter("request_failures"),
+            ejections: counter("ejections"),
+            healthy: define(MetricType::Gauge, &format!("upcheck.{name}.healthy")),
         }
     }
+}
 
-    /// The metrics of backend `i`.
-    pub fn backend(&self, i: usize) -> Option<&BackendMetrics> {
-        self.backends.get(i)
-    }
+/// The fleet guard's gauge: 1 while it widens the routable set.
+pub fn define_fleet_guard() -> Option<u32> {
+    define(MetricType::Gauge, "upcheck.fleet_guard")
 }
 
 /// Adds one to a counter.

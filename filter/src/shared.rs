@@ -18,8 +18,10 @@
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
 use std::time::Duration;
-use upcheck_policy::wire::{self, WireError};
-use upcheck_policy::{ActiveHealth, PassiveHealth, Time};
+use upcheck_policy::config::Passive as PassiveConfig;
+use upcheck_policy::lease;
+use upcheck_policy::tables::{self, ActiveTable, Applied, PassiveChange, PassiveTable, TableError};
+use upcheck_policy::Time;
 
 const LEASE: &str = "upcheck.lease";
 const CONFIG: &str = "upcheck.config";
@@ -29,11 +31,6 @@ const VM_SEQUENCE: &str = "upcheck.vm_sequence";
 
 /// How often a compare-and-swap is retried against other workers' writes.
 const CAS_ATTEMPTS: usize = 16;
-
-/// Probe state by backend name.
-pub type ActiveTable = Vec<(String, ActiveHealth)>;
-/// Passive state by backend name.
-pub type PassiveTable = Vec<(String, PassiveHealth)>;
 
 fn get(key: &str) -> Option<(Vec<u8>, u32)> {
     match hostcalls::get_shared_data(key) {
@@ -100,13 +97,10 @@ pub fn announce_config(fingerprint: u64) {
     }
 }
 
-/// Takes or renews the probing lease for `me` (configured with `config`) until `now + ttl`;
-/// true if this root context holds it.
+/// Takes or renews the probing lease for root context `me`, configured with `config`, until
+/// `now + ttl` (the rule is [`lease::claim`]); true if it holds it.
 pub fn hold_lease(me: u64, config: u64, now: Time, ttl: Duration) -> bool {
     let newest = get(CONFIG).and_then(|(bytes, _)| decode_u64(&bytes));
-    if newest.is_some_and(|newest| newest != config) {
-        return false; // a root context with an older configuration, draining
-    }
     // Created empty, then taken by compare-and-swap like any other time: two VMs creating it
     // at once cannot both win.
     let Some((bytes, cas)) = get(LEASE).or_else(|| {
@@ -115,28 +109,17 @@ pub fn hold_lease(me: u64, config: u64, now: Time, ttl: Duration) -> bool {
     }) else {
         return false;
     };
-    let holder = decode_u64(&bytes).unwrap_or(0);
-    let expiry = bytes.get(8..).and_then(decode_u64).unwrap_or(0);
-    let now_ns = u64::try_from(now.as_nanos()).unwrap_or(u64::MAX);
-    if holder != me && holder != 0 && expiry > now_ns {
-        return false;
+    match lease::claim(Some(&bytes), me, config, newest, now, ttl) {
+        Some(lease) => swap(LEASE, &lease, cas),
+        None => false,
     }
-    let until = now_ns.saturating_add(u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX));
-    let mut value = [0u8; 16];
-    for (slot, byte) in value
-        .iter_mut()
-        .zip(me.to_le_bytes().iter().chain(&until.to_le_bytes()))
-    {
-        *slot = *byte;
-    }
-    swap(LEASE, &value, cas)
 }
 
 /// Reads a table if it changed since `seen` (its last compare-and-swap value).
 fn read_if_changed<T>(
     key: &str,
     seen: Option<u32>,
-    decode: fn(&[u8]) -> Result<T, WireError>,
+    decode: fn(&[u8]) -> Result<T, TableError>,
 ) -> Option<(T, u32)> {
     let (bytes, cas) = get(key)?;
     if seen == Some(cas) {
@@ -153,55 +136,43 @@ fn read_if_changed<T>(
 
 /// The probe table, if it changed since `seen`.
 pub fn read_active(seen: Option<u32>) -> Option<(ActiveTable, u32)> {
-    read_if_changed(ACTIVE, seen, wire::decode_active)
+    read_if_changed(ACTIVE, seen, tables::decode_active)
 }
 
 /// The passive table, if it changed since `seen`.
 pub fn read_passive(seen: Option<u32>) -> Option<(PassiveTable, u32)> {
-    read_if_changed(PASSIVE, seen, wire::decode_passive)
+    read_if_changed(PASSIVE, seen, tables::decode_passive)
 }
 
 /// Publishes the probe table (only the lease holder writes it).
-pub fn write_active(table: &[(&str, &ActiveHealth)]) {
-    let bytes = wire::encode_active(table);
+pub fn write_active(table: &ActiveTable) {
+    let bytes = tables::encode_active(table);
     if let Err(status) = hostcalls::set_shared_data(ACTIVE, Some(&bytes), None) {
         log::warn!("upcheck: publishing probe results failed ({status:?})");
     }
 }
 
-fn encode_passive(table: &PassiveTable) -> Vec<u8> {
-    let entries: Vec<(&str, &PassiveHealth)> = table.iter().map(|(n, p)| (n.as_str(), p)).collect();
-    wire::encode_passive(&entries)
-}
-
-/// Applies `change` to backend `name`'s passive state, atomically with respect to other workers;
-/// returns the whole table as written and what `change` returned.
-pub fn update_passive<R>(
-    name: &str,
-    mut change: impl FnMut(&mut PassiveHealth) -> R,
-) -> Option<(PassiveTable, R)> {
+/// Applies `change` to the passive table, atomically with respect to other VMs; returns the
+/// table as written and what the change did.
+pub fn update_passive(
+    change: &PassiveChange,
+    config: &PassiveConfig,
+) -> Option<(PassiveTable, Option<Applied>)> {
     for _ in 0..CAS_ATTEMPTS {
         let Some((bytes, cas)) = get(PASSIVE) else {
-            ensure(PASSIVE, &encode_passive(&PassiveTable::new()));
+            ensure(PASSIVE, &tables::encode_passive(&PassiveTable::new()));
             continue;
         };
         // A table that does not decode is replaced rather than trusted.
-        let mut table = wire::decode_passive(&bytes).unwrap_or_default();
-        let at = match table.iter().position(|(n, _)| n == name) {
-            Some(at) => at,
-            None => {
-                table.push((name.to_owned(), PassiveHealth::default()));
-                table.len() - 1
-            }
-        };
-        let result = match table.get_mut(at) {
-            Some((_, entry)) => change(entry),
-            None => return None,
-        };
-        if swap(PASSIVE, &encode_passive(&table), cas) {
-            return Some((table, result));
+        let mut table = tables::decode_passive(&bytes).unwrap_or_default();
+        let applied = change.apply(&mut table, config);
+        if swap(PASSIVE, &tables::encode_passive(&table), cas) {
+            return Some((table, applied));
         }
     }
-    log::warn!("upcheck: a failure of {name} was not shared: shared data kept changing");
+    log::warn!(
+        "upcheck: news of {} was not shared: shared data kept changing",
+        change.name
+    );
     None
 }

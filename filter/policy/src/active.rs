@@ -8,11 +8,12 @@
 use crate::config::Active as ActiveConfig;
 use crate::duration;
 use crate::Time;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
 
 /// What one probe found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ProbeOutcome {
     /// Answered with the expected status and body.
     Pass,
@@ -75,8 +76,8 @@ impl fmt::Display for ProbeOutcome {
 }
 
 /// A backend's standing with the prober.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Health {
     /// No verdict yet.
     Unknown,
     /// Passing probes.
@@ -85,12 +86,12 @@ pub enum Status {
     Unhealthy,
 }
 
-impl fmt::Display for Status {
+impl fmt::Display for Health {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.pad(match self {
-            Status::Unknown => "unknown",
-            Status::Healthy => "healthy",
-            Status::Unhealthy => "unhealthy",
+            Health::Unknown => "unknown",
+            Health::Healthy => "healthy",
+            Health::Unhealthy => "unhealthy",
         })
     }
 }
@@ -119,7 +120,7 @@ pub enum Transition {
     /// The verdict leans towards `toward`, `seen` of `needed` probes so far.
     Pending {
         /// Where the streak leads.
-        toward: Status,
+        toward: Health,
         /// Probes in the streak.
         seen: u32,
         /// Probes the threshold needs.
@@ -128,19 +129,19 @@ pub enum Transition {
     /// The status changed.
     Changed {
         /// Before.
-        from: Status,
+        from: Health,
         /// After.
-        to: Status,
+        to: Health,
         /// Why.
         reason: Reason,
     },
 }
 
 /// One backend's active-check state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActiveHealth {
     /// Current verdict.
-    pub status: Status,
+    pub status: Health,
     /// Consecutive passes (positive) or failures (negative) so far.
     pub(crate) streak: i64,
     /// The latest probe and when it settled.
@@ -153,7 +154,7 @@ impl ActiveHealth {
     /// A backend nothing is known about yet, as of `now`.
     pub fn new(now: Time) -> ActiveHealth {
         ActiveHealth {
-            status: Status::Unknown,
+            status: Health::Unknown,
             streak: 0,
             last: None,
             since: now,
@@ -177,9 +178,9 @@ impl ActiveHealth {
         };
         let seen = u32::try_from(self.streak.unsigned_abs()).unwrap_or(u32::MAX);
         let (toward, needed) = if passed {
-            (Status::Healthy, config.passes)
+            (Health::Healthy, config.passes)
         } else {
-            (Status::Unhealthy, config.fails)
+            (Health::Unhealthy, config.fails)
         };
         if self.status == toward {
             return Transition::Unchanged;
@@ -206,6 +207,6 @@ impl ActiveHealth {
 
     /// When it went down, if it is down.
     pub fn down_since(&self) -> Option<Time> {
-        (self.status == Status::Unhealthy).then_some(self.since)
+        (self.status == Health::Unhealthy).then_some(self.since)
     }
 }

@@ -14,7 +14,7 @@
 //! 5. With `min_healthy_percent` set and fewer routable than that share of the fleet, traffic is
 //!    spread over every backend that accepts connections (Envoy's panic mode).
 
-use crate::active::{ActiveHealth, Status};
+use crate::active::{ActiveHealth, Health};
 use crate::config::Config;
 use crate::passive::PassiveHealth;
 use crate::Time;
@@ -22,17 +22,17 @@ use std::fmt;
 
 /// Everything known about one backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Backend {
+pub struct Evidence {
     /// What probes say.
     pub active: ActiveHealth,
     /// What real requests say.
     pub passive: PassiveHealth,
 }
 
-impl Backend {
+impl Evidence {
     /// A backend nothing is known about, as of `now`.
-    pub fn new(now: Time) -> Backend {
-        Backend {
+    pub fn new(now: Time) -> Evidence {
+        Evidence {
             active: ActiveHealth::new(now),
             passive: PassiveHealth::default(),
         }
@@ -109,16 +109,16 @@ impl Routing {
 }
 
 /// Applies the rules to `backends` at `now`.
-pub fn route(backends: &[Backend], now: Time, config: &Config) -> Routing {
-    let accepting: Vec<bool> = backends.iter().map(Backend::accepting).collect();
+pub fn route(backends: &[Evidence], now: Time, config: &Config) -> Routing {
+    let accepting: Vec<bool> = backends.iter().map(Evidence::accepting).collect();
     let any_accepting = accepting.contains(&true);
     // Rule 1: when nothing accepts connections, everything is usable.
     let usable: Vec<bool> = accepting.iter().map(|a| *a || !any_accepting).collect();
-    let status = |b: &Backend| b.active.status;
+    let status = |b: &Evidence| b.active.status;
     let healthy_known = backends
         .iter()
         .zip(&usable)
-        .any(|(b, u)| *u && status(b) == Status::Healthy);
+        .any(|(b, u)| *u && status(b) == Health::Healthy);
 
     // Rule 2, active part.
     let mut base: Vec<bool> = backends
@@ -126,9 +126,9 @@ pub fn route(backends: &[Backend], now: Time, config: &Config) -> Routing {
         .zip(&usable)
         .map(|(b, u)| {
             *u && match status(b) {
-                Status::Healthy => true,
-                Status::Unknown => !healthy_known,
-                Status::Unhealthy => false,
+                Health::Healthy => true,
+                Health::Unknown => !healthy_known,
+                Health::Unhealthy => false,
             }
         })
         .collect();
@@ -181,7 +181,7 @@ pub fn route(backends: &[Backend], now: Time, config: &Config) -> Routing {
 
 /// Which of `base` are ejected: those with a full failure window, earliest ejection first, as
 /// many as the cap allows.
-fn capped_ejections(backends: &[Backend], base: &[bool], now: Time, config: &Config) -> Vec<bool> {
+fn capped_ejections(backends: &[Evidence], base: &[bool], now: Time, config: &Config) -> Vec<bool> {
     let passive = &config.health_checks.passive;
     let mut ejected = vec![false; backends.len()];
     let mut candidates: Vec<(Time, usize)> = backends

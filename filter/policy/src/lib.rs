@@ -21,22 +21,24 @@
 pub mod active;
 pub mod config;
 pub mod duration;
+pub mod events;
 pub mod fleet;
 pub mod json;
+pub mod lease;
+pub mod page;
 pub mod passive;
 pub mod pool;
-pub mod report;
 pub mod schedule;
 pub mod select;
 pub mod status;
-pub mod wire;
+pub mod tables;
 
 /// A point in time: the host's clock since its epoch.
 pub type Time = std::time::Duration;
 
-pub use active::{ActiveHealth, ProbeOutcome, Status, Transition};
+pub use active::{ActiveHealth, Health, ProbeOutcome, Transition};
 pub use config::{Config, ConfigError, RoutingMode};
-pub use fleet::{Backend, Guard, Routing};
-pub use passive::{InFlight, PassiveHealth, ProxyFailure, RequestOutcome};
-pub use pool::{Event, Pick, Pool};
-pub use schedule::Schedule;
+pub use events::{Effects, Event, Level};
+pub use fleet::{Evidence, Guard, Routing};
+pub use passive::{Outstanding, PassiveHealth, ProxyFailure, RequestOutcome};
+pub use pool::{Member, Pick, Pool};

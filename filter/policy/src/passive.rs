@@ -8,6 +8,7 @@
 use crate::config::Passive as PassiveConfig;
 use crate::duration;
 use crate::Time;
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
@@ -63,9 +64,17 @@ impl RequestOutcome {
         counts.then_some(Failure(self))
     }
 
-    /// Whether the backend was found not serving at all.
-    pub fn refused(self) -> bool {
-        self == RequestOutcome::Failed(ProxyFailure::Refused)
+    /// What the outcome says about whether anything is serving: `Some(true)` when the
+    /// connection was refused, `Some(false)` when the backend was reached, `None` when it
+    /// does not say.
+    pub fn contact(self) -> Option<bool> {
+        match self {
+            RequestOutcome::Answered { .. } => Some(false),
+            RequestOutcome::Failed(failure) => Some(failure == ProxyFailure::Refused),
+            RequestOutcome::StillWaiting(_)
+            | RequestOutcome::RetriedElsewhere
+            | RequestOutcome::ClientGone => None,
+        }
     }
 }
 
@@ -100,7 +109,7 @@ impl fmt::Display for Failure {
 }
 
 /// The failures a backend is remembered for, and whether it is ejected.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct PassiveHealth {
     /// The newest failures, oldest first; never more than `max_fails`.
     pub(crate) failures: VecDeque<Time>,
@@ -197,10 +206,10 @@ impl PassiveHealth {
     }
 }
 
-/// The requests one worker has in flight, so one that hangs counts as failed the moment it is
+/// The requests one VM has in flight, so one that hangs counts as failed the moment it is
 /// `unhealthy_latency` late rather than when it finally ends.
-#[derive(Debug, Default)]
-pub struct InFlight {
+#[derive(Debug, Default, Clone)]
+pub struct Outstanding {
     entries: Vec<Pending>,
 }
 
@@ -212,7 +221,18 @@ struct Pending {
     late: bool,
 }
 
-impl InFlight {
+/// A request that just became late.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Late {
+    /// Its backend's position.
+    pub backend: usize,
+    /// When it became late.
+    pub at: Time,
+    /// How long it has waited.
+    pub waited: Duration,
+}
+
+impl Outstanding {
     /// Starts tracking request `id` to `backend`.
     pub fn begin(&mut self, id: u32, backend: usize, now: Time) {
         self.entries.push(Pending {
@@ -231,15 +251,33 @@ impl InFlight {
         }
     }
 
+    /// Follows a reconfiguration (`kept[new] = Some(old)`): requests to a removed backend are
+    /// no longer its business.
+    pub fn remap(&mut self, kept: &[Option<usize>]) {
+        self.entries.retain_mut(
+            |p| match kept.iter().position(|old| *old == Some(p.backend)) {
+                Some(new) => {
+                    p.backend = new;
+                    true
+                }
+                None => false,
+            },
+        );
+    }
+
     /// Marks every request that is `latency` late at `now` and not yet counted, and returns
-    /// (backend, time it became late, waited) for each.
-    pub fn overdue(&mut self, now: Time, latency: Duration) -> Vec<(usize, Time, Duration)> {
+    /// each.
+    pub fn overdue(&mut self, now: Time, latency: Duration) -> Vec<Late> {
         let mut late = Vec::new();
         for p in self.entries.iter_mut().filter(|p| !p.late) {
             let waited = now.saturating_sub(p.started);
             if waited >= latency {
                 p.late = true;
-                late.push((p.backend, p.started + latency, waited));
+                late.push(Late {
+                    backend: p.backend,
+                    at: p.started + latency,
+                    waited,
+                });
             }
         }
         late

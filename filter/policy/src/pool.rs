@@ -1,110 +1,186 @@
-//! One proxy worker's view of the fleet: the state of every backend, the routing the fleet guard
-//! derives from it, and the rotation picks come from.
+//! One VM's view of the fleet, and the one way in for everything it observes.
 //!
-//! Inputs are observations with the time they happened; outputs are values (a [`Transition`], a
-//! [`Pick`], a list of [`Event`]s) that the caller turns into logs, metrics and headers.
+//! Each kind of observation enters through one method, and each returns its [`Effects`]:
+//! - [`Pool::configure`]: a (re)configuration; backends that stay keep their state, by name;
+//! - [`Pool::lease`]: whether this VM holds the probing lease (it then schedules and reports);
+//! - [`Pool::tick`]: time passing: probes due, probes never answered, requests overdue,
+//!   failures expiring;
+//! - [`Pool::probe_sent`], [`Pool::probe_refused`], [`Pool::probe_answered`]: active checks;
+//! - [`Pool::request_routed`], [`Pool::request_settled`]: real requests, including a retried
+//!   attempt and a client gone;
+//! - [`Pool::active_published`], [`Pool::passive_written`]: tables another VM (or this one)
+//!   wrote to shared data.
+//!
+//! The pool never calls the host. The adapter carries out the effects (compare-and-swap, probes,
+//! log lines, metrics) and hands back what came of them through the same entry points, so the
+//! tests drive exactly the path that ships.
+//!
+//! Both routing modes share all of this: in `cluster` routing the pick names the backend's
+//! cluster (Envoy's `cluster_header`), in `host` routing its address (the `override_host` load
+//! balancing policy), and then [`Pool::retry_choice`] names where a retry goes.
 
-use crate::active::{ProbeOutcome, Transition};
-use crate::config::Config;
-use crate::fleet::{route, Backend, Guard, Routing};
-use crate::passive::{Failure, Recorded, RequestOutcome};
+use crate::active::{Health, ProbeOutcome, Transition};
+use crate::config::{Config, Upstream};
+use crate::events::{Effects, EjectionReason, Event};
+use crate::fleet::{route, Evidence, Guard};
+use crate::passive::{Outstanding, Recorded, RequestOutcome};
+use crate::schedule::{ProbeSlot, Schedule};
 use crate::select::Rotation;
+use crate::tables::{ActiveTable, Applied, PassiveChange, PassiveTable};
 use crate::Time;
 
 /// Where a request should go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pick {
-    /// To this backend (index in config order).
+    /// To this backend (position in the configuration).
     Backend(usize),
     /// Nowhere yet: nothing at all is known about any backend (cold start). Ask again once a
     /// probe has answered, or at this time at the latest (one probe timeout after start).
     Wait(Time),
 }
 
-/// A change in who takes traffic, for logs and metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event {
-    /// The backend now takes traffic (`true`) or no longer does.
-    Routable(usize, bool),
-    /// The backend was passively ejected.
-    Ejected(usize),
-    /// The fleet guard changed.
-    Guard(Guard),
-}
-
-/// A passive failure and what it did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Counted {
-    /// Why it counted.
-    pub failure: Failure,
-    /// Whether it filled the window.
-    pub recorded: Recorded,
-}
-
-/// The fleet as one worker sees it.
+/// Everything this VM keeps about one backend.
 #[derive(Debug, Clone)]
-pub struct Pool {
+pub struct Member<H> {
+    /// Its configuration: name, weight, cluster, address.
+    pub upstream: Upstream,
+    /// What probes and requests say about it.
+    pub evidence: Evidence,
+    /// Whether it takes traffic now.
+    pub routable: bool,
+    /// Whether it is passively ejected now (within the cap).
+    pub ejected: bool,
+    /// Whether anything accepted its latest contact, as last reported.
+    accepting: bool,
+    /// Passing probes and not ejected, as last reported (`None`: not yet).
+    in_service: Option<bool>,
+    /// When it is probed next.
+    probe: ProbeSlot,
+    /// Whether a probe the proxy refused to send was reported.
+    unprobeable: bool,
+    /// The adapter's own data about it (its metric handles).
+    pub handles: H,
+}
+
+impl<H> Member<H> {
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.upstream.name
+    }
+}
+
+/// A probe on the wire.
+#[derive(Debug, Clone)]
+struct SentProbe {
+    token: u32,
+    name: String,
+    sent: Time,
+}
+
+/// What the VM holding the probing lease keeps.
+#[derive(Debug, Clone)]
+struct Prober {
+    schedule: Schedule,
+    sent: Vec<SentProbe>,
+    /// The earliest time a probe is due, so an idle tick costs nothing per backend.
+    earliest: Time,
+    /// Whether probe results are waiting to be published (at the next tick at the latest).
+    unpublished: bool,
+}
+
+/// The fleet as one VM sees it.
+#[derive(Debug, Clone)]
+pub struct Pool<H = ()> {
     config: Config,
-    weights: Vec<u32>,
-    backends: Vec<Backend>,
-    routing: Routing,
+    members: Vec<Member<H>>,
+    guard: Guard,
     rotation: Rotation,
     started: Time,
     /// Whether anything was heard from any backend (then there is no cold-start wait).
     heard: bool,
-    /// Whether an observation changed a backend since the last refresh.
+    /// Whether an observation changed a backend since the routing was last worked out.
     changed: bool,
     /// When a remembered failure next expires (the routing can change by time alone then).
     expires: Option<Time>,
-    /// Counts routing changes.
-    generation: u64,
+    prober: Option<Prober>,
+    /// This VM's requests in flight, tracked while `unhealthy_latency` is set.
+    outstanding: Outstanding,
 }
 
-impl Pool {
-    /// A pool that knows nothing yet about the configured backends, as of `now`.
-    pub fn new(config: Config, now: Time) -> Pool {
-        let backends = config.upstreams.iter().map(|_| Backend::new(now)).collect();
+/// How long a probe may go unanswered, past its timeout, before it is given up on: the host
+/// answers every call by its timeout, so only a broken host needs this, but nothing may grow
+/// without bound.
+fn abandon_after(timeout: std::time::Duration) -> std::time::Duration {
+    timeout.saturating_mul(2)
+}
+
+impl<H> Pool<H> {
+    /// A pool that knows nothing yet about `config`'s backends, as of `now`; `handles` makes the
+    /// adapter's data for each.
+    pub fn new(config: Config, now: Time, handles: impl FnMut(&Upstream) -> H) -> Pool<H> {
         let mut pool = Pool {
-            weights: config.upstreams.iter().map(|u| u.weight).collect(),
-            config,
-            backends,
-            routing: Routing::default(),
+            config: config.clone(),
+            members: Vec::new(),
+            guard: Guard::Off,
             rotation: Rotation::default(),
             started: now,
             heard: false,
             changed: true,
             expires: None,
-            generation: 0,
+            prober: None,
+            outstanding: Outstanding::default(),
         };
-        pool.refresh(now);
+        pool.configure(config, now, handles);
         pool
     }
 
-    /// Takes a new configuration, keeping what is known about backends that stay (by name).
-    /// Returns, per new backend, its index in the old configuration if it had one.
-    pub fn reconfigure(&mut self, config: Config, now: Time) -> Vec<Option<usize>> {
-        let kept: Vec<Option<usize>> = config
-            .upstreams
-            .iter()
-            .map(|u| self.index_of(&u.name))
-            .collect();
+    /// Takes a (new) configuration. Backends that stay (by name) keep what is known about them,
+    /// their probe times and their handles; new ones are unknown and due for a probe at once.
+    pub fn configure(
+        &mut self,
+        config: Config,
+        now: Time,
+        mut handles: impl FnMut(&Upstream) -> H,
+    ) -> Effects {
+        let mut old: Vec<Option<Member<H>>> = self.members.drain(..).map(Some).collect();
+        let mut kept = Vec::with_capacity(config.upstreams.len());
+        for upstream in &config.upstreams {
+            let previous = old
+                .iter()
+                .position(|m| m.as_ref().is_some_and(|m| m.name() == upstream.name));
+            let member = match previous.and_then(|at| old.get_mut(at).and_then(Option::take)) {
+                Some(mut member) => {
+                    member.upstream = upstream.clone();
+                    member
+                }
+                None => Member {
+                    upstream: upstream.clone(),
+                    evidence: Evidence::new(now),
+                    routable: false,
+                    ejected: false,
+                    accepting: true,
+                    in_service: None,
+                    probe: ProbeSlot::due_at(now),
+                    unprobeable: false,
+                    handles: handles(upstream),
+                },
+            };
+            kept.push(previous);
+            self.members.push(member);
+        }
         if kept.iter().all(Option::is_none) {
             self.started = now;
         }
-        self.backends = kept
-            .iter()
-            .map(|old| {
-                old.and_then(|o| self.backends.get(o).cloned())
-                    .unwrap_or_else(|| Backend::new(now))
-            })
-            .collect();
-        self.weights = config.upstreams.iter().map(|u| u.weight).collect();
+        self.outstanding.remap(&kept);
         self.config = config;
-        self.routing = Routing::default();
-        self.heard = self.backends.iter().any(Backend::heard_from);
+        self.heard = self.members.iter().any(|m| m.evidence.heard_from());
         self.changed = true;
-        self.refresh(now);
-        kept
+        if let Some(prober) = self.prober.as_mut() {
+            prober.earliest = now;
+        }
+        let mut effects = Effects::default();
+        self.refresh(now, &mut effects);
+        effects
     }
 
     /// The configuration in force.
@@ -112,113 +188,499 @@ impl Pool {
         &self.config
     }
 
-    /// Every backend's state, in config order.
-    pub fn backends(&self) -> &[Backend] {
-        &self.backends
+    /// Every backend, in configuration order.
+    pub fn members(&self) -> &[Member<H>] {
+        &self.members
     }
 
-    /// The index of the backend named `name`.
+    /// The position of the backend named `name`.
     pub fn index_of(&self, name: &str) -> Option<usize> {
-        self.config.upstreams.iter().position(|u| u.name == name)
+        self.members.iter().position(|m| m.name() == name)
     }
 
-    /// The routing in force.
-    pub fn routing(&self) -> &Routing {
-        &self.routing
+    /// The backend whose address (what `host` routing names) is `address`.
+    pub fn index_at(&self, address: &str) -> Option<usize> {
+        self.members
+            .iter()
+            .position(|m| m.upstream.address.as_deref() == Some(address))
     }
 
-    /// Replaces a backend's state with one learnt elsewhere (another worker, the prober).
-    pub fn set_backend(&mut self, i: usize, backend: Backend) {
-        if let Some(slot) = self.backends.get_mut(i) {
-            self.heard |= backend.heard_from();
-            self.changed = true;
-            *slot = backend;
-        }
+    /// Whether, and why, the fleet guard widens the routable set.
+    pub fn guard(&self) -> Guard {
+        self.guard
     }
 
-    /// Takes one probe's outcome into account.
-    pub fn observe_probe(&mut self, i: usize, outcome: ProbeOutcome, now: Time) -> Transition {
-        let active = &self.config.health_checks.active;
-        match self.backends.get_mut(i) {
-            Some(b) => {
-                self.heard = true;
+    /// Whether this VM holds the probing lease.
+    pub fn probing(&self) -> bool {
+        self.prober.is_some()
+    }
+
+    /// Whether requests are timed (only when `unhealthy_latency` is set: then a request counts
+    /// the moment it is late, and the clock is read for each).
+    pub fn times_requests(&self) -> bool {
+        self.config
+            .health_checks
+            .passive
+            .unhealthy_latency
+            .is_some()
+    }
+
+    /// Whether this VM holds the probing lease: a VM that gains it probes every backend at once
+    /// and from then on reports what probes and time change; one that loses it stops.
+    pub fn lease(&mut self, held: bool, now: Time, seed: u64) -> Effects {
+        let mut effects = Effects::default();
+        match (held, self.prober.is_some()) {
+            (true, false) => {
+                for m in &mut self.members {
+                    m.probe = ProbeSlot::due_at(now);
+                    // Report every gauge and contact afresh from this VM.
+                    m.in_service = None;
+                }
+                self.prober = Some(Prober {
+                    schedule: Schedule::new(seed),
+                    sent: Vec::new(),
+                    earliest: now,
+                    unpublished: true,
+                });
+                effects.events.push(Event::Probing);
                 self.changed = true;
-                b.active.observe(outcome, now, active)
+                self.refresh(now, &mut effects);
             }
-            None => Transition::Unchanged,
+            (false, true) => self.prober = None,
+            _ => {}
+        }
+        effects
+    }
+
+    /// Time passing: on the prober, the probes due and those never answered; on every VM,
+    /// requests that just became `unhealthy_latency` late, and failures that expired.
+    pub fn tick(&mut self, now: Time) -> Effects {
+        let mut effects = Effects::default();
+        if let Some(latency) = self.config.health_checks.passive.unhealthy_latency {
+            for late in self.outstanding.overdue(now, latency) {
+                let outcome = RequestOutcome::StillWaiting(late.waited);
+                self.settle(late.backend, outcome, late.at, &mut effects);
+            }
+        }
+        self.abandon_probes(now, &mut effects);
+        self.refresh(now, &mut effects);
+        self.schedule_probes(now, &mut effects);
+        if let Some(prober) = self.prober.as_mut() {
+            effects.publish_active |= std::mem::take(&mut prober.unpublished);
+        }
+        effects
+    }
+
+    /// Marks probe results published when `effects` publishes them.
+    fn published(&mut self, effects: &Effects) {
+        if let (Some(prober), true) = (self.prober.as_mut(), effects.publish_active) {
+            prober.unpublished = false;
         }
     }
 
-    /// Takes one request's outcome into account; returns the failure if it counted.
-    pub fn observe_request(
+    /// Gives up on probes the host never answered, as timed out.
+    fn abandon_probes(&mut self, now: Time, effects: &mut Effects) {
+        let timeout = self.config.health_checks.active.timeout;
+        let Some(prober) = self.prober.as_mut() else {
+            return;
+        };
+        let (gone, kept): (Vec<SentProbe>, Vec<SentProbe>) = prober
+            .sent
+            .drain(..)
+            .partition(|p| now.saturating_sub(p.sent) >= abandon_after(timeout));
+        prober.sent = kept;
+        for probe in gone {
+            if let Some(i) = self.index_of(&probe.name) {
+                self.observe_probe(i, ProbeOutcome::Timeout(timeout), now, effects);
+            }
+        }
+    }
+
+    fn schedule_probes(&mut self, now: Time, effects: &mut Effects) {
+        let interval = self.config.health_checks.active.interval;
+        let jitter = self.config.jitter();
+        let Some(prober) = self.prober.as_mut() else {
+            return;
+        };
+        if now < prober.earliest {
+            return;
+        }
+        let mut earliest = now + interval;
+        for (i, m) in self.members.iter_mut().enumerate() {
+            if prober.schedule.take(&mut m.probe, now, interval, jitter) {
+                effects.probes.push(i);
+            }
+            earliest = earliest.min(m.probe.next());
+        }
+        prober.earliest = earliest;
+    }
+
+    /// A probe to backend `index` is on the wire as `token`.
+    pub fn probe_sent(&mut self, index: usize, token: u32, now: Time) {
+        let (Some(prober), Some(m)) = (self.prober.as_mut(), self.members.get(index)) else {
+            return;
+        };
+        prober.sent.push(SentProbe {
+            token,
+            name: m.name().to_owned(),
+            sent: now,
+        });
+    }
+
+    /// The proxy refused to send a probe to backend `index` (`why`: what it said): the backend
+    /// is treated as not serving, and the refusal is reported once.
+    pub fn probe_refused(&mut self, index: usize, why: &str, now: Time) -> Effects {
+        let mut effects = Effects::default();
+        if let Some(m) = self.members.get_mut(index) {
+            if !m.unprobeable {
+                m.unprobeable = true;
+                effects.events.push(Event::Unprobeable {
+                    name: m.name().to_owned(),
+                    cluster: m.upstream.cluster().to_owned(),
+                    why: why.to_owned(),
+                });
+            }
+        }
+        self.observe_probe(index, ProbeOutcome::Refused, now, &mut effects);
+        self.refresh(now, &mut effects);
+        self.published(&effects);
+        effects
+    }
+
+    /// The answer to probe `token`: its status (none if the call was reset before any answer),
+    /// whether the proxy made the answer itself rather than the backend, and the first
+    /// `max_size` bytes of its body. A token that is not one of this VM's is ignored.
+    pub fn probe_answered(
         &mut self,
-        i: usize,
-        outcome: RequestOutcome,
+        token: u32,
+        status: Option<u16>,
+        proxy_made: bool,
+        body: &[u8],
         now: Time,
-    ) -> Option<Counted> {
-        let passive = &self.config.health_checks.passive;
-        let b = self.backends.get_mut(i)?;
+    ) -> Effects {
+        let mut effects = Effects::default();
+        let Some(prober) = self.prober.as_mut() else {
+            return effects;
+        };
+        let Some(at) = prober.sent.iter().position(|p| p.token == token) else {
+            return effects;
+        };
+        let probe = prober.sent.swap_remove(at);
+        let Some(index) = self.index_of(&probe.name) else {
+            return effects; // removed by a reconfiguration meanwhile
+        };
+        let active = &self.config.health_checks.active;
+        let outcome = match status {
+            Some(status) => ProbeOutcome::classify(status, proxy_made, body, active),
+            None => ProbeOutcome::Refused,
+        };
+        self.observe_probe(index, outcome, now, &mut effects);
+        self.refresh(now, &mut effects);
+        self.published(&effects);
+        effects
+    }
+
+    /// How many bytes of a probe's body the policy needs (none unless `expect_body` is set).
+    pub fn probe_body_wanted(&self, body_size: usize) -> usize {
+        let active = &self.config.health_checks.active;
+        match active.expect_body {
+            Some(_) => body_size.min(usize::try_from(active.max_size).unwrap_or(usize::MAX)),
+            None => 0,
+        }
+    }
+
+    fn observe_probe(
+        &mut self,
+        index: usize,
+        outcome: ProbeOutcome,
+        now: Time,
+        effects: &mut Effects,
+    ) {
+        let active = &self.config.health_checks.active;
+        let Some(m) = self.members.get_mut(index) else {
+            return;
+        };
+        if let Some(prober) = self.prober.as_mut() {
+            prober.unpublished = true;
+        }
         self.heard = true;
         self.changed = true;
-        match outcome {
-            RequestOutcome::Answered { .. } => b.passive.contact(now, false),
-            RequestOutcome::Failed(_) => b.passive.contact(now, outcome.refused()),
-            RequestOutcome::StillWaiting(_)
-            | RequestOutcome::RetriedElsewhere
-            | RequestOutcome::ClientGone => {}
+        let transition = m.evidence.active.observe(outcome, now, active);
+        effects.events.push(Event::Probed {
+            index,
+            name: m.name().to_owned(),
+            outcome,
+        });
+        if let Transition::Changed { from, to, reason } = transition {
+            effects.events.push(Event::HealthChanged {
+                name: m.name().to_owned(),
+                from,
+                to,
+                reason,
+            });
+            effects.publish_active = true;
         }
-        let failure = outcome.failure(passive)?;
-        let recorded = b.passive.record(now, passive);
-        Some(Counted { failure, recorded })
+        if m.accepting != m.evidence.accepting() {
+            effects.publish_active = true;
+        }
     }
 
-    /// How many times the routing has changed: a cheap way to ask "anything new?".
-    pub fn generation(&self) -> u64 {
-        self.generation
+    /// A request `id` was sent to backend `index` at `now` (when requests are timed).
+    pub fn request_routed(&mut self, id: u32, index: usize, now: Option<Time>) {
+        if let Some(now) = now {
+            self.outstanding.begin(id, index, now);
+        }
     }
 
-    /// Recomputes the routing at `now`; returns what changed. Costs nothing when no backend
-    /// changed and no remembered failure expired since the last call.
-    pub fn refresh(&mut self, now: Time) -> Vec<Event> {
+    /// Request `id`, sent to backend `picked`, ended with `outcome`. When the proxy retried it,
+    /// `retried` names the backend that gave the final answer (if the proxy says which): the
+    /// picked backend's attempt failed, and `outcome` belongs to the other. `now` is read only
+    /// if the outcome changes anything.
+    pub fn request_settled(
+        &mut self,
+        id: u32,
+        picked: usize,
+        retried: Option<Option<usize>>,
+        outcome: RequestOutcome,
+        now: impl Fn() -> Time,
+    ) -> Effects {
+        let mut effects = Effects::default();
+        // A request counted when it became late is not counted again when it ends.
+        let counted_late = self.outstanding.end(id);
+        let first = match retried {
+            Some(_) => RequestOutcome::RetriedElsewhere,
+            None => outcome,
+        };
+        if !counted_late {
+            self.settle_lazily(picked, first, &now, &mut effects);
+        }
+        if let Some(Some(other)) = retried.filter(|o| *o != Some(picked)) {
+            self.settle_lazily(other, outcome, &now, &mut effects);
+        }
+        effects
+    }
+
+    /// Settles one outcome unless it changes nothing (a success at a backend known to be
+    /// serving): the common case costs no clock read and no shared-data write.
+    fn settle_lazily(
+        &mut self,
+        index: usize,
+        outcome: RequestOutcome,
+        now: &impl Fn() -> Time,
+        effects: &mut Effects,
+    ) {
+        let Some(m) = self.members.get(index) else {
+            return;
+        };
+        let counts = outcome
+            .failure(&self.config.health_checks.passive)
+            .is_some();
+        let changes_contact = outcome
+            .contact()
+            .is_some_and(|refused| refused == m.evidence.accepting());
+        if counts || changes_contact {
+            self.settle(index, outcome, now(), effects);
+        }
+    }
+
+    fn settle(&mut self, index: usize, outcome: RequestOutcome, at: Time, effects: &mut Effects) {
+        let passive = &self.config.health_checks.passive;
+        let Some(m) = self.members.get(index) else {
+            return;
+        };
+        let failure = outcome.failure(passive);
+        if let Some(failure) = failure {
+            effects.events.push(Event::RequestFailed {
+                index,
+                name: m.name().to_owned(),
+                failure,
+            });
+        }
+        effects.share.push(PassiveChange {
+            name: m.name().to_owned(),
+            at,
+            refused: outcome.contact(),
+            failure,
+        });
+    }
+
+    /// The passive table as this VM just wrote it, with what its change did: the VM whose
+    /// failure filled a backend's window reports the ejection (or that the cap kept it).
+    pub fn passive_written(
+        &mut self,
+        table: &PassiveTable,
+        applied: Option<(&PassiveChange, Applied)>,
+        now: Time,
+    ) -> Effects {
+        let mut effects = Effects::default();
+        self.adopt_passive(table);
+        self.refresh(now, &mut effects);
+        let Some((change, Applied { failure, recorded })) = applied else {
+            return effects;
+        };
+        let Recorded::Filled { until } = recorded else {
+            return effects;
+        };
+        let Some((index, m)) = self
+            .members
+            .iter()
+            .enumerate()
+            .find(|(_, m)| m.name() == change.name)
+        else {
+            return effects;
+        };
+        let passive = &self.config.health_checks.passive;
+        let reason = EjectionReason::Failures {
+            count: passive.max_fails,
+            within: passive.fail_duration,
+            last: failure,
+        };
+        effects.events.push(if m.ejected {
+            Event::EjectionStarted {
+                index,
+                name: m.name().to_owned(),
+                length: until.saturating_sub(now),
+                reason,
+            }
+        } else {
+            Event::CapReached {
+                name: m.name().to_owned(),
+                reason,
+            }
+        });
+        effects
+    }
+
+    /// The passive table as another VM wrote it.
+    pub fn passive_published(&mut self, table: &PassiveTable, now: Time) -> Effects {
+        let mut effects = Effects::default();
+        self.adopt_passive(table);
+        self.refresh(now, &mut effects);
+        effects
+    }
+
+    /// The probe table as the prober published it (the prober itself skips it: its own state
+    /// is newer).
+    pub fn active_published(&mut self, table: &ActiveTable, now: Time) -> Effects {
+        let mut effects = Effects::default();
+        if self.prober.is_some() {
+            return effects;
+        }
+        for (i, m) in self.members.iter_mut().enumerate() {
+            if let Some(active) = entry(table, i, m.name()) {
+                if m.evidence.active != *active {
+                    m.evidence.active = *active;
+                    self.changed = true;
+                    self.heard |= m.evidence.heard_from();
+                }
+            }
+        }
+        self.refresh(now, &mut effects);
+        effects
+    }
+
+    /// This VM's probe table, for the prober to publish.
+    pub fn active_table(&self) -> ActiveTable {
+        self.members
+            .iter()
+            .map(|m| (m.name().to_owned(), m.evidence.active))
+            .collect()
+    }
+
+    fn adopt_passive(&mut self, table: &PassiveTable) {
+        for (i, m) in self.members.iter_mut().enumerate() {
+            if let Some(passive) = entry(table, i, m.name()) {
+                if m.evidence.passive != *passive {
+                    m.evidence.passive = passive.clone();
+                    self.changed = true;
+                    self.heard |= m.evidence.heard_from();
+                }
+            }
+        }
+    }
+
+    /// Works out the routing again if anything changed or a failure expired, and reports what
+    /// changed: on the prober, everything process-wide (so it is logged once per process).
+    fn refresh(&mut self, now: Time, effects: &mut Effects) {
         if !self.changed && self.expires.is_none_or(|e| now < e) {
-            return Vec::new();
+            return;
         }
         self.changed = false;
         let passive = &self.config.health_checks.passive;
         self.expires = self
-            .backends
+            .members
             .iter()
-            .filter_map(|b| b.passive.next_expiry(now, passive))
+            .filter_map(|m| m.evidence.passive.next_expiry(now, passive))
             .min();
-        let next = route(&self.backends, now, &self.config);
-        let mut events = Vec::new();
-        if next.routable != self.routing.routable {
-            for (i, now_routable) in next.routable.iter().enumerate() {
-                if self.routing.routable.get(i) != Some(now_routable) {
-                    events.push(Event::Routable(i, *now_routable));
+        let evidence: Vec<Evidence> = self.members.iter().map(|m| m.evidence.clone()).collect();
+        let routing = route(&evidence, now, &self.config);
+        let reporting = self.prober.is_some();
+        let mut routable_changed = false;
+        for (i, m) in self.members.iter_mut().enumerate() {
+            let routable = routing.routable.get(i).copied().unwrap_or(false);
+            let ejected = routing.ejected.get(i).copied().unwrap_or(false);
+            routable_changed |= routable != m.routable;
+            if reporting && ejected && !m.ejected {
+                // Probed at once: by the time its failures expire, a probe has said whether it
+                // is still broken.
+                m.probe.due_now();
+                if let Some(prober) = self.prober.as_mut() {
+                    prober.earliest = now;
                 }
             }
-            self.rotation = Rotation::new(&next.routable, &self.weights);
+            if reporting && m.ejected && !ejected {
+                effects.events.push(Event::EjectionEnded {
+                    name: m.name().to_owned(),
+                });
+            }
+            let accepting = m.evidence.accepting();
+            if accepting != m.accepting {
+                m.accepting = accepting;
+                if reporting {
+                    effects.events.push(Event::ContactChanged {
+                        name: m.name().to_owned(),
+                        accepting,
+                    });
+                }
+            }
+            let in_service = m.evidence.active.status == Health::Healthy && !ejected;
+            if reporting && m.in_service != Some(in_service) {
+                m.in_service = Some(in_service);
+                effects.events.push(Event::InService {
+                    index: i,
+                    name: m.name().to_owned(),
+                    in_service,
+                });
+            }
+            m.routable = routable;
+            m.ejected = ejected;
         }
-        for (i, ejected) in next.ejected.iter().enumerate() {
-            if *ejected && self.routing.ejected.get(i) != Some(&true) {
-                events.push(Event::Ejected(i));
+        if routable_changed {
+            let routable: Vec<bool> = self.members.iter().map(|m| m.routable).collect();
+            let weights: Vec<u32> = self.members.iter().map(|m| m.upstream.weight).collect();
+            self.rotation = Rotation::new(&routable, &weights);
+        }
+        if routing.guard != self.guard {
+            self.guard = routing.guard;
+            if reporting {
+                effects.events.push(Event::Guard(routing.guard));
             }
         }
-        if next.guard != self.routing.guard {
-            events.push(Event::Guard(next.guard));
-        }
-        if next != self.routing {
-            self.generation += 1;
-        }
-        self.routing = next;
-        events
     }
 
     /// Where a retry of a request picked for `first` should go: another routable backend, the
     /// one whose turn is next; `None` when `first` is the only one.
     pub fn retry_choice(&self, first: usize) -> Option<usize> {
         self.rotation.next_other_than(first)
+    }
+
+    /// Whether a pick of backend `index` should be checked against the process-wide table
+    /// first: it has failures on record, so another VM may just have ejected it.
+    pub fn suspect(&self, index: usize, now: Time) -> bool {
+        let passive = &self.config.health_checks.passive;
+        self.members
+            .get(index)
+            .is_some_and(|m| m.evidence.passive.count(now, passive) > 0)
     }
 
     /// Picks the backend for one request. `now` matters only at cold start, so a caller may
@@ -234,4 +696,14 @@ impl Pool {
             None => Pick::Backend(0),
         }
     }
+}
+
+/// Backend `name`'s entry in a shared table; tables written from the same configuration list
+/// backends in its order, so position `i` is tried first.
+fn entry<'a, T>(table: &'a [(String, T)], i: usize, name: &str) -> Option<&'a T> {
+    table
+        .get(i)
+        .filter(|(n, _)| n == name)
+        .or_else(|| table.iter().find(|(n, _)| n == name))
+        .map(|(_, t)| t)
 }

@@ -11,81 +11,76 @@
 use crate::Time;
 use std::time::Duration;
 
-/// Next probe time per backend.
+/// One backend's place in the probe schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeSlot {
+    /// When it is probed next (its slot, jittered).
+    next: Time,
+    /// Its nominal slot.
+    slot: Time,
+    /// Whether one probe out of turn is due before `next`.
+    early: bool,
+}
+
+impl ProbeSlot {
+    /// A slot due at `now`.
+    pub fn due_at(now: Time) -> ProbeSlot {
+        ProbeSlot {
+            next: now,
+            slot: now,
+            early: false,
+        }
+    }
+
+    /// When it is probed next.
+    pub fn next(&self) -> Time {
+        self.next
+    }
+
+    /// Makes one probe due at once, out of turn, leaving the regular ones where they are (a
+    /// backend just ejected is probed at once, so it is not readmitted on expiring failures
+    /// alone while it is still broken).
+    pub fn due_now(&mut self) {
+        self.early = true;
+    }
+}
+
+/// The jitter generator and the rules that move slots.
 #[derive(Debug, Clone)]
 pub struct Schedule {
-    /// When each backend is probed next (its slot, jittered).
-    next: Vec<Time>,
-    /// Each backend's nominal slot.
-    slot: Vec<Time>,
-    /// The earliest of `next`, so a call with nothing due costs nothing.
-    earliest: Time,
     rng: u64,
 }
 
 impl Schedule {
-    /// A schedule with every one of `backends` due at `now`.
-    pub fn new(backends: usize, now: Time, seed: u64) -> Schedule {
-        Schedule {
-            next: vec![now; backends],
-            slot: vec![now; backends],
-            earliest: now,
-            rng: seed | 1,
-        }
+    /// A schedule whose jitter is drawn from `seed`.
+    pub fn new(seed: u64) -> Schedule {
+        Schedule { rng: seed | 1 }
     }
 
-    /// Keeps the times of backends that stay (`kept[new] = Some(old)`); new ones are due at `now`.
-    pub fn remap(&mut self, kept: &[Option<usize>], now: Time) {
-        let carry = |times: &[Time]| -> Vec<Time> {
-            kept.iter()
-                .map(|old| old.and_then(|o| times.get(o).copied()).unwrap_or(now))
-                .collect()
-        };
-        self.next = carry(&self.next);
-        self.slot = carry(&self.slot);
-        self.earliest = self.next.iter().min().copied().unwrap_or(now);
-    }
-
-    /// Makes backend `i` due at `now` (a backend just ejected is probed at once, so it is not
-    /// readmitted on expiring failures alone while it is still broken).
-    pub fn due_now(&mut self, i: usize, now: Time) {
-        if let Some(slot) = self.next.get_mut(i) {
-            *slot = (*slot).min(now);
-            self.earliest = self.earliest.min(now);
+    /// Whether `slot` is due at `now`; if so it is moved one interval (± jitter) on.
+    pub fn take(
+        &mut self,
+        slot: &mut ProbeSlot,
+        now: Time,
+        interval: Duration,
+        jitter: Duration,
+    ) -> bool {
+        if slot.next > now {
+            let early = slot.early;
+            slot.early = false;
+            return early;
         }
-    }
-
-    /// The backends due at `now`; each is rescheduled one interval (± jitter) later.
-    pub fn due(&mut self, now: Time, interval: Duration, jitter: Duration) -> Vec<usize> {
-        let mut due = Vec::new();
-        if now < self.earliest {
-            return due;
+        slot.early = false;
+        let mut nominal = slot.slot + interval;
+        if nominal <= now {
+            nominal = now + interval; // first probe, or far behind: start again from now
         }
-        for i in 0..self.next.len() {
-            let at = self.next.get(i).copied().unwrap_or(now);
-            if at <= now {
-                let mut slot = self.slot.get(i).copied().unwrap_or(now) + interval;
-                if slot <= now {
-                    slot = now + interval; // first probe, or far behind: start again from now
-                }
-                let shift = self.jitter(jitter);
-                let next = (slot + jitter)
-                    .saturating_sub(shift)
-                    .max(now + interval / 2);
-                if let (Some(s), Some(n)) = (self.slot.get_mut(i), self.next.get_mut(i)) {
-                    *s = slot;
-                    *n = next;
-                }
-                due.push(i);
-            }
-        }
-        self.earliest = self.next.iter().min().copied().unwrap_or(now + interval);
-        due
-    }
-
-    /// The earliest time any backend is due.
-    pub fn next_due(&self) -> Option<Time> {
-        (!self.next.is_empty()).then_some(self.earliest)
+        let shift = self.jitter(jitter);
+        slot.slot = nominal;
+        slot.next = (nominal + jitter)
+            .saturating_sub(shift)
+            .max(now + interval / 2);
+        true
     }
 
     /// A uniform duration in [0, 2 × jitter].
@@ -106,25 +101,44 @@ mod tests {
 
     const S: Duration = Duration::from_secs(1);
 
+    fn due(
+        schedule: &mut Schedule,
+        slots: &mut [ProbeSlot],
+        now: Time,
+        jitter: Duration,
+    ) -> Vec<usize> {
+        slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, s)| schedule.take(s, now, 10 * S, jitter).then_some(i))
+            .collect()
+    }
+
     #[test]
     fn every_backend_is_due_at_once_and_then_once_per_interval_within_jitter() {
-        let mut s = Schedule::new(3, Duration::ZERO, 42);
-        assert_eq!(s.due(Duration::ZERO, 10 * S, S), vec![0, 1, 2]);
-        assert!(s.due(8 * S, 10 * S, S).is_empty());
-        let next = s.next_due().unwrap_or_default();
-        assert!(next >= 9 * S && next <= 11 * S, "next due at {next:?}");
-        assert_eq!(s.due(11 * S, 10 * S, S), vec![0, 1, 2]);
+        let mut s = Schedule::new(42);
+        let mut slots = [ProbeSlot::due_at(Duration::ZERO); 3];
+        assert_eq!(due(&mut s, &mut slots, Duration::ZERO, S), vec![0, 1, 2]);
+        assert!(due(&mut s, &mut slots, 8 * S, S).is_empty());
+        for slot in &slots {
+            assert!(
+                slot.next() >= 9 * S && slot.next() <= 11 * S,
+                "next due at {slot:?}"
+            );
+        }
+        assert_eq!(due(&mut s, &mut slots, 11 * S, S), vec![0, 1, 2]);
     }
 
     #[test]
     fn probes_checked_on_a_coarse_tick_keep_the_interval_on_average() {
-        let mut s = Schedule::new(1, Duration::ZERO, 3);
+        let mut s = Schedule::new(3);
+        let mut slot = ProbeSlot::due_at(Duration::ZERO);
         let tick = Duration::from_millis(200);
         let (interval, jitter) = (Duration::from_millis(1_000), Duration::from_millis(100));
         let mut probes = 0;
         let mut now = Duration::ZERO;
         while now < Duration::from_secs(1_000) {
-            probes += s.due(now, interval, jitter).len();
+            probes += usize::from(s.take(&mut slot, now, interval, jitter));
             now += tick;
         }
         // 1,000 s at one probe a second: a drift of half a tick per probe would give ~900.
@@ -132,11 +146,14 @@ mod tests {
     }
 
     #[test]
-    fn a_new_backend_is_due_at_once_while_the_others_keep_their_times() {
-        let mut s = Schedule::new(1, Duration::ZERO, 7);
-        s.due(Duration::ZERO, 10 * S, Duration::ZERO);
-        s.remap(&[Some(0), None], 3 * S);
-        assert_eq!(s.due(3 * S, 10 * S, Duration::ZERO), vec![1]);
-        assert_eq!(s.due(10 * S, 10 * S, Duration::ZERO), vec![0]);
+    fn a_slot_made_due_now_is_taken_at_once_and_then_keeps_its_interval() {
+        let mut s = Schedule::new(7);
+        let mut slot = ProbeSlot::due_at(Duration::ZERO);
+        assert!(s.take(&mut slot, Duration::ZERO, 10 * S, Duration::ZERO));
+        slot.due_now();
+        assert!(s.take(&mut slot, 3 * S, 10 * S, Duration::ZERO));
+        assert!(!s.take(&mut slot, 4 * S, 10 * S, Duration::ZERO));
+        assert_eq!(slot.next(), 10 * S, "the regular probe did not move");
+        assert!(s.take(&mut slot, 10 * S, 10 * S, Duration::ZERO));
     }
 }

@@ -6,7 +6,7 @@ use support::*;
 use upcheck_policy::active::Reason;
 use upcheck_policy::passive::Recorded;
 use upcheck_policy::{
-    ActiveHealth, Config, InFlight, PassiveHealth, ProbeOutcome, Status, Transition,
+    ActiveHealth, Config, Health, Outstanding, PassiveHealth, ProbeOutcome, Transition,
 };
 
 fn active(passes: u32, fails: u32) -> Config {
@@ -22,17 +22,17 @@ fn a_backend_becomes_healthy_on_exactly_the_passes_th_consecutive_pass() {
     assert_eq!(
         h.observe(ProbeOutcome::Pass, secs(1), a),
         Transition::Pending {
-            toward: Status::Healthy,
+            toward: Health::Healthy,
             seen: 1,
             needed: 2
         }
     );
-    assert_eq!(h.status, Status::Unknown);
+    assert_eq!(h.status, Health::Unknown);
     assert_eq!(
         h.observe(ProbeOutcome::Pass, secs(2), a),
         Transition::Changed {
-            from: Status::Unknown,
-            to: Status::Healthy,
+            from: Health::Unknown,
+            to: Health::Healthy,
             reason: Reason {
                 outcome: ProbeOutcome::Pass,
                 streak: 2
@@ -62,7 +62,7 @@ fn a_failure_between_passes_restarts_the_streak() {
     h.observe(TIMEOUT, secs(7), a);
     assert_eq!(
         h.status,
-        Status::Healthy,
+        Health::Healthy,
         "two of three failures are not enough"
     );
     let t = h.observe(ProbeOutcome::Refused, secs(8), a);
@@ -70,7 +70,7 @@ fn a_failure_between_passes_restarts_the_streak() {
         matches!(
             t,
             Transition::Changed {
-                to: Status::Unhealthy,
+                to: Health::Unhealthy,
                 ..
             }
         ),
@@ -154,20 +154,24 @@ fn memory_per_backend_stays_at_max_fails_whatever_the_traffic() {
     for t in 0..100_000 {
         h.record(ms(t), p);
     }
-    let encoded = upcheck_policy::wire::encode_passive(&[("a", &h)]);
+    let encoded = upcheck_policy::tables::encode_passive(&vec![("a".to_owned(), h.clone())]);
     assert!(encoded.len() < 64, "window grew: {} bytes", encoded.len());
     assert_eq!(h.count(ms(100_000), p), 3);
 }
 
 #[test]
 fn a_request_counts_as_failed_the_moment_it_is_unhealthy_latency_late() {
-    let mut flight = InFlight::default();
+    let mut flight = Outstanding::default();
     flight.begin(1, 0, ms(0));
     flight.begin(2, 1, ms(500));
     assert!(flight.overdue(ms(999), ms(1_000)).is_empty());
     assert_eq!(
         flight.overdue(ms(1_000), ms(1_000)),
-        [(0, ms(1_000), ms(1_000))]
+        [upcheck_policy::passive::Late {
+            backend: 0,
+            at: ms(1_000),
+            waited: ms(1_000)
+        }]
     );
     assert!(
         flight.overdue(ms(1_200), ms(1_000)).is_empty(),

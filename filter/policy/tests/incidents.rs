@@ -3,10 +3,10 @@
 mod support;
 
 use support::*;
-use upcheck_policy::{Config, Guard, Pick, Pool, ProbeOutcome};
+use upcheck_policy::{Config, Guard, Pick, ProbeOutcome};
 
 /// app1 serving and known healthy; app2 added by a reconfiguration at 30 s.
-fn app2_added() -> Pool {
+fn app2_added() -> Proxy {
     let mut pool = pool(&["app1"]);
     probe(&mut pool, "app1", ProbeOutcome::Pass, ms(20));
     pool.reconfigure(config(&["app1", "app2"], ""), secs(30));
@@ -41,8 +41,8 @@ fn a_reconfiguration_keeps_what_is_known_about_backends_that_stay() {
     let pool = app2_added();
     let app1 = pool.index_of("app1").expect("app1 stays");
     assert_eq!(
-        pool.backends()[app1].active.status,
-        upcheck_policy::Status::Healthy
+        pool.members()[app1].evidence.active.status,
+        upcheck_policy::Health::Healthy
     );
 }
 
@@ -71,10 +71,10 @@ fn a_db_blip_failing_every_probe_at_once_keeps_both_backends_routable() {
     assert_eq!(routable(&pool), ["app2"]);
     probe(&mut pool, "app2", SOFT_503, secs(10) + ms(400));
     assert_eq!(routable(&pool), ["app1", "app2"]);
-    assert_eq!(pool.routing().guard, Guard::LastDown);
+    assert_eq!(pool.guard(), Guard::LastDown);
     probe(&mut pool, "app1", ProbeOutcome::Pass, secs(30));
     assert_eq!(routable(&pool), ["app1"]);
-    assert_eq!(pool.routing().guard, Guard::Off);
+    assert_eq!(pool.guard(), Guard::Off);
 }
 
 #[test]
@@ -85,7 +85,7 @@ fn a_blip_after_app2_already_went_down_keeps_app2_out() {
     probe(&mut pool, "app2", TIMEOUT, secs(15));
     probe(&mut pool, "app1", SOFT_503, secs(120));
     assert_eq!(routable(&pool), ["app1"]);
-    assert_eq!(pool.routing().guard, Guard::LastDown);
+    assert_eq!(pool.guard(), Guard::LastDown);
     assert_eq!(picks(&mut pool, 3, secs(121)), ["app1"; 3]);
 }
 
@@ -103,13 +103,13 @@ fn when_nothing_accepts_connections_every_backend_is_tried() {
     probe(&mut pool, "app1", ProbeOutcome::Refused, ms(10));
     probe(&mut pool, "app2", ProbeOutcome::Refused, ms(20));
     assert_eq!(routable(&pool), ["app1", "app2"]);
-    assert_eq!(pool.routing().guard, Guard::NothingServing);
+    assert_eq!(pool.guard(), Guard::NothingServing);
 }
 
 #[test]
 fn two_of_three_broken_after_a_bad_deploy_are_both_ejected_and_the_healthy_one_serves() {
     let c = config(&["app1", "app2", "app3"], r#""max_ejection_percent": 100"#);
-    let mut pool = Pool::new(c, secs(0));
+    let mut pool = Proxy::new(c, secs(0));
     for name in ["app1", "app2", "app3"] {
         probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
     }
@@ -138,7 +138,7 @@ fn passive_ejection_may_take_one_of_two_backends_but_never_both() {
         ["app1"],
         "the second ejection is over the cap"
     );
-    assert_eq!(pool.routing().ejected, [false, true]);
+    assert_eq!(pool.ejected(), [false, true]);
 }
 
 #[test]
@@ -178,19 +178,19 @@ fn below_min_healthy_percent_traffic_spreads_over_every_backend_that_accepts() {
         &["app1", "app2", "app3", "app4"],
         r#""min_healthy_percent": 50"#,
     );
-    let mut pool = Pool::new(c, secs(0));
+    let mut pool = Proxy::new(c, secs(0));
     probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
     probe(&mut pool, "app2", SOFT_503, ms(10));
     probe(&mut pool, "app3", SOFT_503, ms(10));
     probe(&mut pool, "app4", ProbeOutcome::Refused, ms(10));
     assert_eq!(routable(&pool), ["app1", "app2", "app3"]);
-    assert_eq!(pool.routing().guard, Guard::Panic);
+    assert_eq!(pool.guard(), Guard::Panic);
 }
 
 #[test]
 fn weights_share_traffic_in_proportion() {
     let json = r#"{"upstreams":[{"name":"big","weight":3},{"name":"small"}]}"#;
-    let mut pool = Pool::new(Config::parse(json.as_bytes()).expect("parses"), secs(0));
+    let mut pool = Proxy::new(Config::parse(json.as_bytes()).expect("parses"), secs(0));
     probe(&mut pool, "big", ProbeOutcome::Pass, ms(10));
     probe(&mut pool, "small", ProbeOutcome::Pass, ms(10));
     let got = picks(&mut pool, 400, secs(1));
@@ -211,4 +211,23 @@ fn a_backend_that_fails_only_first_attempts_is_ejected_like_one_whose_failures_r
         );
     }
     assert_eq!(routable(&pool), ["app1"]);
+}
+
+#[test]
+fn a_request_answered_after_a_refused_probe_is_shared_as_something_serving_again() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Refused, secs(1));
+    assert!(!pool.members()[1].evidence.accepting());
+    request(&mut pool, "app2", answered(200), secs(2));
+    assert!(
+        pool.members()[1].evidence.accepting(),
+        "the answer says something is serving again"
+    );
+    assert_eq!(
+        pool.table.len(),
+        1,
+        "the contact was shared with the other VMs"
+    );
 }

@@ -6,7 +6,7 @@ mod support;
 use proptest::prelude::*;
 use std::time::Duration;
 use support::*;
-use upcheck_policy::{Config, Pick, Pool, ProbeOutcome, ProxyFailure, RequestOutcome};
+use upcheck_policy::{Config, Evidence, Pick, ProbeOutcome, ProxyFailure, RequestOutcome};
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -79,7 +79,8 @@ proptest! {
     #[test]
     fn the_fleet_guard_holds_over_any_history((weights, max_ejection, latency, steps) in scenario()) {
         let n = weights.len();
-        let mut pool = Pool::new(build(&weights, max_ejection, latency), Duration::ZERO);
+        let mut proxy = Proxy::new(build(&weights, max_ejection, latency), Duration::ZERO);
+        let names: Vec<String> = (0..n).map(|i| format!("b{i}")).collect();
         let mut now = Duration::ZERO;
         // Whether each backend's latest contact (probe or request) was a refusal.
         let mut refused = vec![false; n];
@@ -88,34 +89,34 @@ proptest! {
             now += Duration::from_micros(1);
             match step {
                 Step::Probe(i, o) => {
-                    pool.observe_probe(i, o, now);
+                    proxy.probe(&names[i], o, now);
                     refused[i] = o == ProbeOutcome::Refused;
                 }
                 Step::Request(i, o) => {
-                    pool.observe_request(i, o, now);
-                    match o {
-                        RequestOutcome::Answered { .. } | RequestOutcome::Failed(_) => refused[i] = o.refused(),
-                        RequestOutcome::StillWaiting(_) | RequestOutcome::RetriedElsewhere | RequestOutcome::ClientGone => {}
+                    proxy.request(&names[i], o, now);
+                    if let Some(r) = o.contact() {
+                        refused[i] = r;
                     }
                 }
                 Step::Advance(d) => now += ms(d),
             }
-            pool.refresh(now);
-            let routing = pool.routing();
-            prop_assert_eq!(
-                routing,
-                &upcheck_policy::fleet::route(pool.backends(), now, pool.config()),
-                "a refresh that skipped work left a stale routing"
-            );
+            proxy.tick(now);
+            let evidence: Vec<Evidence> = proxy.members().iter().map(|m| m.evidence.clone()).collect();
+            let expected = upcheck_policy::fleet::route(&evidence, now, proxy.config());
+            let routable: Vec<bool> = proxy.members().iter().map(|m| m.routable).collect();
+            let ejected = proxy.ejected();
+            prop_assert_eq!(&routable, &expected.routable, "a refresh that skipped work left a stale routing");
+            prop_assert_eq!(&ejected, &expected.ejected, "stale ejections");
+            prop_assert_eq!(proxy.guard(), expected.guard, "stale guard");
 
-            prop_assert!(routing.count() > 0, "nothing routable");
+            prop_assert!(routable.contains(&true), "nothing routable");
 
-            let ejected = routing.ejected.iter().filter(|e| **e).count();
-            let base = routing.routable.iter().zip(&routing.ejected).filter(|(r, e)| **r || **e).count();
-            prop_assert!(ejected * 100 <= usize::from(max_ejection) * base, "{ejected} of {base} ejected");
-            prop_assert!(ejected < base.max(1), "every backend ejected");
+            let out = ejected.iter().filter(|e| **e).count();
+            let base = routable.iter().zip(&ejected).filter(|(r, e)| **r || **e).count();
+            prop_assert!(out * 100 <= usize::from(max_ejection) * base, "{out} of {base} ejected");
+            prop_assert!(out < base.max(1), "every backend ejected");
 
-            if let Pick::Backend(i) = pool.pick(now) {
+            if let Pick::Backend(i) = proxy.pick(now) {
                 prop_assert!(!refused[i] || refused.iter().all(|r| *r),
                     "picked b{i}, which refused, while another accepts");
             }
@@ -124,23 +125,24 @@ proptest! {
 
     #[test]
     fn selection_matches_weights_within_one_percent((weights, max_ejection, latency, steps) in scenario()) {
-        let mut pool = Pool::new(build(&weights, max_ejection, latency), Duration::ZERO);
+        let names: Vec<String> = (0..weights.len()).map(|i| format!("b{i}")).collect();
+        let mut proxy = Proxy::new(build(&weights, max_ejection, latency), Duration::ZERO);
         let mut now = Duration::ZERO;
         for step in steps {
             match step {
-                Step::Probe(i, o) => { pool.observe_probe(i, o, now); }
-                Step::Request(i, o) => { pool.observe_request(i, o, now); }
+                Step::Probe(i, o) => proxy.probe(&names[i], o, now),
+                Step::Request(i, o) => proxy.request(&names[i], o, now),
                 Step::Advance(d) => now += ms(d),
             }
         }
         now += secs(5);
-        pool.refresh(now);
-        let routable = pool.routing().routable.clone();
+        proxy.tick(now);
+        let routable: Vec<bool> = proxy.members().iter().map(|m| m.routable).collect();
         let total_weight: u32 = weights.iter().zip(&routable).filter(|(_, r)| **r).map(|(w, _)| *w).sum();
         let rounds = 20_000usize;
         let mut got = vec![0usize; weights.len()];
         for _ in 0..rounds {
-            if let Pick::Backend(i) = pool.pick(now) { got[i] += 1; }
+            if let Pick::Backend(i) = proxy.pick(now) { got[i] += 1; }
         }
         for (i, w) in weights.iter().enumerate() {
             let expected = if routable[i] { f64::from(*w) / f64::from(total_weight) } else { 0.0 };

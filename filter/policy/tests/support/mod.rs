@@ -1,9 +1,18 @@
-//! What the policy tests share: a pool from JSON, and time in readable units.
+//! What the policy tests share: a proxy of one VM around a [`Pool`], driven through the same
+//! entry points the module uses, and time in readable units.
+//!
+//! [`Proxy`] plays the adapter's part with no host: it holds the probing lease, answers probes
+//! with what a backend or Envoy would send for each outcome, and keeps the process-wide passive
+//! table in memory, applying each change the pool asks for and handing the written table back.
 
 #![allow(dead_code)] // each test file uses its own subset
 
+use std::ops::{Deref, DerefMut};
 use std::time::Duration;
-use upcheck_policy::{Config, Pick, Pool, ProbeOutcome, ProxyFailure, RequestOutcome};
+use upcheck_policy::tables::PassiveTable;
+use upcheck_policy::{
+    Config, Effects, Event, Pick, Pool, ProbeOutcome, ProxyFailure, RequestOutcome,
+};
 
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -24,20 +33,121 @@ pub fn config(names: &[&str], extra: &str) -> Config {
     Config::parse(json.as_bytes()).expect("test config parses")
 }
 
-pub fn pool(names: &[&str]) -> Pool {
-    Pool::new(config(names, ""), Duration::ZERO)
+/// One VM holding the probing lease, with the process-wide passive table.
+pub struct Proxy {
+    pub pool: Pool,
+    pub table: PassiveTable,
+    /// Every event so far, in order.
+    pub events: Vec<Event>,
+    next_token: u32,
 }
 
-pub fn probe(pool: &mut Pool, name: &str, outcome: ProbeOutcome, at: Duration) {
-    let i = pool.index_of(name).expect("known backend");
-    pool.observe_probe(i, outcome, at);
-    pool.refresh(at);
+impl Deref for Proxy {
+    type Target = Pool;
+    fn deref(&self) -> &Pool {
+        &self.pool
+    }
 }
 
-pub fn request(pool: &mut Pool, name: &str, outcome: RequestOutcome, at: Duration) {
-    let i = pool.index_of(name).expect("known backend");
-    pool.observe_request(i, outcome, at);
-    pool.refresh(at);
+impl DerefMut for Proxy {
+    fn deref_mut(&mut self) -> &mut Pool {
+        &mut self.pool
+    }
+}
+
+impl Proxy {
+    /// A proxy configured with `config` at `now`, holding the lease.
+    pub fn new(config: Config, now: Duration) -> Proxy {
+        let mut pool = Pool::new(config, now, |_| ());
+        let effects = pool.lease(true, now, 42);
+        let mut proxy = Proxy {
+            pool,
+            table: PassiveTable::new(),
+            events: Vec::new(),
+            next_token: 1,
+        };
+        proxy.carry_out(effects, now);
+        proxy
+    }
+
+    /// Carries out what the pool asked for: shares its changes, records its events.
+    pub fn carry_out(&mut self, effects: Effects, now: Duration) {
+        self.events.extend(effects.events);
+        let passive = self.pool.config().health_checks.passive.clone();
+        for change in effects.share {
+            let applied = change.apply(&mut self.table, &passive);
+            let more = self
+                .pool
+                .passive_written(&self.table, applied.map(|a| (&change, a)), now);
+            self.carry_out(more, now);
+        }
+    }
+
+    /// Takes a new configuration.
+    pub fn reconfigure(&mut self, config: Config, now: Duration) {
+        let effects = self.pool.configure(config, now, |_| ());
+        self.carry_out(effects, now);
+    }
+
+    /// Time passes to `now`.
+    pub fn tick(&mut self, now: Duration) {
+        let effects = self.pool.tick(now);
+        self.carry_out(effects, now);
+    }
+
+    /// A probe of `name` settles at `at` with `outcome`, answered as a backend or Envoy would.
+    pub fn probe(&mut self, name: &str, outcome: ProbeOutcome, at: Duration) {
+        let i = self.pool.index_of(name).expect("known backend");
+        let token = self.next_token;
+        self.next_token += 1;
+        self.pool.probe_sent(i, token, at);
+        let (status, proxy_made) = match outcome {
+            ProbeOutcome::Pass => (200, false),
+            ProbeOutcome::Soft(Some(status)) => (status, false),
+            ProbeOutcome::Soft(None) => panic!("set expect_body and answer without it"),
+            ProbeOutcome::Timeout(_) => (504, true),
+            ProbeOutcome::Refused => (503, true),
+        };
+        let effects = self
+            .pool
+            .probe_answered(token, Some(status), proxy_made, b"", at);
+        self.carry_out(effects, at);
+    }
+
+    /// A request to `name` ends at `at` with `outcome`.
+    pub fn request(&mut self, name: &str, outcome: RequestOutcome, at: Duration) {
+        let i = self.pool.index_of(name).expect("known backend");
+        let effects = self.pool.request_settled(0, i, None, outcome, || at);
+        self.carry_out(effects, at);
+    }
+
+    /// Names of the backends that take traffic.
+    pub fn routable(&self) -> Vec<&str> {
+        self.pool
+            .members()
+            .iter()
+            .filter(|m| m.routable)
+            .map(|m| m.name())
+            .collect()
+    }
+
+    /// Per backend, whether it is ejected.
+    pub fn ejected(&self) -> Vec<bool> {
+        self.pool.members().iter().map(|m| m.ejected).collect()
+    }
+}
+
+/// A proxy over the seed config for `names`, started at zero.
+pub fn pool(names: &[&str]) -> Proxy {
+    Proxy::new(config(names, ""), Duration::ZERO)
+}
+
+pub fn probe(proxy: &mut Proxy, name: &str, outcome: ProbeOutcome, at: Duration) {
+    proxy.probe(name, outcome, at);
+}
+
+pub fn request(proxy: &mut Proxy, name: &str, outcome: RequestOutcome, at: Duration) {
+    proxy.request(name, outcome, at);
 }
 
 pub fn answered(status: u16) -> RequestOutcome {
@@ -52,21 +162,15 @@ pub const SOFT_503: ProbeOutcome = ProbeOutcome::Soft(Some(503));
 pub const TIMEOUT: ProbeOutcome = ProbeOutcome::Timeout(Duration::from_secs(5));
 
 /// Names of the backends `n` picks at `at` go to, in order.
-pub fn picks(pool: &mut Pool, n: usize, at: Duration) -> Vec<String> {
+pub fn picks(proxy: &mut Proxy, n: usize, at: Duration) -> Vec<String> {
     (0..n)
-        .map(|_| match pool.pick(at) {
-            Pick::Backend(i) => pool.config().upstreams[i].name.clone(),
+        .map(|_| match proxy.pool.pick(at) {
+            Pick::Backend(i) => proxy.pool.members()[i].name().to_owned(),
             Pick::Wait(until) => format!("wait until {until:?}"),
         })
         .collect()
 }
 
-pub fn routable(pool: &Pool) -> Vec<&str> {
-    pool.routing()
-        .routable
-        .iter()
-        .zip(&pool.config().upstreams)
-        .filter(|(r, _)| **r)
-        .map(|(_, u)| u.name.as_str())
-        .collect()
+pub fn routable(proxy: &Proxy) -> Vec<&str> {
+    proxy.routable()
 }

@@ -1,7 +1,7 @@
 //! The status page: every backend's health as the policy sees it, for a person (text) and for a
 //! machine (JSON), rendered from a [`Pool`] with no I/O.
 
-use crate::active::{ProbeOutcome, Status};
+use crate::active::{Health, ProbeOutcome};
 use crate::duration;
 use crate::pool::Pool;
 use crate::Time;
@@ -11,30 +11,24 @@ use std::fmt::Write;
 struct Line<'a> {
     name: &'a str,
     routable: bool,
-    status: Status,
+    status: Health,
     ejected: bool,
     failures: u32,
     last_probe: Option<(Time, ProbeOutcome)>,
     accepting: bool,
 }
 
-fn lines(pool: &Pool, now: Time) -> impl Iterator<Item = Line<'_>> {
-    let routing = pool.routing();
+fn lines<H>(pool: &Pool<H>, now: Time) -> impl Iterator<Item = Line<'_>> {
     let passive = &pool.config().health_checks.passive;
-    pool.config()
-        .upstreams
-        .iter()
-        .zip(pool.backends())
-        .enumerate()
-        .map(move |(i, (u, b))| Line {
-            name: &u.name,
-            routable: routing.routable.get(i).copied().unwrap_or(false),
-            status: b.active.status,
-            ejected: routing.ejected.get(i).copied().unwrap_or(false),
-            failures: b.passive.count(now, passive),
-            last_probe: b.active.last,
-            accepting: b.accepting(),
-        })
+    pool.members().iter().map(move |m| Line {
+        name: m.name(),
+        routable: m.routable,
+        status: m.evidence.active.status,
+        ejected: m.ejected,
+        failures: m.evidence.passive.count(now, passive),
+        last_probe: m.evidence.active.last,
+        accepting: m.evidence.accepting(),
+    })
 }
 
 fn ago(now: Time, at: Time) -> String {
@@ -42,7 +36,7 @@ fn ago(now: Time, at: Time) -> String {
 }
 
 /// Plain text: one line per backend, then the fleet guard.
-pub fn text(pool: &Pool, now: Time) -> String {
+pub fn text<H>(pool: &Pool<H>, now: Time) -> String {
     let mut out = String::from("upcheck\n");
     for l in lines(pool, now) {
         let _ = write!(
@@ -61,14 +55,14 @@ pub fn text(pool: &Pool, now: Time) -> String {
             None => out.push_str("not probed yet\n"),
         }
     }
-    let guard = pool.routing().guard;
+    let guard = pool.guard();
     let _ = writeln!(out, "fleet guard: {guard}");
     out
 }
 
 /// JSON: `{"backends": [{"name", "routable", "status", "ejected", "failures", "accepting",
 /// "last_probe", "last_probe_ago_ms"}], "fleet_guard": bool, "fleet_guard_reason": string}`.
-pub fn json(pool: &Pool, now: Time) -> String {
+pub fn json<H>(pool: &Pool<H>, now: Time) -> String {
     let mut out = String::from("{\"backends\":[");
     for (i, l) in lines(pool, now).enumerate() {
         if i > 0 {
@@ -97,7 +91,7 @@ pub fn json(pool: &Pool, now: Time) -> String {
             None => out.push_str(",\"last_probe\":null,\"last_probe_ago_ms\":null}"),
         }
     }
-    let guard = pool.routing().guard;
+    let guard = pool.guard();
     let _ = write!(
         out,
         "],\"fleet_guard\":{},\"fleet_guard_reason\":{}}}",
@@ -134,10 +128,12 @@ mod tests {
     fn pool() -> Pool {
         let config = Config::parse(br#"{"upstreams":[{"name":"app1"},{"name":"app-2"}]}"#)
             .unwrap_or_else(|e| panic!("{e}"));
-        let mut pool = Pool::new(config, Duration::ZERO);
-        pool.observe_probe(0, ProbeOutcome::Pass, Duration::from_millis(10));
-        pool.observe_probe(1, ProbeOutcome::Soft(Some(502)), Duration::from_millis(20));
-        pool.refresh(Duration::from_millis(20));
+        let mut pool = Pool::new(config, Duration::ZERO, |_| ());
+        pool.lease(true, Duration::ZERO, 1);
+        pool.probe_sent(0, 1, Duration::ZERO);
+        pool.probe_sent(1, 2, Duration::ZERO);
+        pool.probe_answered(1, Some(200), false, b"", Duration::from_millis(10));
+        pool.probe_answered(2, Some(502), false, b"", Duration::from_millis(20));
         pool
     }
 

@@ -1,30 +1,30 @@
-//! The status page, answered by the filter itself: every backend's health as this worker routes
+//! The status page, answered by the filter itself: every backend's health as this VM routes
 //! by it. Closed to clients other than loopback unless `status_public` is set, since it names
 //! the backends.
 
-use crate::worker::Worker;
+use crate::vm::{self, Vm};
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MapType;
-use upcheck_policy::report;
+use upcheck_policy::page;
 
 /// Answers the request if it is for the status page; true if it did.
-pub fn answer(w: &mut Worker) -> bool {
-    let (Some(pool), Some(page)) = (
-        w.pool.as_ref(),
-        w.config().and_then(|c| c.status_path.as_deref()),
-    ) else {
+pub fn answer(v: &mut Vm) -> bool {
+    let Some(pool) = v.pool.as_ref() else {
+        return false;
+    };
+    let Some(page_path) = pool.config().status_path.as_deref() else {
         return false;
     };
     let Ok(Some(path)) = hostcalls::get_map_value(MapType::HttpRequestHeaders, ":path") else {
         return false;
     };
     let path = path.split(['?', '#']).next().unwrap_or_default();
-    let json = match path.strip_prefix(page) {
+    let json = match path.strip_prefix(page_path) {
         Some("") => false,
         Some(".json") => true,
         _ => return false,
     };
-    let now = crate::worker::now();
+    let now = vm::now();
     if !pool.config().status_public && !from_loopback() {
         respond(
             403,
@@ -32,9 +32,9 @@ pub fn answer(w: &mut Worker) -> bool {
             "upcheck: the status page is open to loopback clients only\n",
         );
     } else if json {
-        respond(200, "application/json", &report::json(pool, now));
+        respond(200, "application/json", &page::json(pool, now));
     } else {
-        respond(200, "text/plain; charset=utf-8", &report::text(pool, now));
+        respond(200, "text/plain; charset=utf-8", &page::text(pool, now));
     }
     true
 }

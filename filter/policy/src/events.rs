@@ -1,0 +1,249 @@
+//! What an observation did, as values: the adapter logs and counts these and decides nothing.
+//!
+//! Every entry point of [`crate::Pool`] returns [`Effects`]: the events it caused, each complete
+//! with its reason, the changes the process-wide tables must take, and the probes to send. The
+//! core also decides which VM reports what, so each change is logged once per process: the VM
+//! holding the probing lease reports what probes and the passage of time change (health,
+//! ejection ends, the fleet guard, the gauges); the VM whose write filled a backend's failure
+//! window reports that ejection.
+
+use crate::active::{Health, ProbeOutcome, Reason};
+use crate::duration;
+use crate::fleet::Guard;
+use crate::passive::Failure;
+use crate::tables::PassiveChange;
+use std::fmt;
+use std::time::Duration;
+
+/// How loud an event is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// Something is wrong with the setup.
+    Error,
+    /// The policy acted against its own preference (guard engaged, cap reached).
+    Warn,
+    /// A change of who takes traffic, or of a backend's health.
+    Info,
+    /// Detail for the curious.
+    Debug,
+}
+
+/// Why a backend was ejected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EjectionReason {
+    /// `count` failures were remembered within `within`; `last` is the one that filled the window.
+    Failures {
+        /// `max_fails`.
+        count: u32,
+        /// `fail_duration`.
+        within: Duration,
+        /// The failure that filled the window.
+        last: Failure,
+    },
+}
+
+impl fmt::Display for EjectionReason {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            EjectionReason::Failures {
+                count,
+                within,
+                last,
+            } => write!(
+                f,
+                "{count} failures within {}, the last: {last}",
+                duration::display(*within)
+            ),
+        }
+    }
+}
+
+/// One thing that happened, for one log line and the metrics that go with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// This VM now holds the probing lease and probes for the process.
+    Probing,
+    /// A probe answered; `index` is the backend's position in the configuration.
+    Probed {
+        /// Backend position.
+        index: usize,
+        /// Backend name.
+        name: String,
+        /// What the probe found.
+        outcome: ProbeOutcome,
+    },
+    /// A backend's health by probes changed.
+    HealthChanged {
+        /// Backend name.
+        name: String,
+        /// Before.
+        from: Health,
+        /// After.
+        to: Health,
+        /// The probes that tipped it.
+        reason: Reason,
+    },
+    /// A probe could not be sent at all: the proxy refused the call (no such cluster). Reported
+    /// once per backend; the backend is treated as not serving and retried every interval.
+    Unprobeable {
+        /// Backend name.
+        name: String,
+        /// The cluster the call named.
+        cluster: String,
+        /// What the proxy said.
+        why: String,
+    },
+    /// A request counted against its backend.
+    RequestFailed {
+        /// Backend position.
+        index: usize,
+        /// Backend name.
+        name: String,
+        /// Why it counted.
+        failure: Failure,
+    },
+    /// A backend was ejected until `until` (at most `length` from now).
+    EjectionStarted {
+        /// Backend position.
+        index: usize,
+        /// Backend name.
+        name: String,
+        /// How long the ejection lasts, as far as is known now.
+        length: Duration,
+        /// Why.
+        reason: EjectionReason,
+    },
+    /// A backend earned an ejection but stays: `max_ejection_percent` is reached.
+    CapReached {
+        /// Backend name.
+        name: String,
+        /// Why it would have been ejected.
+        reason: EjectionReason,
+    },
+    /// A backend's ejection ended.
+    EjectionEnded {
+        /// Backend name.
+        name: String,
+    },
+    /// Whether anything is serving at a backend changed (by its latest probe or request).
+    ContactChanged {
+        /// Backend name.
+        name: String,
+        /// Whether it now accepts connections.
+        accepting: bool,
+    },
+    /// A backend entered or left service: passing probes and not ejected (the `healthy` gauge).
+    InService {
+        /// Backend position.
+        index: usize,
+        /// Backend name.
+        name: String,
+        /// The new value.
+        in_service: bool,
+    },
+    /// The fleet guard engaged (with why) or was released ([`Guard::Off`]).
+    Guard(Guard),
+}
+
+impl Event {
+    /// How loud its log line is.
+    pub fn level(&self) -> Level {
+        match self {
+            Event::Unprobeable { .. } => Level::Error,
+            Event::CapReached { .. } => Level::Warn,
+            Event::Guard(guard) if guard.engaged() => Level::Warn,
+            Event::Probing
+            | Event::HealthChanged { .. }
+            | Event::EjectionStarted { .. }
+            | Event::EjectionEnded { .. }
+            | Event::ContactChanged { .. }
+            | Event::Guard(_) => Level::Info,
+            Event::Probed { .. } | Event::RequestFailed { .. } | Event::InService { .. } => {
+                Level::Debug
+            }
+        }
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            Event::Probing => f.write_str("this VM now probes for the process"),
+            Event::Probed { name, outcome, .. } => write!(f, "{name}: probe {outcome}"),
+            Event::HealthChanged { name, to, reason, .. } => write!(f, "{name} {to}: {reason}"),
+            Event::Unprobeable { name, cluster, why } => write!(
+                f,
+                "cannot probe {name}: the proxy refused a call to cluster {cluster:?} ({why}); is it defined? Treating {name} as not serving, retrying every interval"
+            ),
+            Event::RequestFailed { name, failure, .. } => write!(f, "{name}: {failure}"),
+            Event::EjectionStarted {
+                name,
+                length,
+                reason,
+                ..
+            } => write!(
+                f,
+                "{name} ejected for {}: {reason}",
+                duration::display(*length)
+            ),
+            Event::CapReached { name, reason } => write!(
+                f,
+                "{name} stays in rotation although {reason}: max_ejection_percent reached"
+            ),
+            Event::EjectionEnded { name } => {
+                write!(f, "{name} no longer ejected: its failures expired")
+            }
+            Event::ContactChanged { name, accepting } => {
+                if *accepting {
+                    write!(f, "{name} accepts connections again")
+                } else {
+                    write!(f, "{name} refuses connections: nothing is serving")
+                }
+            }
+            Event::InService {
+                name, in_service, ..
+            } => {
+                if *in_service {
+                    write!(f, "{name} takes traffic")
+                } else {
+                    write!(f, "{name} out of service")
+                }
+            }
+            Event::Guard(Guard::Off) => f.write_str("fleet guard released"),
+            Event::Guard(guard) => write!(f, "fleet guard engaged: {guard}"),
+        }
+    }
+}
+
+/// Everything one observation asks of the adapter.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Effects {
+    /// What happened, in order.
+    pub events: Vec<Event>,
+    /// Changes for the process-wide passive table, to apply by compare-and-swap in order; each
+    /// written table goes back in through [`crate::Pool::passive_written`].
+    pub share: Vec<PassiveChange>,
+    /// Backends (by position) to probe now.
+    pub probes: Vec<usize>,
+    /// Whether the probe table must be published now (the prober's, after a change others
+    /// must see at once).
+    pub publish_active: bool,
+}
+
+impl Effects {
+    /// Appends `other`'s effects after these.
+    pub fn extend(&mut self, other: Effects) {
+        self.events.extend(other.events);
+        self.share.extend(other.share);
+        self.probes.extend(other.probes);
+        self.publish_active |= other.publish_active;
+    }
+
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+            && self.share.is_empty()
+            && self.probes.is_empty()
+            && !self.publish_active
+    }
+}

@@ -1,0 +1,196 @@
+//! One VM's state, shared by its root context (ticks, probes) and its HTTP contexts (requests),
+//! and the one place the policy's effects are carried out.
+//!
+//! It holds this VM's [`Pool`]: a copy of the process-wide tables refreshed every tick, plus
+//! whatever this VM itself just observed, so a worker reacts to its own failures at once and to
+//! everyone else's within one tick. Whatever the pool returns goes through [`Vm::carry_out`]:
+//! changes are shared by compare-and-swap and the written table goes back in, probes are sent,
+//! the probe table is published, and events become log lines and metrics.
+
+use crate::metrics::{self, BackendMetrics};
+use crate::probes;
+use crate::shared;
+use proxy_wasm::hostcalls;
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::{Duration, UNIX_EPOCH};
+use upcheck_policy::{Effects, Event, Level, Pick, Pool, Time};
+
+/// The handle a VM's root and HTTP contexts share.
+pub type Handle = Rc<RefCell<Vm>>;
+
+/// Runs `f` on the VM state unless it is already in use (never the case in a single-threaded
+/// VM, but a double borrow must not become a panic).
+pub fn with<R>(vm: &Handle, f: impl FnOnce(&mut Vm) -> R) -> Option<R> {
+    match vm.try_borrow_mut() {
+        Ok(mut v) => Some(f(&mut v)),
+        Err(_) => {
+            log::error!("upcheck: VM state busy; callback skipped");
+            None
+        }
+    }
+}
+
+/// The host's clock.
+pub fn now() -> Time {
+    hostcalls::get_current_time()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .unwrap_or(Duration::ZERO)
+}
+
+/// A request parked at cold start, resumed once a backend could be picked.
+#[derive(Debug, Clone, Copy)]
+pub struct Resumed {
+    /// Its HTTP context.
+    pub context: u32,
+    /// The backend picked for it.
+    pub backend: usize,
+    /// When it was sent on, if requests are timed.
+    pub started: Option<Time>,
+}
+
+/// One VM's state.
+#[derive(Default)]
+pub struct Vm {
+    /// The fleet as this VM sees it, each backend with its metric handles; `None` until
+    /// configured.
+    pub pool: Option<Pool<BackendMetrics>>,
+    /// The fleet guard's gauge.
+    pub fleet_guard: Option<u32>,
+    /// Requests (HTTP contexts) waiting at cold start.
+    pub parked: Vec<u32>,
+    /// Requests resumed after waiting, with their picks.
+    pub resumed: Vec<Resumed>,
+    /// The time of the last tick (or configuration): what picks use instead of reading the
+    /// clock per request; it only matters at cold start, where a tick's precision is plenty.
+    pub last_tick: Time,
+    seen_active: Option<u32>,
+    seen_passive: Option<u32>,
+}
+
+impl Vm {
+    /// Picks the backend for one request. A pick of a backend with failures on record (this
+    /// VM's or another's, as of the last sync) is checked against the process-wide table
+    /// first, so a backend another worker just ejected is not sent one more request; a clean
+    /// backend costs no shared-data read.
+    pub fn pick(&mut self) -> Option<Pick> {
+        let now = self.last_tick;
+        let pool = self.pool.as_mut()?;
+        let pick = pool.pick(now);
+        let Pick::Backend(i) = pick else {
+            return Some(pick);
+        };
+        if !pool.suspect(i, now) {
+            return Some(pick);
+        }
+        let Some((table, cas)) = shared::read_passive(self.seen_passive) else {
+            return Some(pick);
+        };
+        self.seen_passive = Some(cas);
+        let effects = pool.passive_published(&table, now);
+        let pick = pool.pick(now);
+        self.carry_out(effects, now);
+        Some(pick)
+    }
+
+    /// Counts a routed request, and starts timing it when requests are timed: returns when.
+    pub fn routed(&mut self, context: u32, backend: usize) -> Option<Time> {
+        let pool = self.pool.as_mut()?;
+        if let Some(m) = pool.members().get(backend) {
+            metrics::increment(m.handles.requests);
+        }
+        let started = pool.times_requests().then(now);
+        pool.request_routed(context, backend, started);
+        started
+    }
+
+    /// Takes in what other VMs published since the last look.
+    pub fn sync(&mut self, now: Time) {
+        let Some(pool) = self.pool.as_mut() else {
+            return;
+        };
+        let mut effects = Effects::default();
+        if !pool.probing() {
+            if let Some((table, cas)) = shared::read_active(self.seen_active) {
+                effects.extend(pool.active_published(&table, now));
+                self.seen_active = Some(cas);
+            }
+        }
+        if let Some((table, cas)) = shared::read_passive(self.seen_passive) {
+            effects.extend(pool.passive_published(&table, now));
+            self.seen_passive = Some(cas);
+        }
+        self.carry_out(effects, now);
+    }
+
+    /// Forgets what was read, so the next sync takes everything in again.
+    pub fn resync(&mut self) {
+        self.seen_active = None;
+        self.seen_passive = None;
+    }
+
+    /// Carries out what the policy asked for.
+    pub fn carry_out(&mut self, effects: Effects, now: Time) {
+        let Some(pool) = self.pool.as_mut() else {
+            return;
+        };
+        let Effects {
+            events,
+            share,
+            probes,
+            publish_active,
+        } = effects;
+        report(pool, self.fleet_guard, &events);
+        let passive = pool.config().health_checks.passive.clone();
+        let mut more = Effects::default();
+        for change in share {
+            if let Some((table, applied)) = shared::update_passive(&change, &passive) {
+                more.extend(pool.passive_written(&table, applied.map(|a| (&change, a)), now));
+            }
+        }
+        if !probes.is_empty() {
+            more.extend(probes::send(pool, &probes, now));
+        }
+        if publish_active {
+            shared::write_active(&pool.active_table());
+        }
+        if !more.is_empty() {
+            self.carry_out(more, now);
+        }
+    }
+}
+
+/// Turns events into log lines and metrics.
+fn report(pool: &Pool<BackendMetrics>, fleet_guard: Option<u32>, events: &[Event]) {
+    let handles = |index: usize| pool.members().get(index).map(|m| &m.handles);
+    for event in events {
+        match event {
+            Event::Probed { index, outcome, .. } if !outcome.passed() => {
+                metrics::increment(handles(*index).and_then(|m| m.probe_failures));
+            }
+            Event::RequestFailed { index, .. } => {
+                metrics::increment(handles(*index).and_then(|m| m.request_failures));
+            }
+            Event::EjectionStarted { index, .. } => {
+                metrics::increment(handles(*index).and_then(|m| m.ejections));
+            }
+            Event::InService {
+                index, in_service, ..
+            } => {
+                metrics::set(
+                    handles(*index).and_then(|m| m.healthy),
+                    u64::from(*in_service),
+                );
+            }
+            Event::Guard(guard) => metrics::set(fleet_guard, u64::from(guard.engaged())),
+            _ => {}
+        }
+        match event.level() {
+            Level::Error => log::error!("upcheck: {event}"),
+            Level::Warn => log::warn!("upcheck: {event}"),
+            Level::Info => log::info!("upcheck: {event}"),
+            Level::Debug => log::debug!("upcheck: {event}"),
+        }
+    }
+}
