@@ -3,7 +3,7 @@
 //!
 //! The rotation is laid out again on every routing change, which can happen inside a request
 //! callback, so the layout must not grow with the weights: spelling out one cycle of Σw turns
-//! costs seconds and tens of megabytes for thousands of backends weighted in the hundreds.
+//! costs about a second and tens of megabytes for thousands of backends weighted in the hundreds.
 //!
 //! The scheme is interleaved weighted round robin. Weights are divided by their gcd and the
 //! backends sorted by weight, heaviest first (equal weights in config order). A cycle is `max w`
