@@ -1,40 +1,37 @@
-//! Weighted round robin over the routable backends, at a constant cost per pick.
+//! Weighted round robin over the routable backends, laid out in O(N log N) time and O(N) memory
+//! whatever the weights, at a constant cost per pick.
 //!
-//! The rotation for one full cycle is laid out once whenever the routable set changes (rarely),
-//! so a pick is an index bump whatever the fleet size. The layout is stride scheduling: each
-//! backend's k-th turn is due at (2k − 1) / 2w, earliest first, ties to the earlier backend. Over a
-//! cycle of Σw/gcd picks every backend gets exactly w/gcd of them, spread out rather than bunched.
+//! The rotation is laid out again on every routing change, which can happen inside a request
+//! callback, so the layout must not grow with the weights: spelling out one cycle of Σw turns
+//! costs about a second and tens of megabytes for thousands of backends weighted in the hundreds.
+//!
+//! The scheme is interleaved weighted round robin. Weights are divided by their gcd and the
+//! backends sorted by weight, heaviest first (equal weights in config order). A cycle is `max w`
+//! rounds; in round r every backend of weight ≥ r takes one turn, in that order. Those backends
+//! are a prefix of the sorted list that only shrinks as r grows, so the cursor is (round, position,
+//! prefix length), and a pick is a step of the position; the prefix shrinks by at most N over a
+//! whole cycle of at least N picks, so that work is constant per pick on average. Over a cycle of
+//! Σw/gcd picks every backend gets exactly w/gcd turns, one per round, so a heavy backend's turns
+//! are spread over the cycle rather than bunched (except the rounds it has to itself).
 
-use std::cmp::{Ordering, Reverse};
-use std::collections::BinaryHeap;
+/// A backend taking turns, with its weight divided by the weights' gcd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Member {
+    backend: u32,
+    weight: u32,
+}
 
-/// One cycle of picks and where the next one is.
+/// The routable backends by weight and where the next pick is. The default has no backend.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Rotation {
-    order: Vec<u32>,
-    cursor: usize,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-struct Turn {
-    /// Numerator and denominator of the deadline (2k − 1) / 2w.
-    num: u64,
-    den: u64,
-    backend: u32,
-}
-
-impl Ord for Turn {
-    fn cmp(&self, other: &Self) -> Ordering {
-        (u128::from(self.num) * u128::from(other.den))
-            .cmp(&(u128::from(other.num) * u128::from(self.den)))
-            .then(self.backend.cmp(&other.backend))
-    }
-}
-
-impl PartialOrd for Turn {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
+    /// Heaviest first, equal weights in config order.
+    members: Vec<Member>,
+    /// The round in the cycle, from 1 to the heaviest weight.
+    round: u32,
+    /// The position of the next pick in `members`.
+    position: usize,
+    /// How many members take a turn this round: those of weight ≥ `round`.
+    width: usize,
 }
 
 fn gcd(a: u32, b: u32) -> u32 {
@@ -46,72 +43,108 @@ fn gcd(a: u32, b: u32) -> u32 {
 }
 
 impl Rotation {
-    /// Lays out one cycle over the backends marked routable, by weight.
+    /// Lays out the rotation over the backends marked routable, by weight; a backend of weight 0
+    /// gets no turn. The next pick is the heaviest backend's, at the start of a cycle.
     pub fn new(routable: &[bool], weights: &[u32]) -> Rotation {
-        let members: Vec<(u32, u32)> = routable
+        let mut members: Vec<Member> = routable
             .iter()
             .zip(weights)
             .enumerate()
             .filter(|(_, (r, w))| **r && **w > 0)
-            .filter_map(|(i, (_, w))| u32::try_from(i).ok().map(|i| (i, *w)))
-            .collect();
-        let g = members.iter().fold(0, |g, (_, w)| gcd(g, *w)).max(1);
-        let total: usize = members.iter().map(|(_, w)| (w / g) as usize).sum();
-        let mut heap: BinaryHeap<Reverse<Turn>> = members
-            .iter()
-            .map(|(i, w)| {
-                Reverse(Turn {
-                    num: 1,
-                    den: 2 * u64::from(w / g),
-                    backend: *i,
+            .filter_map(|(i, (_, w))| {
+                u32::try_from(i).ok().map(|backend| Member {
+                    backend,
+                    weight: *w,
                 })
             })
             .collect();
-        let mut order = Vec::with_capacity(total);
-        while order.len() < total {
-            let Some(Reverse(turn)) = heap.pop() else {
-                break;
-            };
-            order.push(turn.backend);
-            heap.push(Reverse(Turn {
-                num: turn.num + 2,
-                ..turn
-            }));
+        let g = members.iter().fold(0, |g, m| gcd(g, m.weight)).max(1);
+        for m in &mut members {
+            m.weight /= g;
         }
-        Rotation { order, cursor: 0 }
+        members.sort_unstable_by_key(|m| (std::cmp::Reverse(m.weight), m.backend));
+        Rotation {
+            width: members.len(),
+            members,
+            round: 1,
+            position: 0,
+        }
     }
 
     /// The backend the rotation would give next that is not `first`, without taking it: where
-    /// to send a retry of a request that went to `first`.
+    /// to send a retry of a request that went to `first`. `None` when no other is routable.
     pub fn next_other_than(&self, first: usize) -> Option<usize> {
-        let (after, before) = self.order.split_at(self.cursor.min(self.order.len()));
-        before
-            .iter()
-            .chain(after)
-            .filter_map(|b| usize::try_from(*b).ok())
-            .find(|b| *b != first)
+        let next = self.backend_at(self.position)?;
+        if next != first {
+            return Some(next);
+        }
+        // Within a round every member appears once, and every round starts with the heaviest;
+        // so a turn repeats only when the heaviest has the round to itself, and then every
+        // round does until the cycle ends, after which the second heaviest follows it.
+        let after = if self.position + 1 < self.width {
+            self.position + 1
+        } else if self.width > 1 {
+            0
+        } else {
+            1
+        };
+        self.backend_at(after)
     }
 
     /// The next backend, or `None` if none is routable.
     pub fn advance(&mut self) -> Option<usize> {
-        let picked = self.order.get(self.cursor).copied()?;
-        self.cursor = if self.cursor + 1 >= self.order.len() {
-            0
-        } else {
-            self.cursor + 1
-        };
-        usize::try_from(picked).ok()
+        let picked = self.backend_at(self.position)?;
+        self.position += 1;
+        if self.position >= self.width {
+            self.position = 0;
+            self.round += 1;
+            while self
+                .width
+                .checked_sub(1)
+                .and_then(|last| self.members.get(last))
+                .is_some_and(|m| m.weight < self.round)
+            {
+                self.width -= 1;
+            }
+            if self.width == 0 {
+                self.round = 1;
+                self.width = self.members.len();
+            }
+        }
+        Some(picked)
+    }
+
+    fn backend_at(&self, position: usize) -> Option<usize> {
+        self.members
+            .get(position)
+            .and_then(|m| usize::try_from(m.backend).ok())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Each backend's turns in one cycle: w/gcd of the routable weights, 0 if not routable.
+    fn shares(routable: &[bool], weights: &[u32]) -> Vec<usize> {
+        let live = || routable.iter().zip(weights).filter(|(r, _)| **r);
+        let g = live().fold(0, |g, (_, w)| gcd(g, *w)).max(1);
+        let share = |(r, w): (&bool, &u32)| if *r { (w / g) as usize } else { 0 };
+        routable.iter().zip(weights).map(share).collect()
+    }
+
+    fn cycle_length(routable: &[bool], weights: &[u32]) -> usize {
+        shares(routable, weights).iter().sum()
+    }
+
+    fn picks(rotation: &mut Rotation, n: usize) -> Vec<usize> {
+        (0..n).filter_map(|_| rotation.advance()).collect()
+    }
 
     fn cycle(routable: &[bool], weights: &[u32]) -> Vec<usize> {
-        let mut r = Rotation::new(routable, weights);
-        let n = r.order.len();
-        (0..n).filter_map(|_| r.advance()).collect()
+        let n = cycle_length(routable, weights);
+        picks(&mut Rotation::new(routable, weights), n)
     }
 
     #[test]
@@ -124,6 +157,8 @@ mod tests {
     fn backends_not_routable_get_no_turn() {
         assert_eq!(cycle(&[true, false, true], &[1, 1, 1]), vec![0, 2]);
         assert_eq!(Rotation::new(&[false, false], &[1, 1]).advance(), None);
+        assert_eq!(Rotation::default().advance(), None);
+        assert_eq!(Rotation::default().next_other_than(0), None);
     }
 
     #[test]
@@ -144,5 +179,56 @@ mod tests {
         assert_eq!(picks.len(), 6);
         assert_eq!(picks.iter().filter(|b| **b == 0).count(), 4);
         assert_ne!(picks[..4], [0, 0, 0, 0], "turns bunched: {picks:?}");
+        let picks = cycle(&[true, true, true], &[3, 3, 1]);
+        assert_eq!(picks, vec![0, 1, 2, 0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn laying_out_ten_thousand_upstreams_weighted_1000_and_999_takes_memory_proportional_to_their_number(
+    ) {
+        let n = 10_000;
+        let routable = vec![true; n];
+        let weights: Vec<u32> = (0..n).map(|i| 1000 - (i % 2) as u32).collect();
+        let r = Rotation::new(&routable, &weights);
+        assert_eq!(r.members.len(), n);
+        assert!(
+            r.members.capacity() <= 2 * n,
+            "{} members held for {n} upstreams",
+            r.members.capacity()
+        );
+        let unweighted = Rotation::new(&routable, &vec![1; n]);
+        assert_eq!(r.members.capacity(), unweighted.members.capacity());
+    }
+
+    fn fleet() -> impl Strategy<Value = (Vec<bool>, Vec<u32>)> {
+        (1usize..=12).prop_flat_map(|n| {
+            (
+                proptest::collection::vec(any::<bool>(), n),
+                proptest::collection::vec(1u32..=1000, n),
+            )
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn picks_over_several_cycles_give_each_backend_exactly_its_share((routable, weights) in fleet(), cycles in 1usize..=3) {
+            let n = cycle_length(&routable, &weights);
+            let got = picks(&mut Rotation::new(&routable, &weights), cycles * n);
+            for (b, share) in shares(&routable, &weights).into_iter().enumerate() {
+                let turns = got.iter().filter(|p| **p == b).count();
+                prop_assert_eq!(turns, cycles * share, "backend {} of weight {}", b, weights[b]);
+            }
+        }
+
+        #[test]
+        fn the_retry_choice_is_the_next_different_backend_advance_would_give((routable, weights) in fleet(), into_cycle in 0.0f64..1.0) {
+            let n = cycle_length(&routable, &weights);
+            let mut r = Rotation::new(&routable, &weights);
+            picks(&mut r, (into_cycle * n as f64) as usize);
+            for first in 0..=routable.len() {
+                let ahead = picks(&mut r.clone(), n).into_iter().find(|b| *b != first);
+                prop_assert_eq!(r.next_other_than(first), ahead, "for {}", first);
+            }
+        }
     }
 }
