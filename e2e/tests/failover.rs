@@ -197,9 +197,11 @@ async fn a_post_answered_502_is_not_retried_and_costs_users_at_most_three() -> a
 
 #[tokio::test]
 async fn two_hundred_concurrent_gets_during_a_break_all_succeed() -> anyhow::Result<()> {
-    // app1 takes 300 ms per answer, so every retry sent to it is in flight at once: far more
-    // than Envoy's default retry circuit breaker (3) lets through.
-    let app1 = FakeUpstream::start("app1", Mode::Slow(Duration::from_millis(300))).await?;
+    // app1 takes 100 ms per answer, so every retry sent to it is in flight at once: far more
+    // than Envoy's default retry circuit breaker (3) lets through. It must stay well within the
+    // per-try timeout even when 200 arrive at once on a busy machine: an attempt at app1 that
+    // timed out would be retried at the second address, chosen before app2 broke.
+    let app1 = FakeUpstream::start("app1", Mode::Slow(Duration::from_millis(100))).await?;
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
     let envoy = envoy_for(HOST, &app1, &app2).await?;
     let warm_up = Replay::new(envoy.url("/"), RATE, Duration::from_secs(1))
