@@ -42,10 +42,10 @@ enum Command {
 }
 
 #[derive(Args)]
-#[group(id = "input", required = true, args = ["config", "from_caddy"])]
 struct EnvoyArgs {
     /// An upcheck plugin configuration (JSON) whose upstreams carry `address`; `-` reads
     /// standard input.
+    #[arg(required_unless_present = "from_caddy", conflicts_with = "from_caddy")]
     config: Option<PathBuf>,
     /// Caddy's JSON configuration (`curl localhost:2019/config/`) instead: its reverse_proxy
     /// handler's upstreams (named app1, app2, … in order) and health_checks.

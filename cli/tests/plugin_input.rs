@@ -146,3 +146,27 @@ fn check_refuses_an_invalid_configuration_with_the_modules_message_and_exit_stat
          (10.0s), got 10.0s\n"
     );
 }
+
+#[test]
+fn a_plugin_configuration_and_caddys_json_at_once_are_refused_with_exit_status_2() {
+    let output = upcheck(
+        &workspace(),
+        &[
+            "envoy",
+            "config/upcheck-host.json",
+            "--from-caddy",
+            "config/caddy.json",
+        ],
+        b"",
+    );
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty());
+    assert!(
+        stderr(&output).contains("'[CONFIG]' cannot be used with '--from-caddy <CADDY.json>'"),
+        "{}",
+        stderr(&output)
+    );
+    let neither = upcheck(&workspace(), &["envoy"], b"");
+    assert_eq!(neither.status.code(), Some(2));
+    assert!(neither.stdout.is_empty());
+}
