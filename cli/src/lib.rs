@@ -1,0 +1,27 @@
+//! upcheck's command line: an Envoy configuration written from what the operators already have.
+//!
+//! Moving from Caddy to Envoy by hand means copying each backend's address into three places of
+//! the Envoy configuration (the pool, the backend's probe cluster, the plugin configuration) and
+//! keeping them in step. `upcheck envoy` writes the whole file from one input, either an upcheck
+//! plugin configuration ([`plugin`]) or Caddy's JSON ([`caddy`]), checked by the module's own
+//! parser ([`upcheck_policy::Config::parse`]) so an input that passes here passes in Envoy, and
+//! refused with the JSON path and what to do when it cannot be honoured. The pieces:
+//! [`deployment`] turns an input into backends with Envoy endpoints, [`envoy`] writes the YAML,
+//! [`output`] replaces the output file atomically.
+
+pub mod caddy;
+pub mod deployment;
+pub mod envoy;
+mod literal;
+pub mod output;
+pub mod plugin;
+
+use upcheck_policy::ConfigError;
+
+/// An input that cannot be used: where in it, and why (the module's error type, so both read alike).
+fn refuse(path: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        path: path.into(),
+        reason: reason.into(),
+    }
+}

@@ -1,0 +1,140 @@
+//! What `upcheck envoy` writes is a configuration Envoy 1.40 accepts: `envoy --mode validate`
+//! loads it, the module included, whose `on_configure` checks the embedded plugin configuration.
+//! Envoy comes from `UPCHECK_ENVOY`, the module from `UPCHECK_WASM` (`make e2e` sets both); the
+//! tests fail without them, never skip: a green run that validated nothing would hide a broken
+//! setup.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::{stderr, upcheck, workspace};
+
+/// The existing file named by the environment variable `var`.
+fn required(var: &str) -> PathBuf {
+    let path = std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("{var} is not set: run these tests through `make e2e`"));
+    assert!(
+        path.is_file(),
+        "{var}={} is not a file: run these tests through `make e2e`",
+        path.display()
+    );
+    path
+}
+
+/// `upcheck envoy args --wasm $UPCHECK_WASM`, run at the workspace root: the YAML it writes.
+fn written(args: &[&str]) -> String {
+    let module = required("UPCHECK_WASM");
+    let mut all = args.to_vec();
+    all.extend(["--wasm", module.to_str().expect("a UTF-8 path")]);
+    let output = upcheck(&workspace(), &all, b"");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    String::from_utf8(output.stdout).expect("utf-8")
+}
+
+/// Runs `envoy --mode validate` on `yaml`: Ok, or what Envoy said.
+fn validate(yaml: &str) -> Result<(), String> {
+    let envoy = required("UPCHECK_ENVOY");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let config = dir.path().join("envoy.yaml");
+    std::fs::write(&config, yaml).expect("written");
+    let output = Command::new(&envoy)
+        .args([
+            "--mode",
+            "validate",
+            "--disable-hot-restart",
+            "--log-level",
+            "warn",
+        ])
+        .arg("--config-path")
+        .arg(&config)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", envoy.display()));
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
+
+#[test]
+fn the_shipped_configurations_pass_envoys_validation() {
+    for args in [
+        &["envoy", "--from-caddy", "config/caddy.json"][..],
+        &[
+            "envoy",
+            "--from-caddy",
+            "config/caddy.json",
+            "--routing",
+            "cluster",
+        ],
+    ] {
+        if let Err(said) = validate(&written(args)) {
+            panic!("upcheck {}: Envoy refused it:\n{said}", args.join(" "));
+        }
+    }
+}
+
+#[test]
+fn every_mapping_of_a_caddy_import_passes_envoys_validation() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let caddy = dir.path().join("caddy.json");
+    std::fs::write(
+        &caddy,
+        r#"{"apps": {"http": {"servers": {"srv0": {"routes": [{"handle": [{"handler": "reverse_proxy",
+            "upstreams": [{"dial": "[::1]:3001"}, {"dial": "tcp/10.0.0.7:3002"}, {"dial": "10.0.0.8:3003"}],
+            "health_checks": {
+              "active": {"uri": "/health?full=1", "port": 8081, "method": "GET",
+                         "headers": {"Host": ["shop.example.com"], "X-Probe": ["1"]},
+                         "expect_body": "\"status\":\"ok\"", "expect_status": 2},
+              "passive": {"fail_duration": "30s", "unhealthy_status": [5],
+                          "unhealthy_latency": "2s"}}}]}]}}}}}"#,
+    )
+    .expect("written");
+    let caddy = caddy.to_str().expect("a UTF-8 path");
+    let yaml = written(&["envoy", "--from-caddy", caddy, "--listen", "[::]:8080"]);
+    assert!(yaml.contains("port_value: 8081"), "{yaml}");
+    if let Err(said) = validate(&yaml) {
+        panic!("Envoy refused the import of {caddy}:\n{said}");
+    }
+}
+
+#[test]
+fn host_names_and_a_route_header_of_ones_own_pass_envoys_validation_in_cluster_routing() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let plugin = dir.path().join("upcheck.json");
+    std::fs::write(
+        &plugin,
+        r#"{"route_header": "X-Pick",
+            "upstreams": [{"name": "web-a", "address": "app1.internal:3000"},
+                          {"name": "web-b", "cluster": "b", "address": "localhost:3001", "weight": 2}],
+            "status_path": null}"#,
+    )
+    .expect("written");
+    let plugin = plugin.to_str().expect("a UTF-8 path");
+    let yaml = written(&["envoy", plugin, "--routing", "cluster"]);
+    assert!(yaml.contains("type: STRICT_DNS"), "{yaml}");
+    assert!(yaml.contains("cluster_header: x-pick"), "{yaml}");
+    if let Err(said) = validate(&yaml) {
+        panic!("Envoy refused the configuration of {plugin}:\n{said}");
+    }
+}
+
+#[test]
+fn a_plugin_configuration_the_module_refuses_fails_envoys_validation() {
+    let yaml = written(&["envoy", "--from-caddy", "config/caddy.json"]);
+    let broken = yaml.replace("\"max_fails\": 3", "\"max_fails\": 0");
+    assert_ne!(broken, yaml);
+    let said = validate(&broken).expect_err("the module refuses max_fails 0");
+    assert!(
+        said.contains("Unable to create Wasm plugin upcheck"),
+        "{said}"
+    );
+}

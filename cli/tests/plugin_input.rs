@@ -1,0 +1,172 @@
+//! `upcheck envoy CONFIG.json` and `upcheck check CONFIG.json`: a plugin configuration is checked
+//! by the module's own parser, so the messages are those Envoy's log would show; a bad one exits
+//! with status 2 and writes nothing.
+
+mod common;
+
+use std::fs;
+
+use common::{refused, stderr, upcheck, workspace};
+
+#[test]
+fn a_plugin_configuration_with_addresses_is_written_in_host_routing_by_default() {
+    let output = upcheck(&workspace(), &["envoy", "config/upcheck-host.json"], b"");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let yaml = String::from_utf8(output.stdout).expect("utf-8");
+    assert!(
+        yaml.contains("Written by `upcheck envoy` from config/upcheck-host.json. The backends:")
+    );
+    assert!(yaml.contains(r#"{"routing": "host","#));
+    assert!(yaml.contains("envoy.load_balancing_policies.override_host"));
+}
+
+#[test]
+fn the_module_refuses_what_upcheck_envoy_refuses_with_the_same_message() {
+    let message = refused(
+        &["envoy", "input.json"],
+        r#"{"upstreams": [{"name": "app1", "address": "10.0.0.1:80"}],
+            "health_checks": {"passive": {"max_fails": 0}}}"#,
+    );
+    assert_eq!(
+        message,
+        "health_checks.passive.max_fails: must be at least 1, got 0"
+    );
+}
+
+#[test]
+fn an_upstream_without_an_address_is_refused_in_cluster_routing_too() {
+    let message = refused(
+        &["envoy", "input.json", "--routing", "cluster"],
+        &fs::read_to_string(workspace().join("config/upcheck.json")).expect("config/upcheck.json"),
+    );
+    assert_eq!(
+        message,
+        "upstreams[0].address: missing; the Envoy configuration needs each backend's address: \
+         add \"address\": \"ip:port\""
+    );
+}
+
+#[test]
+fn caddys_json_given_as_a_plugin_configuration_is_pointed_to_from_caddy() {
+    let caddy = fs::read_to_string(workspace().join("config/caddy.json")).expect("caddy.json");
+    let message = refused(&["envoy", "input.json"], &caddy);
+    assert_eq!(
+        message,
+        "apps: this is a Caddy configuration, not an upcheck one: read it with --from-caddy"
+    );
+}
+
+#[test]
+fn broken_json_is_refused_with_the_line_and_column() {
+    let message = refused(
+        &["envoy", "input.json"],
+        "{\"upstreams\": [\n  {\"name\": }]}",
+    );
+    assert_eq!(
+        message,
+        "not valid JSON: expected a value at line 2 column 12"
+    );
+}
+
+#[test]
+fn an_admin_interface_off_loopback_is_refused() {
+    let output = upcheck(
+        &workspace(),
+        &[
+            "envoy",
+            "config/upcheck-host.json",
+            "--admin",
+            "0.0.0.0:9901",
+        ],
+        b"",
+    );
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty());
+    assert!(
+        stderr(&output).starts_with("upcheck: --admin 0.0.0.0:9901: Envoy's admin interface"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn an_input_that_cannot_be_read_is_refused_with_exit_status_2() {
+    let output = upcheck(&workspace(), &["envoy", "config/no-such-file.json"], b"");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).starts_with("upcheck: config/no-such-file.json: cannot read:"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn an_output_that_cannot_be_written_fails_with_exit_status_1() {
+    let output = upcheck(
+        &workspace(),
+        &[
+            "envoy",
+            "config/upcheck-host.json",
+            "-o",
+            "no-such-dir/envoy.yaml",
+        ],
+        b"",
+    );
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).starts_with("upcheck: no-such-dir/envoy.yaml: cannot write:"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn check_says_ok_with_a_summary_of_a_valid_configuration() {
+    let output = upcheck(&workspace(), &["check", "config/upcheck.json"], b"");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "ok: 2 upstreams (app1, app2), routing cluster; probes GET /up every 10.0s, timeout \
+         5.0s; 3 failures within 10.0s eject a backend\n"
+    );
+}
+
+#[test]
+fn check_refuses_an_invalid_configuration_with_the_modules_message_and_exit_status_2() {
+    let output = upcheck(
+        &workspace(),
+        &["check", "-"],
+        br#"{"upstreams": [{"name": "app1"}], "health_checks": {"active": {"timeout": "10s"}}}"#,
+    );
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty());
+    assert_eq!(
+        stderr(&output),
+        "upcheck: standard input: health_checks.active.timeout: must be shorter than interval \
+         (10.0s), got 10.0s\n"
+    );
+}
+
+#[test]
+fn a_plugin_configuration_and_caddys_json_at_once_are_refused_with_exit_status_2() {
+    let output = upcheck(
+        &workspace(),
+        &[
+            "envoy",
+            "config/upcheck-host.json",
+            "--from-caddy",
+            "config/caddy.json",
+        ],
+        b"",
+    );
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty());
+    assert!(
+        stderr(&output).contains("'[CONFIG]' cannot be used with '--from-caddy <CADDY.json>'"),
+        "{}",
+        stderr(&output)
+    );
+    let neither = upcheck(&workspace(), &["envoy"], b"");
+    assert_eq!(neither.status.code(), Some(2));
+    assert!(neither.stdout.is_empty());
+}
