@@ -47,5 +47,5 @@ test: unit host-test e2e
 
 lint: tools
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy -p upcheck-policy -p upcheck-host-tests -p upcheck-e2e -p upcheck-bench --all-targets -- -D warnings
+	$(CARGO) clippy -p upcheck-policy -p upcheck-host-tests -p upcheck-e2e -p upcheck-bench -p upcheck-cli --all-targets -- -D warnings
 	$(CARGO) clippy -p upcheck -p upcheck-bench-floor --target $(WASM_TARGET) -- -D warnings
