@@ -234,52 +234,80 @@ async fn both_backends_restarted_at_once_cost_only_the_users_sent_while_nothing_
     Ok(())
 }
 
-/// 8 s of users over app1 and app2; about 3 s in, just after one of its probes, app2 starts
-/// sending every response one byte a second (`trickle:1s`), on its open connections too.
-///
-/// What users see: every request app2 gets from then on times out (the users wait 2 s; the
-/// status line never completes). A user giving up is not the backend's failure, and the operators'
-/// block sets no `unhealthy_latency`, so requests cannot tell; the probe can: it times out after
-/// 500 ms and takes app2 out. Bound: app2's share (half) of one probe round at 40 requests a
-/// second, the interval with its 10 % jitter plus the probe timeout plus one 200 ms tick for the
-/// other worker to hear: (1.1 + 0.5 + 0.2) s × 20 = 36 users.
-#[tokio::test]
-async fn a_backend_trickling_its_responses_costs_users_at_most_one_probe_round_of_its_share(
-) -> anyhow::Result<()> {
+/// One run of app2 turning bad under users, kept for the assertions.
+struct Turn {
+    envoy: Envoy,
+    report: Report,
+    /// User requests app2 received after it turned.
+    hits: u64,
+}
+
+/// 8 s of users over app1 and app2 with upcheck configured by `plugin`; about 3 s in, just
+/// after one of its probes, app2 switches to `mode`, so users meet the change a whole interval
+/// before the next probe does. Prints what users saw under `label`.
+async fn app2_turns(label: &str, plugin: Value, mode: Mode) -> anyhow::Result<Turn> {
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
     let envoy = Envoy::builder()
         .concurrency(2)
         .upstream(&app1)
         .upstream(&app2)
-        .wasm_filter(fast_checks(&["app1", "app2"]))
+        .wasm_filter(plugin)
         .start()
         .await?;
     let (start, traffic) = users(&envoy, Duration::from_secs(8));
-
     sleep_until(start + Duration::from_secs(3)).await;
-    let before = app2
-        .switch_after_probe(Mode::Trickle(Duration::from_secs(1)), 2 * INTERVAL)
-        .await?;
-    let trickling = start.elapsed();
+    let before = app2.switch_after_probe(mode.clone(), 2 * INTERVAL).await?;
+    let turned = start.elapsed();
     let report = traffic.await?;
     let hits = app2.counts().requests - before;
-    print_users(
-        "app2 sends its responses one byte a second",
-        &report,
-        &[("app2 starts trickling (just after a probe)", trickling)],
-    );
-    println!("  app2 got {hits} users after it started trickling");
+    let event = format!("app2 turns {mode} (just after a probe)");
+    print_users(label, &report, &[(&event, turned)]);
+    println!("  app2 got {hits} users after it turned");
+    Ok(Turn {
+        envoy,
+        report,
+        hits,
+    })
+}
 
-    let bound = (1.1 + 0.5 + 0.2) * f64::from(RATE) / 2.0;
+/// Whether every failed request of `report` ended as `failed` says.
+fn every_failure(report: &Report, failed: impl Fn(&Outcome) -> bool) -> bool {
+    report
+        .samples
+        .iter()
+        .filter(|s| s.outcome.is_failure())
+        .all(|s| failed(&s.outcome))
+}
+
+/// A slowloris upstream: about 3 s into 8 s of users, app2 starts sending every response one
+/// byte a second (`trickle:1s`), status line included, on its open connections too.
+///
+/// What users see: every request app2 gets from then on times out (the users wait 2 s; the
+/// status line never completes). A user giving up is not the backend's failure, and the operators'
+/// block sets no `unhealthy_latency`, so requests cannot tell; the probe can: it times out after
+/// 500 ms and takes app2 out. Bound: app2's half of 40 requests a second over one probe round as
+/// the prober runs it: the interval with its 10 % jitter, one 200 ms tick before the due probe
+/// goes out, the probe timeout, one tick for the workers to hear: (1.1 + 0.2 + 0.5 + 0.2) s × 20
+/// = 40 users.
+#[tokio::test]
+async fn a_backend_trickling_its_responses_costs_users_at_most_one_probe_round_of_its_share(
+) -> anyhow::Result<()> {
+    let Turn {
+        envoy,
+        report,
+        hits,
+    } = app2_turns(
+        "app2 sends its responses one byte a second",
+        fast_checks(&["app1", "app2"]),
+        Mode::Trickle(Duration::from_secs(1)),
+    )
+    .await?;
+
     assert!(hits >= 1, "it started under traffic");
-    assert!(report.failures() as f64 <= bound, "{report}");
+    assert!(report.failures() <= 40, "{report}");
     assert!(
-        report
-            .samples
-            .iter()
-            .filter(|s| s.outcome.is_failure())
-            .all(|s| s.outcome == Outcome::Timeout),
+        every_failure(&report, |o| *o == Outcome::Timeout),
         "{report}"
     );
     // Only the users app2 kept failed (one more if a request was on its way as it turned).
@@ -289,52 +317,65 @@ async fn a_backend_trickling_its_responses_costs_users_at_most_one_probe_round_o
     Ok(())
 }
 
-/// 8 s of users over app1 and app2; about 3 s in, just after one of its probes, app2 starts
-/// answering every request with bytes that are not HTTP (no status line), on its open
-/// connections too.
+/// The slowloris upstream again, with `unhealthy_latency: 500ms`: a request still unanswered
+/// after 500 ms counts against its backend the moment it is that late.
+///
+/// Bound: the three requests that eject app2 are late 500 ms after they were sent, and app2 gets
+/// one every 50 ms; add one 200 ms tick for the other worker to hear: (0.5 + 0.15 + 0.2) s × 20
+/// = 17 users, against up to 40 without the setting.
+#[tokio::test]
+async fn a_backend_trickling_its_responses_is_ejected_by_unhealthy_latency_long_before_its_probe(
+) -> anyhow::Result<()> {
+    let mut plugin = fast_checks(&["app1", "app2"]);
+    plugin["health_checks"]["passive"]["unhealthy_latency"] = json!("500ms");
+    let Turn {
+        envoy,
+        report,
+        hits,
+    } = app2_turns(
+        "app2 sends its responses one byte a second, unhealthy_latency 500ms",
+        plugin,
+        Mode::Trickle(Duration::from_secs(1)),
+    )
+    .await?;
+
+    assert!(hits >= MAX_FAILS as u64, "it started under traffic");
+    assert!(report.failures() <= 17, "{report}");
+    assert!(
+        every_failure(&report, |o| *o == Outcome::Timeout),
+        "{report}"
+    );
+    assert!(upcheck_stat(&envoy, "app2", "ejections").await? >= 1);
+    Ok(())
+}
+
+/// About 3 s into 8 s of users, app2 starts answering every request with bytes that are not
+/// HTTP (no status line), on its open connections too.
 ///
 /// Bound: as for a 502, at most `max_fails` (3) users fail: Envoy answers them 502 for the
 /// protocol error, upcheck counts each as app2's failure, and the third ejects it.
 #[tokio::test]
 async fn a_backend_answering_garbage_is_counted_failing_and_ejected_after_three_users(
 ) -> anyhow::Result<()> {
-    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
-    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let envoy = Envoy::builder()
-        .concurrency(2)
-        .upstream(&app1)
-        .upstream(&app2)
-        .wasm_filter(fast_checks(&["app1", "app2"]))
-        .start()
-        .await?;
-    let (start, traffic) = users(&envoy, Duration::from_secs(8));
-
-    sleep_until(start + Duration::from_secs(3)).await;
-    let before = app2.switch_after_probe(Mode::Garbage, 2 * INTERVAL).await?;
-    let garbling = start.elapsed();
-    let report = traffic.await?;
-    let hits = app2.counts().requests - before;
-    print_users(
+    let Turn {
+        envoy,
+        report,
+        hits,
+    } = app2_turns(
         "app2 answers garbage instead of HTTP",
-        &report,
-        &[(
-            "app2 starts answering garbage (just after a probe)",
-            garbling,
-        )],
-    );
+        fast_checks(&["app1", "app2"]),
+        Mode::Garbage,
+    )
+    .await?;
     let stats = envoy
         .stats("^cluster\\.app2\\.upstream_(cx_protocol_error|rq_5xx)$|upcheck\\.app2\\.")
         .await?;
-    println!("  app2 got {hits} users after it broke; {stats:?}");
+    println!("  {stats:?}");
 
     assert!(hits >= 1, "it broke under traffic");
     assert!(report.failures() <= MAX_FAILS, "{report}");
     assert!(
-        report
-            .samples
-            .iter()
-            .filter(|s| s.outcome.is_failure())
-            .all(|s| matches!(s.outcome, Outcome::Status(500..=599))),
+        every_failure(&report, |o| matches!(o, Outcome::Status(500..=599))),
         "{report}"
     );
     assert!(upcheck_stat(&envoy, "app2", "request_failures").await? >= MAX_FAILS as u64);
