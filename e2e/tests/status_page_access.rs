@@ -52,3 +52,35 @@ async fn the_status_page_answers_a_loopback_client_and_refuses_a_non_loopback_on
     assert_eq!(app1.counts().requests, 0);
     Ok(())
 }
+
+/// A client can claim any address in `X-Forwarded-For`; the page must go by the connection's
+/// real peer. With Envoy's default `use_remote_address: false`, the `source.address` property is
+/// the last `X-Forwarded-For` entry when the header is there (measured on Envoy 1.40:
+/// `127.0.0.1:0`, `127.0.0.9:0`, `[::1]:0` for the three claims below), so a filter reading it
+/// takes the claim for the peer. All cases are printed before any is asserted.
+#[tokio::test]
+async fn the_status_page_refuses_a_non_loopback_client_whatever_x_forwarded_for_claims(
+) -> anyhow::Result<()> {
+    let address = LocalAddress::create()?;
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let envoy = envoy_on(&address, &app1).await?;
+    println!("status page on {}{PAGE}:", envoy.addr());
+    let cases: [(IpAddr, &[&str], u16); 5] = [
+        (address.ip(), &[], 403),
+        (address.ip(), &["X-Forwarded-For: 127.0.0.1"], 403),
+        (address.ip(), &["X-Forwarded-For: 1.2.3.4, 127.0.0.9"], 403),
+        (address.ip(), &["X-Forwarded-For: ::1"], 403),
+        (LOOPBACK, &[], 200),
+    ];
+    let mut wrong = Vec::new();
+    for (source, headers, expected) in cases {
+        let status = page_status(&envoy, source, headers).await?;
+        if status != expected {
+            wrong.push(format!(
+                "from {source} with {headers:?}: {status}, expected {expected}"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    Ok(())
+}
