@@ -10,7 +10,7 @@
 //! assert timing (probe intervals, ejection windows) that two Envoys side by side would blur.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
@@ -23,7 +23,7 @@ use tokio::sync::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
 use crate::envoy_config::{self, Routing, WasmFilter};
-use crate::ports::free_addr;
+use crate::ports::{free_addr, free_addr_on};
 use crate::upstream::FakeUpstream;
 use crate::xds::XdsFiles;
 
@@ -43,6 +43,7 @@ pub struct EnvoyBuilder {
     backends: Vec<(String, SocketAddr)>,
     filter: Option<Value>,
     routing: Routing,
+    listen_ip: IpAddr,
 }
 
 /// How an Envoy that was meant to refuse its configuration ended.
@@ -103,6 +104,14 @@ impl EnvoyBuilder {
         self
     }
 
+    /// Binds the users' listener to `ip`, an address of this machine, instead of 127.0.0.1 (e.g.
+    /// a [`crate::local_address::LocalAddress`], to be reached from a non-loopback client); the
+    /// port is picked free on it. Admin stays on 127.0.0.1.
+    pub fn listen_on(mut self, ip: IpAddr) -> Self {
+        self.listen_ip = ip;
+        self
+    }
+
     /// Puts upcheck.wasm (from `UPCHECK_WASM`) before the router, with this plugin configuration.
     /// Without it requests are routed by the routing header the client sends.
     pub fn wasm_filter(mut self, plugin_config: Value) -> Self {
@@ -131,7 +140,8 @@ impl EnvoyBuilder {
         let _turn = TURN.lock().await;
         let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
         let bootstrap = dir.path().join("bootstrap.json");
-        let listener = envoy_config::listener(free_addr()?, filter.as_ref(), self.routing);
+        let listener =
+            envoy_config::listener(free_addr_on(self.listen_ip)?, filter.as_ref(), self.routing);
         let clusters = envoy_config::clusters(&self.backends, self.routing);
         let config = envoy_config::static_bootstrap(free_addr()?, listener, clusters);
         std::fs::write(&bootstrap, config.to_string())?;
@@ -175,7 +185,7 @@ impl EnvoyBuilder {
         let turn = TURN.lock().await;
         let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
         let xds = XdsFiles::create(&dir.path().join("xds"))?;
-        let (listener, admin) = (free_addr()?, free_addr()?);
+        let (listener, admin) = (free_addr_on(self.listen_ip)?, free_addr()?);
         xds.write_clusters(&envoy_config::clusters(&self.backends, self.routing))?;
         xds.write_listeners(&[envoy_config::listener(
             listener,
@@ -285,6 +295,7 @@ impl Envoy {
             backends: Vec::new(),
             filter: None,
             routing: Routing::Cluster,
+            listen_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
         }
     }
 

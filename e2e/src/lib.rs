@@ -1,11 +1,13 @@
 //! End-to-end tests of upcheck.wasm inside a real Envoy.
 //!
 //! The pieces a scenario is made of, each in its own module: fake backends that break on command
-//! ([`upstream`], [`mode`]), user traffic that reports what users saw ([`replay`]), and a real
-//! Envoy per test ([`envoy`]) whose configuration ([`envoy_config`]) is served from files
-//! ([`xds`]) so it can change while Envoy runs, in either routing mode
+//! ([`upstream`], [`mode`], down to the bytes on the [`wire`]), one in a process of its own that
+//! can be crashed ([`upstream_process`]), user traffic that reports what users saw ([`replay`]),
+//! and a real Envoy per test ([`envoy`]) whose configuration ([`envoy_config`]) is served from
+//! files ([`xds`]) so it can change while Envoy runs, in either routing mode
 //! ([`envoy_config::Routing`]), the plugin configuration the incident scenarios share
-//! ([`plugin`]), and requests written by hand ([`raw_http`]). A scenario reads:
+//! ([`plugin`]), requests written by hand ([`raw_http`]), and an address of this machine that is
+//! not loopback ([`local_address`]). A scenario reads:
 //!
 //! ```no_run
 //! # async fn scenario() -> anyhow::Result<()> {
@@ -35,10 +37,13 @@
 
 pub mod envoy;
 pub mod envoy_config;
+pub mod local_address;
 pub mod mode;
 pub mod plugin;
 pub mod ports;
 pub mod raw_http;
 pub mod replay;
 pub mod upstream;
+pub mod upstream_process;
+pub mod wire;
 pub mod xds;

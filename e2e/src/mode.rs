@@ -2,9 +2,10 @@
 //!
 //! Each mode is one way a real app server behaves or breaks, taken from the incident and its
 //! aftermath: a sidecar answering 502 to everything, an app server holding the port without
-//! serving, a database blip that fails only the health probe. Modes are written as short specs
-//! (`status:502`, `blip:5s..25s`) so a scenario, the command line and the control endpoint all
-//! say them the same way.
+//! serving, a database blip that fails only the health probe, a crash-looping or misconfigured
+//! server that mangles the bytes themselves. Modes are written as short specs (`status:502`,
+//! `blip:5s..25s`) so a scenario, the command line and the control endpoint all say them the same
+//! way.
 
 use std::fmt;
 use std::str::FromStr;
@@ -40,6 +41,16 @@ pub enum Mode {
     Flap(Duration),
     /// `slow:DURATION`: 200 on every path, after DURATION.
     Slow(Duration),
+    /// `pages:N`: the probe passes (200), every other path answers N: a backend that booted but
+    /// whose pages fail (its database unreachable), which only real traffic can see.
+    Pages(u16),
+    /// `trickle:PERIOD`: 200 on every path, but every response, status line included, goes out
+    /// one byte per PERIOD on every connection, the open ones too (a slowloris upstream: the
+    /// server is up, the bytes barely move).
+    Trickle(Duration),
+    /// `garbage`: every response, on every connection, is replaced by bytes that are not HTTP
+    /// (no status line), as a server speaking another protocol on the port would send.
+    Garbage,
 }
 
 /// How a backend in some mode answers one request.
@@ -76,6 +87,10 @@ impl Mode {
             }
             Mode::Flap(_) => now(200),
             Mode::Slow(after) => Answer::Respond { status: 200, after },
+            Mode::Pages(_) if path == PROBE_PATH => now(200),
+            Mode::Pages(status) => now(status),
+            // The damage is done on the wire (see `crate::wire`), below the status.
+            Mode::Trickle(_) | Mode::Garbage => now(200),
         }
     }
 }
@@ -97,6 +112,15 @@ fn duration(spec: &str, text: &str) -> Result<Duration, ModeError> {
         .map_err(|e| ModeError(format!("{spec:?}: {text:?} is not a duration ({e})")))
 }
 
+fn status(spec: &str, code: &str) -> Result<u16, ModeError> {
+    match code.trim().parse() {
+        Ok(status @ 100..=999) => Ok(status),
+        _ => Err(ModeError(format!(
+            "{spec:?}: {code:?} is not an HTTP status"
+        ))),
+    }
+}
+
 impl FromStr for Mode {
     type Err = ModeError;
 
@@ -113,12 +137,10 @@ impl FromStr for Mode {
             ("flap", None) => Ok(Mode::Flap(Duration::from_secs(1))),
             ("flap", Some(period)) => Ok(Mode::Flap(duration(spec, period)?)),
             ("slow", Some(delay)) => Ok(Mode::Slow(duration(spec, delay)?)),
-            ("status", Some(code)) => match code.trim().parse() {
-                Ok(status @ 100..=999) => Ok(Mode::Status(status)),
-                _ => Err(ModeError(format!(
-                    "{spec:?}: {code:?} is not an HTTP status"
-                ))),
-            },
+            ("trickle", Some(period)) => Ok(Mode::Trickle(duration(spec, period)?)),
+            ("garbage", None) => Ok(Mode::Garbage),
+            ("status", Some(code)) => Ok(Mode::Status(status(spec, code)?)),
+            ("pages", Some(code)) => Ok(Mode::Pages(status(spec, code)?)),
             ("blip", Some(window)) => {
                 let (from, to) = window.split_once("..").ok_or_else(|| {
                     ModeError(format!(
@@ -132,7 +154,7 @@ impl FromStr for Mode {
             }
             _ => Err(ModeError(format!(
                 "unknown mode {spec:?}: expected ok, status:N, hang, noaccept, refuse, \
-                 blip:FROM..TO, flap[:PERIOD] or slow:DURATION"
+                 blip:FROM..TO, flap[:PERIOD], slow:DURATION, pages:N, trickle:PERIOD or garbage"
             ))),
         }
     }
@@ -150,6 +172,9 @@ impl fmt::Display for Mode {
             Mode::Blip { from, to } => write!(f, "blip:{}..{}", d(*from), d(*to)),
             Mode::Flap(period) => write!(f, "flap:{}", d(*period)),
             Mode::Slow(delay) => write!(f, "slow:{}", d(*delay)),
+            Mode::Pages(status) => write!(f, "pages:{status}"),
+            Mode::Trickle(period) => write!(f, "trickle:{}", d(*period)),
+            Mode::Garbage => write!(f, "garbage"),
         }
     }
 }
@@ -224,6 +249,9 @@ mod tests {
             "blip:5s..25s",
             "flap:500ms",
             "slow:2s",
+            "pages:500",
+            "trickle:1s",
+            "garbage",
         ] {
             assert_eq!(spec.parse::<Mode>().unwrap().to_string(), spec);
         }
@@ -254,6 +282,20 @@ mod tests {
         assert_eq!(status("/up", 1999), 503);
         assert_eq!(status("/up", 2000), 200);
         assert_eq!(status("/", 1500), 200);
+    }
+
+    #[test]
+    fn a_pages_backend_passes_its_probe_and_fails_everything_else() {
+        let pages = Mode::Pages(502);
+        let status = |path| match pages.answer(path, ms(0)) {
+            Answer::Respond { status, .. } => status,
+            Answer::Never => 0,
+        };
+        assert_eq!(status("/up"), 200);
+        assert_eq!(status("/"), 502);
+        assert_eq!(status("/orders/1"), 502);
+        let err = "pages:abc".parse::<Mode>().unwrap_err().to_string();
+        assert!(err.contains("not an HTTP status"), "{err}");
     }
 
     #[test]

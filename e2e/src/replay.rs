@@ -217,6 +217,35 @@ impl Report {
         outcomes
     }
 
+    /// What users saw over time, one line each, in seconds from the start of the run: the
+    /// scenario's `events` (what was done to the backends, measured from the same start) and
+    /// every failed request (what it was, how long it took, and what broke when the connection
+    /// did), in time order.
+    pub fn timeline(&self, events: &[(&str, Duration)]) -> String {
+        let mut lines: Vec<(Duration, String)> = events
+            .iter()
+            .map(|(event, at)| (*at, (*event).to_owned()))
+            .collect();
+        for sample in self.samples.iter().filter(|s| s.outcome.is_failure()) {
+            let why = match &sample.outcome {
+                Outcome::Error(text) => format!(": {text}"),
+                _ => String::new(),
+            };
+            let line = format!(
+                "user saw {} after {:.0} ms{why}",
+                sample.outcome,
+                sample.latency.as_secs_f64() * 1e3
+            );
+            lines.push((sample.sent, line));
+        }
+        lines.sort_by_key(|(at, _)| *at);
+        lines
+            .iter()
+            .map(|(at, line)| format!("{:>7.3}s {line}", at.as_secs_f64()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// Writes one line per request: `sent_ms,latency_ms,outcome,error`.
     pub fn write_csv(&self, path: &Path) -> io::Result<()> {
         let mut out = io::BufWriter::new(std::fs::File::create(path)?);
@@ -290,6 +319,24 @@ mod tests {
             report.to_string(),
             "requests=4 failures=2 last_failure=0.05s p50=2.0ms p99=500.0ms \
              outcomes=200:1,301:1,502:1,timeout:1"
+        );
+    }
+
+    #[test]
+    fn the_timeline_puts_events_and_failures_in_time_order() {
+        let report = Report {
+            samples: vec![
+                sample(0, 1, Outcome::Status(200)),
+                sample(1250, 2, Outcome::Status(503)),
+                sample(1500, 2000, Outcome::Timeout),
+            ],
+        };
+        let events = [("app2 killed", Duration::from_millis(1200))];
+        assert_eq!(
+            report.timeline(&events),
+            "  1.200s app2 killed\n  \
+             1.250s user saw 503 after 2 ms\n  \
+             1.500s user saw timeout after 2000 ms"
         );
     }
 

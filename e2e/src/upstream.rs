@@ -7,7 +7,8 @@
 //!
 //! Two paths are the server's own and never counted: `GET /__counts` answers the counts as JSON,
 //! `PUT /__mode` with a mode spec as body changes the mode (and cancels the pending switches).
-//! Neither answers while the server does not accept (`noaccept`, `refuse`).
+//! Neither answers while the server does not accept (`noaccept`, `refuse`), and both are trickled
+//! or garbled like every answer in `trickle` and `garbage` (see [`crate::wire`]).
 
 use std::convert::Infallible;
 use std::io;
@@ -29,6 +30,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::mode::{Answer, Mode, Schedule, Switch, PROBE_PATH};
+use crate::wire::Wire;
 
 /// The header Envoy routes on; a backend that receives it shows the route leaked it.
 pub const ROUTING_HEADER: &str = "x-upcheck-upstream";
@@ -237,7 +239,8 @@ async fn rebind(addr: SocketAddr, shutdown: &CancellationToken) -> Option<TcpLis
 async fn connection(stream: TcpStream, shared: Arc<Shared>, shutdown: CancellationToken) {
     let mut mode = shared.mode.subscribe();
     let service = service_fn(|request| respond(request, shared.clone()));
-    let serving = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+    let wire = Wire::new(stream, shared.mode.subscribe());
+    let serving = http1::Builder::new().serve_connection(TokioIo::new(wire), service);
     tokio::select! {
         _ = serving => {}
         _ = shutdown.cancelled() => {}

@@ -1,13 +1,13 @@
 //! The fake backends behave as their modes say; the scenarios rely on it.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
 use tokio::time::{sleep, sleep_until, Instant};
 use upcheck_e2e::mode::{Mode, Schedule};
 use upcheck_e2e::replay::{Outcome, Replay};
 use upcheck_e2e::upstream::{Counts, FakeUpstream};
+use upcheck_e2e::upstream_process::UpstreamProcess;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -166,32 +166,12 @@ async fn setting_the_mode_by_hand_cancels_the_pending_switches() {
     assert_eq!(app.mode(), Mode::Status(503));
 }
 
-/// The `fake-upstream` binary, killed by its pid when the test ends however it ends.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test]
 async fn the_binary_takes_its_schedule_from_flags_and_its_mode_and_counts_over_http() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fake-upstream"))
-        .args(["--name", "app2", "--mode", "ok", "--then", "30s=status:502"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let _process = Process(child);
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .to_owned();
+    let schedule = Schedule::from(Mode::Ok).then(Duration::from_secs(30), Mode::Status(502));
+    let binary = Path::new(env!("CARGO_BIN_EXE_fake-upstream"));
+    let app = UpstreamProcess::spawn(binary, "app2", 0, schedule).unwrap();
+    let addr = app.addr();
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
 
     let page = http.get(format!("http://{addr}/")).send().await.unwrap();
@@ -228,5 +208,13 @@ async fn the_binary_takes_its_schedule_from_flags_and_its_mode_and_counts_over_h
     assert_eq!(
         counts,
         r#"{"probes":1,"requests":2,"with_routing_header":0}"#
+    );
+    assert_eq!(
+        app.counts().await.unwrap(),
+        Counts {
+            probes: 1,
+            requests: 2,
+            with_routing_header: 0
+        }
     );
 }

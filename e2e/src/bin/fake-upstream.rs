@@ -20,7 +20,8 @@ struct Args {
     /// Port on 127.0.0.1 (0: any free port, printed at start).
     #[arg(long, default_value_t = 0)]
     port: u16,
-    /// ok, status:N, hang, noaccept, refuse, blip:FROM..TO, flap[:PERIOD] or slow:DURATION.
+    /// ok, status:N, hang, noaccept, refuse, blip:FROM..TO, flap[:PERIOD], slow:DURATION, pages:N,
+    /// trickle:PERIOD or garbage.
     #[arg(long, default_value = "ok")]
     mode: Mode,
     /// A later change of mode, TIME=MODE after start (e.g. 5s=status:502); repeatable.
