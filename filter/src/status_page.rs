@@ -1,6 +1,6 @@
 //! The status page, answered by the filter itself: every backend's health as this VM routes
-//! by it. Closed to clients other than loopback unless `status_public` is set, since it names
-//! the backends.
+//! by it. Closed to connections that did not arrive at a loopback address unless
+//! `status_public` is set, since it names the backends (the rule: [`page::open_to`]).
 
 use crate::vm::{self, Vm};
 use proxy_wasm::hostcalls;
@@ -25,7 +25,11 @@ pub fn answer(v: &mut Vm) -> bool {
         _ => return false,
     };
     let now = vm::now();
-    if !pool.config().status_public && !from_loopback() {
+    let local = hostcalls::get_property(vec!["destination", "address"])
+        .ok()
+        .flatten()
+        .and_then(|a| String::from_utf8(a).ok());
+    if !page::open_to(local.as_deref(), pool.config()) {
         respond(
             403,
             "text/plain",
@@ -37,15 +41,6 @@ pub fn answer(v: &mut Vm) -> bool {
         respond(200, "text/plain; charset=utf-8", &page::text(pool, now));
     }
     true
-}
-
-/// Whether the client connected from a loopback address (`source.address` is `ip:port`).
-fn from_loopback() -> bool {
-    let Ok(Some(address)) = hostcalls::get_property(vec!["source", "address"]) else {
-        return false;
-    };
-    let address = String::from_utf8_lossy(&address);
-    address.starts_with("127.") || address.starts_with("[::1]") || address.starts_with("::1")
 }
 
 fn respond(status: u32, content_type: &str, body: &str) {

@@ -2,10 +2,24 @@
 //! machine (JSON), rendered from a [`Pool`] with no I/O.
 
 use crate::active::{Health, ProbeOutcome};
+use crate::config::Config;
 use crate::duration;
 use crate::pool::Pool;
 use crate::Time;
 use std::fmt::Write;
+
+/// Whether a request that arrived at `local_address` (the connection's local `ip:port`, Envoy's
+/// `destination.address`) may read the page. Unless `status_public` is set, only a connection
+/// made to a loopback address may: Linux never delivers a packet for 127.0.0.0/8 or ::1 from
+/// another machine, so such a connection comes from this one. The client's own address is no
+/// help: Envoy takes it from `X-Forwarded-For` unless `use_remote_address` is set, so a client
+/// can claim to be 127.0.0.1.
+pub fn open_to(local_address: Option<&str>, config: &Config) -> bool {
+    config.status_public
+        || local_address
+            .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+            .is_some_and(|a| a.ip().is_loopback())
+}
 
 /// One backend's line, shared by both renderings.
 struct Line<'a> {
@@ -149,6 +163,25 @@ mod tests {
         assert_eq!(v["backends"][1]["last_probe"], "answered 502");
         assert_eq!(v["backends"][1]["last_probe_ago_ms"], 980);
         assert_eq!(v["fleet_guard"], false);
+    }
+
+    #[test]
+    fn only_a_connection_to_a_loopback_address_reads_the_page_unless_it_is_public() {
+        let config = pool().config().clone();
+        assert!(open_to(Some("127.0.0.1:8080"), &config));
+        assert!(open_to(Some("127.0.0.9:8080"), &config));
+        assert!(open_to(Some("[::1]:8080"), &config));
+        assert!(!open_to(Some("10.0.0.1:8080"), &config));
+        assert!(
+            !open_to(Some("127.0.0.1"), &config),
+            "no port: not Envoy's form"
+        );
+        assert!(!open_to(None, &config), "a host that does not say");
+        let public = Config {
+            status_public: true,
+            ..config
+        };
+        assert!(open_to(Some("10.0.0.1:8080"), &public));
     }
 
     #[test]
