@@ -22,13 +22,12 @@ pub mod active;
 pub mod config;
 pub mod duration;
 pub mod fleet;
-pub mod json;
 pub mod passive;
 pub mod pool;
 pub mod report;
 pub mod schedule;
 pub mod select;
-pub mod status;
+pub mod status_match;
 pub mod wire;
 
 /// A point in time: the host's clock since its epoch.
