@@ -19,8 +19,8 @@
 //!   field; leave the field out for its default. `jitter` cannot be off (backends probed in
 //!   lockstep is what it prevents), and outlier detection is turned off with
 //!   `"outlier": {"enabled": false}`.
-//! - **Nesting is bounded by the schema**: nothing nests deeper than `health_checks.active.headers`
-//!   with a list per name (four levels). A list or object where the schema has something else is
+//! - **Nesting is bounded by the schema**: nothing nests deeper than a list of values in
+//!   `health_checks.active.headers` (five levels of brackets). A list or object where the schema has something else is
 //!   refused at once or skipped without recursion, and serde_json's recursion limit (128) stands
 //!   behind that, so hostile input cannot exhaust the stack (which would kill the VM).
 //! - **Limits** ([`MAX_UPSTREAMS`], [`MAX_NAME_LEN`], [`MAX_VALUE_LEN`], …) bound what one document
@@ -532,7 +532,6 @@ fn json_path(path: &Path) -> String {
 
 /// What a field held, as an error message names it. (Numbers with a fraction are not shown:
 /// formatting floats would grow the module for an error message.)
-#[derive(Debug)]
 pub(crate) enum Found {
     Null,
     Bool(bool),
