@@ -16,7 +16,7 @@
 //! `unhealthy_request_count`, an upstream's `max_requests`). Everything else the handler says
 //! (load balancing, retries, header rewriting) is Caddy's routing, not health, and is not read.
 
-use upcheck_policy::json::{self, Json, Number};
+use crate::json::{self, Json, Number};
 use upcheck_policy::ConfigError;
 
 use crate::literal::literal;

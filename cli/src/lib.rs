@@ -12,6 +12,7 @@
 pub mod caddy;
 pub mod deployment;
 pub mod envoy;
+mod json;
 mod literal;
 pub mod output;
 pub mod plugin;

@@ -11,7 +11,7 @@
 
 use std::fmt::Write as _;
 
-use upcheck_policy::json::{self, Json, Number};
+use crate::json::{self, Json, Number};
 use upcheck_policy::{Config, ConfigError, RoutingMode};
 
 use crate::refuse;

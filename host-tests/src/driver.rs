@@ -37,6 +37,9 @@ pub struct RequestSpec {
     pub headers: Headers,
     /// The client's address (`source.address`). Default a remote `203.0.113.7:50000`.
     pub source_address: String,
+    /// The address the client connected to (`destination.address`). Default the proxy's
+    /// public `198.51.100.1:8080`.
+    pub destination_address: String,
     /// The client disconnects this long after sending, if it has no answer yet.
     pub give_up_after: Option<Duration>,
 }
@@ -49,6 +52,7 @@ impl Default for RequestSpec {
             authority: "app.example.com".to_string(),
             headers: Headers::new(),
             source_address: "203.0.113.7:50000".to_string(),
+            destination_address: "198.51.100.1:8080".to_string(),
             give_up_after: None,
         }
     }
@@ -321,6 +325,7 @@ impl Host {
             response_body: None,
             info: StreamInfo {
                 source_address: spec.source_address.clone(),
+                destination_address: spec.destination_address.clone(),
                 ..StreamInfo::default()
             },
             phase: Phase::Decoding,

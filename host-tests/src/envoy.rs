@@ -138,6 +138,7 @@ pub(crate) fn exchange(
 #[derive(Clone, Debug, Default)]
 pub(crate) struct StreamInfo {
     pub source_address: String,
+    pub destination_address: String,
     pub code: Option<u16>,
     pub flags: u64,
     pub details: String,
@@ -165,6 +166,7 @@ pub(crate) fn property(path: &[&str], stream: Option<(&StreamInfo, &Headers)>) -
         ["request", "method"] => header(":method"),
         ["request", "host"] => header(":authority"),
         ["source", "address"] => string(&stream?.0.source_address),
+        ["destination", "address"] => string(&stream?.0.destination_address),
         ["response", "code"] => Some(u64::from(stream?.0.code?).to_le_bytes().to_vec()),
         ["response", "flags"] => Some(stream?.0.flags.to_le_bytes().to_vec()),
         ["response", "code_details"] => string(&stream?.0.details),

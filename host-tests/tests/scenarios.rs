@@ -276,7 +276,7 @@ fn a_client_supplied_route_header_never_chooses_the_backend() {
 }
 
 #[test]
-fn the_status_page_shows_every_backend_to_loopback_clients_only() {
+fn the_status_page_shows_every_backend_on_loopback_connections_only() {
     let mut host = host();
     host.upstream("app1");
     host.upstream("app2")
@@ -287,6 +287,7 @@ fn the_status_page_shows_every_backend_to_loopback_clients_only() {
     let local = |path: &str| RequestSpec {
         path: path.to_string(),
         source_address: "127.0.0.1:40000".to_string(),
+        destination_address: "127.0.0.1:8080".to_string(),
         ..RequestSpec::default()
     };
     let page = ok(host.request(local("/upcheck/status.json")));
@@ -309,6 +310,16 @@ fn the_status_page_shows_every_backend_to_loopback_clients_only() {
         ..RequestSpec::default()
     }));
     assert_eq!(remote.status(), Some(403));
+    let spoofed = ok(host.request(RequestSpec {
+        path: "/upcheck/status.json".to_string(),
+        source_address: "127.0.0.1:0".to_string(),
+        ..RequestSpec::default()
+    }));
+    assert_eq!(
+        spoofed.status(),
+        Some(403),
+        "a source claimed by X-Forwarded-For is not where the connection arrived"
+    );
     assert_eq!(
         host.requests_routed("app1") + host.requests_routed("app2"),
         0

@@ -1,55 +1,99 @@
 //! The plugin configuration: the operators' Caddy `health_checks` block, as written, plus the few
 //! things a proxy-wasm filter needs that Caddy does not (which cluster a backend is, which header
-//! carries the pick).
+//! carries the pick) and upcheck's own outlier detection.
 //!
 //! Everything is checked before the filter starts: a config that parses is one the policy can run.
 //! Errors name the JSON path and the reason (`health_checks.passive.max_fails: must be at least 1,
-//! got 0`), because the operator reading Envoy's log has nothing else to go on. The document is
-//! read as a JSON value and walked by hand rather than derived: the walk knows the path of every
-//! field it reads, and it keeps `upcheck.wasm` small (see [`crate::json`]).
+//! got 0`, `upstreams[1].name: "app1" is listed twice`), because the operator reading Envoy's log
+//! has nothing else to go on. The document is read by serde_json into these types, each field
+//! through a reader that checks it where it stands (so the error knows its path); what spans
+//! fields (a timeout shorter than its interval, names unique) is checked once the document is
+//! read, and then every default is filled in, so a parsed [`Config`] holds what is in force
+//! ([`Config::effective_json`] prints it).
+//!
+//! - **Unknown and repeated fields are errors**: a config with two `max_fails` is a mistake, not a
+//!   choice. Probe header names repeat when they differ only in case.
+//! - **`null` turns off a field that can be off**: `status_path`, `min_healthy_percent`,
+//!   `upstreams[].address`, `health_checks.active.expect_body` and
+//!   `health_checks.passive.unhealthy_latency`. On any other field `null` is an error naming the
+//!   field; leave the field out for its default. `jitter` cannot be off (backends probed in
+//!   lockstep is what it prevents), and outlier detection is turned off with
+//!   `"outlier": {"enabled": false}`.
+//! - **Nesting is bounded by the schema**: nothing nests deeper than a list of values in
+//!   `health_checks.active.headers` (five levels of brackets). A list or object where the schema has something else is
+//!   refused at once or skipped without recursion, and serde_json's recursion limit (128) stands
+//!   behind that, so hostile input cannot exhaust the stack (which would kill the VM).
+//! - **Limits** ([`MAX_UPSTREAMS`], [`MAX_NAME_LEN`], [`MAX_VALUE_LEN`], …) bound what one document
+//!   can make every worker hold, and every check is linear in the size of the document.
 
 use crate::duration;
-use crate::json::{self, Json, Number};
-use crate::status::StatusMatch;
+use crate::status_match::StatusMatch;
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_path_to_error::{Path, Segment};
 use std::collections::HashSet;
-use std::fmt;
+use std::fmt::{self, Write};
+use std::marker::PhantomData;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 /// The whole plugin configuration.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Read it with [`Config::parse`]: its `Deserialize` checks each field where it stands, but only
+/// `parse` checks what spans fields and fills the defaults in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Config {
-    /// The backends, in order. Required, at least one, names unique.
+    /// The backends, in order. Required, at least one, at most [`MAX_UPSTREAMS`], names unique.
+    #[serde(default, deserialize_with = "upstreams")]
     pub upstreams: Vec<Upstream>,
-    /// Active and passive checks. Default: both on with the seed values below.
+    /// Active and passive checks and outlier detection. Default: all on with the seed values
+    /// below.
+    #[serde(default, deserialize_with = "object")]
     pub health_checks: HealthChecks,
     /// How the pick reaches the proxy. Default [`RoutingMode::Cluster`].
+    #[serde(default, deserialize_with = "routing")]
     pub routing: RoutingMode,
     /// Request header that carries the pick: the backend's cluster (`routing: "cluster"`, for
     /// Envoy's `cluster_header`) or its address (`routing: "host"`, for the `override_host` load
     /// balancing policy). Any client-supplied copy is removed first. Default `x-upcheck-upstream`.
+    #[serde(default = "default_route_header", deserialize_with = "route_header")]
     pub route_header: String,
     /// At most this percentage of the backends passing active checks may be passively ejected at
     /// once, by Envoy's rule: one more may go while (ejected + 1) / N stays within it, and never the
     /// last one. Default 50: one of two.
+    #[serde(default = "default_max_ejection_percent", deserialize_with = "percent")]
     pub max_ejection_percent: u8,
     /// When fewer than this percentage of all backends are routable, spread traffic over every
-    /// backend that accepts connections (Envoy's panic threshold). Default: off.
+    /// backend that accepts connections (Envoy's panic threshold). Default: off (`null`).
+    #[serde(default, deserialize_with = "optional_percent")]
     pub min_healthy_percent: Option<u8>,
     /// Probe times are spread by up to ± this much so backends are not probed in lockstep.
-    /// Default: 10% of the active interval.
+    /// Default: 10% of the active interval, which [`Config::parse`] fills in; cannot be off.
+    #[serde(
+        default,
+        deserialize_with = "jitter",
+        serialize_with = "duration::optional::serialize"
+    )]
     pub jitter: Option<Duration>,
     /// Path the filter answers itself with every backend's health: plain text there, JSON at the
     /// same path plus `.json`; `null` turns it off. Default `/upcheck/status`.
+    #[serde(default = "default_status_path", deserialize_with = "status_path")]
     pub status_path: Option<String>,
     /// Whether clients other than loopback may read the status page. Default false: others get
     /// 403.
+    #[serde(default, deserialize_with = "flag")]
     pub status_public: bool,
 }
 
 /// How the pick reaches the proxy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum RoutingMode {
     /// The route header names the backend's cluster; the route uses `cluster_header`.
+    #[default]
     Cluster,
     /// The route header names the backend's address within one pool cluster whose load
     /// balancing policy is `override_host`; a failed attempt can then be retried on another
@@ -58,18 +102,28 @@ pub enum RoutingMode {
 }
 
 /// One backend.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Upstream {
-    /// Its name, in logs, metrics and the status page. Required.
+    /// Its name, in logs, metrics and the status page: an HTTP token (`:` allowed), at most
+    /// [`MAX_NAME_LEN`] bytes. Required.
+    #[serde(default, deserialize_with = "name")]
     pub name: String,
-    /// The proxy cluster that probes are dispatched to and requests are routed to. Default: `name`.
+    /// The proxy cluster that probes are dispatched to and requests are routed to. Default:
+    /// `name`, which [`Config::parse`] fills in.
+    #[serde(default, deserialize_with = "cluster")]
     pub cluster: Option<String>,
-    /// `:authority` of probes. Default: `name`.
+    /// `:authority` of probes: `host[:port]`. Default: `name` (which must then be a valid
+    /// authority), filled in by [`Config::parse`].
+    #[serde(default, deserialize_with = "authority_field")]
     pub authority: Option<String>,
-    /// Share of traffic relative to the others, 1 to 1000. Default 1.
+    /// Share of traffic relative to the others, 1 to [`MAX_WEIGHT`]. Default 1.
+    #[serde(default = "one", deserialize_with = "counted::<_, u32, 1, MAX_WEIGHT>")]
     pub weight: u32,
-    /// `host:port` of the backend in the pool cluster; required with `routing: "host"`, where it
-    /// is what the route header carries. Default: none.
+    /// `ip:port` of the backend in the pool cluster, kept in the form Envoy reports addresses
+    /// (`[0:0::1]:80` becomes `[::1]:80`); required with `routing: "host"`, where it is what the
+    /// route header carries. Default: none (`null`).
+    #[serde(default, deserialize_with = "address")]
     pub address: Option<String>,
 }
 
@@ -93,39 +147,54 @@ impl Upstream {
     }
 }
 
-/// Caddy's `health_checks` block.
-#[derive(Debug, Clone, PartialEq, Default)]
+/// Caddy's `health_checks` block, plus upcheck's `outlier`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct HealthChecks {
     /// Probing. Default: on, `GET /up` every 10 s with a 5 s timeout.
     pub active: Active,
     /// Watching real traffic. Default: on, 3 failures within 10 s eject.
+    #[serde(deserialize_with = "object")]
     pub passive: Passive,
+    /// Comparing each backend with its peers. Default: on.
+    #[serde(deserialize_with = "object")]
+    pub outlier: Outlier,
 }
 
 /// Caddy's `health_checks.active`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Active {
-    /// Path probed with `GET` (Caddy's `uri` is accepted as the same field). Default `/up`.
+    /// Path probed with `GET` (Caddy's `uri` is accepted as the same field): starts with `/`,
+    /// visible ASCII, at most [`MAX_VALUE_LEN`] bytes. Default `/up`.
     pub path: String,
     /// Extra probe request headers as (lowercase name, value); in JSON a name maps to one value
-    /// or a list (Caddy's form). Default: none.
+    /// or a list (Caddy's form). Not pseudo-headers and not `host` (the probe's host is the
+    /// upstream's `authority`); at most [`MAX_PROBE_HEADERS`]. Default: none.
+    #[serde(serialize_with = "serialize_headers")]
     pub headers: Vec<(String, String)>,
-    /// Time between probes of one backend. Default 10 s.
+    /// Time between probes of one backend, [`MIN_PROBE_DURATION`] to [`MAX_PROBE_DURATION`].
+    /// Default 10 s.
+    #[serde(with = "duration")]
     pub interval: Duration,
-    /// A probe without an answer after this long failed; must be shorter than `interval`.
-    /// Default 5 s.
+    /// A probe without an answer after this long failed; must be shorter than `interval`, and
+    /// [`MIN_PROBE_DURATION`] to [`MAX_PROBE_DURATION`]. Envoy takes it in whole milliseconds,
+    /// so a fraction of a millisecond is rounded up (`"1.2ms"` is 2 ms). Default 5 s.
+    #[serde(with = "duration")]
     pub timeout: Duration,
     /// Status a passing probe answers: a code (`200`) or a class (`"2xx"`, or Caddy's `2`).
     /// Default 2xx.
     pub expect_status: StatusMatch,
     /// Substring a passing probe's body must contain, within the first `max_size` bytes
-    /// (Caddy takes a regular expression here; upcheck a plain substring). Default: none.
+    /// (Caddy takes a regular expression here; upcheck a plain substring); at most
+    /// [`MAX_EXPECT_BODY_LEN`] bytes. Default: none (`null`).
     pub expect_body: Option<String>,
-    /// Probe body bytes read at most. Default 65536.
+    /// Probe body bytes read at most, 1 to [`MAX_PROBE_BODY`]. Default 65536.
     pub max_size: u64,
-    /// Consecutive passing probes that make a backend healthy. Default 1 (as Caddy).
+    /// Consecutive passing probes that make a backend healthy, 1 to [`MAX_STREAK`]. Default 1
+    /// (as Caddy).
     pub passes: u32,
-    /// Consecutive failing probes that make a backend unhealthy. Default 1 (as Caddy).
+    /// Consecutive failing probes that make a backend unhealthy, 1 to [`MAX_STREAK`]. Default 1
+    /// (as Caddy).
     pub fails: u32,
 }
 
@@ -146,17 +215,24 @@ impl Default for Active {
 }
 
 /// Caddy's `health_checks.passive`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Passive {
     /// How long a failed request is remembered. Default 10 s.
+    #[serde(with = "duration")]
     pub fail_duration: Duration,
-    /// Remembered failures that eject a backend until enough of them expire. Default 3.
+    /// Remembered failures that eject a backend until enough of them expire, 1 to
+    /// [`MAX_FAILS_LIMIT`]. Default 3.
+    #[serde(deserialize_with = "counted::<_, u32, 1, MAX_FAILS_LIMIT>")]
     pub max_fails: u32,
-    /// Answers that count as failures. Default `[502, 503, 504]`, so a sidecar's 502 for a backend
-    /// that never booted counts. (Caddy's default counts no status at all.)
+    /// Answers that count as failures, at most [`MAX_UNHEALTHY_STATUSES`]. Default
+    /// `[502, 503, 504]`, so a sidecar's 502 for a backend that never booted counts. (Caddy's
+    /// default counts no status at all.)
+    #[serde(deserialize_with = "statuses")]
     pub unhealthy_status: Vec<StatusMatch>,
     /// A request this slow counts as failed, and counts the moment it is this late even while it
-    /// is still waiting for its answer. Default: off.
+    /// is still waiting for its answer. Default: off (`null`).
+    #[serde(with = "duration::optional")]
     pub unhealthy_latency: Option<Duration>,
 }
 
@@ -175,18 +251,92 @@ impl Default for Passive {
     }
 }
 
+/// `health_checks.outlier`: peer-relative outlier detection (not a Caddy field).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Outlier {
+    /// Whether backends are compared with their peers at all. Default true.
+    #[serde(deserialize_with = "flag")]
+    pub enabled: bool,
+    /// How far back request outcomes are compared. Default 10 s.
+    #[serde(with = "duration")]
+    pub window: Duration,
+    /// Failed requests a backend must have in the window before it can be judged failing. Default 5 (1-1000).
+    #[serde(deserialize_with = "counted::<_, u32, 1, 1000>")]
+    pub min_failures: u32,
+    /// Requests its peers must have had in the window, together, before a backend is compared with them;
+    /// also the completed requests a backend needs before its latency is judged. Default 5 (1-100000).
+    #[serde(deserialize_with = "counted::<_, u32, 1, 100_000>")]
+    pub min_requests: u32,
+    /// How many percentage points a backend's failure share must exceed its peers' by. Default 50 (1-100).
+    #[serde(deserialize_with = "counted::<_, u8, 1, 100>")]
+    pub failure_gap: u8,
+    /// How many times slower than its peers a backend must be to be judged slow or stalled. Default 4 (2-1000).
+    #[serde(deserialize_with = "counted::<_, u32, 2, 1000>")]
+    pub latency_factor: u32,
+    /// A slow backend's typical latency must be at least this long. Default 250 ms.
+    #[serde(with = "duration")]
+    pub min_latency: Duration,
+    /// A request still in flight counts as stalled after at least this long. Default 500 ms.
+    #[serde(with = "duration")]
+    pub stall_after: Duration,
+    /// The first ejection's length; each repeat doubles it. Default 30 s.
+    #[serde(with = "duration")]
+    pub ejection: Duration,
+    /// The longest ejection. Default 5 min; at least `ejection`.
+    #[serde(with = "duration")]
+    pub max_ejection: Duration,
+}
+
+impl Default for Outlier {
+    fn default() -> Self {
+        Outlier {
+            enabled: true,
+            window: Duration::from_secs(10),
+            min_failures: 5,
+            min_requests: 5,
+            failure_gap: 50,
+            latency_factor: 4,
+            min_latency: Duration::from_millis(250),
+            stall_after: Duration::from_millis(500),
+            ejection: Duration::from_secs(30),
+            max_ejection: Duration::from_secs(300),
+        }
+    }
+}
+
 /// The largest `weight`.
 pub const MAX_WEIGHT: u32 = 1000;
 /// The largest `max_fails`: each remembered failure is kept, so memory stays bounded.
 pub const MAX_FAILS_LIMIT: u32 = 1000;
 /// The largest `passes` / `fails`.
 pub const MAX_STREAK: u32 = 1000;
+/// The most upstreams one configuration may list: each is probed, and kept on every worker.
+pub const MAX_UPSTREAMS: usize = 10_000;
+/// The longest upstream name, cluster, probe header name or `route_header`, in bytes.
+pub const MAX_NAME_LEN: usize = 128;
+/// The longest probe header value, probe path, `status_path` or authority, in bytes.
+pub const MAX_VALUE_LEN: usize = 4096;
+/// The most probe headers; each value of a header given a list counts once.
+pub const MAX_PROBE_HEADERS: usize = 64;
+/// The largest `max_size`, 16 MiB: that much of a probe's body may be buffered.
+pub const MAX_PROBE_BODY: u32 = 16 * 1024 * 1024;
+/// The longest `expect_body`, in bytes.
+pub const MAX_EXPECT_BODY_LEN: usize = 4096;
+/// The most entries in `unhealthy_status`: every answer is compared with each.
+pub const MAX_UNHEALTHY_STATUSES: usize = 100;
+/// The shortest probe `interval` and `timeout`: Envoy takes the timeout in whole milliseconds,
+/// and 0 would mean none.
+pub const MIN_PROBE_DURATION: Duration = Duration::from_millis(1);
+/// The longest probe `interval` and `timeout`: Envoy takes the timeout as 32-bit milliseconds
+/// (about 49.7 days).
+pub const MAX_PROBE_DURATION: Duration = Duration::from_millis(4_294_967_295);
 
 /// A configuration that cannot be run: where in the JSON, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
-    /// JSON path of the offending field, e.g. `health_checks.passive.max_fails`; empty for the
-    /// document itself.
+    /// JSON path of the offending field, e.g. `health_checks.passive.max_fails` or
+    /// `upstreams[1].name`; empty for the document itself.
     pub path: String,
     /// What is wrong with it.
     pub reason: String,
@@ -211,368 +361,9 @@ fn fail(path: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     }
 }
 
-/// What a JSON value is, for "expected …, got …" messages. (Numbers are shown from their
-/// integer value: formatting floats would double the size of the module for an error message.)
-pub(crate) fn kind(v: &Json) -> String {
-    match v {
-        Json::Null => "null".into(),
-        Json::Bool(b) => format!("the boolean {b}"),
-        Json::Number(Number::Unsigned(u)) => format!("the number {u}"),
-        Json::Number(Number::Negative(i)) => format!("the number {i}"),
-        Json::Number(Number::Fraction) => "a fraction".into(),
-        Json::Number(Number::Huge) => "a number too large for 64 bits".into(),
-        Json::String(s) => format!("the string {s:?}"),
-        Json::Array(_) => "a list".into(),
-        Json::Object(_) => "an object".into(),
-    }
-}
-
-/// A JSON object being read: it knows its path, and which fields were not read.
-struct Object<'a> {
-    path: String,
-    fields: &'a [(String, Json)],
-}
-
-impl<'a> Object<'a> {
-    fn new(
-        path: &str,
-        value: &'a Json,
-        known: &'static [&'static str],
-    ) -> Result<Self, ConfigError> {
-        match value {
-            Json::Object(fields) => {
-                let object = Object {
-                    path: path.to_owned(),
-                    fields,
-                };
-                if let Some((unknown, _)) =
-                    fields.iter().find(|(k, _)| !known.contains(&k.as_str()))
-                {
-                    return Err(fail(
-                        object.at(unknown),
-                        format!(
-                            "unknown field `{unknown}`; known fields: {}",
-                            known.join(", ")
-                        ),
-                    ));
-                }
-                Ok(object)
-            }
-            other => Err(fail(
-                path,
-                format!("expected an object, got {}", kind(other)),
-            )),
-        }
-    }
-
-    fn at(&self, field: &str) -> String {
-        if self.path.is_empty() {
-            field.to_owned()
-        } else {
-            format!("{}.{field}", self.path)
-        }
-    }
-
-    /// A field that is present and not null.
-    fn get(&self, field: &str) -> Option<(String, &'a Json)> {
-        match self.fields.iter().find(|(k, _)| k == field).map(|(_, v)| v) {
-            None | Some(Json::Null) => None,
-            Some(v) => Some((self.at(field), v)),
-        }
-    }
-
-    fn read<T>(
-        &self,
-        field: &str,
-        parse: impl FnOnce(&str, &Json) -> Result<T, ConfigError>,
-    ) -> Result<Option<T>, ConfigError> {
-        self.get(field).map(|(path, v)| parse(&path, v)).transpose()
-    }
-}
-
-fn string(path: &str, v: &Json) -> Result<String, ConfigError> {
-    match v {
-        Json::String(s) => Ok(s.clone()),
-        other => Err(fail(
-            path,
-            format!("expected a string, got {}", kind(other)),
-        )),
-    }
-}
-
-fn whole(path: &str, v: &Json) -> Result<u64, ConfigError> {
-    match v {
-        Json::Number(Number::Unsigned(n)) => Ok(*n),
-        _ => Err(fail(
-            path,
-            format!("expected a whole number, got {}", kind(v)),
-        )),
-    }
-}
-
-fn count(path: &str, v: &Json, min: u32, max: u32) -> Result<u32, ConfigError> {
-    let n = whole(path, v)?;
-    if n < u64::from(min) {
-        Err(fail(path, format!("must be at least {min}, got {n}")))
-    } else if n > u64::from(max) {
-        Err(fail(path, format!("must be at most {max}, got {n}")))
-    } else {
-        u32::try_from(n).map_err(|_| fail(path, format!("must be at most {max}, got {n}")))
-    }
-}
-
-fn percent(path: &str, v: &Json) -> Result<u8, ConfigError> {
-    let n = whole(path, v)?;
-    match u8::try_from(n) {
-        Ok(p) if p <= 100 => Ok(p),
-        _ => Err(fail(path, format!("must be a percentage 0-100, got {n}"))),
-    }
-}
-
-fn positive_duration(path: &str, v: &Json) -> Result<Duration, ConfigError> {
-    duration::from_json(v).map_err(|reason| fail(path, reason))
-}
-
-fn status(path: &str, v: &Json) -> Result<StatusMatch, ConfigError> {
-    StatusMatch::from_json(v).map_err(|reason| fail(path, reason))
-}
-
-fn list<T>(
-    path: &str,
-    v: &Json,
-    item: impl Fn(&str, &Json) -> Result<T, ConfigError>,
-) -> Result<Vec<T>, ConfigError> {
-    match v {
-        Json::Array(items) => items
-            .iter()
-            .enumerate()
-            .map(|(i, x)| item(&format!("{path}[{i}]"), x))
-            .collect(),
-        other => Err(fail(path, format!("expected a list, got {}", kind(other)))),
-    }
-}
-
-/// The index of the first item equal to an earlier one (`None` items never repeat).
-fn first_repeat<'a>(items: impl Iterator<Item = Option<&'a str>>) -> Option<usize> {
-    let mut seen = HashSet::new();
-    items
-        .enumerate()
-        .find(|(_, item)| item.is_some_and(|s| !seen.insert(s)))
-        .map(|(i, _)| i)
-}
-
-/// A header name or cluster name: a non-empty HTTP token.
-fn token(path: &str, value: &str) -> Result<(), ConfigError> {
-    if value.is_empty() {
-        return Err(fail(path, "must not be empty"));
-    }
-    let bad = value
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~:".contains(*c)));
-    match bad {
-        Some(c) => Err(fail(
-            path,
-            format!("{value:?} contains {c:?}, which is not allowed"),
-        )),
-        None => Ok(()),
-    }
-}
-
-/// A header value: no control characters that could split a header.
-fn header_value(path: &str, value: &str) -> Result<(), ConfigError> {
-    match value.chars().find(|c| c.is_control()) {
-        Some(c) => Err(fail(path, format!("contains the control character {c:?}"))),
-        None => Ok(()),
-    }
-}
-
-/// A `host:port` address: a host name, IPv4 address or bracketed IPv6 address, and a port.
-fn address(path: &str, v: &Json) -> Result<String, ConfigError> {
-    let text = string(path, v)?;
-    let bad = || fail(path, format!("expected host:port, got {text:?}"));
-    let (host, port) = text.rsplit_once(':').ok_or_else(bad)?;
-    let host_ok = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-        !v6.is_empty()
-            && v6
-                .chars()
-                .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
-    } else {
-        !host.is_empty()
-            && host
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
-    };
-    match port.parse::<u16>() {
-        Ok(p) if p > 0 && host_ok => Ok(text),
-        _ => Err(bad()),
-    }
-}
-
-fn upstream(path: &str, v: &Json) -> Result<Upstream, ConfigError> {
-    let o = Object::new(
-        path,
-        v,
-        &["name", "cluster", "authority", "weight", "address"],
-    )?;
-    let name = o
-        .read("name", string)?
-        .ok_or_else(|| fail(o.at("name"), "missing; every upstream needs a name"))?;
-    token(&o.at("name"), &name)?;
-    let cluster = o.read("cluster", |p, v| {
-        let c = string(p, v)?;
-        token(p, &c).map(|()| c)
-    })?;
-    let authority = o.read("authority", |p, v| {
-        let a = string(p, v)?;
-        if a.is_empty() {
-            return Err(fail(p, "must not be empty"));
-        }
-        header_value(p, &a).map(|()| a)
-    })?;
-    let weight = o
-        .read("weight", |p, v| count(p, v, 1, MAX_WEIGHT))?
-        .unwrap_or(1);
-    Ok(Upstream {
-        name,
-        cluster,
-        authority,
-        weight,
-        address: o.read("address", address)?,
-    })
-}
-
-fn headers(path: &str, v: &Json) -> Result<Vec<(String, String)>, ConfigError> {
-    let Json::Object(fields) = v else {
-        return Err(fail(path, format!("expected an object, got {}", kind(v))));
-    };
-    let mut pairs = Vec::new();
-    for (name, values) in fields {
-        let at = format!("{path}.{name}");
-        token(&at, name)?;
-        let values = match values {
-            Json::Array(_) => list(&at, values, string)?,
-            other => vec![string(&at, other)?],
-        };
-        for value in values {
-            header_value(&at, &value)?;
-            pairs.push((name.to_ascii_lowercase(), value));
-        }
-    }
-    Ok(pairs)
-}
-
-fn active(path: &str, v: &Json) -> Result<Active, ConfigError> {
-    let o = Object::new(
-        path,
-        v,
-        &[
-            "path",
-            "uri",
-            "headers",
-            "interval",
-            "timeout",
-            "expect_status",
-            "expect_body",
-            "max_size",
-            "passes",
-            "fails",
-        ],
-    )?;
-    let d = Active::default();
-    let probe_path = match (o.read("path", string)?, o.read("uri", string)?) {
-        (Some(_), Some(_)) => return Err(fail(o.at("uri"), "give `path` or `uri`, not both")),
-        (Some(p), None) => (o.at("path"), p),
-        (None, Some(u)) => (o.at("uri"), u),
-        (None, None) => (o.at("path"), d.path),
-    };
-    if !probe_path.1.starts_with('/') {
-        return Err(fail(
-            probe_path.0,
-            format!("must start with '/', got {:?}", probe_path.1),
-        ));
-    }
-    header_value(&probe_path.0, &probe_path.1)?;
-    let max_size = match o.read("max_size", whole)? {
-        Some(0) => return Err(fail(o.at("max_size"), "must be at least 1, got 0")),
-        Some(n) => n,
-        None => d.max_size,
-    };
-    let expect_body = o.read("expect_body", string)?;
-    if let Some(body) = &expect_body {
-        if body.is_empty() {
-            return Err(fail(o.at("expect_body"), "must not be empty"));
-        }
-        if body.len() as u64 > max_size {
-            return Err(fail(
-                o.at("expect_body"),
-                format!("is longer than max_size ({max_size} bytes)"),
-            ));
-        }
-    }
-    let a = Active {
-        path: probe_path.1,
-        headers: o.read("headers", headers)?.unwrap_or_default(),
-        interval: o.read("interval", positive_duration)?.unwrap_or(d.interval),
-        timeout: o.read("timeout", positive_duration)?.unwrap_or(d.timeout),
-        expect_status: o.read("expect_status", status)?.unwrap_or(d.expect_status),
-        expect_body,
-        max_size,
-        passes: o
-            .read("passes", |p, v| count(p, v, 1, MAX_STREAK))?
-            .unwrap_or(1),
-        fails: o
-            .read("fails", |p, v| count(p, v, 1, MAX_STREAK))?
-            .unwrap_or(1),
-    };
-    if a.timeout >= a.interval {
-        return Err(fail(
-            o.at("timeout"),
-            format!(
-                "must be shorter than interval ({}), got {}",
-                duration::display(a.interval),
-                duration::display(a.timeout)
-            ),
-        ));
-    }
-    Ok(a)
-}
-
-fn passive(path: &str, v: &Json) -> Result<Passive, ConfigError> {
-    let o = Object::new(
-        path,
-        v,
-        &[
-            "fail_duration",
-            "max_fails",
-            "unhealthy_status",
-            "unhealthy_latency",
-        ],
-    )?;
-    let d = Passive::default();
-    Ok(Passive {
-        fail_duration: o
-            .read("fail_duration", positive_duration)?
-            .unwrap_or(d.fail_duration),
-        max_fails: o
-            .read("max_fails", |p, v| count(p, v, 1, MAX_FAILS_LIMIT))?
-            .unwrap_or(d.max_fails),
-        unhealthy_status: o
-            .read("unhealthy_status", |p, v| list(p, v, status))?
-            .unwrap_or(d.unhealthy_status),
-        unhealthy_latency: o.read("unhealthy_latency", positive_duration)?,
-    })
-}
-
-fn health_checks(path: &str, v: &Json) -> Result<HealthChecks, ConfigError> {
-    let o = Object::new(path, v, &["active", "passive"])?;
-    Ok(HealthChecks {
-        active: o.read("active", active)?.unwrap_or_default(),
-        passive: o.read("passive", passive)?.unwrap_or_default(),
-    })
-}
-
 impl Config {
-    /// Parses and checks a plugin configuration.
+    /// Parses and checks a plugin configuration, and fills every default in (`cluster`,
+    /// `authority`, `jitter` included).
     pub fn parse(json: &[u8]) -> Result<Config, ConfigError> {
         if json.iter().all(u8::is_ascii_whitespace) {
             return Err(fail(
@@ -580,127 +371,24 @@ impl Config {
                 "the plugin configuration is empty; it needs at least {\"upstreams\": [{\"name\": …}]}",
             ));
         }
-        let document = json::parse(json).map_err(|e| fail("", format!("not valid JSON: {e}")))?;
-        let o = Object::new(
-            "",
-            &document,
-            &[
-                "upstreams",
-                "health_checks",
-                "routing",
-                "route_header",
-                "max_ejection_percent",
-                "min_healthy_percent",
-                "jitter",
-                "status_path",
-                "status_public",
-            ],
-        )?;
-        let upstreams = o
-            .read("upstreams", |p, v| list(p, v, upstream))?
-            .ok_or_else(|| {
-                fail(
-                    "upstreams",
-                    "missing; list the backends, e.g. [{\"name\": \"app1\"}]",
-                )
-            })?;
-        if upstreams.is_empty() {
-            return Err(fail("upstreams", "needs at least one upstream"));
+        let mut reader = serde_json::Deserializer::from_slice(json);
+        let mut track = serde_path_to_error::Track::new();
+        let read = object::<_, Config>(serde_path_to_error::Deserializer::new(
+            &mut reader,
+            &mut track,
+        ))
+        .and_then(|config| reader.end().map(|()| config));
+        match read {
+            Ok(config) => config.checked(),
+            Err(e) => Err(read_error(&e, &track.path())),
         }
-        if let Some(i) = first_repeat(upstreams.iter().map(|u| Some(u.name.as_str()))) {
-            let name = upstreams
-                .get(i)
-                .map(|u| u.name.as_str())
-                .unwrap_or_default();
-            return Err(fail(
-                format!("upstreams[{i}].name"),
-                format!("{name:?} is listed twice"),
-            ));
-        }
-        let routing = o
-            .read("routing", |p, v| match string(p, v)?.as_str() {
-                "cluster" => Ok(RoutingMode::Cluster),
-                "host" => Ok(RoutingMode::Host),
-                other => Err(fail(
-                    p,
-                    format!("expected \"cluster\" or \"host\", got {other:?}"),
-                )),
-            })?
-            .unwrap_or(RoutingMode::Cluster);
-        if routing == RoutingMode::Host {
-            if let Some(i) = upstreams.iter().position(|u| u.address.is_none()) {
-                return Err(fail(
-                    format!("upstreams[{i}].address"),
-                    "missing; `routing: \"host\"` routes by address",
-                ));
-            }
-            if let Some(i) = first_repeat(upstreams.iter().map(|u| u.address.as_deref())) {
-                let a = upstreams
-                    .get(i)
-                    .and_then(|u| u.address.as_deref())
-                    .unwrap_or_default();
-                return Err(fail(
-                    format!("upstreams[{i}].address"),
-                    format!("{a:?} is another upstream's address too"),
-                ));
-            }
-        }
-        let route_header = o
-            .read("route_header", |p, v| {
-                let h = string(p, v)?;
-                token(p, &h)?;
-                if h.starts_with(':') {
-                    return Err(fail(p, "must not be a pseudo-header"));
-                }
-                Ok(h)
-            })?
-            .unwrap_or_else(|| "x-upcheck-upstream".into());
-        let config = Config {
-            upstreams,
-            routing,
-            health_checks: o.read("health_checks", health_checks)?.unwrap_or_default(),
-            route_header,
-            max_ejection_percent: o.read("max_ejection_percent", percent)?.unwrap_or(50),
-            min_healthy_percent: o.read("min_healthy_percent", percent)?,
-            jitter: o.read("jitter", positive_duration)?,
-            status_path: match document.get("status_path") {
-                Some(Json::Null) => None,
-                _ => Some(
-                    o.read("status_path", |p, v| {
-                        let path = string(p, v)?;
-                        if !path.starts_with('/') || path.contains(['?', '#']) {
-                            return Err(fail(
-                                p,
-                                format!("must be a path like \"/upcheck/status\", got {path:?}"),
-                            ));
-                        }
-                        header_value(p, &path).map(|()| path)
-                    })?
-                    .unwrap_or_else(|| "/upcheck/status".into()),
-                ),
-            },
-            status_public: o
-                .read("status_public", |p, v| match v {
-                    Json::Bool(b) => Ok(*b),
-                    other => Err(fail(
-                        p,
-                        format!("expected true or false, got {}", kind(other)),
-                    )),
-                })?
-                .unwrap_or(false),
-        };
-        let interval = config.health_checks.active.interval;
-        if config.jitter() >= interval {
-            return Err(fail(
-                "jitter",
-                format!(
-                    "must be shorter than health_checks.active.interval ({}), got {}",
-                    duration::display(interval),
-                    duration::display(config.jitter())
-                ),
-            ));
-        }
-        Ok(config)
+    }
+
+    /// The configuration in force as pretty JSON, every default filled in and durations as Go
+    /// strings; [`Config::parse`] reads it back to an equal `Config`.
+    pub fn effective_json(&self) -> String {
+        // Cannot fail: every map key is a string and no value refuses to serialize.
+        serde_json::to_string_pretty(self).unwrap_or_default()
     }
 
     /// The jitter in force: the configured one, or 10% of the interval.
@@ -713,4 +401,938 @@ impl Config {
     pub fn probe_round(&self) -> Duration {
         self.health_checks.active.interval + self.health_checks.active.timeout
     }
+
+    /// What spans fields, checked once every field is read; then the defaults filled in.
+    fn checked(mut self) -> Result<Config, ConfigError> {
+        self.check_upstreams()?;
+        let active = &self.health_checks.active;
+        if active.timeout >= active.interval {
+            return Err(fail(
+                "health_checks.active.timeout",
+                format!(
+                    "must be shorter than interval ({}), got {}",
+                    duration::exact(active.interval),
+                    duration::exact(active.timeout)
+                ),
+            ));
+        }
+        if let Some(body) = &active.expect_body {
+            if body.len() as u64 > active.max_size {
+                return Err(fail(
+                    "health_checks.active.expect_body",
+                    format!("is longer than max_size ({} bytes)", active.max_size),
+                ));
+            }
+        }
+        let outlier = &self.health_checks.outlier;
+        if outlier.max_ejection < outlier.ejection {
+            return Err(fail(
+                "health_checks.outlier.max_ejection",
+                format!(
+                    "must be at least ejection ({}), got {}",
+                    duration::exact(outlier.ejection),
+                    duration::exact(outlier.max_ejection)
+                ),
+            ));
+        }
+        if self.jitter() >= active.interval {
+            return Err(fail(
+                "jitter",
+                format!(
+                    "must be shorter than health_checks.active.interval ({}), got {}",
+                    duration::exact(active.interval),
+                    duration::exact(self.jitter())
+                ),
+            ));
+        }
+        self.jitter = Some(self.jitter());
+        for u in &mut self.upstreams {
+            u.cluster = Some(u.cluster().to_owned());
+            u.authority = Some(u.authority().to_owned());
+        }
+        Ok(self)
+    }
+
+    /// Every upstream named, once; its authority valid; under host routing, its own address.
+    fn check_upstreams(&self) -> Result<(), ConfigError> {
+        if self.upstreams.is_empty() {
+            return Err(fail(
+                "upstreams",
+                "missing; list the backends, e.g. [{\"name\": \"app1\"}]",
+            ));
+        }
+        let mut names = HashSet::new();
+        let mut addresses = HashSet::new();
+        for (i, u) in self.upstreams.iter().enumerate() {
+            let at = |field: &str| format!("upstreams[{i}].{field}");
+            if u.name.is_empty() {
+                return Err(fail(at("name"), "missing; every upstream needs a name"));
+            }
+            if !names.insert(u.name.as_str()) {
+                return Err(fail(at("name"), format!("{:?} is listed twice", u.name)));
+            }
+            if u.authority.is_none() {
+                authority(u.name.clone()).map_err(|reason| {
+                    fail(
+                        at("authority"),
+                        format!("missing, and the name cannot stand in for it: {reason}"),
+                    )
+                })?;
+            }
+            if self.routing == RoutingMode::Host {
+                let Some(address) = &u.address else {
+                    return Err(fail(
+                        at("address"),
+                        "missing; `routing: \"host\"` routes by address",
+                    ));
+                };
+                if !addresses.insert(address.as_str()) {
+                    return Err(fail(
+                        at("address"),
+                        format!("{address:?} is another upstream's address too"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A read error as a [`ConfigError`]: a broken document says where (line and column); a field
+/// that is wrong says its path instead.
+fn read_error(e: &serde_json::Error, path: &Path) -> ConfigError {
+    if !e.is_data() {
+        return fail("", format!("not valid JSON: {e}"));
+    }
+    let text = e.to_string();
+    let position = format!(" at line {} column {}", e.line(), e.column());
+    let reason = text.strip_suffix(&position).unwrap_or(&text);
+    fail(json_path(path), reason)
+}
+
+/// A path as errors write it: `health_checks.passive.max_fails`, `upstreams[1].name`.
+fn json_path(path: &Path) -> String {
+    let mut out = String::new();
+    for segment in path.iter() {
+        match segment {
+            Segment::Seq { index } => {
+                let _ = write!(out, "[{index}]");
+            }
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Segment::Unknown => out.push_str(".?"),
+        }
+    }
+    out
+}
+
+/// What a field held, as an error message names it. (Numbers with a fraction are not shown:
+/// formatting floats would grow the module for an error message.)
+pub(crate) enum Found {
+    Null,
+    Bool(bool),
+    Unsigned(u64),
+    Negative(i64),
+    /// A number with a fraction or an exponent.
+    Fraction,
+    /// A whole number too large for 64 bits.
+    Huge,
+    Text(String),
+    List,
+    Object,
+}
+
+impl fmt::Display for Found {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            Found::Null => f.write_str("null"),
+            Found::Bool(b) => write!(f, "the boolean {b}"),
+            Found::Unsigned(n) => write!(f, "the number {n}"),
+            Found::Negative(n) => write!(f, "the number {n}"),
+            Found::Fraction => f.write_str("a fraction"),
+            Found::Huge => f.write_str("a number too large for 64 bits"),
+            Found::Text(s) => write!(f, "the string {s:?}"),
+            Found::List => f.write_str("a list"),
+            Found::Object => f.write_str("an object"),
+        }
+    }
+}
+
+/// "expected …, got …"; for `null`, also what `null` means.
+pub(crate) fn mismatch(expected: &str, found: &Found) -> String {
+    match found {
+        Found::Null => format!(
+            "expected {expected}, got null; null turns off only a field that can be off, so leave \
+             this one out for its default"
+        ),
+        other => format!("expected {expected}, got {other}"),
+    }
+}
+
+/// `null` is off; anything else goes through `convert`.
+pub(crate) fn or_off<T>(
+    found: Found,
+    convert: impl FnOnce(Found) -> Result<T, String>,
+) -> Result<Option<T>, String> {
+    match found {
+        Found::Null => Ok(None),
+        other => convert(other).map(Some),
+    }
+}
+
+/// Reads a field that holds one value and converts it; the reason for a refusal becomes the
+/// error, at the field's path.
+pub(crate) fn field<'de, D: Deserializer<'de>, T>(
+    d: D,
+    convert: impl FnOnce(Found) -> Result<T, String>,
+) -> Result<T, D::Error> {
+    let found = Expect(Scalar).deserialize(d)?;
+    convert(found).map_err(de::Error::custom)
+}
+
+/// How a field's JSON is read: what it takes, and what it makes of a value, a list or an
+/// object. Whatever a shape does not take is refused as "expected …, got …".
+trait Shape<'de>: Sized {
+    type Out;
+
+    /// What the field takes, for "expected …".
+    fn expected(&self) -> &'static str;
+
+    fn scalar(self, found: Found) -> Result<Self::Out, String> {
+        Err(mismatch(self.expected(), &found))
+    }
+
+    fn list<A: SeqAccess<'de>>(self, _seq: A) -> Result<Self::Out, A::Error> {
+        Err(de::Error::custom(mismatch(self.expected(), &Found::List)))
+    }
+
+    fn object<A: MapAccess<'de>>(self, _map: A) -> Result<Self::Out, A::Error> {
+        Err(de::Error::custom(mismatch(self.expected(), &Found::Object)))
+    }
+}
+
+/// Reads any JSON value into a [`Shape`]: the one visitor of the configuration.
+#[derive(Clone)]
+struct Expect<S>(S);
+
+impl<S> Expect<S> {
+    fn scalar<'de, E: de::Error>(self, found: Found) -> Result<S::Out, E>
+    where
+        S: Shape<'de>,
+    {
+        self.0.scalar(found).map_err(E::custom)
+    }
+}
+
+impl<'de, S: Shape<'de>> DeserializeSeed<'de> for Expect<S> {
+    type Value = S::Out;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<S::Out, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, S: Shape<'de>> Visitor<'de> for Expect<S> {
+    type Value = S::Out;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(self.0.expected())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<S::Out, E> {
+        self.scalar(Found::Null)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<S::Out, E> {
+        self.scalar(Found::Null)
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<S::Out, E> {
+        self.scalar(Found::Bool(v))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<S::Out, E> {
+        self.scalar(Found::Unsigned(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<S::Out, E> {
+        self.scalar(u64::try_from(v).map_or(Found::Negative(v), Found::Unsigned))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<S::Out, E> {
+        // serde_json hands over a whole number past 64 bits as a float.
+        let huge = v.fract() == 0.0
+            && !(-9.223_372_036_854_776e18..1.844_674_407_370_955_2e19).contains(&v);
+        self.scalar(if huge { Found::Huge } else { Found::Fraction })
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<S::Out, E> {
+        self.scalar(Found::Text(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<S::Out, E> {
+        self.scalar(Found::Text(v))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<S::Out, A::Error> {
+        self.0.list(seq)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<S::Out, A::Error> {
+        self.0.object(map)
+    }
+}
+
+/// A value as it was found, for [`field`]; a list or object is skipped (without recursion) so
+/// the field's own check can say what it expected instead.
+struct Scalar;
+
+impl<'de> Shape<'de> for Scalar {
+    type Out = Found;
+
+    fn expected(&self) -> &'static str {
+        "a value"
+    }
+
+    fn scalar(self, found: Found) -> Result<Found, String> {
+        Ok(found)
+    }
+
+    fn list<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Found, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Found::List)
+    }
+
+    fn object<A: MapAccess<'de>>(self, mut map: A) -> Result<Found, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Found::Object)
+    }
+}
+
+/// A JSON object read into `T` by `T`'s own `Deserialize`; anything else refused.
+struct ObjectOf<T>(PhantomData<fn() -> T>);
+
+impl<T> Clone for ObjectOf<T> {
+    fn clone(&self) -> Self {
+        ObjectOf(PhantomData)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Shape<'de> for ObjectOf<T> {
+    type Out = T;
+
+    fn expected(&self) -> &'static str {
+        "an object"
+    }
+
+    fn object<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+        T::deserialize(MapAccessDeserializer::new(map))
+    }
+}
+
+/// Serde: a field that holds an object (a derived struct would also take a list).
+fn object<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+    Expect(ObjectOf(PhantomData)).deserialize(d)
+}
+
+/// A JSON list of at most `max` items, each read by `item`.
+struct ListOf<S> {
+    item: S,
+    max: usize,
+    too_many: String,
+}
+
+impl<'de, S: DeserializeSeed<'de> + Clone> Shape<'de> for ListOf<S> {
+    type Out = Vec<S::Value>;
+
+    fn expected(&self) -> &'static str {
+        "a list"
+    }
+
+    fn list<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<S::Value>, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(self.item.clone())? {
+            if items.len() == self.max {
+                return Err(de::Error::custom(self.too_many));
+            }
+            items.push(item);
+        }
+        Ok(items)
+    }
+}
+
+/// A value read by a converter, as a seed (for values read by hand from an object or a list).
+#[derive(Clone)]
+struct Read<F>(F);
+
+impl<'de, T, F: FnOnce(Found) -> Result<T, String>> DeserializeSeed<'de> for Read<F> {
+    type Value = T;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
+        field(d, self.0)
+    }
+}
+
+fn text(found: Found) -> Result<String, String> {
+    match found {
+        Found::Text(s) => Ok(s),
+        other => Err(mismatch("a string", &other)),
+    }
+}
+
+fn whole(found: Found) -> Result<u64, String> {
+    match found {
+        Found::Unsigned(n) => Ok(n),
+        other => Err(mismatch("a whole number", &other)),
+    }
+}
+
+fn count<T: TryFrom<u64>>(found: Found, min: u32, max: u32) -> Result<T, String> {
+    let n = whole(found)?;
+    if n < u64::from(min) {
+        Err(format!("must be at least {min}, got {n}"))
+    } else if n > u64::from(max) {
+        Err(format!("must be at most {max}, got {n}"))
+    } else {
+        T::try_from(n).map_err(|_| format!("must be at most {max}, got {n}"))
+    }
+}
+
+fn percent_of(found: Found) -> Result<u8, String> {
+    let n = whole(found)?;
+    match u8::try_from(n) {
+        Ok(p) if p <= 100 => Ok(p),
+        _ => Err(format!("must be a percentage 0-100, got {n}")),
+    }
+}
+
+/// Serde: a whole number from `MIN` to `MAX`.
+fn counted<'de, D: Deserializer<'de>, T: TryFrom<u64>, const MIN: u32, const MAX: u32>(
+    d: D,
+) -> Result<T, D::Error> {
+    field(d, |found| count(found, MIN, MAX))
+}
+
+fn percent<'de, D: Deserializer<'de>>(d: D) -> Result<u8, D::Error> {
+    field(d, percent_of)
+}
+
+fn optional_percent<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u8>, D::Error> {
+    field(d, |found| or_off(found, percent_of))
+}
+
+fn flag<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    field(d, |found| match found {
+        Found::Bool(b) => Ok(b),
+        other => Err(mismatch("true or false", &other)),
+    })
+}
+
+fn jitter<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    field(d, duration::positive).map(Some)
+}
+
+fn routing<'de, D: Deserializer<'de>>(d: D) -> Result<RoutingMode, D::Error> {
+    field(d, |found| match text(found)?.as_str() {
+        "cluster" => Ok(RoutingMode::Cluster),
+        "host" => Ok(RoutingMode::Host),
+        other => Err(format!("expected \"cluster\" or \"host\", got {other:?}")),
+    })
+}
+
+fn upstreams<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Upstream>, D::Error> {
+    let list = Expect(ListOf {
+        item: Expect(ObjectOf::<Upstream>(PhantomData)),
+        max: MAX_UPSTREAMS,
+        too_many: format!("at most {MAX_UPSTREAMS} upstreams are allowed"),
+    })
+    .deserialize(d)?;
+    if list.is_empty() {
+        return Err(de::Error::custom("needs at least one upstream"));
+    }
+    Ok(list)
+}
+
+fn statuses<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<StatusMatch>, D::Error> {
+    Expect(ListOf {
+        item: PhantomData::<StatusMatch>,
+        max: MAX_UNHEALTHY_STATUSES,
+        too_many: format!("at most {MAX_UNHEALTHY_STATUSES} statuses are allowed"),
+    })
+    .deserialize(d)
+}
+
+/// RFC 9110 `tchar`: what a header name may hold.
+fn is_tchar(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c)
+}
+
+/// What an upstream name or cluster may hold: a token, and `:` (a cluster such as `app:8080`;
+/// both travel in header values, never as a header name).
+fn is_name_char(c: char) -> bool {
+    is_tchar(c) || c == ':'
+}
+
+/// A non-empty word of at most `max` bytes, each character `allowed`.
+fn word(text: &str, allowed: fn(char) -> bool, max: usize) -> Result<(), String> {
+    if text.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if text.len() > max {
+        return Err(format!(
+            "must be at most {max} bytes long, got {}",
+            text.len()
+        ));
+    }
+    match text.chars().find(|c| !allowed(*c)) {
+        Some(c) => Err(format!("{text:?} contains {c:?}, which is not allowed")),
+        None => Ok(()),
+    }
+}
+
+/// A header value (or anything sent as one): at most [`MAX_VALUE_LEN`] bytes, no control
+/// characters that could split a header.
+fn header_value(text: String) -> Result<String, String> {
+    if text.len() > MAX_VALUE_LEN {
+        return Err(format!(
+            "must be at most {MAX_VALUE_LEN} bytes long, got {}",
+            text.len()
+        ));
+    }
+    match text.chars().find(|c| c.is_control()) {
+        Some(c) => Err(format!("contains the control character {c:?}")),
+        None => Ok(text),
+    }
+}
+
+/// A request path: a header value of visible ASCII only (anything else must be
+/// percent-encoded).
+fn request_path(text: String) -> Result<String, String> {
+    let text = header_value(text)?;
+    match text.chars().find(|c| !c.is_ascii_graphic()) {
+        Some(c) => Err(format!(
+            "{text:?} contains {c:?}, which is not allowed in a path (percent-encode it)"
+        )),
+        None => Ok(text),
+    }
+}
+
+fn name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    field(d, |found| {
+        let name = text(found)?;
+        word(&name, is_name_char, MAX_NAME_LEN).map(|()| name)
+    })
+}
+
+fn cluster<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    name(d).map(Some)
+}
+
+fn route_header<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    field(d, |found| {
+        let header = text(found)?;
+        if header.starts_with(':') {
+            return Err("must not be a pseudo-header".into());
+        }
+        word(&header, is_tchar, MAX_NAME_LEN).map(|()| header)
+    })
+}
+
+fn status_path<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    field(d, |found| {
+        or_off(found, |found| {
+            let path = text(found)?;
+            if !path.starts_with('/') || path.contains(['?', '#']) {
+                return Err(format!(
+                    "must be a path like \"/upcheck/status\", got {path:?}"
+                ));
+            }
+            request_path(path)
+        })
+    })
+}
+
+/// A port as digits alone: 1-65535, no sign, no leading zeros.
+fn port_number(text: &str) -> Option<u16> {
+    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    if !digits || text.starts_with('0') {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// What a registered name (RFC 3986 `reg-name`, without percent-encoding) may hold.
+fn is_reg_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "-._~!$&'()*+,;=".contains(c)
+}
+
+/// `host[:port]` as `:authority` carries it: a registered name, an IPv4 address or a bracketed
+/// IPv6 address, then optionally a port.
+fn authority(text: String) -> Result<String, String> {
+    if text.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if text.len() > MAX_VALUE_LEN {
+        return Err(format!(
+            "must be at most {MAX_VALUE_LEN} bytes long, got {}",
+            text.len()
+        ));
+    }
+    let (host_ok, port) = match text.strip_prefix('[') {
+        Some(bracketed) => match bracketed.split_once(']') {
+            Some((v6, rest)) => (
+                v6.parse::<Ipv6Addr>().is_ok(),
+                (!rest.is_empty()).then_some(rest.strip_prefix(':')),
+            ),
+            None => (false, None),
+        },
+        None => {
+            let (host, port) = match text.split_once(':') {
+                Some((host, port)) => (host, Some(Some(port))),
+                None => (text.as_str(), None),
+            };
+            (!host.is_empty() && host.chars().all(is_reg_name_char), port)
+        }
+    };
+    let port_ok = match port {
+        None => true,
+        Some(port) => port.and_then(port_number).is_some(),
+    };
+    if host_ok && port_ok {
+        Ok(text)
+    } else {
+        Err(format!(
+            "expected host or host:port (a host name, an IPv4 address or a bracketed IPv6 \
+             address; a port 1-65535), got {text:?}"
+        ))
+    }
+}
+
+fn authority_field<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    field(d, |found| authority(text(found)?).map(Some))
+}
+
+/// An IPv4 address as a dotted quad: four parts 0-255, no sign, no leading zeros.
+fn ipv4(text: &str) -> Option<Ipv4Addr> {
+    let mut octets = [0u8; 4];
+    let mut parts = text.split('.');
+    for octet in &mut octets {
+        let part = parts.next()?;
+        let digits = !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+        if !digits || (part.len() > 1 && part.starts_with('0')) {
+            return None;
+        }
+        *octet = part.parse().ok()?;
+    }
+    parts.next().is_none().then_some(Ipv4Addr::from(octets))
+}
+
+/// `ip:port`, kept in canonical form (as Envoy reports addresses, and so two spellings of one
+/// address are one address).
+fn ip_port(text: String) -> Result<String, String> {
+    let expected =
+        || format!("expected ip:port like \"10.0.0.1:8080\" or \"[::1]:8080\", got {text:?}");
+    let (host, port) = match text.strip_prefix('[') {
+        Some(bracketed) => bracketed.split_once("]:").map(|(v6, port)| (Err(v6), port)),
+        None => text.rsplit_once(':').map(|(v4, port)| (Ok(v4), port)),
+    }
+    .ok_or_else(expected)?;
+    let port = port_number(port).ok_or_else(|| {
+        format!(
+            "{}: the port must be 1-65535, without sign or leading zeros",
+            expected()
+        )
+    })?;
+    let ip = match host {
+        Err(v6) => IpAddr::V6(
+            v6.parse()
+                .map_err(|_| format!("{}: {v6:?} is not an IPv6 address", expected()))?,
+        ),
+        Ok(v4) => IpAddr::V4(ipv4(v4).ok_or_else(|| {
+            format!(
+                "{}: {v4:?} is not an IP address (Envoy's override_host compares IP \
+                 addresses, so a host name never matches)",
+                expected()
+            )
+        })?),
+    };
+    Ok(SocketAddr::new(ip, port).to_string())
+}
+
+fn address<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    field(d, |found| or_off(found, |found| ip_port(text(found)?)))
+}
+
+/// A probe's interval or timeout: within what Envoy can take.
+fn probe_duration(found: Found) -> Result<Duration, String> {
+    let d = duration::positive(found)?;
+    if d < MIN_PROBE_DURATION {
+        return Err(format!(
+            "must be at least {}, got {}",
+            duration::exact(MIN_PROBE_DURATION),
+            duration::exact(d)
+        ));
+    }
+    if d > MAX_PROBE_DURATION {
+        return Err(format!(
+            "must be at most {} (2^32 - 1 ms), got {}",
+            duration::exact(MAX_PROBE_DURATION),
+            duration::exact(d)
+        ));
+    }
+    Ok(d)
+}
+
+/// A probe timeout, rounded up to whole milliseconds (Envoy's unit for it).
+fn probe_timeout(found: Found) -> Result<Duration, String> {
+    let d = probe_duration(found)?;
+    let past = d.subsec_nanos() % 1_000_000;
+    if past == 0 {
+        Ok(d)
+    } else {
+        Ok(d.saturating_add(Duration::from_nanos(u64::from(1_000_000 - past))))
+    }
+}
+
+fn expect_body(found: Found) -> Result<String, String> {
+    let body = text(found)?;
+    if body.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if body.len() > MAX_EXPECT_BODY_LEN {
+        return Err(format!(
+            "must be at most {MAX_EXPECT_BODY_LEN} bytes long, got {}",
+            body.len()
+        ));
+    }
+    Ok(body)
+}
+
+impl<'de> Deserialize<'de> for Active {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Expect(ActiveFields).deserialize(d)
+    }
+}
+
+/// `health_checks.active`'s field names. Its fields are read by hand rather than derived because
+/// Caddy's `uri` is another name for `path`, and giving both must say so at `uri`.
+#[derive(Deserialize, Clone, Copy, PartialEq)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum ActiveField {
+    Path,
+    Uri,
+    Headers,
+    Interval,
+    Timeout,
+    ExpectStatus,
+    ExpectBody,
+    MaxSize,
+    Passes,
+    Fails,
+}
+
+impl ActiveField {
+    fn name(self) -> &'static str {
+        match self {
+            ActiveField::Path => "path",
+            ActiveField::Uri => "uri",
+            ActiveField::Headers => "headers",
+            ActiveField::Interval => "interval",
+            ActiveField::Timeout => "timeout",
+            ActiveField::ExpectStatus => "expect_status",
+            ActiveField::ExpectBody => "expect_body",
+            ActiveField::MaxSize => "max_size",
+            ActiveField::Passes => "passes",
+            ActiveField::Fails => "fails",
+        }
+    }
+
+    fn is_path(self) -> bool {
+        matches!(self, ActiveField::Path | ActiveField::Uri)
+    }
+}
+
+struct ActiveFields;
+
+impl<'de> Shape<'de> for ActiveFields {
+    type Out = Active;
+
+    fn expected(&self) -> &'static str {
+        "an object"
+    }
+
+    fn object<A: MapAccess<'de>>(self, mut map: A) -> Result<Active, A::Error> {
+        let mut a = Active::default();
+        let mut seen: Vec<ActiveField> = Vec::new();
+        while let Some(key) = map.next_key::<ActiveField>()? {
+            if seen.contains(&key) {
+                return Err(de::Error::duplicate_field(key.name()));
+            }
+            let both = key.is_path() && seen.iter().any(|k| k.is_path());
+            seen.push(key);
+            match key {
+                ActiveField::Path | ActiveField::Uri => {
+                    a.path = map.next_value_seed(Read(|found| {
+                        let path = text(found)?;
+                        if both {
+                            return Err("give `path` or `uri`, not both".into());
+                        }
+                        if !path.starts_with('/') {
+                            return Err(format!("must start with '/', got {path:?}"));
+                        }
+                        request_path(path)
+                    }))?
+                }
+                ActiveField::Headers => a.headers = map.next_value_seed(Expect(Headers))?,
+                ActiveField::Interval => a.interval = map.next_value_seed(Read(probe_duration))?,
+                ActiveField::Timeout => a.timeout = map.next_value_seed(Read(probe_timeout))?,
+                ActiveField::ExpectStatus => a.expect_status = map.next_value()?,
+                ActiveField::ExpectBody => {
+                    a.expect_body = map.next_value_seed(Read(|found| or_off(found, expect_body)))?
+                }
+                ActiveField::MaxSize => {
+                    a.max_size =
+                        map.next_value_seed(Read(|found| count(found, 1, MAX_PROBE_BODY)))?
+                }
+                ActiveField::Passes => {
+                    a.passes = map.next_value_seed(Read(|found| count(found, 1, MAX_STREAK)))?
+                }
+                ActiveField::Fails => {
+                    a.fails = map.next_value_seed(Read(|found| count(found, 1, MAX_STREAK)))?
+                }
+            }
+        }
+        Ok(a)
+    }
+}
+
+/// `headers`: names to a value or a list of values (Caddy's form), read into (lowercase name,
+/// value) pairs in document order. A name is checked as its values are read, so an error names
+/// the header.
+struct Headers;
+
+impl<'de> Shape<'de> for Headers {
+    type Out = Vec<(String, String)>;
+
+    fn expected(&self) -> &'static str {
+        "an object"
+    }
+
+    fn object<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Out, A::Error> {
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        let mut seen = HashSet::new();
+        while let Some(name) = map.next_key::<String>()? {
+            let lower = name.to_ascii_lowercase();
+            let values = map.next_value_seed(HeaderValues {
+                name: &name,
+                repeated: !seen.insert(lower.clone()),
+                room: MAX_PROBE_HEADERS.saturating_sub(pairs.len()),
+            })?;
+            pairs.extend(values.into_iter().map(|v| (lower.clone(), v)));
+        }
+        Ok(pairs)
+    }
+}
+
+/// One probe header's values, its name checked first.
+struct HeaderValues<'a> {
+    name: &'a str,
+    /// Whether the name came before (in any case).
+    repeated: bool,
+    /// How many more values fit within [`MAX_PROBE_HEADERS`].
+    room: usize,
+}
+
+fn too_many_headers() -> String {
+    format!("at most {MAX_PROBE_HEADERS} probe headers are allowed")
+}
+
+impl<'de> DeserializeSeed<'de> for HeaderValues<'_> {
+    type Value = Vec<String>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Vec<String>, D::Error> {
+        let refusal = if self.name.starts_with(':') {
+            Some("must not be a pseudo-header: a probe's :path and :authority are `path` and the upstream's `authority`".to_owned())
+        } else if self.name.eq_ignore_ascii_case("host") {
+            Some("must not be set: a probe's host is the upstream's `authority`".to_owned())
+        } else if self.repeated {
+            Some(
+                "is listed twice (header names ignore case); give it once with a list of values"
+                    .to_owned(),
+            )
+        } else {
+            word(self.name, is_tchar, MAX_NAME_LEN).err()
+        };
+        if let Some(reason) = refusal {
+            return Err(de::Error::custom(reason));
+        }
+        Expect(HeaderValueList { room: self.room }).deserialize(d)
+    }
+}
+
+/// A header's value, or a list of them.
+struct HeaderValueList {
+    room: usize,
+}
+
+impl<'de> Shape<'de> for HeaderValueList {
+    type Out = Vec<String>;
+
+    fn expected(&self) -> &'static str {
+        "a string or a list of strings"
+    }
+
+    fn scalar(self, found: Found) -> Result<Vec<String>, String> {
+        let value = header_value(text(found)?)?;
+        if self.room == 0 {
+            return Err(too_many_headers());
+        }
+        Ok(vec![value])
+    }
+
+    fn list<A: SeqAccess<'de>>(self, seq: A) -> Result<Vec<String>, A::Error> {
+        ListOf {
+            item: Read(|found| header_value(text(found)?)),
+            max: self.room,
+            too_many: too_many_headers(),
+        }
+        .list(seq)
+    }
+}
+
+/// Probe headers as JSON: a name to its value, or to the list of its values.
+fn serialize_headers<S: Serializer>(headers: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+    let mut map = s.serialize_map(None)?;
+    for same_name in headers.chunk_by(|a, b| a.0 == b.0) {
+        let values: Vec<&str> = same_name.iter().map(|(_, v)| v.as_str()).collect();
+        let name = same_name
+            .first()
+            .map(|(n, _)| n.as_str())
+            .unwrap_or_default();
+        match values.as_slice() {
+            [one] => map.serialize_entry(name, one)?,
+            many => map.serialize_entry(name, many)?,
+        }
+    }
+    map.end()
+}
+
+fn default_route_header() -> String {
+    "x-upcheck-upstream".into()
+}
+
+fn default_max_ejection_percent() -> u8 {
+    50
+}
+
+fn default_status_path() -> Option<String> {
+    Some("/upcheck/status".into())
+}
+
+fn one() -> u32 {
+    1
 }

@@ -23,14 +23,13 @@ pub mod config;
 pub mod duration;
 pub mod events;
 pub mod fleet;
-pub mod json;
 pub mod lease;
 pub mod page;
 pub mod passive;
 pub mod pool;
 pub mod schedule;
 pub mod select;
-pub mod status;
+pub mod status_match;
 pub mod tables;
 
 /// A point in time: the host's clock since its epoch.

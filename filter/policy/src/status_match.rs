@@ -3,7 +3,8 @@
 //! Caddy writes a class as a single digit (`2` means 2xx) in JSON and as `2xx` in a Caddyfile; both
 //! are accepted so an operator's existing config keeps its meaning.
 
-use crate::json::{Json, Number};
+use crate::config::{field, mismatch, Found};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
 /// Which statuses a rule matches.
@@ -57,17 +58,31 @@ impl fmt::Display for StatusMatch {
     }
 }
 
-const EXPECTED: &str = "expected a status code 100-599 or a class like \"2xx\"";
-
 impl StatusMatch {
-    /// Reads a matcher from JSON: a number or a string.
-    pub fn from_json(v: &Json) -> Result<StatusMatch, String> {
-        let parsed = match v {
-            Json::Number(Number::Unsigned(n)) => StatusMatch::from_number(*n),
-            Json::String(s) => StatusMatch::from_text(s),
+    /// Reads a matcher from what a field held: a number or a string.
+    fn from_found(found: Found) -> Result<StatusMatch, String> {
+        let parsed = match &found {
+            Found::Unsigned(n) => StatusMatch::from_number(*n),
+            Found::Text(s) => StatusMatch::from_text(s),
             _ => None,
         };
-        parsed.ok_or_else(|| format!("{EXPECTED}, got {}", crate::config::kind(v)))
+        parsed.ok_or_else(|| mismatch("a status code 100-599 or a class like \"2xx\"", &found))
+    }
+}
+
+impl<'de> Deserialize<'de> for StatusMatch {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        field(d, StatusMatch::from_found)
+    }
+}
+
+/// A code is written as a number (`502`), a class as a string (`"5xx"`).
+impl Serialize for StatusMatch {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            StatusMatch::Code(code) => s.serialize_u16(*code),
+            StatusMatch::Class(_) => s.collect_str(self),
+        }
     }
 }
 
@@ -76,8 +91,7 @@ mod tests {
     use super::*;
 
     fn parse(json: &str) -> Result<StatusMatch, String> {
-        let v = crate::json::parse(json.as_bytes()).map_err(|e| e.to_string())?;
-        StatusMatch::from_json(&v)
+        serde_json::from_str(json).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -105,5 +119,27 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad} was accepted");
         }
+    }
+
+    #[test]
+    fn a_code_is_written_as_a_number_and_a_class_as_a_string_and_both_read_back() {
+        for (m, json) in [
+            (StatusMatch::Code(502), "502"),
+            (StatusMatch::Class(5), "\"5xx\""),
+        ] {
+            assert_eq!(serde_json::to_string(&m).ok().as_deref(), Some(json));
+            assert_eq!(parse(json), Ok(m));
+        }
+    }
+
+    #[test]
+    fn a_refusal_says_what_was_expected_and_what_was_found() {
+        assert_eq!(
+            parse("\"6xx\"").map_err(|e| e.split(" at line").next().map(str::to_owned)),
+            Err(Some(
+                "expected a status code 100-599 or a class like \"2xx\", got the string \"6xx\""
+                    .into()
+            ))
+        );
     }
 }
