@@ -23,6 +23,7 @@ pub mod config;
 pub mod duration;
 pub mod fleet;
 pub mod json;
+pub mod outlier;
 pub mod passive;
 pub mod pool;
 pub mod report;
