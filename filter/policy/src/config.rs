@@ -714,3 +714,46 @@ impl Config {
         self.health_checks.active.interval + self.health_checks.active.timeout
     }
 }
+
+/// `health_checks.outlier`: peer-relative outlier detection (not a Caddy field).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outlier {
+    /// Whether backends are compared with their peers at all. Default true.
+    pub enabled: bool,
+    /// How far back request outcomes are compared. Default 10 s.
+    pub window: Duration,
+    /// Failed requests a backend must have in the window before it can be judged failing. Default 5.
+    pub min_failures: u32,
+    /// Requests its peers must have had in the window, together, before a backend is compared with them;
+    /// also the completed requests a backend needs before its latency is judged. Default 5.
+    pub min_requests: u32,
+    /// How many percentage points a backend's failure share must exceed its peers' by. Default 50.
+    pub failure_gap: u8,
+    /// How many times slower than its peers a backend must be to be judged slow or stalled. Default 4.
+    pub latency_factor: u32,
+    /// A slow backend's typical latency must be at least this long. Default 250 ms.
+    pub min_latency: Duration,
+    /// A request still in flight counts as stalled after at least this long. Default 500 ms.
+    pub stall_after: Duration,
+    /// The first ejection's length; each repeat doubles it. Default 30 s.
+    pub ejection: Duration,
+    /// The longest ejection. Default 5 min.
+    pub max_ejection: Duration,
+}
+
+impl Default for Outlier {
+    fn default() -> Self {
+        Outlier {
+            enabled: true,
+            window: Duration::from_secs(10),
+            min_failures: 5,
+            min_requests: 5,
+            failure_gap: 50,
+            latency_factor: 4,
+            min_latency: Duration::from_millis(250),
+            stall_after: Duration::from_millis(500),
+            ejection: Duration::from_secs(30),
+            max_ejection: Duration::from_secs(300),
+        }
+    }
+}

@@ -25,6 +25,7 @@ pub mod events;
 pub mod fleet;
 pub mod json;
 pub mod lease;
+pub mod outlier;
 pub mod page;
 pub mod passive;
 pub mod pool;
