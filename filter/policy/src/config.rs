@@ -100,6 +100,8 @@ pub struct HealthChecks {
     pub active: Active,
     /// Watching real traffic. Default: on, 3 failures within 10 s eject.
     pub passive: Passive,
+    /// Comparing each backend with its peers. Default: on, with [`Outlier`]'s defaults.
+    pub outlier: Outlier,
 }
 
 /// Caddy's `health_checks.active`.
@@ -568,6 +570,7 @@ fn health_checks(path: &str, v: &Json) -> Result<HealthChecks, ConfigError> {
     Ok(HealthChecks {
         active: o.read("active", active)?.unwrap_or_default(),
         passive: o.read("passive", passive)?.unwrap_or_default(),
+        outlier: Outlier::default(),
     })
 }
 

@@ -38,6 +38,8 @@
 //!
 //! A backend that was serving and then breaks is judged later than one broken from the start:
 //! its successes still in the window dilute its failure share until its failures outnumber them.
+//! The run rule ([`run_rule`]) closes that gap: its last few requests, process-wide, all failing
+//! while its peers rarely fail make it failing within a few requests.
 //!
 //! **Repeat offenders** are tracked in a [`Standing`]: each ejection is twice as long as the one
 //! before (up to `max_ejection`), and a re-admitted backend is on probation: [`PROBATION_FAILURES`]
@@ -85,6 +87,9 @@ pub enum FailureKind {
     Reset,
     /// The backend did not answer in time.
     Timeout,
+    /// The proxy retried the request on another backend (how this attempt failed, it does not
+    /// say).
+    Retried,
 }
 
 impl From<ProxyFailure> for FailureKind {
@@ -104,6 +109,7 @@ impl fmt::Display for FailureKind {
             FailureKind::ConnectionFailed => f.write_str("connection failed"),
             FailureKind::Reset => f.write_str("reset"),
             FailureKind::Timeout => f.write_str("timeout"),
+            FailureKind::Retried => f.write_str("retried elsewhere"),
         }
     }
 }
@@ -426,6 +432,18 @@ pub enum Verdict {
         /// Its peers' requests in the window.
         peers_requests: u32,
     },
+    /// Its latest requests, process-wide, all failed: more in a row than its peers' failure share
+    /// makes believable (see [`run_rule`]).
+    Run {
+        /// How many failed in a row.
+        failed: u32,
+        /// How its latest failure failed.
+        kind: FailureKind,
+        /// Its peers' failed requests in the window.
+        peers_failed: u32,
+        /// Its peers' requests in the window.
+        peers_requests: u32,
+    },
     /// Its median latency is far above its peers'.
     Slow {
         /// Its median latency.
@@ -470,6 +488,16 @@ impl fmt::Display for Verdict {
                     " while its peers failed {peers_failed} of {peers_requests}"
                 )
             }
+            Verdict::Run {
+                failed,
+                kind,
+                peers_failed,
+                peers_requests,
+            } => write!(
+                f,
+                "its last {failed} requests failed ({kind}) while its peers failed {peers_failed} \
+                 of {peers_requests}"
+            ),
             Verdict::Slow {
                 median,
                 peers_median,
@@ -499,6 +527,65 @@ impl fmt::Display for Verdict {
 fn count(estimate: f64) -> u32 {
     // `as` saturates: NaN is 0, huge is u32::MAX.
     estimate.round() as u32
+}
+
+/// How unlikely a run of failures must be, at the peers' failure share, before it is the backend's
+/// own: one in a million.
+pub const RUN_CHANCE: f64 = 1e-6;
+
+/// The longest run [`run_rule`] asks for: peers failing so much that a longer one is believable
+/// leave nothing to compare with.
+const LONGEST_RUN: u32 = 1000;
+
+/// The run rule as one VM sees it at some instant: how many failures in a row, process-wide, make
+/// a backend failing, and its peers' figures for the log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunRule {
+    /// Failures in a row that make the backend failing.
+    pub limit: u32,
+    /// Its peers' failed requests in the window.
+    pub peers_failed: u32,
+    /// Its peers' requests in the window.
+    pub peers_requests: u32,
+}
+
+impl RunRule {
+    /// The verdict on a backend whose last `run` requests failed, the latest as `kind`.
+    pub fn verdict(&self, run: u32, kind: FailureKind) -> Option<Verdict> {
+        (run >= self.limit).then_some(Verdict::Run {
+            failed: run,
+            kind,
+            peers_failed: self.peers_failed,
+            peers_requests: self.peers_requests,
+        })
+    }
+}
+
+/// The run rule at `now`, given a backend's `peers` (pooled): at least `min_failures` failures in
+/// a row, and as many as make the run less likely than [`RUN_CHANCE`] at the peers' failure share
+/// p (the smallest k with p^k below it): 5 with peers at 0–1 %, 9 at 20 %, 20 at 50 %. A backend
+/// that served well and then broke is judged on its run within a few requests, where its earlier
+/// successes would dilute its share for many more; a fault every backend shares never makes such
+/// a run. `None`: detection is off, the peers had fewer than `min_requests` requests in the
+/// window, or they fail nearly everything themselves.
+pub fn run_rule(peers: &Traffic, config: &OutlierConfig, now: Time) -> Option<RunRule> {
+    if !config.enabled {
+        return None;
+    }
+    let theirs = peers.tally(peers.weights(now, config.window));
+    if theirs.requests < f64::from(config.min_requests) {
+        return None;
+    }
+    let share = theirs.share();
+    let limit = (1..=LONGEST_RUN).find(|k| {
+        let k = i32::try_from(*k).unwrap_or(i32::MAX);
+        share.powi(k) < RUN_CHANCE
+    })?;
+    Some(RunRule {
+        limit: limit.max(config.min_failures),
+        peers_failed: count(theirs.failures),
+        peers_requests: count(theirs.requests),
+    })
 }
 
 /// Decides whether one backend is an outlier at `now`.
@@ -662,6 +749,22 @@ impl Standing {
     /// Whether an outlier ejection is in force at `now`.
     pub fn is_ejected(&self, now: Time) -> bool {
         self.ejection.as_ref().is_some_and(|e| now < e.until)
+    }
+
+    /// The ejection in force at `now`: what it was for and when it ends.
+    pub fn in_force(&self, now: Time) -> Option<(&Verdict, Time)> {
+        self.ejection
+            .as_ref()
+            .filter(|e| now < e.until)
+            .map(|e| (&e.verdict, e.until))
+    }
+
+    /// When the ejection in force at `now` began.
+    pub fn ejected_since(&self, now: Time) -> Option<Time> {
+        self.ejection
+            .as_ref()
+            .filter(|e| now < e.until)
+            .map(|e| e.until.saturating_sub(e.length))
     }
 
     /// Consecutive offences: the next ejection lasts `ejection` × 2^offences.

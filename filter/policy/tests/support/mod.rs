@@ -73,12 +73,12 @@ impl Proxy {
     /// Carries out what the pool asked for: shares its changes, records its events.
     pub fn carry_out(&mut self, effects: Effects, now: Duration) {
         self.events.extend(effects.events);
-        let passive = self.pool.config().health_checks.passive.clone();
+        let checks = self.pool.config().health_checks.clone();
         for change in effects.share {
-            let applied = change.apply(&mut self.table, &passive);
+            let applied = change.apply(&mut self.table, &checks);
             let more = self
                 .pool
-                .passive_written(&self.table, applied.map(|a| (&change, a)), now);
+                .passive_written(&self.table, Some((&change, applied)), now);
             self.carry_out(more, now);
         }
     }
