@@ -563,16 +563,24 @@ impl RunRule {
 
 /// The run rule at `now`, given a backend's `peers` (pooled): at least `min_failures` failures in
 /// a row, and as many as make the run less likely than [`RUN_CHANCE`] at the peers' failure share
-/// p (the smallest k with p^k below it): 5 with peers at 0–1 %, 9 at 20 %, 20 at 50 %. A backend
+/// p over the whole window (the smallest k with p^k below it): 5 with peers at 0–1 %, 9 at 20 %, 20 at 50 %. A backend
 /// that served well and then broke is judged on its run within a few requests, where its earlier
 /// successes would dilute its share for many more; a fault every backend shares never makes such
 /// a run. `None`: detection is off, the peers had fewer than `min_requests` requests in the
-/// window, or they fail nearly everything themselves.
+/// window (each half-window counted whole), or they fail nearly everything themselves.
 pub fn run_rule(peers: &Traffic, config: &OutlierConfig, now: Time) -> Option<RunRule> {
     if !config.enabled {
         return None;
     }
-    let theirs = peers.tally(peers.weights(now, config.window));
+    // Every outcome still in either half-window counts whole: the sliding estimate counts about
+    // half a window's worth, which at a request a second to the peers hovers just under
+    // `min_requests`; a share needs no sliding edge.
+    let weights = peers.weights(now, config.window);
+    let whole = |w: f64| if w > 0.0 { 1.0 } else { 0.0 };
+    let theirs = peers.tally(Weights {
+        previous: whole(weights.previous),
+        current: whole(weights.current),
+    });
     if theirs.requests < f64::from(config.min_requests) {
         return None;
     }
