@@ -1,6 +1,7 @@
 //! Peer-relative outlier detection, driven with simulated time at the scenarios' traffic: two
 //! backends behind round robin, 40 requests a second in all (2 at low traffic), every outcome
-//! counted and every backend judged as each request starts and ends.
+//! counted and every backend judged as each request starts and ends. The last part drives the
+//! same through the pool, the pipeline that ships (support's `Proxy` plays the adapter).
 //!
 //! The figures (failures before an ejection, time to it) are printed; run with
 //! `cargo test -p upcheck-policy --test outlier -- --nocapture` to see them.
@@ -9,10 +10,11 @@ mod support;
 
 use proptest::prelude::*;
 use std::time::Duration;
-use support::{ms, secs};
+use support::{answered, ms, secs, Proxy, Served};
 use upcheck_policy::config::Outlier;
-use upcheck_policy::outlier::{judge, FailureKind, Standing, Traffic, Verdict};
-use upcheck_policy::{ProxyFailure, Time};
+use upcheck_policy::events::EjectionReason;
+use upcheck_policy::outlier::{judge, run_rule, FailureKind, Standing, Traffic, Verdict};
+use upcheck_policy::{Event, ProbeOutcome, ProxyFailure, RequestOutcome, Time};
 
 const WINDOW: Duration = Duration::from_secs(10);
 const HTTP_500: Option<FailureKind> = Some(FailureKind::Status(500));
@@ -968,4 +970,249 @@ proptest! {
         prop_assert_eq!(merged(a, b), merged(b, a));
         prop_assert_eq!(merged(&merged(a, b), c), merged(a, &merged(b, c)));
     }
+}
+
+// Through the pool: the pipeline that ships, with the passive table in memory, a tick every
+// 200 ms, requests picked by the pool and not timed (they start at the latest tick).
+
+/// `names`, each passing its first probe, with `extra` top-level configuration.
+fn fleet(names: &[&str], extra: &str) -> Proxy {
+    let mut proxy = Proxy::new(support::config(names, extra), secs(0));
+    for name in names {
+        proxy.probe(name, ProbeOutcome::Pass, ms(10));
+    }
+    proxy
+}
+
+/// Every page of `name` answers 500 from `from`; everything else answers 200.
+fn failing_from(
+    name: &'static str,
+    from: Time,
+) -> impl FnMut(&str, Time) -> Option<RequestOutcome> {
+    move |to, at| Some(answered(if to == name && at >= from { 500 } else { 200 }))
+}
+
+/// The outlier ejections that started, as (time order) backend name, length and verdict.
+fn outlier_ejections(proxy: &Proxy) -> Vec<(String, Duration, Verdict)> {
+    proxy
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::EjectionStarted {
+                name,
+                length,
+                reason: EjectionReason::Outlier(verdict),
+                ..
+            } => Some((name.clone(), *length, verdict.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Requests to `name` sent in [from, to) that failed.
+fn failed_at(served: &[Served], name: &str, from: Time, to: Time) -> usize {
+    served
+        .iter()
+        .filter(|s| s.name == name && (from..to).contains(&s.at))
+        .filter(|s| {
+            s.outcome
+                .and_then(RequestOutcome::outlier_failure)
+                .is_some()
+        })
+        .count()
+}
+
+#[test]
+fn the_run_rule_asks_for_five_failures_in_a_row_with_peers_at_one_percent_nine_at_twenty_and_twenty_at_half(
+) {
+    let config = Outlier::default();
+    let limit = |failed, requests| {
+        run_rule(
+            &failing_backend(failed, requests, secs(2)),
+            &config,
+            secs(3),
+        )
+        .map(|r| r.limit)
+    };
+    assert_eq!(limit(0, 100), Some(5));
+    assert_eq!(limit(1, 100), Some(5));
+    assert_eq!(limit(20, 100), Some(9));
+    assert_eq!(limit(50, 100), Some(20));
+    assert_eq!(limit(0, 4), None, "too few peer requests to compare with");
+    assert_eq!(limit(0, 5), Some(5));
+    assert_eq!(limit(100, 100), None, "peers failing everything");
+}
+
+#[test]
+fn through_the_pool_a_backend_that_loses_its_database_mid_traffic_is_out_at_its_fifth_failure_in_a_row(
+) {
+    let mut proxy = fleet(&["app1", "app2"], "");
+    let served = proxy.serve(ms(20), secs(30), 40, failing_from("app2", secs(20)));
+    let failed = failed_at(&served, "app2", secs(20), secs(30));
+    let ejections = outlier_ejections(&proxy);
+    println!(
+        "through the pool, app2 failing every page from 20 s: {failed} failures; {ejections:?}"
+    );
+    assert_eq!(failed, 5);
+    let [(name, length, verdict)] = &ejections[..] else {
+        panic!("one ejection: {ejections:?}")
+    };
+    assert_eq!((name.as_str(), *length), ("app2", secs(30)));
+    assert!(
+        matches!(verdict, Verdict::Run { failed: 5, .. }),
+        "{verdict:?}"
+    );
+    assert!(
+        verdict
+            .to_string()
+            .starts_with("its last 5 requests failed (500) while its peers failed 0 of "),
+        "{verdict}"
+    );
+    assert_eq!(proxy.routable(), ["app1"]);
+    proxy.probe("app2", ProbeOutcome::Pass, secs(31));
+    assert_eq!(
+        proxy.routable(),
+        ["app1"],
+        "a passing probe does not lift it"
+    );
+    let page = upcheck_policy::page::text(&proxy.pool, secs(31));
+    assert!(
+        page.contains("ejected (outlier for 19.")
+            && page.contains("more: its last 5 requests failed"),
+        "{page}"
+    );
+}
+
+#[test]
+fn through_the_pool_a_readmitted_backend_still_failing_costs_one_request_and_goes_out_twice_as_long(
+) {
+    let mut proxy = fleet(&["app1", "app2"], "");
+    let served = proxy.serve(ms(20), secs(90), 40, failing_from("app2", secs(20)));
+    let ejections = outlier_ejections(&proxy);
+    let lengths: Vec<Duration> = ejections.iter().map(|(_, length, _)| *length).collect();
+    // The first ejection started at the fifth failure, a little after 20 s.
+    let readmitted = secs(50);
+    let cost = failed_at(&served, "app2", readmitted, secs(90));
+    println!("re-admitted: {cost} failures before going out again; {lengths:?}");
+    assert_eq!(lengths, [secs(30), secs(60)]);
+    assert_eq!(cost, 1, "the run goes on where it stopped");
+    let ended: Vec<String> = proxy
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::EjectionEnded { .. }))
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(ended, ["app2 no longer ejected: its ejection ended"]);
+}
+
+#[test]
+fn through_the_pool_an_app_bug_failing_a_fifth_of_requests_everywhere_ejects_nobody() {
+    let mut proxy = fleet(&["app1", "app2"], "");
+    let mut dice = Dice(11);
+    let served = proxy.serve(ms(20), secs(120), 40, |_, _| {
+        Some(answered(if dice.chance(20) { 500 } else { 200 }))
+    });
+    let failed = failed_at(&served, "app1", secs(0), secs(120))
+        + failed_at(&served, "app2", secs(0), secs(120));
+    assert!(failed > 800, "{failed} failures");
+    let ejected: Vec<&Event> = proxy
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::EjectionStarted { .. } | Event::CapReached { .. }))
+        .collect();
+    assert!(ejected.is_empty(), "{ejected:?}");
+}
+
+#[test]
+fn through_the_pool_a_backend_that_hangs_is_judged_stalled_at_a_tick_within_a_second() {
+    let mut proxy = fleet(&["app1", "app2"], "");
+    proxy.serve(ms(20), secs(25), 40, |to, at| {
+        (to != "app2" || at < secs(20)).then_some(answered(200))
+    });
+    let ejections = outlier_ejections(&proxy);
+    println!("hung from 20 s: {ejections:?}");
+    let [(name, _, Verdict::Stalled { oldest, .. })] = &ejections[..] else {
+        panic!("one stall: {ejections:?}")
+    };
+    assert_eq!(name, "app2");
+    // Stalled once 3 requests waited 500 ms (started at their tick): within 1 s of the hang.
+    assert!(*oldest <= secs(1), "the oldest waited {oldest:?}");
+}
+
+#[test]
+fn through_the_pool_an_outlier_ejection_counts_toward_the_cap() {
+    // One of three may be out.
+    let mut proxy = fleet(&["app1", "app2", "app3"], r#""max_ejection_percent":34"#);
+    proxy.serve(ms(20), secs(30), 60, |to, at| {
+        let status = match to {
+            "app3" if at >= secs(10) => 502,
+            "app2" if at >= secs(20) => 500,
+            _ => 200,
+        };
+        Some(answered(status))
+    });
+    assert_eq!(proxy.routable(), ["app1", "app2"]);
+    let capped: Vec<String> = proxy
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::CapReached { name, .. } if name == "app2"))
+        .map(ToString::to_string)
+        .collect();
+    let [line] = &capped[..] else {
+        panic!("app2 kept in once: {capped:?}")
+    };
+    assert!(
+        line.starts_with("app2 stays in rotation although its last 5 requests failed (500)"),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_success_at_a_backend_on_no_run_of_failures_reads_no_clock_and_shares_nothing_until_the_tick() {
+    let mut proxy = fleet(&["app1", "app2"], "");
+    proxy.tick(secs(1));
+    proxy.pool.request_routed(7, 0, None);
+    let effects = proxy.pool.request_settled(7, 0, None, answered(200), || {
+        panic!("the clock was read for a success")
+    });
+    assert!(effects.is_empty(), "{effects:?}");
+    let before = proxy.table.clone();
+    let tick = proxy.pool.tick(secs(1) + ms(200));
+    assert_eq!(
+        tick.share.len(),
+        1,
+        "one change for the tick's counts: {tick:?}"
+    );
+    proxy.carry_out(tick, secs(1) + ms(200));
+    let counted = |table: &upcheck_policy::tables::PassiveTable| {
+        table
+            .iter()
+            .find(|(n, _)| n == "app1")
+            .map_or(0.0, |(_, h)| h.traffic.requests(secs(2), WINDOW))
+    };
+    assert_eq!((counted(&before), counted(&proxy.table)), (0.0, 1.0));
+    let idle = proxy.pool.tick(secs(1) + ms(400));
+    assert!(idle.share.is_empty(), "nothing new to share: {idle:?}");
+}
+
+#[test]
+fn through_the_pool_attempts_retried_elsewhere_make_a_run_of_failures() {
+    let mut proxy = fleet(&["app1", "app2"], "");
+    proxy.serve(ms(20), secs(5), 40, |_, _| Some(answered(200)));
+    for id in 0..5 {
+        let effects = proxy
+            .pool
+            .request_settled(100 + id, 1, Some(Some(0)), answered(200), || secs(5));
+        proxy.carry_out(effects, secs(5));
+    }
+    let ejections = outlier_ejections(&proxy);
+    let [(_, _, verdict)] = &ejections[..] else {
+        panic!("one ejection: {ejections:?}")
+    };
+    assert!(
+        verdict
+            .to_string()
+            .contains("5 requests failed (retried elsewhere)"),
+        "{verdict}"
+    );
 }
