@@ -4,10 +4,13 @@
 //! - [`Pool::configure`]: a (re)configuration; backends that stay keep their state, by name;
 //! - [`Pool::lease`]: whether this VM holds the probing lease (it then schedules and reports);
 //! - [`Pool::tick`]: time passing: probes due, probes never answered, requests overdue,
-//!   failures expiring;
+//!   failures expiring; with outlier detection on, this VM's request counts shared in one change
+//!   and every backend in rotation judged against its peers (a stall shows only here);
 //! - [`Pool::probe_sent`], [`Pool::probe_refused`], [`Pool::probe_answered`]: active checks;
 //! - [`Pool::request_routed`], [`Pool::request_settled`]: real requests, including a retried
-//!   attempt and a client gone;
+//!   attempt and a client gone. Each outcome is counted in this VM's traffic; a failure is also
+//!   shared at once with this VM's verdict on its backend and the run rule as it sees the peers,
+//!   so a broken backend goes out within a few requests, not at the next tick;
 //! - [`Pool::active_published`], [`Pool::passive_written`]: tables another VM (or this one)
 //!   wrote to shared data.
 //!

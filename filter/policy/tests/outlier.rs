@@ -1081,6 +1081,22 @@ fn through_the_pool_a_backend_that_loses_its_database_mid_traffic_is_out_at_its_
             && page.contains("more: its last 5 requests failed"),
         "{page}"
     );
+    let json = upcheck_policy::page::json(&proxy.pool, secs(31));
+    let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+    let outlier = &v["backends"][1]["outlier"];
+    assert!(
+        outlier["verdict"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("its last 5 requests failed (500)")),
+        "{json}"
+    );
+    assert!(
+        outlier["ends_in_ms"]
+            .as_u64()
+            .is_some_and(|ms| (19_000..20_000).contains(&ms)),
+        "{json}"
+    );
+    assert_eq!(v["backends"][0]["outlier"], serde_json::Value::Null);
 }
 
 #[test]
