@@ -6,6 +6,7 @@
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
 use upcheck_policy::config::Upstream;
+use upcheck_policy::outlier::Verdict;
 
 /// One backend's metrics: the handles the pool keeps in each backend's record.
 #[derive(Debug, Default, Clone)]
@@ -18,8 +19,10 @@ pub struct BackendMetrics {
     pub requests: Option<u32>,
     /// User requests that counted as failures.
     pub request_failures: Option<u32>,
-    /// Passive ejections.
+    /// Passive ejections, outlier ejections included.
     pub ejections: Option<u32>,
+    /// Outlier ejections, by kind.
+    pub outliers: OutlierMetrics,
     /// 1 while probes pass and it is not ejected (gauge).
     pub healthy: Option<u32>,
 }
@@ -46,7 +49,35 @@ impl BackendMetrics {
             requests: counter("requests"),
             request_failures: counter("request_failures"),
             ejections: counter("ejections"),
+            outliers: OutlierMetrics {
+                failing: counter("outlier_failing"),
+                slow: counter("outlier_slow"),
+                stalled: counter("outlier_stalled"),
+            },
             healthy: define(MetricType::Gauge, &format!("upcheck.{name}.healthy")),
+        }
+    }
+}
+
+/// One backend's outlier ejections by kind (`upcheck.<name>.outlier_failing`, `_slow`,
+/// `_stalled`).
+#[derive(Debug, Default, Clone)]
+pub struct OutlierMetrics {
+    /// For a share or a run of failures.
+    pub failing: Option<u32>,
+    /// For a median latency far above its peers'.
+    pub slow: Option<u32>,
+    /// For requests in flight far longer than its peers take.
+    pub stalled: Option<u32>,
+}
+
+impl OutlierMetrics {
+    /// The counter for an ejection on `verdict`.
+    pub fn of(&self, verdict: &Verdict) -> Option<u32> {
+        match verdict {
+            Verdict::Failing { .. } | Verdict::Run { .. } => self.failing,
+            Verdict::Slow { .. } => self.slow,
+            Verdict::Stalled { .. } => self.stalled,
         }
     }
 }

@@ -9,8 +9,9 @@
 //!   `--drain-time-s`); only a root with the newest configuration may hold the lease, so a
 //!   backend added by the update is probed at once, not after the drain;
 //! - `upcheck.active`: every backend's probe state, written only by the lease holder;
-//! - `upcheck.passive`: every backend's remembered request failures, updated by compare-and-swap
-//!   from whichever worker saw the failure, so 1 failure on worker A and 2 on worker B are 3.
+//! - `upcheck.passive`: every backend's remembered request failures and outlier record, updated
+//!   by compare-and-swap from whichever worker saw the failure (and by each worker's tick, with
+//!   its request counts), so 1 failure on worker A and 2 on worker B are 3.
 //!
 //! Values that do not decode (another version of upcheck sharing the `vm_id`) are reported and
 //! ignored rather than trusted.
@@ -18,7 +19,7 @@
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
 use std::time::Duration;
-use upcheck_policy::config::Passive as PassiveConfig;
+use upcheck_policy::config::HealthChecks;
 use upcheck_policy::lease;
 use upcheck_policy::tables::{self, ActiveTable, Applied, PassiveChange, PassiveTable, TableError};
 use upcheck_policy::Time;
@@ -156,8 +157,8 @@ pub fn write_active(table: &ActiveTable) {
 /// table as written and what the change did.
 pub fn update_passive(
     change: &PassiveChange,
-    config: &PassiveConfig,
-) -> Option<(PassiveTable, Option<Applied>)> {
+    checks: &HealthChecks,
+) -> Option<(PassiveTable, Applied)> {
     for _ in 0..CAS_ATTEMPTS {
         let Some((bytes, cas)) = get(PASSIVE) else {
             ensure(PASSIVE, &tables::encode_passive(&PassiveTable::new()));
@@ -165,14 +166,14 @@ pub fn update_passive(
         };
         // A table that does not decode is replaced rather than trusted.
         let mut table = tables::decode_passive(&bytes).unwrap_or_default();
-        let applied = change.apply(&mut table, config);
+        let applied = change.apply(&mut table, checks);
         if swap(PASSIVE, &tables::encode_passive(&table), cas) {
             return Some((table, applied));
         }
     }
     log::warn!(
         "upcheck: news of {} was not shared: shared data kept changing",
-        change.name
+        change.name().unwrap_or("request counts")
     );
     None
 }

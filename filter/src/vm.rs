@@ -14,6 +14,7 @@ use proxy_wasm::hostcalls;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
+use upcheck_policy::events::EjectionReason;
 use upcheck_policy::{Effects, Event, Level, Pick, Pool, Time};
 
 /// The handle a VM's root and HTTP contexts share.
@@ -142,11 +143,11 @@ impl Vm {
             publish_active,
         } = effects;
         report(pool, self.fleet_guard, &events);
-        let passive = pool.config().health_checks.passive.clone();
+        let checks = pool.config().health_checks.clone();
         let mut more = Effects::default();
         for change in share {
-            if let Some((table, applied)) = shared::update_passive(&change, &passive) {
-                more.extend(pool.passive_written(&table, applied.map(|a| (&change, a)), now));
+            if let Some((table, applied)) = shared::update_passive(&change, &checks) {
+                more.extend(pool.passive_written(&table, Some((&change, applied)), now));
             }
         }
         if !probes.is_empty() {
@@ -172,8 +173,12 @@ fn report(pool: &Pool<BackendMetrics>, fleet_guard: Option<u32>, events: &[Event
             Event::RequestFailed { index, .. } => {
                 metrics::increment(handles(*index).and_then(|m| m.request_failures));
             }
-            Event::EjectionStarted { index, .. } => {
-                metrics::increment(handles(*index).and_then(|m| m.ejections));
+            Event::EjectionStarted { index, reason, .. } => {
+                let m = handles(*index);
+                metrics::increment(m.and_then(|m| m.ejections));
+                if let EjectionReason::Outlier(verdict) = reason {
+                    metrics::increment(m.and_then(|m| m.outliers.of(verdict)));
+                }
             }
             Event::InService {
                 index, in_service, ..

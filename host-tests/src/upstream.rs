@@ -111,6 +111,10 @@ pub(crate) struct Upstream {
     pub address: String,
     paths: BTreeMap<String, Timeline>,
     others: Timeline,
+    /// A share (percent) of user requests that get a behaviour of their own, whatever the path.
+    sometimes: Option<(u64, Behaviour)>,
+    /// The pseudo-random sequence that picks them: the same requests every run.
+    dice: u64,
     pub counts: Counts,
 }
 
@@ -120,6 +124,8 @@ impl Upstream {
             address: format!("127.0.0.1:{port}"),
             paths: BTreeMap::new(),
             others: Timeline::new(Behaviour::status(200)),
+            sometimes: None,
+            dice: u64::from(port),
             counts: Counts::default(),
         }
     }
@@ -132,7 +138,21 @@ impl Upstream {
             Sender::User => &mut self.counts.requests,
         };
         *counts.entry(path.to_string()).or_default() += 1;
+        if let (Sender::User, Some((percent, behaviour))) = (sender, self.sometimes.clone()) {
+            if self.roll() % 100 < percent {
+                return behaviour;
+            }
+        }
         self.paths.get(path).unwrap_or(&self.others).at(now).clone()
+    }
+
+    /// The next number of the upstream's sequence (splitmix64).
+    fn roll(&mut self) -> u64 {
+        self.dice = self.dice.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.dice;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
     }
 }
 
@@ -178,6 +198,13 @@ impl<'a> Script<'a> {
         }
         .unwrap_or(&mut upstream.others);
         timeline.from(at, behaviour);
+        self
+    }
+
+    /// `percent` of user requests (probes never), picked pseudo-randomly but the same every run,
+    /// get `behaviour` instead of their path's, from the start.
+    pub fn sometimes(mut self, percent: u64, behaviour: Behaviour) -> Self {
+        self.upstream.sometimes = Some((percent, behaviour));
         self
     }
 

@@ -5,11 +5,12 @@
 //! core also decides which VM reports what, so each change is logged once per process: the VM
 //! holding the probing lease reports what probes and the passage of time change (health,
 //! ejection ends, the fleet guard, the gauges); the VM whose write filled a backend's failure
-//! window reports that ejection.
+//! window, or started its outlier ejection, reports that ejection.
 
 use crate::active::{Health, ProbeOutcome, Reason};
 use crate::duration;
 use crate::fleet::Guard;
+use crate::outlier::Verdict;
 use crate::passive::Failure;
 use crate::tables::PassiveChange;
 use std::fmt;
@@ -40,6 +41,8 @@ pub enum EjectionReason {
         /// The failure that filled the window.
         last: Failure,
     },
+    /// It stood out from its peers ([`crate::outlier`]).
+    Outlier(Verdict),
 }
 
 impl fmt::Display for EjectionReason {
@@ -54,6 +57,7 @@ impl fmt::Display for EjectionReason {
                 "{count} failures within {}, the last: {last}",
                 duration::display(*within)
             ),
+            EjectionReason::Outlier(verdict) => write!(f, "{verdict}"),
         }
     }
 }
@@ -124,6 +128,9 @@ pub enum Event {
     EjectionEnded {
         /// Backend name.
         name: String,
+        /// Whether it was an outlier ejection, which ends at its set time (rather than as its
+        /// failures expire).
+        outlier: bool,
     },
     /// Whether anything is serving at a backend changed (by its latest probe or request).
     ContactChanged {
@@ -190,9 +197,14 @@ impl fmt::Display for Event {
                 f,
                 "{name} stays in rotation although {reason}: max_ejection_percent reached"
             ),
-            Event::EjectionEnded { name } => {
-                write!(f, "{name} no longer ejected: its failures expired")
-            }
+            Event::EjectionEnded {
+                name,
+                outlier: true,
+            } => write!(f, "{name} no longer ejected: its ejection ended"),
+            Event::EjectionEnded {
+                name,
+                outlier: false,
+            } => write!(f, "{name} no longer ejected: its failures expired"),
             Event::ContactChanged { name, accepting } => {
                 if *accepting {
                     write!(f, "{name} accepts connections again")

@@ -4,7 +4,8 @@
 //! 1. A backend whose latest contact (probe or request) was refused has nothing serving; it is
 //!    left out while any other backend accepts connections.
 //! 2. Routable = passing active checks, or unknown while no backend is known healthy (cold start),
-//!    and not passively ejected.
+//!    and not passively ejected: for a full failure window, or as an outlier among its peers
+//!    ([`crate::outlier`]), which passing probes do not lift either.
 //! 3. If nothing is left, the answer is never "no backend". When the last backends went down
 //!    within one probe round (interval + timeout) of each other, that is a correlated failure of
 //!    something they share (a database behind `/up`), not a dead fleet: those of them that accept
@@ -179,8 +180,8 @@ pub fn route(backends: &[Evidence], now: Time, config: &Config) -> Routing {
     }
 }
 
-/// Which of `base` are ejected: those with a full failure window, earliest ejection first, as
-/// many as the cap allows.
+/// Which of `base` are ejected: those with a full failure window or an outlier ejection in force,
+/// earliest ejection first, as many as the cap allows.
 fn capped_ejections(backends: &[Evidence], base: &[bool], now: Time, config: &Config) -> Vec<bool> {
     let passive = &config.health_checks.passive;
     let mut ejected = vec![false; backends.len()];

@@ -24,6 +24,7 @@ pub mod duration;
 pub mod events;
 pub mod fleet;
 pub mod lease;
+pub mod outlier;
 pub mod page;
 pub mod passive;
 pub mod pool;

@@ -30,6 +30,8 @@ struct Line<'a> {
     failures: u32,
     last_probe: Option<(Time, ProbeOutcome)>,
     accepting: bool,
+    /// The outlier ejection in force: why, and when it ends.
+    outlier: Option<(String, Time)>,
 }
 
 fn lines<H>(pool: &Pool<H>, now: Time) -> impl Iterator<Item = Line<'_>> {
@@ -42,6 +44,12 @@ fn lines<H>(pool: &Pool<H>, now: Time) -> impl Iterator<Item = Line<'_>> {
         failures: m.evidence.passive.count(now, passive),
         last_probe: m.evidence.active.last,
         accepting: m.evidence.accepting(),
+        outlier: m
+            .evidence
+            .passive
+            .outlier
+            .in_force(now)
+            .map(|(verdict, until)| (verdict.to_string(), until)),
     })
 }
 
@@ -62,6 +70,9 @@ pub fn text<H>(pool: &Pool<H>, now: Time) -> String {
             l.failures,
             if l.ejected { "ejected " } else { "" },
         );
+        if let Some((verdict, until)) = &l.outlier {
+            let _ = write!(out, "(outlier for {} more: {verdict}) ", ago(*until, now));
+        }
         match l.last_probe {
             Some((at, outcome)) => {
                 let _ = writeln!(out, "last probe {outcome} {} ago", ago(now, at));
@@ -75,7 +86,9 @@ pub fn text<H>(pool: &Pool<H>, now: Time) -> String {
 }
 
 /// JSON: `{"backends": [{"name", "routable", "status", "ejected", "failures", "accepting",
-/// "last_probe", "last_probe_ago_ms"}], "fleet_guard": bool, "fleet_guard_reason": string}`.
+/// "outlier", "last_probe", "last_probe_ago_ms"}], "fleet_guard": bool, "fleet_guard_reason":
+/// string}`; `outlier` is `null` or, while an outlier ejection is in force, `{"verdict",
+/// "ends_in_ms"}`.
 pub fn json<H>(pool: &Pool<H>, now: Time) -> String {
     let mut out = String::from("{\"backends\":[");
     for (i, l) in lines(pool, now).enumerate() {
@@ -92,6 +105,18 @@ pub fn json<H>(pool: &Pool<H>, now: Time) -> String {
             l.failures,
             l.accepting
         );
+        match &l.outlier {
+            Some((verdict, until)) => {
+                let ms = until.saturating_sub(now).as_millis();
+                let _ = write!(
+                    out,
+                    ",\"outlier\":{{\"verdict\":{},\"ends_in_ms\":{}}}",
+                    quoted(verdict),
+                    u64::try_from(ms).unwrap_or(u64::MAX)
+                );
+            }
+            None => out.push_str(",\"outlier\":null"),
+        }
         match l.last_probe {
             Some((at, outcome)) => {
                 let ms = now.saturating_sub(at).as_millis();

@@ -7,6 +7,7 @@
 
 use crate::config::Passive as PassiveConfig;
 use crate::duration;
+use crate::outlier::{FailureKind, Standing, Traffic};
 use crate::Time;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -64,6 +65,32 @@ impl RequestOutcome {
         counts.then_some(Failure(self))
     }
 
+    /// Whether the outcome is a failure for the outlier rules, and how: any 5xx from the backend
+    /// (500 included), a connection failure, a reset, a timeout, an attempt retried elsewhere.
+    /// `None` for a success; a request still waiting or whose client left is not an outcome
+    /// (see [`RequestOutcome::judged`]).
+    pub fn outlier_failure(self) -> Option<FailureKind> {
+        match self {
+            RequestOutcome::Answered { status, .. } if status >= 500 => {
+                Some(FailureKind::Status(status))
+            }
+            RequestOutcome::Failed(failure) => Some(failure.into()),
+            RequestOutcome::RetriedElsewhere => Some(FailureKind::Retried),
+            RequestOutcome::Answered { .. }
+            | RequestOutcome::StillWaiting(_)
+            | RequestOutcome::ClientGone => None,
+        }
+    }
+
+    /// Whether the outcome says how the backend did, for the outlier rules: everything but a
+    /// request still waiting and one whose client left first.
+    pub fn judged(self) -> bool {
+        !matches!(
+            self,
+            RequestOutcome::StillWaiting(_) | RequestOutcome::ClientGone
+        )
+    }
+
     /// What the outcome says about whether anything is serving: `Some(true)` when the
     /// connection was refused, `Some(false)` when the backend was reached, `None` when it
     /// does not say.
@@ -118,6 +145,13 @@ pub struct PassiveHealth {
     /// The latest request outcome that told whether anything is serving: when, and whether it
     /// was a refusal.
     pub last_contact: Option<(Time, bool)>,
+    /// Its record as an outlier: the ejection in force, repeat offences, probation.
+    pub outlier: Standing,
+    /// Its request outcomes process-wide, as every VM last shared them (each tick).
+    pub traffic: Traffic,
+    /// How many of its latest requests, process-wide, failed in a row (by the outlier rules'
+    /// account of a failure).
+    pub run: u32,
 }
 
 /// What recording a failure did.
@@ -184,12 +218,17 @@ impl PassiveHealth {
         self.count(now, config) >= config.max_fails
     }
 
-    /// When the current ejection began, if the window is full at `now`.
+    /// When the current ejection began, if its failure window is full at `now` or an outlier
+    /// ejection is in force (the earlier start, if both).
     pub fn ejected_since(&self, now: Time, config: &PassiveConfig) -> Option<Time> {
-        if self.full(now, config) {
+        let window = if self.full(now, config) {
             self.ejected_since
         } else {
             None
+        };
+        match (window, self.outlier.ejected_since(now)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
@@ -243,12 +282,21 @@ impl Outstanding {
         });
     }
 
-    /// Stops tracking request `id`; true if it was already counted late.
-    pub fn end(&mut self, id: u32) -> bool {
-        match self.entries.iter().position(|p| p.id == id) {
-            Some(i) => self.entries.swap_remove(i).late,
-            None => false,
-        }
+    /// Stops tracking request `id`: when it started and whether it was already counted late
+    /// (`None` if it was not tracked).
+    pub fn end(&mut self, id: u32) -> Option<(Time, bool)> {
+        let i = self.entries.iter().position(|p| p.id == id)?;
+        let p = self.entries.swap_remove(i);
+        Some((p.started, p.late))
+    }
+
+    /// When each request to `backend` still in flight started.
+    pub fn starts(&self, backend: usize) -> Vec<Time> {
+        self.entries
+            .iter()
+            .filter(|p| p.backend == backend)
+            .map(|p| p.started)
+            .collect()
     }
 
     /// Follows a reconfiguration (`kept[new] = Some(old)`): requests to a removed backend are

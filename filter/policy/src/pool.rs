@@ -4,10 +4,13 @@
 //! - [`Pool::configure`]: a (re)configuration; backends that stay keep their state, by name;
 //! - [`Pool::lease`]: whether this VM holds the probing lease (it then schedules and reports);
 //! - [`Pool::tick`]: time passing: probes due, probes never answered, requests overdue,
-//!   failures expiring;
+//!   failures expiring; with outlier detection on, this VM's request counts shared in one change
+//!   and every backend in rotation judged against its peers (a stall shows only here);
 //! - [`Pool::probe_sent`], [`Pool::probe_refused`], [`Pool::probe_answered`]: active checks;
 //! - [`Pool::request_routed`], [`Pool::request_settled`]: real requests, including a retried
-//!   attempt and a client gone;
+//!   attempt and a client gone. Each outcome is counted in this VM's traffic; a failure is also
+//!   shared at once with this VM's verdict on its backend and the run rule as it sees the peers,
+//!   so a broken backend goes out within a few requests, not at the next tick;
 //! - [`Pool::active_published`], [`Pool::passive_written`]: tables another VM (or this one)
 //!   wrote to shared data.
 //!
@@ -23,11 +26,13 @@ use crate::active::{Health, ProbeOutcome, Transition};
 use crate::config::{Config, Upstream};
 use crate::events::{Effects, EjectionReason, Event};
 use crate::fleet::{route, Evidence, Guard};
+use crate::outlier::{judge, run_rule, FailureKind, Traffic};
 use crate::passive::{Outstanding, Recorded, RequestOutcome};
 use crate::schedule::{ProbeSlot, Schedule};
 use crate::select::Rotation;
-use crate::tables::{ActiveTable, Applied, PassiveChange, PassiveTable};
+use crate::tables::{ActiveTable, Applied, OutlierNews, PassiveChange, PassiveTable, RequestNews};
 use crate::Time;
+use std::time::Duration;
 
 /// Where a request should go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +63,8 @@ pub struct Member<H> {
     probe: ProbeSlot,
     /// Whether a probe the proxy refused to send was reported.
     unprobeable: bool,
+    /// This VM's request outcomes not yet added to the process-wide counts (at the next tick).
+    traffic: Traffic,
     /// The adapter's own data about it (its metric handles).
     pub handles: H,
 }
@@ -103,8 +110,15 @@ pub struct Pool<H = ()> {
     /// When a remembered failure next expires (the routing can change by time alone then).
     expires: Option<Time>,
     prober: Option<Prober>,
-    /// This VM's requests in flight, tracked while `unhealthy_latency` is set.
+    /// This VM's requests in flight, tracked while `unhealthy_latency` is set or outliers are
+    /// detected.
     outstanding: Outstanding,
+    /// The time of the latest tick: when outliers are detected without `unhealthy_latency`, what
+    /// a request's start and end are taken to be, so no request reads the clock. Starts and
+    /// latencies are then known to within one tick (200 ms in the module): a request may count as
+    /// stalled up to one tick early, which is why `stall_after` is 500 ms or more, and a latency
+    /// is a whole number of ticks, which `min_latency` (250 ms) and the factor of 4 absorb.
+    ticked: Time,
 }
 
 /// How long a probe may go unanswered, past its timeout, before it is given up on: the host
@@ -129,6 +143,7 @@ impl<H> Pool<H> {
             expires: None,
             prober: None,
             outstanding: Outstanding::default(),
+            ticked: now,
         };
         pool.configure(config, now, handles);
         pool
@@ -162,6 +177,7 @@ impl<H> Pool<H> {
                     in_service: None,
                     probe: ProbeSlot::due_at(now),
                     unprobeable: false,
+                    traffic: Traffic::default(),
                     handles: handles(upstream),
                 },
             };
@@ -172,6 +188,12 @@ impl<H> Pool<H> {
             self.started = now;
         }
         self.outstanding.remap(&kept);
+        if config.health_checks.outlier.window != self.config.health_checks.outlier.window {
+            // Counts keyed by the old window's halves mean nothing under the new one.
+            for m in &mut self.members {
+                m.traffic = Traffic::default();
+            }
+        }
         self.config = config;
         self.heard = self.members.iter().any(|m| m.evidence.heard_from());
         self.changed = true;
@@ -225,6 +247,12 @@ impl<H> Pool<H> {
             .is_some()
     }
 
+    /// Whether outliers are detected: then every request is tracked while in flight, started at
+    /// the latest tick unless it is timed.
+    pub fn detects_outliers(&self) -> bool {
+        self.config.health_checks.outlier.enabled
+    }
+
     /// Whether this VM holds the probing lease: a VM that gains it probes every backend at once
     /// and from then on reports what probes and time change; one that loses it stops.
     pub fn lease(&mut self, held: bool, now: Time, seed: u64) -> Effects {
@@ -256,11 +284,16 @@ impl<H> Pool<H> {
     /// requests that just became `unhealthy_latency` late, and failures that expired.
     pub fn tick(&mut self, now: Time) -> Effects {
         let mut effects = Effects::default();
+        self.ticked = now;
         if let Some(latency) = self.config.health_checks.passive.unhealthy_latency {
             for late in self.outstanding.overdue(now, latency) {
                 let outcome = RequestOutcome::StillWaiting(late.waited);
-                self.settle(late.backend, outcome, late.at, &mut effects);
+                self.settle(late.backend, outcome, true, None, late.at, &mut effects);
             }
+        }
+        if self.detects_outliers() {
+            self.judge_outliers(now, &mut effects);
+            self.share_traffic(&mut effects);
         }
         self.abandon_probes(now, &mut effects);
         self.refresh(now, &mut effects);
@@ -269,6 +302,55 @@ impl<H> Pool<H> {
             effects.publish_active |= std::mem::take(&mut prober.unpublished);
         }
         effects
+    }
+
+    /// Hands this VM's outcomes since the last tick to the process-wide counts, in one change.
+    fn share_traffic(&mut self, effects: &mut Effects) {
+        let deltas: Vec<(String, Traffic)> = self
+            .members
+            .iter_mut()
+            .filter(|m| m.traffic != Traffic::default())
+            .map(|m| (m.name().to_owned(), std::mem::take(&mut m.traffic)))
+            .collect();
+        if !deltas.is_empty() {
+            effects.share.push(PassiveChange::Traffic(deltas));
+        }
+    }
+
+    /// Judges every backend in rotation against its peers, with its requests in flight here:
+    /// the tick is when a stalled backend shows (its requests do not end).
+    fn judge_outliers(&mut self, now: Time, effects: &mut Effects) {
+        for index in 0..self.members.len() {
+            let Some(m) = self.members.get(index).filter(|m| m.routable) else {
+                continue;
+            };
+            let Some(peers) = self.peers(index) else {
+                continue;
+            };
+            let starts = self.outstanding.starts(index);
+            let traffic = view(m);
+            let standing = &m.evidence.passive.outlier;
+            let config = &self.config.health_checks.outlier;
+            if let Some(verdict) = judge(&traffic, standing, &starts, [&peers], config, now) {
+                effects.share.push(PassiveChange::Eject {
+                    name: m.name().to_owned(),
+                    at: now,
+                    verdict,
+                });
+            }
+        }
+    }
+
+    /// The process-wide traffic of the backends in rotation other than `index`, pooled, as this
+    /// VM knows it; `None` when it has no peer in rotation.
+    fn peers(&self, index: usize) -> Option<Traffic> {
+        let mut pooled: Option<Traffic> = None;
+        for (j, m) in self.members.iter().enumerate() {
+            if j != index && m.routable {
+                pooled.get_or_insert_with(Traffic::default).merge(&view(m));
+            }
+        }
+        pooled
     }
 
     /// Marks probe results published when `effects` publishes them.
@@ -425,10 +507,12 @@ impl<H> Pool<H> {
         }
     }
 
-    /// A request `id` was sent to backend `index` at `now` (when requests are timed).
+    /// A request `id` was sent to backend `index` at `now` (when requests are timed; otherwise,
+    /// when outliers are detected, it is taken to have started at the latest tick).
     pub fn request_routed(&mut self, id: u32, index: usize, now: Option<Time>) {
-        if let Some(now) = now {
-            self.outstanding.begin(id, index, now);
+        let started = now.or_else(|| self.detects_outliers().then_some(self.ticked));
+        if let Some(started) = started {
+            self.outstanding.begin(id, index, started);
         }
     }
 
@@ -445,50 +529,94 @@ impl<H> Pool<H> {
         now: impl Fn() -> Time,
     ) -> Effects {
         let mut effects = Effects::default();
-        // A request counted when it became late is not counted again when it ends.
-        let counted_late = self.outstanding.end(id);
+        let ended = self.outstanding.end(id);
+        // A request counted when it became late is not counted again when it ends (though the
+        // outlier rules take its outcome).
+        let counted_late = ended.is_some_and(|(_, late)| late);
         let first = match retried {
             Some(_) => RequestOutcome::RetriedElsewhere,
             None => outcome,
         };
-        if !counted_late {
-            self.settle_lazily(picked, first, &now, &mut effects);
-        }
+        let latency = match first {
+            RequestOutcome::Answered { latency, .. } if self.times_requests() => Some(latency),
+            RequestOutcome::Answered { .. } => {
+                ended.map(|(started, _)| self.ticked.saturating_sub(started))
+            }
+            _ => None,
+        };
+        self.settle_lazily(picked, first, !counted_late, latency, &now, &mut effects);
         if let Some(Some(other)) = retried.filter(|o| *o != Some(picked)) {
-            self.settle_lazily(other, outcome, &now, &mut effects);
+            self.settle_lazily(other, outcome, true, None, &now, &mut effects);
         }
         effects
     }
 
-    /// Settles one outcome unless it changes nothing (a success at a backend known to be
-    /// serving): the common case costs no clock read and no shared-data write.
+    /// Settles one outcome unless it changes nothing shared (a success at a backend known to
+    /// be serving and not on a run of failures): the common case costs no clock read and no
+    /// shared-data write, only this VM's count. `passive`: whether the passive checks still take
+    /// it (not if it was counted late); `latency`: how long its answer took, if known.
     fn settle_lazily(
         &mut self,
         index: usize,
         outcome: RequestOutcome,
+        passive: bool,
+        latency: Option<Duration>,
         now: &impl Fn() -> Time,
         effects: &mut Effects,
     ) {
+        let outlier = self.count_outcome(index, outcome, latency);
         let Some(m) = self.members.get(index) else {
             return;
         };
-        let counts = outcome
-            .failure(&self.config.health_checks.passive)
-            .is_some();
-        let changes_contact = outcome
-            .contact()
-            .is_some_and(|refused| refused == m.evidence.accepting());
-        if counts || changes_contact {
-            self.settle(index, outcome, now(), effects);
+        let counts = passive
+            && outcome
+                .failure(&self.config.health_checks.passive)
+                .is_some();
+        let changes_contact = passive
+            && outcome
+                .contact()
+                .is_some_and(|refused| refused == m.evidence.accepting());
+        if counts || changes_contact || outlier.is_some() {
+            self.settle(index, outcome, passive, outlier, now(), effects);
         }
     }
 
-    fn settle(&mut self, index: usize, outcome: RequestOutcome, at: Time, effects: &mut Effects) {
-        let passive = &self.config.health_checks.passive;
+    /// Counts an outcome in this VM's traffic for backend `index`; returns it as news for the
+    /// shared run of failures (a failure, or a success ending a run), if it is any.
+    fn count_outcome(
+        &mut self,
+        index: usize,
+        outcome: RequestOutcome,
+        latency: Option<Duration>,
+    ) -> Option<Option<FailureKind>> {
+        let config = &self.config.health_checks.outlier;
+        let m = self.members.get_mut(index)?;
+        if !config.enabled || !outcome.judged() {
+            return None;
+        }
+        let kind = outcome.outlier_failure();
+        m.traffic.record(self.ticked, kind, latency, config.window);
+        (kind.is_some() || m.evidence.passive.run > 0).then_some(kind)
+    }
+
+    /// Shares one outcome: for the passive checks if `passive`, and for the outlier rules if
+    /// `outlier` is news (a failure is judged here and now, with this VM's view of its peers).
+    fn settle(
+        &mut self,
+        index: usize,
+        outcome: RequestOutcome,
+        passive: bool,
+        outlier: Option<Option<FailureKind>>,
+        at: Time,
+        effects: &mut Effects,
+    ) {
+        let outlier = outlier.map(|kind| self.outlier_news(index, kind, at));
         let Some(m) = self.members.get(index) else {
             return;
         };
-        let failure = outcome.failure(passive);
+        let failure = outcome
+            .failure(&self.config.health_checks.passive)
+            .filter(|_| passive);
         if let Some(failure) = failure {
             effects.events.push(Event::RequestFailed {
                 index,
@@ -496,16 +624,39 @@ impl<H> Pool<H> {
                 failure,
             });
         }
-        effects.share.push(PassiveChange {
+        effects.share.push(PassiveChange::Request(RequestNews {
             name: m.name().to_owned(),
             at,
-            refused: outcome.contact(),
+            refused: outcome.contact().filter(|_| passive),
             failure,
-        });
+            outlier,
+        }));
+    }
+
+    /// The outlier rules' news of a failure (`kind`) or a success at backend `index`: a failure
+    /// comes with this VM's verdict on its share and with the run rule as it sees the peers.
+    fn outlier_news(&self, index: usize, kind: Option<FailureKind>, at: Time) -> OutlierNews {
+        let config = &self.config.health_checks.outlier;
+        let judged = kind.and_then(|_| Some((self.members.get(index)?, self.peers(index)?)));
+        let Some((m, peers)) = judged else {
+            return OutlierNews {
+                failure: kind,
+                run: None,
+                verdict: None,
+            };
+        };
+        let starts = self.outstanding.starts(index);
+        let standing = &m.evidence.passive.outlier;
+        OutlierNews {
+            failure: kind,
+            run: run_rule(&peers, config, at),
+            verdict: judge(&view(m), standing, &starts, [&peers], config, at),
+        }
     }
 
     /// The passive table as this VM just wrote it, with what its change did: the VM whose
-    /// failure filled a backend's window reports the ejection (or that the cap kept it).
+    /// failure filled a backend's window, or whose change started its outlier ejection, reports
+    /// that ejection (or that the cap kept it).
     pub fn passive_written(
         &mut self,
         table: &PassiveTable,
@@ -515,25 +666,40 @@ impl<H> Pool<H> {
         let mut effects = Effects::default();
         self.adopt_passive(table);
         self.refresh(now, &mut effects);
-        let Some((change, Applied { failure, recorded })) = applied else {
+        let Some((change, applied)) = applied else {
             return effects;
         };
-        let Recorded::Filled { until } = recorded else {
+        let Some(index) = change.name().and_then(|name| self.index_of(name)) else {
             return effects;
         };
-        let Some((index, m)) = self
-            .members
-            .iter()
-            .enumerate()
-            .find(|(_, m)| m.name() == change.name)
-        else {
-            return effects;
-        };
-        let passive = &self.config.health_checks.passive;
-        let reason = EjectionReason::Failures {
-            count: passive.max_fails,
-            within: passive.fail_duration,
-            last: failure,
+        if let Some((last, Recorded::Filled { until })) = applied.failure {
+            let passive = &self.config.health_checks.passive;
+            let reason = EjectionReason::Failures {
+                count: passive.max_fails,
+                within: passive.fail_duration,
+                last,
+            };
+            self.report_ejection(index, until, reason, now, &mut effects);
+        }
+        if let Some((verdict, ejection)) = applied.ejection {
+            let reason = EjectionReason::Outlier(verdict);
+            self.report_ejection(index, ejection.until, reason, now, &mut effects);
+        }
+        effects
+    }
+
+    /// Reports that backend `index` earned an ejection until `until`: started, or kept in
+    /// rotation by the cap.
+    fn report_ejection(
+        &self,
+        index: usize,
+        until: Time,
+        reason: EjectionReason,
+        now: Time,
+        effects: &mut Effects,
+    ) {
+        let Some(m) = self.members.get(index) else {
+            return;
         };
         effects.events.push(if m.ejected {
             Event::EjectionStarted {
@@ -548,7 +714,6 @@ impl<H> Pool<H> {
                 reason,
             }
         });
-        effects
     }
 
     /// The passive table as another VM wrote it.
@@ -610,7 +775,11 @@ impl<H> Pool<H> {
         self.expires = self
             .members
             .iter()
-            .filter_map(|m| m.evidence.passive.next_expiry(now, passive))
+            .flat_map(|m| {
+                let outlier = m.evidence.passive.outlier.in_force(now).map(|(_, t)| t);
+                [m.evidence.passive.next_expiry(now, passive), outlier]
+            })
+            .flatten()
             .min();
         let evidence: Vec<Evidence> = self.members.iter().map(|m| m.evidence.clone()).collect();
         let routing = route(&evidence, now, &self.config);
@@ -631,6 +800,7 @@ impl<H> Pool<H> {
             if reporting && m.ejected && !ejected {
                 effects.events.push(Event::EjectionEnded {
                     name: m.name().to_owned(),
+                    outlier: m.evidence.passive.outlier.readmitted_at(now).is_some(),
                 });
             }
             let accepting = m.evidence.accepting();
@@ -675,12 +845,13 @@ impl<H> Pool<H> {
     }
 
     /// Whether a pick of backend `index` should be checked against the process-wide table
-    /// first: it has failures on record, so another VM may just have ejected it.
+    /// first: it has failures on record or is on a run of them, so another VM may just have
+    /// ejected it.
     pub fn suspect(&self, index: usize, now: Time) -> bool {
         let passive = &self.config.health_checks.passive;
-        self.members
-            .get(index)
-            .is_some_and(|m| m.evidence.passive.count(now, passive) > 0)
+        self.members.get(index).is_some_and(|m| {
+            m.evidence.passive.count(now, passive) > 0 || m.evidence.passive.run > 0
+        })
     }
 
     /// Picks the backend for one request. `now` matters only at cold start, so a caller may
@@ -696,6 +867,14 @@ impl<H> Pool<H> {
             None => Pick::Backend(0),
         }
     }
+}
+
+/// A backend's traffic as this VM knows it: the process-wide counts as last shared, plus its own
+/// since.
+fn view<H>(m: &Member<H>) -> Traffic {
+    let mut traffic = m.evidence.passive.traffic.clone();
+    traffic.merge(&m.traffic);
+    traffic
 }
 
 /// Backend `name`'s entry in a shared table; tables written from the same configuration list

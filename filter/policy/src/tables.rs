@@ -3,10 +3,12 @@
 //! proxy-wasm shared data holds bytes, per `vm_id`. Two tables live there:
 //! - the probe table ([`ActiveTable`]): every backend's probe state, written only by the VM that
 //!   holds the probing lease;
-//! - the passive table ([`PassiveTable`]): every backend's remembered request failures and last
-//!   contact, changed by compare-and-swap from whichever VM saw the request, so one failure on
-//!   worker A and two on worker B are three. A change is a value ([`PassiveChange`]) applied to
-//!   the table as read; the adapter only retries the swap.
+//! - the passive table ([`PassiveTable`]): every backend's remembered request failures, last
+//!   contact and outlier record (traffic counts, run of failures, standing), changed by
+//!   compare-and-swap from whichever VM saw the request, so one failure on worker A and two on
+//!   worker B are three. A change is a value ([`PassiveChange`]) applied to the table as read;
+//!   the adapter only retries the swap, so a decision made while applying (an ejection by the
+//!   run rule) is atomic.
 //!
 //! The byte form is postcard over the types themselves, behind a four-byte tag (`u`, `c`, the
 //! table's kind, the format version): a table written by another version of upcheck sharing the
@@ -15,7 +17,8 @@
 //! bytes give an error, never a panic or an unbounded allocation.
 
 use crate::active::ActiveHealth;
-use crate::config::{Passive as PassiveConfig, MAX_FAILS_LIMIT};
+use crate::config::{HealthChecks, MAX_FAILS_LIMIT};
+use crate::outlier::{Ejection, FailureKind, RunRule, Traffic, Verdict};
 use crate::passive::{Failure, PassiveHealth, Recorded};
 use crate::Time;
 use serde::de::DeserializeOwned;
@@ -23,7 +26,7 @@ use serde::Serialize;
 use std::fmt;
 
 /// The format version; bump it whenever a table's types change.
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 const ACTIVE: u8 = b'a';
 const PASSIVE: u8 = b'p';
 
@@ -85,9 +88,29 @@ pub fn decode_passive(bytes: &[u8]) -> Result<PassiveTable, TableError> {
     Ok(table)
 }
 
+/// A change to the process-wide passive table, made by one VM and applied to the table as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PassiveChange {
+    /// One request's news about its backend.
+    Request(RequestNews),
+    /// One VM's request outcomes since it last shared them, per backend name: added to the shared
+    /// counts, once a tick, so every VM judges on the whole process's traffic.
+    Traffic(Vec<(String, Traffic)>),
+    /// An outlier ejection one VM's judgment at a tick decided (unless another VM's already
+    /// ejected the backend).
+    Eject {
+        /// The backend's name.
+        name: String,
+        /// When it was judged.
+        at: Time,
+        /// Why.
+        verdict: Verdict,
+    },
+}
+
 /// One request's news for the process-wide passive table.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PassiveChange {
+pub struct RequestNews {
     /// The backend's name.
     pub name: String,
     /// When it happened.
@@ -97,36 +120,114 @@ pub struct PassiveChange {
     pub refused: Option<bool>,
     /// The failure to remember, if it counted.
     pub failure: Option<Failure>,
+    /// What it means for the outlier rules, when it changes anything there.
+    pub outlier: Option<OutlierNews>,
 }
 
-/// What applying a change did: the failure it recorded and whether that filled the window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A request's news for the outlier rules: a failure, or a success that ends a run of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutlierNews {
+    /// How it failed; `None` for a success.
+    pub failure: Option<FailureKind>,
+    /// The run rule as the settling VM saw it: the run is counted in the shared table, so the
+    /// ejection it calls for is decided as the change is applied, atomically.
+    pub run: Option<RunRule>,
+    /// The verdict the settling VM reached on the backend's share of failures, if any.
+    pub verdict: Option<Verdict>,
+}
+
+/// What applying a change did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Applied {
-    /// The failure recorded.
-    pub failure: Failure,
-    /// Whether it filled the window.
-    pub recorded: Recorded,
+    /// The request failure it recorded, and whether that filled the failure window.
+    pub failure: Option<(Failure, Recorded)>,
+    /// The outlier ejection it started: why, and until when.
+    pub ejection: Option<(Verdict, Ejection)>,
+}
+
+/// Backend `name`'s entry in `table`, added if it is not there yet.
+fn entry_mut<'a>(table: &'a mut PassiveTable, name: &str) -> Option<&'a mut PassiveHealth> {
+    let at = match table.iter().position(|(n, _)| n == name) {
+        Some(at) => at,
+        None => {
+            table.push((name.to_owned(), PassiveHealth::default()));
+            table.len() - 1
+        }
+    };
+    table.get_mut(at).map(|(_, health)| health)
 }
 
 impl PassiveChange {
-    /// Applies the change to `table` (adding the backend if it is not there yet).
-    pub fn apply(&self, table: &mut PassiveTable, config: &PassiveConfig) -> Option<Applied> {
-        let entry = match table.iter().position(|(n, _)| *n == self.name) {
-            Some(at) => table.get_mut(at),
-            None => {
-                table.push((self.name.clone(), PassiveHealth::default()));
-                table.last_mut()
-            }
-        };
-        let (_, health) = entry?;
-        if let Some(refused) = self.refused {
-            health.contact(self.at, refused);
+    /// The backend it is about, if one.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            PassiveChange::Request(news) => Some(&news.name),
+            PassiveChange::Traffic(_) => None,
+            PassiveChange::Eject { name, .. } => Some(name),
         }
-        let failure = self.failure?;
-        Some(Applied {
-            failure,
-            recorded: health.record(self.at, config),
-        })
+    }
+
+    /// Applies the change to `table` (adding backends it does not have yet).
+    pub fn apply(&self, table: &mut PassiveTable, checks: &HealthChecks) -> Applied {
+        let mut applied = Applied::default();
+        match self {
+            PassiveChange::Request(news) => {
+                let Some(health) = entry_mut(table, &news.name) else {
+                    return applied;
+                };
+                if let Some(refused) = news.refused {
+                    health.contact(news.at, refused);
+                }
+                if let Some(failure) = news.failure {
+                    applied.failure = Some((failure, health.record(news.at, &checks.passive)));
+                }
+                if let Some(outlier) = &news.outlier {
+                    applied.ejection = outlier.apply(health, news.at, checks);
+                }
+            }
+            PassiveChange::Traffic(deltas) => {
+                for (name, delta) in deltas {
+                    if let Some(health) = entry_mut(table, name) {
+                        health.traffic.merge(delta);
+                    }
+                }
+            }
+            PassiveChange::Eject { name, at, verdict } => {
+                if let Some(health) = entry_mut(table, name) {
+                    if !health.outlier.is_ejected(*at) {
+                        let ejection = health.outlier.eject(verdict.clone(), *at, &checks.outlier);
+                        applied.ejection = Some((verdict.clone(), ejection));
+                    }
+                }
+            }
+        }
+        applied
+    }
+}
+
+impl OutlierNews {
+    /// Counts the outcome in the backend's run and ejects it if the share verdict or the run
+    /// rule says so and it is not ejected already.
+    fn apply(
+        &self,
+        health: &mut PassiveHealth,
+        at: Time,
+        checks: &HealthChecks,
+    ) -> Option<(Verdict, Ejection)> {
+        let Some(kind) = self.failure else {
+            health.run = 0;
+            return None;
+        };
+        health.run = health.run.saturating_add(1);
+        if health.outlier.is_ejected(at) {
+            return None;
+        }
+        let verdict = self
+            .verdict
+            .clone()
+            .or_else(|| self.run.and_then(|rule| rule.verdict(health.run, kind)))?;
+        let ejection = health.outlier.eject(verdict.clone(), at, &checks.outlier);
+        Some((verdict, ejection))
     }
 }
 
@@ -185,19 +286,33 @@ mod tests {
                 0..8,
             )
         ) {
-            let passive = config().health_checks.passive;
+            let checks = config().health_checks;
             let mut table = PassiveTable::new();
             for (name, changes) in entries {
                 for (ms, refused, failed) in changes {
-                    let change = PassiveChange {
-                        name: name.clone(),
-                        at: Duration::from_millis(ms),
-                        refused,
-                        failure: RequestOutcome::Answered { status: 502, latency: Duration::ZERO }
-                            .failure(&passive)
-                            .filter(|_| failed),
-                    };
-                    change.apply(&mut table, &passive);
+                    let at = Duration::from_millis(ms);
+                    let kind = failed.then_some(FailureKind::Status(502));
+                    let mut traffic = Traffic::default();
+                    traffic.record(at, kind, Some(Duration::from_millis(ms % 300)), checks.outlier.window);
+                    let changes = [
+                        PassiveChange::Request(RequestNews {
+                            name: name.clone(),
+                            at,
+                            refused,
+                            failure: RequestOutcome::Answered { status: 502, latency: Duration::ZERO }
+                                .failure(&checks.passive)
+                                .filter(|_| failed),
+                            outlier: Some(OutlierNews {
+                                failure: kind,
+                                run: Some(RunRule { limit: 2, peers_failed: 0, peers_requests: 9 }),
+                                verdict: None,
+                            }),
+                        }),
+                        PassiveChange::Traffic(vec![(name.clone(), traffic)]),
+                    ];
+                    for change in changes {
+                        change.apply(&mut table, &checks);
+                    }
                 }
             }
             prop_assert_eq!(decode_passive(&encode_passive(&table)), Ok(table));
@@ -206,19 +321,9 @@ mod tests {
 
     #[test]
     fn bytes_that_are_not_a_table_of_this_version_are_an_error_not_a_panic() {
-        let passive = config().health_checks.passive;
+        let checks = config().health_checks;
         let mut table = PassiveTable::new();
-        let change = PassiveChange {
-            name: "app1".into(),
-            at: secs(1),
-            refused: Some(false),
-            failure: RequestOutcome::Answered {
-                status: 502,
-                latency: Duration::ZERO,
-            }
-            .failure(&passive),
-        };
-        change.apply(&mut table, &passive);
+        news("app1", secs(1), &checks).apply(&mut table, &checks);
         let good = encode_passive(&table);
         for len in 0..good.len() {
             assert!(
@@ -254,33 +359,71 @@ mod tests {
         assert!(decode_passive(&bytes).is_err());
     }
 
+    /// A 502 at `name`, at `at`, that counts for both the failure window and the run rule.
+    fn news(name: &str, at: Duration, checks: &HealthChecks) -> PassiveChange {
+        PassiveChange::Request(RequestNews {
+            name: name.into(),
+            at,
+            refused: Some(false),
+            failure: RequestOutcome::Answered {
+                status: 502,
+                latency: Duration::ZERO,
+            }
+            .failure(&checks.passive),
+            outlier: Some(OutlierNews {
+                failure: Some(FailureKind::Status(502)),
+                run: Some(RunRule {
+                    limit: 5,
+                    peers_failed: 0,
+                    peers_requests: 40,
+                }),
+                verdict: None,
+            }),
+        })
+    }
+
     #[test]
     fn a_change_adds_a_backend_the_table_did_not_have_and_reports_the_window_filling() {
-        let passive = config().health_checks.passive;
+        let checks = config().health_checks;
         let mut table = PassiveTable::new();
-        let failure = RequestOutcome::Answered {
-            status: 502,
-            latency: Duration::ZERO,
-        }
-        .failure(&passive);
-        let applied: Vec<Option<Applied>> = (1..=3)
-            .map(|t| {
-                PassiveChange {
-                    name: "app2".into(),
-                    at: secs(t),
-                    refused: Some(false),
-                    failure,
-                }
-                .apply(&mut table, &passive)
-            })
+        let applied: Vec<Applied> = (1..=3)
+            .map(|t| news("app2", secs(t), &checks).apply(&mut table, &checks))
             .collect();
         assert_eq!(table.len(), 1);
         assert!(matches!(
             applied.last(),
-            Some(Some(Applied {
-                recorded: Recorded::Filled { .. },
+            Some(Applied {
+                failure: Some((_, Recorded::Filled { .. })),
                 ..
-            }))
+            })
         ));
+    }
+
+    #[test]
+    fn the_run_rule_ejects_at_its_limit_once_and_a_success_resets_the_run() {
+        let checks = config().health_checks;
+        let mut table = PassiveTable::new();
+        let ejected: Vec<bool> = (1..=6)
+            .map(|t| {
+                news("app2", secs(t), &checks)
+                    .apply(&mut table, &checks)
+                    .ejection
+                    .is_some()
+            })
+            .collect();
+        assert_eq!(ejected, [false, false, false, false, true, false]);
+        let success = PassiveChange::Request(RequestNews {
+            name: "app2".into(),
+            at: secs(7),
+            refused: Some(false),
+            failure: None,
+            outlier: Some(OutlierNews {
+                failure: None,
+                run: None,
+                verdict: None,
+            }),
+        });
+        success.apply(&mut table, &checks);
+        assert_eq!(table.first().map(|(_, h)| h.run), Some(0));
     }
 }

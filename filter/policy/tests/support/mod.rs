@@ -3,7 +3,9 @@
 //!
 //! [`Proxy`] plays the adapter's part with no host: it holds the probing lease, answers probes
 //! with what a backend or Envoy would send for each outcome, and keeps the process-wide passive
-//! table in memory, applying each change the pool asks for and handing the written table back.
+//! table in memory, applying each change the pool asks for (a tick's request counts included)
+//! and handing the written table back. [`Proxy::serve`] sends real traffic through it: picks,
+//! requests in flight, ticks.
 
 #![allow(dead_code)] // each test file uses its own subset
 
@@ -40,7 +42,22 @@ pub struct Proxy {
     /// Every event so far, in order.
     pub events: Vec<Event>,
     next_token: u32,
+    next_request: u32,
 }
+
+/// One request [`Proxy::serve`] sent.
+#[derive(Debug, Clone)]
+pub struct Served {
+    /// When it was sent.
+    pub at: Duration,
+    /// The backend it went to.
+    pub name: String,
+    /// How it ended; `None` if it never did.
+    pub outcome: Option<RequestOutcome>,
+}
+
+/// The module's tick period.
+pub const TICK: Duration = Duration::from_millis(200);
 
 impl Deref for Proxy {
     type Target = Pool;
@@ -65,6 +82,7 @@ impl Proxy {
             table: PassiveTable::new(),
             events: Vec::new(),
             next_token: 1,
+            next_request: 1,
         };
         proxy.carry_out(effects, now);
         proxy
@@ -73,12 +91,12 @@ impl Proxy {
     /// Carries out what the pool asked for: shares its changes, records its events.
     pub fn carry_out(&mut self, effects: Effects, now: Duration) {
         self.events.extend(effects.events);
-        let passive = self.pool.config().health_checks.passive.clone();
+        let checks = self.pool.config().health_checks.clone();
         for change in effects.share {
-            let applied = change.apply(&mut self.table, &passive);
+            let applied = change.apply(&mut self.table, &checks);
             let more = self
                 .pool
-                .passive_written(&self.table, applied.map(|a| (&change, a)), now);
+                .passive_written(&self.table, Some((&change, applied)), now);
             self.carry_out(more, now);
         }
     }
@@ -119,6 +137,46 @@ impl Proxy {
         let i = self.pool.index_of(name).expect("known backend");
         let effects = self.pool.request_settled(0, i, None, outcome, || at);
         self.carry_out(effects, at);
+    }
+
+    /// Sends `per_second` requests a second from `from` until `until` where the pool picks, with
+    /// a tick every [`TICK`]; `answer` says how a request to (name, start) ends at once, or that it
+    /// never does (`None`: it stays in flight). Requests are not timed, as in the module without
+    /// `unhealthy_latency`.
+    pub fn serve(
+        &mut self,
+        from: Duration,
+        until: Duration,
+        per_second: u32,
+        mut answer: impl FnMut(&str, Duration) -> Option<RequestOutcome>,
+    ) -> Vec<Served> {
+        let every = secs(1) / per_second;
+        let mut next_tick = from;
+        let mut next_request = from;
+        let mut served = Vec::new();
+        while next_tick < until || next_request < until {
+            if next_tick <= next_request {
+                self.tick(next_tick);
+                next_tick += TICK;
+                continue;
+            }
+            let at = next_request;
+            next_request += every;
+            let Pick::Backend(i) = self.pool.pick(at) else {
+                continue;
+            };
+            let name = self.pool.members()[i].name().to_owned();
+            let id = self.next_request;
+            self.next_request += 1;
+            self.pool.request_routed(id, i, None);
+            let outcome = answer(&name, at);
+            if let Some(outcome) = outcome {
+                let effects = self.pool.request_settled(id, i, None, outcome, || at);
+                self.carry_out(effects, at);
+            }
+            served.push(Served { at, name, outcome });
+        }
+        served
     }
 
     /// Names of the backends that take traffic.
