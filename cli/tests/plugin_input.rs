@@ -64,7 +64,7 @@ fn broken_json_is_refused_with_the_line_and_column() {
     );
     assert_eq!(
         message,
-        "not valid JSON: expected a value at line 2 column 12"
+        "not valid JSON: expected value at line 2 column 12"
     );
 }
 
@@ -143,7 +143,7 @@ fn check_refuses_an_invalid_configuration_with_the_modules_message_and_exit_stat
     assert_eq!(
         stderr(&output),
         "upcheck: standard input: health_checks.active.timeout: must be shorter than interval \
-         (10.0s), got 10.0s\n"
+         (10s), got 10s\n"
     );
 }
 
