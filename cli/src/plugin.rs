@@ -3,7 +3,8 @@
 //! The wasm filter's `configuration` is JSON, and what is embedded there is the input's own
 //! members in its order (not every default spelled out): an operator reads it as the block they
 //! wrote, with `routing` put first and each backend's address added. The module's own parser
-//! checks it, so a broken file gets the message Envoy's log would show. The document is held as
+//! checks it, so a broken file gets the message Envoy's log would show (the addresses once the
+//! routing is decided, since what they may be depends on it). The document is held as
 //! serde_json's [`Value`] in document order ([`crate::input`]), and laid out one upstream and one
 //! check block to a line.
 //!
@@ -49,23 +50,46 @@ pub fn check(bytes: &[u8]) -> Result<Config, ConfigError> {
     })
 }
 
-/// Reads an upcheck plugin configuration, checked as the module does.
+/// Reads an upcheck plugin configuration, checked as the module does but for the routing and the
+/// addresses: the command decides the routing, and what an address may be depends on it
+/// ([`crate::deployment::plan`] checks them).
 pub fn read(bytes: &[u8]) -> Result<Source, ConfigError> {
-    let config = check(bytes)?;
-    let Value::Object(members) = input::parse(bytes)? else {
-        return Err(refuse("", "expected a JSON object"));
+    let members = match input::parse(bytes) {
+        Ok(Value::Object(members)) => members,
+        // The module's message when it has one, as Envoy's log would show it.
+        other => {
+            check(bytes)?;
+            return Err(other
+                .err()
+                .unwrap_or_else(|| refuse("", "expected a JSON object")));
+        }
     };
-    let routing = members
-        .get("routing")
-        .is_some_and(|value| !value.is_null())
-        .then_some(config.routing);
+    let routing = members.get("routing").map(routing).transpose()?;
+    let document = Document::new(members);
+    check(
+        document
+            .text(RoutingMode::Cluster, Addresses::Drop)
+            .as_bytes(),
+    )?;
     Ok(Source {
-        document: Document::new(members),
+        document,
         routing,
         origins: Origins::default(),
         probe_port: None,
         part: None,
     })
+}
+
+/// The routing an input's `routing` names.
+fn routing(value: &Value) -> Result<RoutingMode, ConfigError> {
+    match value.as_str() {
+        Some("host") => Ok(RoutingMode::Host),
+        Some("cluster") => Ok(RoutingMode::Cluster),
+        _ => Err(refuse(
+            "routing",
+            format!("expected \"cluster\" or \"host\", got {}", compact(value)),
+        )),
+    }
 }
 
 /// Whether a written document carries the backends' addresses.
@@ -89,6 +113,11 @@ impl Document {
     pub fn new(mut members: Map<String, Value>) -> Document {
         members.retain(|key, _| key != "routing");
         Document { members }
+    }
+
+    /// The `address` of the `i`th upstream, as written.
+    pub fn address(&self, i: usize) -> Option<&Value> {
+        self.members.get("upstreams")?.get(i)?.get("address")
     }
 
     /// The document as JSON text: `routing` first, then the members in order; each upstream on
@@ -351,5 +380,23 @@ mod tests {
         assert_eq!(named.map(|s| s.routing), Ok(Some(RoutingMode::Cluster)));
         let unnamed = read(br#"{"upstreams": [{"name": "a"}]}"#);
         assert_eq!(unnamed.map(|s| s.routing), Ok(None));
+        let unknown = read(br#"{"routing": "hots", "upstreams": [{"name": "a"}]}"#);
+        assert_eq!(
+            unknown.map_err(|e| e.to_string()),
+            Err("routing: expected \"cluster\" or \"host\", got \"hots\"".into())
+        );
+    }
+
+    #[test]
+    fn the_addresses_are_left_to_the_routing_the_command_decides() {
+        let source = read(
+            br#"{"routing": "host", "upstreams": [{"name": "a", "address": "app1.internal:80"}]}"#,
+        )
+        .expect("host names are for the routing to judge");
+        assert_eq!(source.routing, Some(RoutingMode::Host));
+        assert_eq!(
+            source.document.address(0),
+            Some(&Value::String("app1.internal:80".into()))
+        );
     }
 }
