@@ -16,12 +16,12 @@
 //! `unhealthy_request_count`, an upstream's `max_requests`). Everything else the handler says
 //! (load balancing, retries, header rewriting) is Caddy's routing, not health, and is not read.
 
-use crate::json::{self, Json, Number};
+use serde_json::{Map, Value};
 use upcheck_policy::ConfigError;
 
 use crate::literal::literal;
 use crate::plugin::{compact, Document, Origins, Source};
-use crate::refuse;
+use crate::{input, refuse};
 
 /// Caddy's `health_checks.active.interval` when its configuration leaves it out.
 const CADDY_INTERVAL: &str = "30s";
@@ -37,10 +37,10 @@ pub fn import(bytes: &[u8]) -> Result<Source, ConfigError> {
             "empty; save Caddy's configuration with `curl localhost:2019/config/ > caddy.json`",
         ));
     }
-    let document = json::parse(bytes).map_err(|e| refuse("", format!("not valid JSON: {e}")))?;
+    let document = input::parse(bytes)?;
     match &document {
-        Json::Object(_) => {}
-        Json::Null => {
+        Value::Object(_) => {}
+        Value::Null => {
             return Err(refuse(
                 "",
                 "null: Caddy answers that when it has no configuration loaded",
@@ -91,8 +91,8 @@ pub fn import(bytes: &[u8]) -> Result<Source, ConfigError> {
 }
 
 /// A member that is there and not null (Caddy leaves out what is not set; null means the same).
-fn present<'a>(value: &'a Json, key: &str) -> Option<&'a Json> {
-    value.get(key).filter(|v| **v != Json::Null)
+fn present<'a>(value: &'a Value, key: &str) -> Option<&'a Value> {
+    value.get(key).filter(|v| !v.is_null())
 }
 
 fn join(path: &str, key: &str) -> String {
@@ -104,17 +104,17 @@ fn join(path: &str, key: &str) -> String {
 }
 
 /// Every object under `value` whose `handler` is `reverse_proxy`, with its path.
-fn handlers<'a>(value: &'a Json, path: &str, found: &mut Vec<(String, &'a Json)>) {
+fn handlers<'a>(value: &'a Value, path: &str, found: &mut Vec<(String, &'a Value)>) {
     match value {
-        Json::Object(members) => {
-            if matches!(value.get("handler"), Some(Json::String(h)) if h == "reverse_proxy") {
+        Value::Object(members) => {
+            if matches!(value.get("handler"), Some(Value::String(h)) if h == "reverse_proxy") {
                 found.push((path.to_owned(), value));
             }
             for (key, member) in members {
                 handlers(member, &join(path, key), found);
             }
         }
-        Json::Array(items) => {
+        Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
                 handlers(item, &format!("{path}[{i}]"), found);
             }
@@ -124,7 +124,7 @@ fn handlers<'a>(value: &'a Json, path: &str, found: &mut Vec<(String, &'a Json)>
 }
 
 /// The plugin configuration of the `reverse_proxy` handler at `at`.
-fn translate(at: &str, handler: &Json) -> Result<Source, ConfigError> {
+fn translate(at: &str, handler: &Value) -> Result<Source, ConfigError> {
     if present(handler, "dynamic_upstreams").is_some() {
         return Err(refuse(
             join(at, "dynamic_upstreams"),
@@ -137,10 +137,10 @@ fn translate(at: &str, handler: &Json) -> Result<Source, ConfigError> {
     let checks = health_checks(at, handler, &mut origins)?;
     let upstreams = upstreams(at, handler, checks.authority.as_ref(), &mut origins)?;
     Ok(Source {
-        document: Document::new(vec![
-            ("upstreams".into(), upstreams),
-            ("health_checks".into(), checks.block),
-        ]),
+        document: Document::new(Map::from_iter([
+            ("upstreams".to_owned(), upstreams),
+            ("health_checks".to_owned(), checks.block),
+        ])),
         routing: None,
         origins,
         probe_port: checks.probe_port,
@@ -151,12 +151,12 @@ fn translate(at: &str, handler: &Json) -> Result<Source, ConfigError> {
 }
 
 /// Refuses backends the Envoy configuration cannot speak to: it speaks plain HTTP.
-fn transport(at: &str, handler: &Json) -> Result<(), ConfigError> {
+fn transport(at: &str, handler: &Value) -> Result<(), ConfigError> {
     let Some(transport) = present(handler, "transport") else {
         return Ok(());
     };
     let at = join(at, "transport");
-    if let Some(Json::String(protocol)) = present(transport, "protocol") {
+    if let Some(Value::String(protocol)) = present(transport, "protocol") {
         if protocol != "http" {
             return Err(refuse(
                 join(&at, "protocol"),
@@ -181,15 +181,15 @@ fn transport(at: &str, handler: &Json) -> Result<(), ConfigError> {
 /// The backends: `upstreams[].dial` as `address`, named app1, app2, … in order.
 fn upstreams(
     at: &str,
-    handler: &Json,
+    handler: &Value,
     authority: Option<&Authority>,
     origins: &mut Origins,
-) -> Result<Json, ConfigError> {
+) -> Result<Value, ConfigError> {
     let path = join(at, "upstreams");
     let items =
         match present(handler, "upstreams") {
-            Some(Json::Array(items)) if !items.is_empty() => items,
-            Some(Json::Array(_)) | None => return Err(refuse(
+            Some(Value::Array(items)) if !items.is_empty() => items,
+            Some(Value::Array(_)) | None => return Err(refuse(
                 path,
                 "no upstreams; upcheck needs each backend's address, as `{\"dial\": \"ip:port\"}`",
             )),
@@ -203,7 +203,7 @@ fn upstreams(
     let mut upstreams = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let item_path = format!("{path}[{i}]");
-        let Json::Object(fields) = item else {
+        let Value::Object(fields) = item else {
             return Err(refuse(
                 item_path,
                 "expected an upstream like {\"dial\": \"10.0.0.5:3000\"}",
@@ -211,7 +211,7 @@ fn upstreams(
         };
         if let Some((key, _)) = fields
             .iter()
-            .find(|(key, value)| key != "dial" && *value != Json::Null)
+            .find(|(key, value)| *key != "dial" && !value.is_null())
         {
             let reason = if key == "max_requests" {
                 "a limit on requests in flight to this backend; upcheck has no equivalent \
@@ -228,28 +228,28 @@ fn upstreams(
                 "missing; upcheck needs the backend's address",
             ));
         };
-        let mut upstream = vec![
-            ("name".to_owned(), Json::String(format!("app{}", i + 1))),
+        let mut upstream = Map::from_iter([
+            ("name".to_owned(), Value::String(format!("app{}", i + 1))),
             (
                 "address".to_owned(),
-                Json::String(address(&dial_path, dial)?),
+                Value::String(address(&dial_path, dial)?),
             ),
-        ];
+        ]);
         if let Some(authority) = authority {
-            upstream.push(("authority".into(), Json::String(authority.host.clone())));
+            upstream.insert("authority".into(), Value::String(authority.host.clone()));
             origins.add(format!("upstreams[{i}].authority"), authority.path.clone());
         }
         origins.add(format!("upstreams[{i}]"), item_path);
         origins.add(format!("upstreams[{i}].address"), dial_path);
-        upstreams.push(Json::Object(upstream));
+        upstreams.push(Value::Object(upstream));
     }
-    Ok(Json::Array(upstreams))
+    Ok(Value::Array(upstreams))
 }
 
 /// The `host:port` of a `dial` (a `tcp/` network prefix is dropped); its form is checked with the
 /// rest of the configuration, by the module.
-fn address(path: &str, dial: &Json) -> Result<String, ConfigError> {
-    let Json::String(dial) = dial else {
+fn address(path: &str, dial: &Value) -> Result<String, ConfigError> {
+    let Value::String(dial) = dial else {
         return Err(refuse(path, "expected an address like \"10.0.0.5:3000\""));
     };
     if placeholder(dial) {
@@ -281,14 +281,14 @@ fn address(path: &str, dial: &Json) -> Result<String, ConfigError> {
 /// The handler's `health_checks`, as upcheck reads them.
 struct Checks {
     /// The plugin configuration's `health_checks`.
-    block: Json,
+    block: Value,
     /// Caddy's `active.port`.
     probe_port: Option<u16>,
     /// Caddy's probe `Host` header.
     authority: Option<Authority>,
 }
 
-fn health_checks(at: &str, handler: &Json, origins: &mut Origins) -> Result<Checks, ConfigError> {
+fn health_checks(at: &str, handler: &Value, origins: &mut Origins) -> Result<Checks, ConfigError> {
     let path = join(at, "health_checks");
     let no_active = || {
         refuse(
@@ -302,7 +302,7 @@ fn health_checks(at: &str, handler: &Json, origins: &mut Origins) -> Result<Chec
         return Err(no_active());
     };
     origins.add("health_checks", path.clone());
-    let Json::Object(blocks) = original else {
+    let Value::Object(blocks) = original else {
         // Not an object: the module says so, at this path.
         return Ok(Checks {
             block: original.clone(),
@@ -313,24 +313,26 @@ fn health_checks(at: &str, handler: &Json, origins: &mut Origins) -> Result<Chec
     if present(original, "active").is_none() {
         return Err(no_active());
     }
-    let (mut block, mut probe_port, mut authority) = (Vec::new(), None, None);
+    let (mut block, mut probe_port, mut authority) = (Map::new(), None, None);
     for (key, value) in blocks {
         let block_path = join(&path, key);
         match (key.as_str(), value) {
-            (_, Json::Null) => {}
-            ("active", Json::Object(fields)) => {
+            (_, Value::Null) => {}
+            ("active", Value::Object(fields)) => {
                 let active = active(&block_path, fields)?;
                 (probe_port, authority) = (active.probe_port, active.authority);
-                block.push((key.clone(), Json::Object(active.fields)));
+                block.insert(key.clone(), Value::Object(active.fields));
             }
-            ("passive", Json::Object(fields)) => {
-                block.push((key.clone(), Json::Object(passive(&block_path, fields)?)));
+            ("passive", Value::Object(fields)) => {
+                block.insert(key.clone(), Value::Object(passive(&block_path, fields)?));
             }
-            _ => block.push((key.clone(), value.clone())),
+            _ => {
+                block.insert(key.clone(), value.clone());
+            }
         }
     }
     Ok(Checks {
-        block: Json::Object(block),
+        block: Value::Object(block),
         probe_port,
         authority,
     })
@@ -338,7 +340,7 @@ fn health_checks(at: &str, handler: &Json, origins: &mut Origins) -> Result<Chec
 
 /// Caddy's `health_checks.active`, as upcheck reads it.
 struct Active {
-    fields: Vec<(String, Json)>,
+    fields: Map<String, Value>,
     probe_port: Option<u16>,
     authority: Option<Authority>,
 }
@@ -351,26 +353,26 @@ struct Authority {
     host: String,
 }
 
-fn active(path: &str, fields: &[(String, Json)]) -> Result<Active, ConfigError> {
+fn active(path: &str, fields: &Map<String, Value>) -> Result<Active, ConfigError> {
     let mut active = Active {
-        fields: Vec::new(),
+        fields: Map::new(),
         probe_port: None,
         authority: None,
     };
     for (key, value) in fields {
         let at = join(path, key);
         match (key.as_str(), value) {
-            (_, Json::Null) => {}
-            ("method", Json::String(method)) if method.eq_ignore_ascii_case("GET") => {}
+            (_, Value::Null) => {}
+            ("method", Value::String(method)) if method.eq_ignore_ascii_case("GET") => {}
             ("method", _) => {
                 return Err(refuse(
                     at,
                     "upcheck probes with GET, as a health path answers it: remove `method`",
                 ))
             }
-            ("body", Json::String(body)) if body.is_empty() => {}
+            ("body", Value::String(body)) if body.is_empty() => {}
             ("body", _) => return Err(refuse(at, "upcheck's probes carry no body: remove it")),
-            ("follow_redirects", Json::Bool(false)) => {}
+            ("follow_redirects", Value::Bool(false)) => {}
             ("follow_redirects", _) => {
                 return Err(refuse(
                     at,
@@ -386,12 +388,10 @@ fn active(path: &str, fields: &[(String, Json)]) -> Result<Active, ConfigError> 
                 ))
             }
             ("port", _) => {
-                let port = match value {
-                    Json::Number(Number::Unsigned(port)) => {
-                        u16::try_from(*port).ok().filter(|p| *p > 0)
-                    }
-                    _ => None,
-                };
+                let port = value
+                    .as_u64()
+                    .and_then(|port| u16::try_from(port).ok())
+                    .filter(|p| *p > 0);
                 active.probe_port = Some(port.ok_or_else(|| {
                     refuse(
                         &at,
@@ -399,8 +399,8 @@ fn active(path: &str, fields: &[(String, Json)]) -> Result<Active, ConfigError> 
                     )
                 })?);
             }
-            ("headers", Json::Object(headers)) => probe_headers(&mut active, &at, headers)?,
-            ("expect_body", Json::String(regex)) => {
+            ("headers", Value::Object(headers)) => probe_headers(&mut active, &at, headers)?,
+            ("expect_body", Value::String(regex)) => {
                 let text = literal(regex).map_err(|meta| {
                     refuse(
                         &at,
@@ -411,12 +411,14 @@ fn active(path: &str, fields: &[(String, Json)]) -> Result<Active, ConfigError> 
                         ),
                     )
                 })?;
-                active.fields.push((key.clone(), Json::String(text)));
+                active.fields.insert(key.clone(), Value::String(text));
             }
-            _ => active.fields.push((key.clone(), value.clone())),
+            _ => {
+                active.fields.insert(key.clone(), value.clone());
+            }
         }
     }
-    let has = |name: &str| active.fields.iter().any(|(key, _)| key == name);
+    let has = |name: &str| active.fields.contains_key(name);
     if !has("uri") && !has("path") {
         return Err(refuse(
             join(path, "uri"),
@@ -427,7 +429,7 @@ fn active(path: &str, fields: &[(String, Json)]) -> Result<Active, ConfigError> 
     if !has("interval") {
         active
             .fields
-            .push(("interval".into(), Json::String(CADDY_INTERVAL.into())));
+            .insert("interval".into(), Value::String(CADDY_INTERVAL.into()));
     }
     Ok(active)
 }
@@ -437,18 +439,18 @@ fn active(path: &str, fields: &[(String, Json)]) -> Result<Active, ConfigError> 
 fn probe_headers(
     active: &mut Active,
     at: &str,
-    headers: &[(String, Json)],
+    headers: &Map<String, Value>,
 ) -> Result<(), ConfigError> {
-    let mut kept = Vec::new();
+    let mut kept = Map::new();
     for (name, values) in headers {
         let header = join(at, name);
         let texts = match values {
-            Json::Array(values) => values.iter().collect(),
+            Value::Array(values) => values.iter().collect(),
             value => vec![value],
         };
-        if let Some(Json::String(text)) = texts
+        if let Some(Value::String(text)) = texts
             .into_iter()
-            .find(|v| matches!(v, Json::String(t) if placeholder(t)))
+            .find(|v| matches!(v, Value::String(t) if placeholder(t)))
         {
             return Err(refuse(
                 header,
@@ -460,9 +462,9 @@ fn probe_headers(
         }
         if name.eq_ignore_ascii_case("host") {
             let host = match values {
-                Json::String(host) => host,
-                Json::Array(values) => match values.as_slice() {
-                    [Json::String(host)] => host,
+                Value::String(host) => host,
+                Value::Array(values) => match values.as_slice() {
+                    [Value::String(host)] => host,
                     _ => return Err(one_host(header)),
                 },
                 _ => return Err(one_host(header)),
@@ -472,11 +474,11 @@ fn probe_headers(
                 host: host.clone(),
             });
         } else {
-            kept.push((name.clone(), values.clone()));
+            kept.insert(name.clone(), values.clone());
         }
     }
     if !kept.is_empty() {
-        active.fields.push(("headers".into(), Json::Object(kept)));
+        active.fields.insert("headers".into(), Value::Object(kept));
     }
     Ok(())
 }
@@ -495,11 +497,11 @@ fn one_host(path: String) -> ConfigError {
 }
 
 /// Caddy's `health_checks.passive`.
-fn passive(path: &str, fields: &[(String, Json)]) -> Result<Vec<(String, Json)>, ConfigError> {
-    let mut passive = Vec::new();
+fn passive(path: &str, fields: &Map<String, Value>) -> Result<Map<String, Value>, ConfigError> {
+    let mut passive = Map::new();
     for (key, value) in fields {
         match (key.as_str(), value) {
-            (_, Json::Null) => {}
+            (_, Value::Null) => {}
             ("unhealthy_request_count", _) => {
                 return Err(refuse(
                     join(path, key),
@@ -507,15 +509,13 @@ fn passive(path: &str, fields: &[(String, Json)]) -> Result<Vec<(String, Json)>,
                      has no equivalent (Envoy's circuit breakers limit a whole cluster): remove it",
                 ))
             }
-            _ => passive.push((key.clone(), value.clone())),
+            _ => {
+                passive.insert(key.clone(), value.clone());
+            }
         }
     }
-    let has = |name: &str| passive.iter().any(|(key, _)| key == name);
-    if has("fail_duration") && !has("max_fails") {
-        passive.push((
-            "max_fails".into(),
-            Json::Number(Number::Unsigned(CADDY_MAX_FAILS)),
-        ));
+    if passive.contains_key("fail_duration") && !passive.contains_key("max_fails") {
+        passive.insert("max_fails".into(), Value::from(CADDY_MAX_FAILS));
     }
     Ok(passive)
 }

@@ -3,17 +3,21 @@
 //!
 //! The module's own parser checks the plugin configuration. What is checked here is what the
 //! Envoy configuration needs on top and would otherwise get wrong without a word: every backend
-//! has an address, no two share one or share a cluster, no cluster is named like the pool; and in
-//! host routing each address is written as Envoy prints it, because the `override_host` load
-//! balancer matches the header against the addresses Envoy connects to, character for character,
-//! and silently round-robins when nothing matches. That rules out host names there.
+//! has an address, no two share one or share a cluster, no cluster is named like the pool. What
+//! an address may be depends on the routing. In host routing the module reads it, as the filter
+//! does: the `override_host` load balancer matches the header against the addresses Envoy connects
+//! to, character for character, and silently round-robins when nothing matches, so it must be an
+//! IP address, and is written into the pool as the module reads it (as Envoy prints it). In
+//! cluster routing the plugin configuration carries no address, and each backend's cluster may
+//! resolve a host name by DNS.
 
 use std::fmt;
 use std::net::SocketAddr;
 
+use serde_json::Value;
 use upcheck_policy::{Config, ConfigError, RoutingMode};
 
-use crate::plugin::{Addresses, Source};
+use crate::plugin::{compact, Addresses, Document, Source};
 use crate::refuse;
 
 /// The cluster every backend is an endpoint of in host routing.
@@ -117,22 +121,27 @@ impl fmt::Display for Endpoint {
 pub fn plan(source: &Source, routing: Option<RoutingMode>) -> Result<Deployment, ConfigError> {
     let routing = routing.or(source.routing).unwrap_or(RoutingMode::Host);
     let locate = |error| source.origins.locate(error);
-    // Every field as the module checks it, addresses included. (Host routing would also have
-    // the module require them; `backends` does, in words that fit either routing.)
-    let checked = Config::parse(
-        source
-            .document
-            .text(RoutingMode::Cluster, Addresses::Keep)
-            .as_bytes(),
-    )
-    .map_err(locate)?;
-    let backends = backends(&checked, routing, source.probe_port).map_err(locate)?;
-    let addresses = match routing {
-        RoutingMode::Host => Addresses::Keep,
-        RoutingMode::Cluster => Addresses::Drop,
+    // Every field but the addresses as the module checks it: in cluster routing that is the
+    // whole plugin configuration, which leaves the addresses to the clusters.
+    let without_addresses = source.document.text(RoutingMode::Cluster, Addresses::Drop);
+    let checked = Config::parse(without_addresses.as_bytes()).map_err(locate)?;
+    let written = addresses(&source.document, checked.upstreams.len()).map_err(locate)?;
+    let (plugin, config, endpoints) = match routing {
+        RoutingMode::Cluster => (without_addresses, checked, written),
+        RoutingMode::Host => {
+            host_names(&written).map_err(locate)?;
+            // The module checks the rest: an IP address each, none twice, read as Envoy prints it.
+            let plugin = source.document.text(RoutingMode::Host, Addresses::Keep);
+            let config = Config::parse(plugin.as_bytes()).map_err(locate)?;
+            let endpoints = config
+                .upstreams
+                .iter()
+                .map(|u| u.address.clone().unwrap_or_default())
+                .collect();
+            (plugin, config, endpoints)
+        }
     };
-    let plugin = source.document.text(routing, addresses);
-    let config = Config::parse(plugin.as_bytes()).map_err(locate)?;
+    let backends = backends(&config, &endpoints, routing, source.probe_port).map_err(locate)?;
     Ok(Deployment {
         routing,
         config,
@@ -141,8 +150,48 @@ pub fn plan(source: &Source, routing: Option<RoutingMode>) -> Result<Deployment,
     })
 }
 
+/// Each of the `count` upstreams' `address`, as written.
+fn addresses(document: &Document, count: usize) -> Result<Vec<String>, ConfigError> {
+    (0..count)
+        .map(|i| {
+            let at = format!("upstreams[{i}].address");
+            match document.address(i) {
+                Some(Value::String(text)) => Ok(text.clone()),
+                Some(Value::Null) | None => Err(refuse(
+                    at,
+                    "missing; the Envoy configuration needs each backend's address: add \
+                     \"address\": \"ip:port\"",
+                )),
+                Some(other) => Err(refuse(
+                    at,
+                    format!("expected host:port, got {}", compact(other)),
+                )),
+            }
+        })
+        .collect()
+}
+
+/// Refuses a host name in host routing, where the pool's load balancer matches IP addresses.
+fn host_names(written: &[String]) -> Result<(), ConfigError> {
+    for (i, text) in written.iter().enumerate() {
+        if let Some(Endpoint::Name { .. }) = Endpoint::parse(text) {
+            return Err(refuse(
+                format!("upstreams[{i}].address"),
+                format!(
+                    "{text:?} is a host name; host routing needs the IP address, which is what \
+                     the pool's load balancer matches: write the IP address the name resolves \
+                     to, or use cluster routing, whose clusters resolve names"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The backends of `config`, whose upstreams are at `addresses` (in order).
 fn backends(
     config: &Config,
+    addresses: &[String],
     routing: RoutingMode,
     probe_port: Option<u16>,
 ) -> Result<Vec<Backend>, ConfigError> {
@@ -154,21 +203,11 @@ fn backends(
         ));
     }
     let mut backends: Vec<Backend> = Vec::new();
-    for (i, upstream) in config.upstreams.iter().enumerate() {
+    for (i, (upstream, text)) in config.upstreams.iter().zip(addresses).enumerate() {
         let at = format!("upstreams[{i}]");
         let address_at = format!("{at}.address");
-        let Some(text) = upstream.address.as_deref() else {
-            return Err(refuse(
-                address_at,
-                "missing; the Envoy configuration needs each backend's address: add \
-                 \"address\": \"ip:port\"",
-            ));
-        };
         let address = Endpoint::parse(text)
             .ok_or_else(|| refuse(&address_at, format!("expected host:port, got {text:?}")))?;
-        if routing == RoutingMode::Host {
-            as_envoy_prints_it(&address_at, text, &address)?;
-        }
         if backends.iter().any(|b| b.address == address) {
             return Err(refuse(
                 address_at,
@@ -203,28 +242,6 @@ fn backends(
         });
     }
     Ok(backends)
-}
-
-/// Refuses an address Envoy would print otherwise (host routing matches it as text).
-fn as_envoy_prints_it(at: &str, text: &str, address: &Endpoint) -> Result<(), ConfigError> {
-    match address {
-        Endpoint::Name { .. } => Err(refuse(
-            at,
-            format!(
-                "{text:?} is a host name; host routing needs the IP address, which is what the \
-                 pool's load balancer matches: write the IP address the name resolves to, or use \
-                 cluster routing, whose clusters resolve names"
-            ),
-        )),
-        Endpoint::Ip(ip) if ip.to_string() != text => Err(refuse(
-            at,
-            format!(
-                "write {text:?} as Envoy prints it, \"{ip}\": the pool's load balancer matches \
-                 it character for character"
-            ),
-        )),
-        Endpoint::Ip(_) => Ok(()),
-    }
 }
 
 #[cfg(test)]
@@ -346,14 +363,31 @@ mod tests {
     }
 
     #[test]
-    fn an_ip_address_not_written_as_envoy_prints_it_is_refused_in_host_routing() {
+    fn an_ip_address_spelled_another_way_is_written_as_envoy_prints_it() {
         let json = r#"{"upstreams": [{"name": "a", "address": "[0:0::1]:3000"}]}"#;
-        assert!(plan_of(json, Some(RoutingMode::Cluster)).is_ok());
+        for routing in [RoutingMode::Host, RoutingMode::Cluster] {
+            let d = plan_of(json, Some(routing)).expect("valid");
+            assert_eq!(d.backends[0].address.to_string(), "[::1]:3000");
+        }
+        let host = plan_of(json, Some(RoutingMode::Host)).expect("valid");
         assert_eq!(
-            plan_of(json, None).err().as_deref(),
+            host.config.upstreams[0].address.as_deref(),
+            Some("[::1]:3000")
+        );
+    }
+
+    #[test]
+    fn an_address_that_is_not_host_and_port_is_refused_in_either_routing() {
+        let json = r#"{"upstreams": [{"name": "a", "address": "10.0.0.1"}]}"#;
+        assert_eq!(
+            plan_of(json, Some(RoutingMode::Cluster)).err().as_deref(),
+            Some("upstreams[0].address: expected host:port, got \"10.0.0.1\"")
+        );
+        assert_eq!(
+            plan_of(json, Some(RoutingMode::Host)).err().as_deref(),
             Some(
-                "upstreams[0].address: write \"[0:0::1]:3000\" as Envoy prints it, \
-                 \"[::1]:3000\": the pool's load balancer matches it character for character"
+                "upstreams[0].address: expected ip:port like \"10.0.0.1:8080\" or \"[::1]:8080\", \
+                 got \"10.0.0.1\""
             )
         );
     }

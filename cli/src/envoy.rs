@@ -577,7 +577,7 @@ fn scalar(text: &str) -> String {
     if safe_chars && starts_well && !special {
         text.to_owned()
     } else {
-        crate::plugin::compact(&crate::json::Json::String(text.to_owned()))
+        crate::plugin::compact(&serde_json::Value::String(text.to_owned()))
     }
 }
 

@@ -7,12 +7,12 @@
 //! parser ([`upcheck_policy::Config::parse`]) so an input that passes here passes in Envoy, and
 //! refused with the JSON path and what to do when it cannot be honoured. The pieces:
 //! [`deployment`] turns an input into backends with Envoy endpoints, [`envoy`] writes the YAML,
-//! [`output`] replaces the output file atomically.
+//! [`output`] replaces the output file atomically. Input JSON is read by [`input`].
 
 pub mod caddy;
 pub mod deployment;
 pub mod envoy;
-mod json;
+mod input;
 mod literal;
 pub mod output;
 pub mod plugin;

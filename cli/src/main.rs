@@ -1,6 +1,10 @@
 //! `upcheck`: writes the Envoy configuration of an upcheck deployment, and checks plugin
 //! configurations, with the module's own parser.
 //!
+//! `check` prints the configuration in force, every default filled in, on standard output (JSON
+//! the module reads back to the same configuration, so it can be saved and diffed), and its
+//! one-line verdict on standard error, where it is seen without spoiling the JSON.
+//!
 //! Exit status: 0 done, 2 the input or the command line cannot be used (nothing is written),
 //! 1 the output could not be written.
 
@@ -34,7 +38,8 @@ enum Command {
     /// probe clusters, the routes and their retries, the wasm filter with the plugin
     /// configuration, admin on loopback.
     Envoy(EnvoyArgs),
-    /// Check a plugin configuration as the module does, and summarize it.
+    /// Check a plugin configuration as the module does: print the configuration in force, every
+    /// default filled in (JSON, on standard output), and a one-line summary (on standard error).
     Check {
         /// The plugin configuration (JSON); `-` reads standard input.
         config: PathBuf,
@@ -180,7 +185,12 @@ fn envoy(args: EnvoyArgs) -> Result<(), Failure> {
 
 fn check(path: &Path) -> Result<(), Failure> {
     let config = plugin::check(&read(path)?).map_err(|e| invalid(path, e))?;
-    println!("ok: {}", summary(&config));
+    let mut effective = config.effective_json();
+    effective.push('\n');
+    io::stdout()
+        .write_all(effective.as_bytes())
+        .map_err(|e| Failure::Output(format!("standard output: {e}")))?;
+    eprintln!("ok: {}", summary(&config));
     Ok(())
 }
 

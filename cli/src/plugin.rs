@@ -2,19 +2,21 @@
 //!
 //! The wasm filter's `configuration` is JSON, and what is embedded there is the input's own
 //! members in its order (not every default spelled out): an operator reads it as the block they
-//! wrote, with `routing` put first and each backend's address added. The document is held as the
-//! module's [`Json`] value, read by the module's own reader, so a broken file gets the message
-//! Envoy's log would show; and it is laid out one upstream and one check block to a line.
+//! wrote, with `routing` put first and each backend's address added. The module's own parser
+//! checks it, so a broken file gets the message Envoy's log would show (the addresses once the
+//! routing is decided, since what they may be depends on it). The document is held as
+//! serde_json's [`Value`] in document order ([`crate::input`]), and laid out one upstream and one
+//! check block to a line.
 //!
 //! [`Origins`] remembers where each part of a document came from, so an error found in a
 //! document built from Caddy's JSON names the field the operator wrote, not the one upcheck did.
 
 use std::fmt::Write as _;
 
-use crate::json::{self, Json, Number};
+use serde_json::{Map, Value};
 use upcheck_policy::{Config, ConfigError, RoutingMode};
 
-use crate::refuse;
+use crate::{input, refuse};
 
 /// What `upcheck envoy` reads: a plugin configuration and where its parts are in the input.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,10 +37,9 @@ pub struct Source {
 
 /// Checks a plugin configuration as the module does (pointing Caddy's JSON to `--from-caddy`).
 pub fn check(bytes: &[u8]) -> Result<Config, ConfigError> {
-    Config::parse(bytes).map_err(|error| match json::parse(bytes) {
-        Ok(Json::Object(members))
-            if members.iter().any(|(key, _)| key == "apps")
-                && !members.iter().any(|(key, _)| key == "upstreams") =>
+    Config::parse(bytes).map_err(|error| match input::parse(bytes) {
+        Ok(Value::Object(members))
+            if members.contains_key("apps") && !members.contains_key("upstreams") =>
         {
             refuse(
                 "apps",
@@ -49,23 +50,46 @@ pub fn check(bytes: &[u8]) -> Result<Config, ConfigError> {
     })
 }
 
-/// Reads an upcheck plugin configuration, checked as the module does.
+/// Reads an upcheck plugin configuration, checked as the module does but for the routing and the
+/// addresses: the command decides the routing, and what an address may be depends on it
+/// ([`crate::deployment::plan`] checks them).
 pub fn read(bytes: &[u8]) -> Result<Source, ConfigError> {
-    let config = check(bytes)?;
-    let Ok(Json::Object(members)) = json::parse(bytes) else {
-        return Err(refuse("", "expected a JSON object"));
+    let members = match input::parse(bytes) {
+        Ok(Value::Object(members)) => members,
+        // The module's message when it has one, as Envoy's log would show it.
+        other => {
+            check(bytes)?;
+            return Err(other
+                .err()
+                .unwrap_or_else(|| refuse("", "expected a JSON object")));
+        }
     };
-    let routing = members
-        .iter()
-        .any(|(key, value)| key == "routing" && *value != Json::Null)
-        .then_some(config.routing);
+    let routing = members.get("routing").map(routing).transpose()?;
+    let document = Document::new(members);
+    check(
+        document
+            .text(RoutingMode::Cluster, Addresses::Drop)
+            .as_bytes(),
+    )?;
     Ok(Source {
-        document: Document::new(members),
+        document,
         routing,
         origins: Origins::default(),
         probe_port: None,
         part: None,
     })
+}
+
+/// The routing an input's `routing` names.
+fn routing(value: &Value) -> Result<RoutingMode, ConfigError> {
+    match value.as_str() {
+        Some("host") => Ok(RoutingMode::Host),
+        Some("cluster") => Ok(RoutingMode::Cluster),
+        _ => Err(refuse(
+            "routing",
+            format!("expected \"cluster\" or \"host\", got {}", compact(value)),
+        )),
+    }
 }
 
 /// Whether a written document carries the backends' addresses.
@@ -81,18 +105,19 @@ pub enum Addresses {
 /// A plugin configuration: its members in order, `routing` aside (the command decides it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Document {
-    members: Vec<(String, Json)>,
+    members: Map<String, Value>,
 }
 
 impl Document {
     /// The document of `members` (a `routing` member among them is left out).
-    pub fn new(members: Vec<(String, Json)>) -> Document {
-        Document {
-            members: members
-                .into_iter()
-                .filter(|(key, _)| key != "routing")
-                .collect(),
-        }
+    pub fn new(mut members: Map<String, Value>) -> Document {
+        members.retain(|key, _| key != "routing");
+        Document { members }
+    }
+
+    /// The `address` of the `i`th upstream, as written.
+    pub fn address(&self, i: usize) -> Option<&Value> {
+        self.members.get("upstreams")?.get(i)?.get("address")
     }
 
     /// The document as JSON text: `routing` first, then the members in order; each upstream on
@@ -102,12 +127,12 @@ impl Document {
             RoutingMode::Host => "host",
             RoutingMode::Cluster => "cluster",
         };
-        let mut lines = vec![member("routing", &Json::String(routing.into()))];
+        let mut lines = vec![member("routing", &Value::String(routing.into()))];
         for (key, value) in &self.members {
             match (key.as_str(), value, addresses) {
-                ("upstreams", Json::Array(upstreams), Addresses::Drop) => {
+                ("upstreams", Value::Array(upstreams), Addresses::Drop) => {
                     let upstreams = upstreams.iter().map(without_address).collect();
-                    lines.push(member(key, &Json::Array(upstreams)));
+                    lines.push(member(key, &Value::Array(upstreams)));
                 }
                 _ => lines.push(member(key, value)),
             }
@@ -116,13 +141,13 @@ impl Document {
     }
 }
 
-fn without_address(upstream: &Json) -> Json {
+fn without_address(upstream: &Value) -> Value {
     match upstream {
-        Json::Object(fields) => Json::Object(
+        Value::Object(fields) => Value::Object(
             fields
                 .iter()
-                .filter(|(key, _)| key != "address")
-                .cloned()
+                .filter(|(key, _)| *key != "address")
+                .map(|(key, value)| (key.clone(), value.clone()))
                 .collect(),
         ),
         other => other.clone(),
@@ -130,18 +155,18 @@ fn without_address(upstream: &Json) -> Json {
 }
 
 /// One top-level member: a list one item to a line (aligned), an object one member to a line.
-fn member(key: &str, value: &Json) -> String {
-    let head = format!("{}: ", compact(&Json::String(key.into())));
+fn member(key: &str, value: &Value) -> String {
+    let head = format!("{}: ", compact(&Value::String(key.into())));
     match value {
-        Json::Array(items) if !items.is_empty() => {
+        Value::Array(items) if !items.is_empty() => {
             let align = format!(",\n{}", " ".repeat(head.chars().count() + 2));
             let items: Vec<String> = items.iter().map(compact).collect();
             format!("{head}[{}]", items.join(&align))
         }
-        Json::Object(fields) if !fields.is_empty() => {
+        Value::Object(fields) if !fields.is_empty() => {
             let fields: Vec<String> = fields
                 .iter()
-                .map(|(k, v)| format!("{}: {}", compact(&Json::String(k.clone())), compact(v)))
+                .map(|(k, v)| format!("{}: {}", compact(&Value::String(k.clone())), compact(v)))
                 .collect();
             format!("{head}{{\n   {}}}", fields.join(",\n   "))
         }
@@ -150,29 +175,24 @@ fn member(key: &str, value: &Json) -> String {
 }
 
 /// A value on one line, `", "` and `": "` between parts.
-pub fn compact(value: &Json) -> String {
+pub fn compact(value: &Value) -> String {
     let mut out = String::new();
     write_compact(value, &mut out);
     out
 }
 
-fn write_compact(value: &Json, out: &mut String) {
+fn write_compact(value: &Value, out: &mut String) {
     match value {
-        Json::Null => out.push_str("null"),
-        Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Json::Number(Number::Unsigned(n)) => {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        // A whole number as its digits; any other (a fraction, an exponent, a whole number past
+        // 64 bits) as the shortest text that reads back as the same float, which the module
+        // refuses as it refuses the original.
+        Value::Number(n) => {
             let _ = write!(out, "{n}");
         }
-        Json::Number(Number::Negative(n)) => {
-            let _ = write!(out, "{n}");
-        }
-        // The reader keeps no digits of these, and the module's messages show none: a number of
-        // the same kind gets the same message from `Config::parse`, which every document goes
-        // through before anything is written.
-        Json::Number(Number::Fraction) => out.push_str("0.5"),
-        Json::Number(Number::Huge) => out.push_str("18446744073709551616"),
-        Json::String(s) => write_string(s, out),
-        Json::Array(items) => {
+        Value::String(s) => write_string(s, out),
+        Value::Array(items) => {
             out.push('[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
@@ -182,7 +202,7 @@ fn write_compact(value: &Json, out: &mut String) {
             }
             out.push(']');
         }
-        Json::Object(fields) => {
+        Value::Object(fields) => {
             out.push('{');
             for (i, (key, value)) in fields.iter().enumerate() {
                 if i > 0 {
@@ -262,8 +282,8 @@ mod tests {
     use super::*;
 
     fn document(text: &str) -> Document {
-        match json::parse(text.as_bytes()) {
-            Ok(Json::Object(members)) => Document::new(members),
+        match input::parse(text.as_bytes()) {
+            Ok(Value::Object(members)) => Document::new(members),
             other => panic!("{text}: {other:?}"),
         }
     }
@@ -301,26 +321,31 @@ mod tests {
 
     #[test]
     fn strings_are_escaped_so_that_each_json_line_stays_one_yaml_line() {
-        let text = compact(&Json::String("a\"b\\c\nd\u{85}e\u{2028}é".into()));
+        let text = compact(&Value::String("a\"b\\c\nd\u{85}e\u{2028}é".into()));
         assert_eq!(text, r#""a\"b\\c\nd\u0085e\u2028é""#);
         assert_eq!(
-            json::parse(text.as_bytes()),
-            Ok(Json::String("a\"b\\c\nd\u{85}e\u{2028}é".into()))
+            input::parse(text.as_bytes()),
+            Ok(Value::String("a\"b\\c\nd\u{85}e\u{2028}é".into()))
         );
     }
 
     #[test]
-    fn a_fraction_is_written_so_that_the_module_refuses_it_as_it_would_the_original() {
-        let doc = document(r#"{"upstreams": [{"name": "a", "weight": 1.5}]}"#);
-        let error = Config::parse(doc.text(RoutingMode::Cluster, Addresses::Keep).as_bytes())
-            .expect_err("a fraction of a weight");
-        let original = Config::parse(br#"{"upstreams": [{"name": "a", "weight": 1.5}]}"#)
-            .expect_err("a fraction of a weight");
-        assert_eq!(error, original);
-        assert_eq!(
-            error.to_string(),
-            "upstreams[0].weight: expected a whole number, got a fraction"
-        );
+    fn a_number_that_is_not_a_64_bit_whole_one_is_written_so_that_the_module_refuses_it_alike() {
+        for (weight, got) in [
+            ("1.5", "a fraction"),
+            ("1e3", "a fraction"),
+            ("18446744073709551616", "a number too large for 64 bits"),
+        ] {
+            let original = format!(r#"{{"upstreams": [{{"name": "a", "weight": {weight}}}]}}"#);
+            let doc = document(&original);
+            let error = Config::parse(doc.text(RoutingMode::Cluster, Addresses::Keep).as_bytes())
+                .expect_err("not a whole 64-bit number");
+            assert_eq!(Config::parse(original.as_bytes()), Err(error.clone()));
+            assert_eq!(
+                error.to_string(),
+                format!("upstreams[0].weight: expected a whole number, got {got}")
+            );
+        }
     }
 
     #[test]
@@ -355,5 +380,23 @@ mod tests {
         assert_eq!(named.map(|s| s.routing), Ok(Some(RoutingMode::Cluster)));
         let unnamed = read(br#"{"upstreams": [{"name": "a"}]}"#);
         assert_eq!(unnamed.map(|s| s.routing), Ok(None));
+        let unknown = read(br#"{"routing": "hots", "upstreams": [{"name": "a"}]}"#);
+        assert_eq!(
+            unknown.map_err(|e| e.to_string()),
+            Err("routing: expected \"cluster\" or \"host\", got \"hots\"".into())
+        );
+    }
+
+    #[test]
+    fn the_addresses_are_left_to_the_routing_the_command_decides() {
+        let source = read(
+            br#"{"routing": "host", "upstreams": [{"name": "a", "address": "app1.internal:80"}]}"#,
+        )
+        .expect("host names are for the routing to judge");
+        assert_eq!(source.routing, Some(RoutingMode::Host));
+        assert_eq!(
+            source.document.address(0),
+            Some(&Value::String("app1.internal:80".into()))
+        );
     }
 }

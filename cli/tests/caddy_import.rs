@@ -446,7 +446,10 @@ fn the_modules_messages_name_the_field_as_caddy_has_it() {
     ));
     assert_eq!(
         bad_dial,
-        format!("{H}.upstreams[0].dial: expected host:port, got \"10.0.0.1\"")
+        format!(
+            "{H}.upstreams[0].dial: expected ip:port like \"10.0.0.1:8080\" or \"[::1]:8080\", \
+             got \"10.0.0.1\""
+        )
     );
     let twice = refusal(&caddy_with(
         r#""upstreams": [{"dial": "10.0.0.1:80"}, {"dial": "10.0.0.1:80"}],
@@ -467,14 +470,12 @@ fn the_modules_messages_name_the_field_as_caddy_has_it() {
     let timeout = refusal(&checks(r#"{"uri": "/up", "timeout": "40s"}"#, "{}"));
     assert_eq!(
         timeout,
-        format!(
-            "{H}.health_checks.active.timeout: must be shorter than interval (30.0s), got 40.0s"
-        )
+        format!("{H}.health_checks.active.timeout: must be shorter than interval (30s), got 40s")
     );
     let unknown = refusal(&checks(r#"{"uri": "/up", "expect_bdy": "ok"}"#, "{}"));
     assert!(
         unknown.starts_with(&format!(
-            "{H}.health_checks.active.expect_bdy: unknown field `expect_bdy`; known fields:"
+            "{H}.health_checks.active.expect_bdy: unknown field `expect_bdy`, expected one of"
         )),
         "{unknown}"
     );
@@ -512,7 +513,7 @@ fn a_host_name_dial_is_refused_in_host_routing_and_resolved_in_cluster_routing()
 fn input_that_is_not_caddys_json_is_refused_with_what_it_is() {
     assert_eq!(
         refusal(r#"{"apps": {"http": {"servers": "#),
-        "not valid JSON: unexpected end of the document at line 1 column 31"
+        "not valid JSON: EOF while parsing a value at line 1 column 30"
     );
     assert_eq!(
         refusal(r#"{"admin": {}}"#),
@@ -531,5 +532,20 @@ fn input_that_is_not_caddys_json_is_refused_with_what_it_is() {
         refusal(r#"{"upstreams": [{"name": "app1", "address": "10.0.0.1:80"}]}"#),
         "upstreams: this is an upcheck plugin configuration, not Caddy's: read it without \
          --from-caddy"
+    );
+}
+
+#[test]
+fn a_member_given_twice_is_refused_where_it_is_instead_of_the_last_one_winning() {
+    let message = refusal(&checks(
+        r#"{"uri": "/up"}"#,
+        r#"{"fail_duration": "10s", "max_fails": 3, "max_fails": 1}"#,
+    ));
+    assert_eq!(
+        message,
+        format!(
+            "{H}.health_checks.passive.max_fails: given twice in one object (keep one: a reader \
+             would silently use the last) at line 3 column 120"
+        )
     );
 }

@@ -1,12 +1,15 @@
 //! `upcheck envoy CONFIG.json` and `upcheck check CONFIG.json`: a plugin configuration is checked
 //! by the module's own parser, so the messages are those Envoy's log would show; a bad one exits
-//! with status 2 and writes nothing.
+//! with status 2 and writes nothing. A good one, `check` prints as it is in force, every default
+//! filled in.
 
 mod common;
 
 use std::fs;
 
 use common::{refused, stderr, upcheck, workspace};
+use serde_json::{json, Value};
+use upcheck_policy::Config;
 
 #[test]
 fn a_plugin_configuration_with_addresses_is_written_in_host_routing_by_default() {
@@ -64,7 +67,7 @@ fn broken_json_is_refused_with_the_line_and_column() {
     );
     assert_eq!(
         message,
-        "not valid JSON: expected a value at line 2 column 12"
+        "not valid JSON: expected value at line 2 column 12"
     );
 }
 
@@ -121,14 +124,53 @@ fn an_output_that_cannot_be_written_fails_with_exit_status_1() {
 }
 
 #[test]
-fn check_says_ok_with_a_summary_of_a_valid_configuration() {
+fn check_prints_the_configuration_in_force_and_says_ok_with_a_summary() {
     let output = upcheck(&workspace(), &["check", "config/upcheck.json"], b"");
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(
-        String::from_utf8_lossy(&output.stdout),
+        stderr(&output),
         "ok: 2 upstreams (app1, app2), routing cluster; probes GET /up every 10.0s, timeout \
          5.0s; 3 failures within 10.0s eject a backend\n"
     );
+    let file = fs::read(workspace().join("config/upcheck.json")).expect("config/upcheck.json");
+    let written = Config::parse(&file).unwrap_or_else(|e| panic!("{e}"));
+    let effective = Config::parse(&output.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(effective, written);
+    assert_eq!(
+        String::from_utf8(output.stdout).expect("utf-8"),
+        format!("{}\n", written.effective_json())
+    );
+}
+
+#[test]
+fn check_fills_in_every_default_the_configuration_leaves_out() {
+    let output = upcheck(
+        &workspace(),
+        &["check", "-"],
+        br#"{"upstreams": [{"name": "app1", "address": "10.0.0.1:80"}],
+             "health_checks": {"passive": {"max_fails": 5}}}"#,
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let effective: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let at = |pointer: &str| effective.pointer(pointer).cloned().unwrap_or(Value::Null);
+    assert_eq!(at("/health_checks/passive/max_fails"), json!(5));
+    assert_eq!(at("/upstreams/0/cluster"), json!("app1"));
+    assert_eq!(at("/upstreams/0/authority"), json!("app1"));
+    assert_eq!(at("/upstreams/0/weight"), json!(1));
+    assert_eq!(at("/upstreams/0/address"), json!("10.0.0.1:80"));
+    assert_eq!(at("/health_checks/active/path"), json!("/up"));
+    assert_eq!(at("/health_checks/active/interval"), json!("10s"));
+    assert_eq!(at("/health_checks/active/timeout"), json!("5s"));
+    assert_eq!(at("/health_checks/passive/fail_duration"), json!("10s"));
+    assert_eq!(
+        at("/health_checks/passive/unhealthy_status"),
+        json!([502, 503, 504])
+    );
+    assert_eq!(at("/health_checks/outlier/enabled"), json!(true));
+    assert_eq!(at("/routing"), json!("cluster"));
+    assert_eq!(at("/route_header"), json!("x-upcheck-upstream"));
+    assert_eq!(at("/jitter"), json!("1s"));
+    assert_eq!(at("/status_path"), json!("/upcheck/status"));
 }
 
 #[test]
@@ -143,7 +185,7 @@ fn check_refuses_an_invalid_configuration_with_the_modules_message_and_exit_stat
     assert_eq!(
         stderr(&output),
         "upcheck: standard input: health_checks.active.timeout: must be shorter than interval \
-         (10.0s), got 10.0s\n"
+         (10s), got 10s\n"
     );
 }
 
