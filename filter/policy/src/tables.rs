@@ -1,8 +1,15 @@
 //! The tables every VM of a process shares, their byte form, and the changes made to them.
 //!
-//! proxy-wasm shared data holds bytes, per `vm_id`. Two tables live there:
-//! - the probe table ([`ActiveTable`]): every backend's probe state, written only by the VM that
-//!   holds the probing lease;
+//! proxy-wasm shared data holds bytes, per `vm_id`; several plugin configurations (listeners,
+//! or an old one draining after an update) can share one. Every table is keyed by a backend's
+//! [`Upstream::key`](crate::config::Upstream::key), so a pool only ever reads its own backends.
+//! Three tables live there:
+//! - the announcements ([`AnnounceTable`]): for each backend, the newest configuration that lists
+//!   it, written when a configuration is taken; that configuration's prober probes it, so a
+//!   backend is probed once however many configurations list it, and an update's new backends
+//!   are probed at once rather than after the old configuration drains;
+//! - the probe table ([`ActiveTable`]): every backend's probe state, each entry written only by
+//!   the prober of the configuration it is announced to, merged by compare-and-swap;
 //! - the passive table ([`PassiveTable`]): every backend's remembered request failures and last
 //!   contact, changed by compare-and-swap from whichever VM saw the request, so one failure on
 //!   worker A and two on worker B are three. A change is a value ([`PassiveChange`]) applied to
@@ -26,11 +33,14 @@ use std::fmt;
 const VERSION: u8 = 2;
 const ACTIVE: u8 = b'a';
 const PASSIVE: u8 = b'p';
+const ANNOUNCE: u8 = b'n';
 
-/// Probe state by backend name.
+/// Probe state by backend key.
 pub type ActiveTable = Vec<(String, ActiveHealth)>;
-/// Passive state by backend name.
+/// Passive state by backend key.
 pub type PassiveTable = Vec<(String, PassiveHealth)>;
+/// By backend key, the fingerprint of the newest configuration that lists it.
+pub type AnnounceTable = Vec<(String, u64)>;
 
 /// Bytes that are not a table this build can read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +80,27 @@ pub fn decode_active(bytes: &[u8]) -> Result<ActiveTable, TableError> {
     decode(ACTIVE, bytes)
 }
 
+/// Puts `mine` (entries this VM probes) into `table`, replacing those entries and keeping the
+/// others (written by other configurations' probers).
+pub fn merge_active(table: &mut ActiveTable, mine: &ActiveTable) {
+    for (key, health) in mine {
+        match table.iter_mut().find(|(k, _)| k == key) {
+            Some((_, entry)) => *entry = *health,
+            None => table.push((key.clone(), *health)),
+        }
+    }
+}
+
+/// The announcements' bytes.
+pub fn encode_announce(table: &AnnounceTable) -> Vec<u8> {
+    encode(ANNOUNCE, table)
+}
+
+/// Reads what [`encode_announce`] wrote.
+pub fn decode_announce(bytes: &[u8]) -> Result<AnnounceTable, TableError> {
+    decode(ANNOUNCE, bytes)
+}
+
 /// The passive table's bytes.
 pub fn encode_passive(table: &PassiveTable) -> Vec<u8> {
     encode(PASSIVE, table)
@@ -88,8 +119,8 @@ pub fn decode_passive(bytes: &[u8]) -> Result<PassiveTable, TableError> {
 /// One request's news for the process-wide passive table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PassiveChange {
-    /// The backend's name.
-    pub name: String,
+    /// The backend's key.
+    pub key: String,
     /// When it happened.
     pub at: Time,
     /// Whether the request found something serving (`Some(false)`) or nothing (`Some(true)`);
@@ -111,10 +142,10 @@ pub struct Applied {
 impl PassiveChange {
     /// Applies the change to `table` (adding the backend if it is not there yet).
     pub fn apply(&self, table: &mut PassiveTable, config: &PassiveConfig) -> Option<Applied> {
-        let entry = match table.iter().position(|(n, _)| *n == self.name) {
+        let entry = match table.iter().position(|(k, _)| *k == self.key) {
             Some(at) => table.get_mut(at),
             None => {
-                table.push((self.name.clone(), PassiveHealth::default()));
+                table.push((self.key.clone(), PassiveHealth::default()));
                 table.last_mut()
             }
         };
@@ -190,7 +221,7 @@ mod tests {
             for (name, changes) in entries {
                 for (ms, refused, failed) in changes {
                     let change = PassiveChange {
-                        name: name.clone(),
+                        key: name.clone(),
                         at: Duration::from_millis(ms),
                         refused,
                         failure: RequestOutcome::Answered { status: 502, latency: Duration::ZERO }
@@ -209,7 +240,7 @@ mod tests {
         let passive = config().health_checks.passive;
         let mut table = PassiveTable::new();
         let change = PassiveChange {
-            name: "app1".into(),
+            key: "app1".into(),
             at: secs(1),
             refused: Some(false),
             failure: RequestOutcome::Answered {
@@ -266,7 +297,7 @@ mod tests {
         let applied: Vec<Option<Applied>> = (1..=3)
             .map(|t| {
                 PassiveChange {
-                    name: "app2".into(),
+                    key: "app2".into(),
                     at: secs(t),
                     refused: Some(false),
                     failure,
