@@ -44,7 +44,12 @@ pub struct EnvoyBuilder {
     filter: Option<Value>,
     routing: Routing,
     listen_ip: IpAddr,
+    second: Option<Value>,
 }
+
+/// The names of the users' listeners (also their stat prefixes).
+const FIRST: &str = "web";
+const SECOND: &str = "second";
 
 /// How an Envoy that was meant to refuse its configuration ended.
 #[derive(Debug)]
@@ -76,6 +81,47 @@ struct Dynamic {
     backends: Vec<(String, SocketAddr)>,
     filter: Option<WasmFilter>,
     routing: Routing,
+    second: Option<SecondListener>,
+}
+
+/// A second users' listener: its own port and plugin configuration, the first one's routes,
+/// clusters and `vm_id`.
+struct SecondListener {
+    addr: SocketAddr,
+    filter: WasmFilter,
+}
+
+impl SecondListener {
+    /// The second listener on a free port of `ip`, if `plugin_config` is set; an error with
+    /// [`Routing::Host`], whose one pool cluster would mix the two pools' backends.
+    fn new(plugin_config: Option<&Value>, ip: IpAddr, routing: Routing) -> Result<Option<Self>> {
+        let Some(config) = plugin_config else {
+            return Ok(None);
+        };
+        ensure!(
+            routing == Routing::Cluster,
+            "a second listener needs Routing::Cluster: in {routing:?} both would share one pool cluster"
+        );
+        Ok(Some(SecondListener {
+            addr: free_addr_on(ip)?,
+            filter: WasmFilter {
+                module: module()?,
+                config: config.clone(),
+            },
+        }))
+    }
+}
+
+/// Every users' listener: the first on `first` with `filter`, then `second` if any.
+fn listeners(
+    first: SocketAddr,
+    filter: Option<&WasmFilter>,
+    routing: Routing,
+    second: Option<&SecondListener>,
+) -> Vec<Value> {
+    let first = envoy_config::listener(FIRST, first, filter, routing);
+    let second = second.map(|s| envoy_config::listener(SECOND, s.addr, Some(&s.filter), routing));
+    [first].into_iter().chain(second).collect()
 }
 
 impl EnvoyBuilder {
@@ -119,6 +165,16 @@ impl EnvoyBuilder {
         self
     }
 
+    /// Adds a second users' listener, on its own free port (of the same address as the first),
+    /// with upcheck.wasm and this plugin configuration in the same `vm_id` as the first
+    /// listener's: two pools in one Envoy process, as an operator with two sites would run. Its
+    /// route is the first's and reaches every cluster, so which backends its users reach is the
+    /// plugin's doing. Only in [`Routing::Cluster`]; see [`Envoy::second_url`].
+    pub fn second_listener(mut self, plugin_config: Value) -> Self {
+        self.second = Some(plugin_config);
+        self
+    }
+
     /// The wasm filter as configured, with the module from `UPCHECK_WASM`.
     fn wasm(&self) -> Result<Option<WasmFilter>> {
         match &self.filter {
@@ -140,10 +196,15 @@ impl EnvoyBuilder {
         let _turn = TURN.lock().await;
         let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
         let bootstrap = dir.path().join("bootstrap.json");
-        let listener =
-            envoy_config::listener(free_addr_on(self.listen_ip)?, filter.as_ref(), self.routing);
+        let second = SecondListener::new(self.second.as_ref(), self.listen_ip, self.routing)?;
+        let listeners = listeners(
+            free_addr_on(self.listen_ip)?,
+            filter.as_ref(),
+            self.routing,
+            second.as_ref(),
+        );
         let clusters = envoy_config::clusters(&self.backends, self.routing);
-        let config = envoy_config::static_bootstrap(free_addr()?, listener, clusters);
+        let config = envoy_config::static_bootstrap(free_addr()?, listeners, clusters);
         std::fs::write(&bootstrap, config.to_string())?;
         let (log, out) = (dir.path().join("envoy.log"), dir.path().join("envoy.out"));
         let output = std::fs::File::create(&out)?;
@@ -179,19 +240,21 @@ impl EnvoyBuilder {
         })
     }
 
-    /// Starts Envoy and waits until it serves on its listener.
+    /// Starts Envoy and waits until it serves on its listeners.
     pub async fn start(self) -> Result<Envoy> {
         let filter = self.wasm()?;
+        let second = SecondListener::new(self.second.as_ref(), self.listen_ip, self.routing)?;
         let turn = TURN.lock().await;
         let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
         let xds = XdsFiles::create(&dir.path().join("xds"))?;
         let (listener, admin) = (free_addr_on(self.listen_ip)?, free_addr()?);
         xds.write_clusters(&envoy_config::clusters(&self.backends, self.routing))?;
-        xds.write_listeners(&[envoy_config::listener(
+        xds.write_listeners(&listeners(
             listener,
             filter.as_ref(),
             self.routing,
-        )])?;
+            second.as_ref(),
+        ))?;
         let bootstrap = dir.path().join("bootstrap.json");
         std::fs::write(
             &bootstrap,
@@ -202,6 +265,7 @@ impl EnvoyBuilder {
             backends: self.backends,
             filter,
             routing: self.routing,
+            second,
         };
         launch(
             self.concurrency,
@@ -296,6 +360,7 @@ impl Envoy {
             filter: None,
             routing: Routing::Cluster,
             listen_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            second: None,
         }
     }
 
@@ -312,6 +377,17 @@ impl Envoy {
     /// The URL of `path_and_query` on the admin interface (loopback), e.g. `/stats?filter=upcheck`.
     pub fn admin_url(&self, path_and_query: &str) -> String {
         format!("http://{}{path_and_query}", self.admin)
+    }
+
+    /// The URL of `path` on the second listener; an error if it was started without one
+    /// ([`EnvoyBuilder::second_listener`]).
+    pub fn second_url(&self, path: &str) -> Result<String> {
+        let second = self
+            .dynamic
+            .as_ref()
+            .and_then(|d| d.second.as_ref())
+            .context("this Envoy has no second listener")?;
+        Ok(format!("http://{}{path}", second.addr))
     }
 
     /// Envoy's pid.
@@ -368,8 +444,9 @@ impl Envoy {
         self.until_applied("cluster_manager.cds", update).await
     }
 
-    /// Replaces the plugin configuration while Envoy runs (a new listeners file) and waits until
-    /// the listener uses it.
+    /// Replaces the first listener's plugin configuration while Envoy runs (a new listeners file;
+    /// a second listener is written unchanged, so Envoy leaves it alone) and waits until the
+    /// listener uses it.
     ///
     /// Envoy updates the listener in place and keeps the VMs (same `vm_id` and code), so shared
     /// data survives; each VM gets a new root context and `on_configure`. A keep-alive connection
@@ -384,8 +461,12 @@ impl Envoy {
             .as_mut()
             .context("this Envoy runs without the wasm filter")?;
         filter.config = config;
-        let listener = envoy_config::listener(addr, dynamic.filter.as_ref(), dynamic.routing);
-        dynamic.xds.write_listeners(&[listener])?;
+        dynamic.xds.write_listeners(&listeners(
+            addr,
+            dynamic.filter.as_ref(),
+            dynamic.routing,
+            dynamic.second.as_ref(),
+        ))?;
         self.until_applied("listener_manager.lds", update).await
     }
 

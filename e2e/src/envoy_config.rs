@@ -66,11 +66,11 @@ pub fn bootstrap(admin: SocketAddr, lds: &Path, cds: &Path) -> Value {
     })
 }
 
-/// A bootstrap with everything static: loopback admin on `admin`, and `listener` and `clusters`
+/// A bootstrap with everything static: loopback admin on `admin`, and `listeners` and `clusters`
 /// (as [`listener`] and [`clusters`] render them) in `static_resources`, for a start-up that must
 /// fail. A plugin configuration the filter rejects fails a static listener, and Envoy with it;
 /// served over LDS it only gets the update rejected, and Envoy stays up without the listener.
-pub fn static_bootstrap(admin: SocketAddr, listener: Value, clusters: Vec<Value>) -> Value {
+pub fn static_bootstrap(admin: SocketAddr, listeners: Vec<Value>, clusters: Vec<Value>) -> Value {
     // `@type` names a resource's type in a discovery response; inside the bootstrap the field
     // already says it, and protobuf's JSON reader rejects the extra key.
     let untyped = |mut resource: Value| {
@@ -83,16 +83,22 @@ pub fn static_bootstrap(admin: SocketAddr, listener: Value, clusters: Vec<Value>
         "node": {"id": "upcheck-e2e", "cluster": "upcheck-e2e"},
         "admin": {"address": socket_address(admin)},
         "static_resources": {
-            "listeners": [untyped(listener)],
+            "listeners": listeners.into_iter().map(untyped).collect::<Vec<_>>(),
             "clusters": clusters.into_iter().map(untyped).collect::<Vec<_>>(),
         },
     })
 }
 
-/// The listener on `addr`. The routing header (set by the filter, or by the client when there
-/// is no filter) names a cluster ([`Routing::Cluster`]) or an address in the pool
-/// ([`Routing::Host`]); either way the backend never sees it.
-pub fn listener(addr: SocketAddr, filter: Option<&WasmFilter>, routing: Routing) -> Value {
+/// The listener `name` on `addr` (its name is also its stat prefix). The routing header (set by
+/// the filter, or by the client when there is no filter) names a cluster ([`Routing::Cluster`])
+/// or an address in the pool ([`Routing::Host`]); either way the backend never sees it. Every
+/// listener's filter runs in the same `vm_id`, as two listeners of one operator's Envoy would.
+pub fn listener(
+    name: &str,
+    addr: SocketAddr,
+    filter: Option<&WasmFilter>,
+    routing: Routing,
+) -> Value {
     let http_filters: Vec<Value> = filter
         .map(wasm_filter)
         .into_iter()
@@ -100,13 +106,13 @@ pub fn listener(addr: SocketAddr, filter: Option<&WasmFilter>, routing: Routing)
         .collect();
     json!({
         "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
-        "name": "web",
+        "name": name,
         "address": socket_address(addr),
         "filter_chains": [{"filters": [{
             "name": "envoy.filters.network.http_connection_manager",
             "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-                "stat_prefix": "web",
+                "stat_prefix": name,
                 "route_config": {
                     "name": "upcheck",
                     "virtual_hosts": [{

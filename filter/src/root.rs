@@ -87,8 +87,8 @@ impl RootContext for Root {
         if self.id == 0 {
             self.id = shared::vm_id();
         }
-        self.config_fingerprint = shared::fingerprint(&bytes);
-        shared::announce_config(self.config_fingerprint);
+        let fingerprint = shared::fingerprint(&bytes);
+        self.config_fingerprint = fingerprint;
         let configured = vm::with(&self.vm, |v| {
             log::debug!(
                 "upcheck: configured with {} backends",
@@ -104,10 +104,13 @@ impl RootContext for Root {
                 }
             };
             v.carry_out(effects, now);
+            if let Some(pool) = v.pool.as_ref() {
+                shared::announce(|table| pool.announce(table, fingerprint));
+            }
             // A root context created by a configuration update starts from what the process
             // already knows rather than from a cold start.
             v.resync();
-            v.sync(now);
+            v.sync(fingerprint, now);
         });
         self.set_tick(FIRST_TICK);
         configured.is_some()
@@ -120,6 +123,7 @@ impl RootContext for Root {
         }
         let held = shared::hold_lease(self.id, self.config_fingerprint, now, LEASE_TTL);
         let seed = self.id ^ nanos(now);
+        let fingerprint = self.config_fingerprint;
         vm::with(&self.vm, |v| {
             let Some(pool) = v.pool.as_mut() else {
                 return;
@@ -127,14 +131,14 @@ impl RootContext for Root {
             if held && !pool.probing() {
                 // Take over from the published table, then probe everything at once.
                 v.resync();
-                v.sync(now);
+                v.sync(fingerprint, now);
             }
             if let Some(pool) = v.pool.as_mut() {
                 let effects = pool.lease(held, now, seed);
                 v.carry_out(effects, now);
             }
             v.last_tick = now;
-            v.sync(now);
+            v.sync(fingerprint, now);
             if let Some(pool) = v.pool.as_mut() {
                 let effects = pool.tick(now);
                 v.carry_out(effects, now);

@@ -1,31 +1,34 @@
 //! Process-wide state in proxy-wasm shared data.
 //!
 //! Envoy runs one VM per worker plus the main thread's; shared data (per `vm_id`) is what they
-//! have in common. Four keys:
-//! - `upcheck.lease`: which VM probes (holder id, expiry), taken and renewed by compare-and-swap,
-//!   so exactly one prober runs per process whatever the worker count, in any host;
-//! - `upcheck.config`: a fingerprint of the newest plugin configuration. After a config update
-//!   Envoy keeps the old root contexts ticking until the old filter chain drains (up to
-//!   `--drain-time-s`); only a root with the newest configuration may hold the lease, so a
-//!   backend added by the update is probed at once, not after the drain;
-//! - `upcheck.active`: every backend's probe state, written only by the lease holder;
+//! have in common, and several plugin configurations can share a `vm_id` (two listeners, or an
+//! old configuration draining after an update). The keys:
+//! - `upcheck.lease.<fingerprint>`: which VM probes for a configuration (holder id, expiry),
+//!   taken and renewed by compare-and-swap, so exactly one prober runs per configuration
+//!   whatever the worker count, in any host;
+//! - `upcheck.announce`: for each backend, the newest configuration that lists it, whose prober
+//!   probes it ([`upcheck_policy::tables`]);
+//! - `upcheck.active`: every backend's probe state, each entry merged in by its prober;
 //! - `upcheck.passive`: every backend's remembered request failures and outlier record, updated
 //!   by compare-and-swap from whichever worker saw the failure (and by each worker's tick, with
 //!   its request counts), so 1 failure on worker A and 2 on worker B are 3.
 //!
-//! Values that do not decode (another version of upcheck sharing the `vm_id`) are reported and
-//! ignored rather than trusted.
+//! Every table is keyed by backend (name, cluster and address), so a pool never reads another
+//! pool's backends. Values that do not decode (another version of upcheck sharing the `vm_id`)
+//! are reported and ignored rather than trusted; a table that does not decode is replaced when
+//! written.
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
 use std::time::Duration;
 use upcheck_policy::config::HealthChecks;
 use upcheck_policy::lease;
-use upcheck_policy::tables::{self, ActiveTable, Applied, PassiveChange, PassiveTable, TableError};
+use upcheck_policy::tables::{
+    self, ActiveTable, AnnounceTable, Applied, PassiveChange, PassiveTable, TableError,
+};
 use upcheck_policy::Time;
 
-const LEASE: &str = "upcheck.lease";
-const CONFIG: &str = "upcheck.config";
+const ANNOUNCE: &str = "upcheck.announce";
 const ACTIVE: &str = "upcheck.active";
 const PASSIVE: &str = "upcheck.passive";
 const VM_SEQUENCE: &str = "upcheck.vm_sequence";
@@ -90,30 +93,61 @@ pub fn fingerprint(config: &[u8]) -> u64 {
     })
 }
 
-/// Announces the configuration a root context was just given: the newest one.
-pub fn announce_config(fingerprint: u64) {
-    if let Err(status) = hostcalls::set_shared_data(CONFIG, Some(&fingerprint.to_le_bytes()), None)
-    {
-        log::warn!("upcheck: announcing the configuration failed ({status:?})");
-    }
-}
-
-/// Takes or renews the probing lease for root context `me`, configured with `config`, until
-/// `now + ttl` (the rule is [`lease::claim`]); true if it holds it.
+/// Takes or renews the probing lease of the configuration whose fingerprint is `config`, for
+/// root context `me`, until `now + ttl` (the rule is [`lease::claim`]); true if it holds it.
 pub fn hold_lease(me: u64, config: u64, now: Time, ttl: Duration) -> bool {
-    let newest = get(CONFIG).and_then(|(bytes, _)| decode_u64(&bytes));
+    let key = format!("upcheck.lease.{config:016x}");
     // Created empty, then taken by compare-and-swap like any other time: two VMs creating it
     // at once cannot both win.
-    let Some((bytes, cas)) = get(LEASE).or_else(|| {
-        ensure(LEASE, &[0; 16]);
-        get(LEASE)
+    let Some((bytes, cas)) = get(&key).or_else(|| {
+        ensure(&key, &[0; 16]);
+        get(&key)
     }) else {
         return false;
     };
-    match lease::claim(Some(&bytes), me, config, newest, now, ttl) {
-        Some(lease) => swap(LEASE, &lease, cas),
+    match lease::claim(Some(&bytes), me, now, ttl) {
+        Some(lease) => swap(&key, &lease, cas),
         None => false,
     }
+}
+
+/// Applies `change` to the table at `key`, atomically with respect to other VMs; returns the
+/// table as written and what `change` returned.
+fn update<T: Default, R>(
+    key: &str,
+    decode: fn(&[u8]) -> Result<T, TableError>,
+    encode: fn(&T) -> Vec<u8>,
+    mut change: impl FnMut(&mut T) -> R,
+) -> Option<(T, R)> {
+    for _ in 0..CAS_ATTEMPTS {
+        let Some((bytes, cas)) = get(key) else {
+            ensure(key, &encode(&T::default()));
+            continue;
+        };
+        // A table that does not decode is replaced rather than trusted.
+        let mut table = decode(&bytes).unwrap_or_default();
+        let result = change(&mut table);
+        if swap(key, &encode(&table), cas) {
+            return Some((table, result));
+        }
+    }
+    log::warn!("upcheck: {key} was not updated: shared data kept changing");
+    None
+}
+
+/// Announces a configuration as the newest for each of its backends (`announce` does it).
+pub fn announce(announce: impl FnMut(&mut AnnounceTable)) {
+    update(
+        ANNOUNCE,
+        tables::decode_announce,
+        tables::encode_announce,
+        announce,
+    );
+}
+
+/// The announcements, if they changed since `seen`.
+pub fn read_announced(seen: Option<u32>) -> Option<(AnnounceTable, u32)> {
+    read_if_changed(ANNOUNCE, seen, tables::decode_announce)
 }
 
 /// Reads a table if it changed since `seen` (its last compare-and-swap value).
@@ -145,12 +179,14 @@ pub fn read_passive(seen: Option<u32>) -> Option<(PassiveTable, u32)> {
     read_if_changed(PASSIVE, seen, tables::decode_passive)
 }
 
-/// Publishes the probe table (only the lease holder writes it).
-pub fn write_active(table: &ActiveTable) {
-    let bytes = tables::encode_active(table);
-    if let Err(status) = hostcalls::set_shared_data(ACTIVE, Some(&bytes), None) {
-        log::warn!("upcheck: publishing probe results failed ({status:?})");
-    }
+/// Merges a prober's entries into the probe table.
+pub fn write_active(mine: &ActiveTable) {
+    update(
+        ACTIVE,
+        tables::decode_active,
+        tables::encode_active,
+        |table| tables::merge_active(table, mine),
+    );
 }
 
 /// Applies `change` to the passive table, atomically with respect to other VMs; returns the
@@ -159,21 +195,10 @@ pub fn update_passive(
     change: &PassiveChange,
     checks: &HealthChecks,
 ) -> Option<(PassiveTable, Applied)> {
-    for _ in 0..CAS_ATTEMPTS {
-        let Some((bytes, cas)) = get(PASSIVE) else {
-            ensure(PASSIVE, &tables::encode_passive(&PassiveTable::new()));
-            continue;
-        };
-        // A table that does not decode is replaced rather than trusted.
-        let mut table = tables::decode_passive(&bytes).unwrap_or_default();
-        let applied = change.apply(&mut table, checks);
-        if swap(PASSIVE, &tables::encode_passive(&table), cas) {
-            return Some((table, applied));
-        }
-    }
-    log::warn!(
-        "upcheck: news of {} was not shared: shared data kept changing",
-        change.name().unwrap_or("request counts")
-    );
-    None
+    update(
+        PASSIVE,
+        tables::decode_passive,
+        tables::encode_passive,
+        |table| change.apply(table, checks),
+    )
 }

@@ -66,6 +66,7 @@ pub struct Vm {
     /// The time of the last tick (or configuration): what picks use instead of reading the
     /// clock per request; it only matters at cold start, where a tick's precision is plenty.
     pub last_tick: Time,
+    seen_announced: Option<u32>,
     seen_active: Option<u32>,
     seen_passive: Option<u32>,
 }
@@ -106,17 +107,20 @@ impl Vm {
         started
     }
 
-    /// Takes in what other VMs published since the last look.
-    pub fn sync(&mut self, now: Time) {
+    /// Takes in what other VMs published since the last look; `fingerprint` is this root
+    /// context's configuration, for the announcements.
+    pub fn sync(&mut self, fingerprint: u64, now: Time) {
         let Some(pool) = self.pool.as_mut() else {
             return;
         };
         let mut effects = Effects::default();
-        if !pool.probing() {
-            if let Some((table, cas)) = shared::read_active(self.seen_active) {
-                effects.extend(pool.active_published(&table, now));
-                self.seen_active = Some(cas);
-            }
+        if let Some((table, cas)) = shared::read_announced(self.seen_announced) {
+            pool.announced(&table, fingerprint, now);
+            self.seen_announced = Some(cas);
+        }
+        if let Some((table, cas)) = shared::read_active(self.seen_active) {
+            effects.extend(pool.active_published(&table, now));
+            self.seen_active = Some(cas);
         }
         if let Some((table, cas)) = shared::read_passive(self.seen_passive) {
             effects.extend(pool.passive_published(&table, now));
@@ -127,6 +131,7 @@ impl Vm {
 
     /// Forgets what was read, so the next sync takes everything in again.
     pub fn resync(&mut self) {
+        self.seen_announced = None;
         self.seen_active = None;
         self.seen_passive = None;
     }

@@ -138,6 +138,16 @@ impl Upstream {
         self.authority.as_deref().unwrap_or(&self.name)
     }
 
+    /// Where its state lives in the process-wide tables: its name, cluster and address. Pools
+    /// that share a `vm_id` share a backend's state only when all three agree, that is, when it
+    /// is the same backend.
+    pub fn key(&self) -> String {
+        match &self.address {
+            Some(address) => format!("{}@{}@{address}", self.name, self.cluster()),
+            None => format!("{}@{}", self.name, self.cluster()),
+        }
+    }
+
     /// What the route header carries for it under `routing`.
     pub fn route_value(&self, routing: RoutingMode) -> &str {
         match (routing, &self.address) {

@@ -1,12 +1,12 @@
-//! Who probes for the process: a lease in shared data, taken and renewed by compare-and-swap.
+//! Who probes for a configuration: a lease in shared data, taken and renewed by compare-and-swap.
 //!
 //! Envoy ticks every VM (one per worker plus the main thread's); probes must go out once per
-//! backend per interval whatever their number, so one VM holds a lease and probes for all. The
-//! lease is 16 bytes: the holder's id and its expiry in nanoseconds, little-endian. A VM may take
-//! it when it is free, expired or already its own, and only while its configuration is the newest
-//! announced: after a configuration update the old root contexts keep ticking until the old
-//! filter chain drains, and a backend the update added must be probed at once, not after the
-//! drain. The adapter reads the lease, asks [`claim`], and swaps in what it returns.
+//! backend per interval whatever their number, so for each plugin configuration one VM holds a
+//! lease and probes for all of them. The lease is 16 bytes: the holder's id and its expiry in
+//! nanoseconds, little-endian. A VM may take it when it is free, expired or already its own.
+//! Which backends a configuration's prober probes is the business of [`crate::tables`]'s
+//! announcements: each backend is probed for the newest configuration that lists it. The adapter
+//! reads the lease, asks [`claim`], and swaps in what it returns.
 
 use crate::Time;
 use std::time::Duration;
@@ -28,19 +28,8 @@ fn nanos(t: Time) -> u64 {
 }
 
 /// The bytes to swap in for VM `me` to hold the lease until `now + ttl`, or `None` if another
-/// VM holds it or `me`'s configuration (`mine`) is not the newest announced (`newest`).
-/// `current` is the lease as read (`None` if there is none yet).
-pub fn claim(
-    current: Option<&[u8]>,
-    me: u64,
-    mine: u64,
-    newest: Option<u64>,
-    now: Time,
-    ttl: Duration,
-) -> Option<[u8; 16]> {
-    if newest.is_some_and(|newest| newest != mine) {
-        return None; // a root context with an older configuration, draining
-    }
+/// VM holds it. `current` is the lease as read (`None` if there is none yet).
+pub fn claim(current: Option<&[u8]>, me: u64, now: Time, ttl: Duration) -> Option<[u8; 16]> {
     let (holder, expiry) = current.map(decode).unwrap_or((0, 0));
     if holder != me && holder != 0 && expiry > nanos(now) {
         return None;
@@ -61,40 +50,18 @@ mod tests {
 
     #[test]
     fn a_free_lease_is_taken_and_renewed_by_its_holder_only_until_it_expires() {
-        let mine = claim(None, 1, 7, Some(7), S, S).unwrap_or_default();
-        assert!(
-            claim(Some(&mine), 2, 7, Some(7), S, S).is_none(),
-            "held by 1"
-        );
-        assert!(claim(Some(&mine), 1, 7, Some(7), S, S).is_some(), "renewed");
-        assert!(
-            claim(
-                Some(&mine),
-                2,
-                7,
-                Some(7),
-                2 * S + Duration::from_nanos(1),
-                S
-            )
-            .is_some(),
-            "expired"
-        );
-    }
-
-    #[test]
-    fn a_root_context_with_an_older_configuration_never_takes_the_lease() {
-        assert!(claim(None, 1, 6, Some(7), S, S).is_none());
-        assert!(
-            claim(None, 1, 6, None, S, S).is_some(),
-            "nothing announced yet"
-        );
+        let mine = claim(None, 1, S, S).unwrap_or_default();
+        assert!(claim(Some(&mine), 2, S, S).is_none(), "held by 1");
+        assert!(claim(Some(&mine), 1, S, S).is_some(), "renewed");
+        let later = 2 * S + Duration::from_nanos(1);
+        assert!(claim(Some(&mine), 2, later, S).is_some(), "expired");
     }
 
     #[test]
     fn lease_bytes_of_any_length_are_read_without_panicking() {
         for len in 0..20 {
             let bytes = vec![0xff; len];
-            let _ = claim(Some(&bytes), 1, 7, Some(7), S, S);
+            let _ = claim(Some(&bytes), 1, S, S);
         }
     }
 }

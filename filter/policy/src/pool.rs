@@ -30,7 +30,9 @@ use crate::outlier::{judge, run_rule, FailureKind, Traffic};
 use crate::passive::{Outstanding, Recorded, RequestOutcome};
 use crate::schedule::{ProbeSlot, Schedule};
 use crate::select::Rotation;
-use crate::tables::{ActiveTable, Applied, OutlierNews, PassiveChange, PassiveTable, RequestNews};
+use crate::tables::{
+    ActiveTable, AnnounceTable, Applied, OutlierNews, PassiveChange, PassiveTable, RequestNews,
+};
 use crate::Time;
 use std::time::Duration;
 
@@ -49,6 +51,10 @@ pub enum Pick {
 pub struct Member<H> {
     /// Its configuration: name, weight, cluster, address.
     pub upstream: Upstream,
+    /// Its key in the process-wide tables ([`Upstream::key`]).
+    pub key: String,
+    /// Whether this configuration is the newest that lists it, so its prober probes it.
+    probed_here: bool,
     /// What probes and requests say about it.
     pub evidence: Evidence,
     /// Whether it takes traffic now.
@@ -80,7 +86,7 @@ impl<H> Member<H> {
 #[derive(Debug, Clone)]
 struct SentProbe {
     token: u32,
-    name: String,
+    key: String,
     sent: Time,
 }
 
@@ -160,9 +166,10 @@ impl<H> Pool<H> {
         let mut old: Vec<Option<Member<H>>> = self.members.drain(..).map(Some).collect();
         let mut kept = Vec::with_capacity(config.upstreams.len());
         for upstream in &config.upstreams {
+            let key = upstream.key();
             let previous = old
                 .iter()
-                .position(|m| m.as_ref().is_some_and(|m| m.name() == upstream.name));
+                .position(|m| m.as_ref().is_some_and(|m| m.key == key));
             let member = match previous.and_then(|at| old.get_mut(at).and_then(Option::take)) {
                 Some(mut member) => {
                     member.upstream = upstream.clone();
@@ -170,6 +177,8 @@ impl<H> Pool<H> {
                 }
                 None => Member {
                     upstream: upstream.clone(),
+                    key,
+                    probed_here: true,
                     evidence: Evidence::new(now),
                     routable: false,
                     ejected: false,
@@ -218,6 +227,38 @@ impl<H> Pool<H> {
     /// The position of the backend named `name`.
     pub fn index_of(&self, name: &str) -> Option<usize> {
         self.members.iter().position(|m| m.name() == name)
+    }
+
+    /// The position of the backend whose key is `key`.
+    fn index_of_key(&self, key: &str) -> Option<usize> {
+        self.members.iter().position(|m| m.key == key)
+    }
+
+    /// Announces this configuration, whose fingerprint is `fingerprint`, as the newest that
+    /// lists each of its backends.
+    pub fn announce(&self, table: &mut AnnounceTable, fingerprint: u64) {
+        for m in &self.members {
+            match table.iter_mut().find(|(k, _)| *k == m.key) {
+                Some((_, newest)) => *newest = fingerprint,
+                None => table.push((m.key.clone(), fingerprint)),
+            }
+        }
+    }
+
+    /// The announcements as published: this configuration (`fingerprint`) probes the backends
+    /// it is the newest to list, and takes the others' probe state from their prober. A
+    /// backend it starts to probe is probed at once.
+    pub fn announced(&mut self, table: &AnnounceTable, fingerprint: u64, now: Time) {
+        for m in &mut self.members {
+            let here = entry(table, usize::MAX, &m.key).is_none_or(|newest| *newest == fingerprint);
+            if here && !m.probed_here {
+                m.probe = ProbeSlot::due_at(now);
+                if let Some(prober) = self.prober.as_mut() {
+                    prober.earliest = now;
+                }
+            }
+            m.probed_here = here;
+        }
     }
 
     /// The backend whose address (what `host` routing names) is `address`.
@@ -310,7 +351,7 @@ impl<H> Pool<H> {
             .members
             .iter_mut()
             .filter(|m| m.traffic != Traffic::default())
-            .map(|m| (m.name().to_owned(), std::mem::take(&mut m.traffic)))
+            .map(|m| (m.key.clone(), std::mem::take(&mut m.traffic)))
             .collect();
         if !deltas.is_empty() {
             effects.share.push(PassiveChange::Traffic(deltas));
@@ -333,7 +374,7 @@ impl<H> Pool<H> {
             let config = &self.config.health_checks.outlier;
             if let Some(verdict) = judge(&traffic, standing, &starts, [&peers], config, now) {
                 effects.share.push(PassiveChange::Eject {
-                    name: m.name().to_owned(),
+                    key: m.key.clone(),
                     at: now,
                     verdict,
                 });
@@ -372,7 +413,7 @@ impl<H> Pool<H> {
             .partition(|p| now.saturating_sub(p.sent) >= abandon_after(timeout));
         prober.sent = kept;
         for probe in gone {
-            if let Some(i) = self.index_of(&probe.name) {
+            if let Some(i) = self.index_of_key(&probe.key) {
                 self.observe_probe(i, ProbeOutcome::Timeout(timeout), now, effects);
             }
         }
@@ -389,6 +430,9 @@ impl<H> Pool<H> {
         }
         let mut earliest = now + interval;
         for (i, m) in self.members.iter_mut().enumerate() {
+            if !m.probed_here {
+                continue;
+            }
             if prober.schedule.take(&mut m.probe, now, interval, jitter) {
                 effects.probes.push(i);
             }
@@ -404,7 +448,7 @@ impl<H> Pool<H> {
         };
         prober.sent.push(SentProbe {
             token,
-            name: m.name().to_owned(),
+            key: m.key.clone(),
             sent: now,
         });
     }
@@ -448,7 +492,7 @@ impl<H> Pool<H> {
             return effects;
         };
         let probe = prober.sent.swap_remove(at);
-        let Some(index) = self.index_of(&probe.name) else {
+        let Some(index) = self.index_of_key(&probe.key) else {
             return effects; // removed by a reconfiguration meanwhile
         };
         let active = &self.config.health_checks.active;
@@ -625,7 +669,7 @@ impl<H> Pool<H> {
             });
         }
         effects.share.push(PassiveChange::Request(RequestNews {
-            name: m.name().to_owned(),
+            key: m.key.clone(),
             at,
             refused: outcome.contact().filter(|_| passive),
             failure,
@@ -669,7 +713,7 @@ impl<H> Pool<H> {
         let Some((change, applied)) = applied else {
             return effects;
         };
-        let Some(index) = change.name().and_then(|name| self.index_of(name)) else {
+        let Some(index) = change.key().and_then(|key| self.index_of_key(key)) else {
             return effects;
         };
         if let Some((last, Recorded::Filled { until })) = applied.failure {
@@ -724,15 +768,16 @@ impl<H> Pool<H> {
         effects
     }
 
-    /// The probe table as the prober published it (the prober itself skips it: its own state
-    /// is newer).
+    /// The probe table as the probers published it (a backend this VM probes itself is
+    /// skipped: its own state is newer).
     pub fn active_published(&mut self, table: &ActiveTable, now: Time) -> Effects {
         let mut effects = Effects::default();
-        if self.prober.is_some() {
-            return effects;
-        }
+        let probing = self.prober.is_some();
         for (i, m) in self.members.iter_mut().enumerate() {
-            if let Some(active) = entry(table, i, m.name()) {
+            if probing && m.probed_here {
+                continue;
+            }
+            if let Some(active) = entry(table, i, &m.key) {
                 if m.evidence.active != *active {
                     m.evidence.active = *active;
                     self.changed = true;
@@ -744,17 +789,18 @@ impl<H> Pool<H> {
         effects
     }
 
-    /// This VM's probe table, for the prober to publish.
+    /// The probe state of the backends this VM probes, for it to merge into the probe table.
     pub fn active_table(&self) -> ActiveTable {
         self.members
             .iter()
-            .map(|m| (m.name().to_owned(), m.evidence.active))
+            .filter(|m| m.probed_here)
+            .map(|m| (m.key.clone(), m.evidence.active))
             .collect()
     }
 
     fn adopt_passive(&mut self, table: &PassiveTable) {
         for (i, m) in self.members.iter_mut().enumerate() {
-            if let Some(passive) = entry(table, i, m.name()) {
+            if let Some(passive) = entry(table, i, &m.key) {
                 if m.evidence.passive != *passive {
                     m.evidence.passive = passive.clone();
                     self.changed = true;
@@ -783,9 +829,11 @@ impl<H> Pool<H> {
             .min();
         let evidence: Vec<Evidence> = self.members.iter().map(|m| m.evidence.clone()).collect();
         let routing = route(&evidence, now, &self.config);
-        let reporting = self.prober.is_some();
+        let prober = self.prober.is_some();
         let mut routable_changed = false;
         for (i, m) in self.members.iter_mut().enumerate() {
+            // Each backend's changes are reported by its own prober, so once per process.
+            let reporting = prober && m.probed_here;
             let routable = routing.routable.get(i).copied().unwrap_or(false);
             let ejected = routing.ejected.get(i).copied().unwrap_or(false);
             routable_changed |= routable != m.routable;
@@ -832,7 +880,7 @@ impl<H> Pool<H> {
         }
         if routing.guard != self.guard {
             self.guard = routing.guard;
-            if reporting {
+            if prober {
                 effects.events.push(Event::Guard(routing.guard));
             }
         }
@@ -877,12 +925,12 @@ fn view<H>(m: &Member<H>) -> Traffic {
     traffic
 }
 
-/// Backend `name`'s entry in a shared table; tables written from the same configuration list
+/// The entry for `key` in a shared table; tables written from the same configuration list
 /// backends in its order, so position `i` is tried first.
-fn entry<'a, T>(table: &'a [(String, T)], i: usize, name: &str) -> Option<&'a T> {
+fn entry<'a, T>(table: &'a [(String, T)], i: usize, key: &str) -> Option<&'a T> {
     table
         .get(i)
-        .filter(|(n, _)| n == name)
-        .or_else(|| table.iter().find(|(n, _)| n == name))
+        .filter(|(k, _)| k == key)
+        .or_else(|| table.iter().find(|(k, _)| k == key))
         .map(|(_, t)| t)
 }

@@ -1,8 +1,15 @@
 //! The tables every VM of a process shares, their byte form, and the changes made to them.
 //!
-//! proxy-wasm shared data holds bytes, per `vm_id`. Two tables live there:
-//! - the probe table ([`ActiveTable`]): every backend's probe state, written only by the VM that
-//!   holds the probing lease;
+//! proxy-wasm shared data holds bytes, per `vm_id`; several plugin configurations (listeners,
+//! or an old one draining after an update) can share one. Every table is keyed by a backend's
+//! [`Upstream::key`](crate::config::Upstream::key), so a pool only ever reads its own backends.
+//! Three tables live there:
+//! - the announcements ([`AnnounceTable`]): for each backend, the newest configuration that lists
+//!   it, written when a configuration is taken; that configuration's prober probes it, so a
+//!   backend is probed once however many configurations list it, and an update's new backends
+//!   are probed at once rather than after the old configuration drains;
+//! - the probe table ([`ActiveTable`]): every backend's probe state, each entry written only by
+//!   the prober of the configuration it is announced to, merged by compare-and-swap;
 //! - the passive table ([`PassiveTable`]): every backend's remembered request failures, last
 //!   contact and outlier record (traffic counts, run of failures, standing), changed by
 //!   compare-and-swap from whichever VM saw the request, so one failure on worker A and two on
@@ -29,11 +36,14 @@ use std::fmt;
 const VERSION: u8 = 3;
 const ACTIVE: u8 = b'a';
 const PASSIVE: u8 = b'p';
+const ANNOUNCE: u8 = b'n';
 
-/// Probe state by backend name.
+/// Probe state by backend key.
 pub type ActiveTable = Vec<(String, ActiveHealth)>;
-/// Passive state by backend name.
+/// Passive state by backend key.
 pub type PassiveTable = Vec<(String, PassiveHealth)>;
+/// By backend key, the fingerprint of the newest configuration that lists it.
+pub type AnnounceTable = Vec<(String, u64)>;
 
 /// Bytes that are not a table this build can read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +83,27 @@ pub fn decode_active(bytes: &[u8]) -> Result<ActiveTable, TableError> {
     decode(ACTIVE, bytes)
 }
 
+/// Puts `mine` (entries this VM probes) into `table`, replacing those entries and keeping the
+/// others (written by other configurations' probers).
+pub fn merge_active(table: &mut ActiveTable, mine: &ActiveTable) {
+    for (key, health) in mine {
+        match table.iter_mut().find(|(k, _)| k == key) {
+            Some((_, entry)) => *entry = *health,
+            None => table.push((key.clone(), *health)),
+        }
+    }
+}
+
+/// The announcements' bytes.
+pub fn encode_announce(table: &AnnounceTable) -> Vec<u8> {
+    encode(ANNOUNCE, table)
+}
+
+/// Reads what [`encode_announce`] wrote.
+pub fn decode_announce(bytes: &[u8]) -> Result<AnnounceTable, TableError> {
+    decode(ANNOUNCE, bytes)
+}
+
 /// The passive table's bytes.
 pub fn encode_passive(table: &PassiveTable) -> Vec<u8> {
     encode(PASSIVE, table)
@@ -93,14 +124,14 @@ pub fn decode_passive(bytes: &[u8]) -> Result<PassiveTable, TableError> {
 pub enum PassiveChange {
     /// One request's news about its backend.
     Request(RequestNews),
-    /// One VM's request outcomes since it last shared them, per backend name: added to the shared
+    /// One VM's request outcomes since it last shared them, per backend key: added to the shared
     /// counts, once a tick, so every VM judges on the whole process's traffic.
     Traffic(Vec<(String, Traffic)>),
     /// An outlier ejection one VM's judgment at a tick decided (unless another VM's already
     /// ejected the backend).
     Eject {
-        /// The backend's name.
-        name: String,
+        /// The backend's key.
+        key: String,
         /// When it was judged.
         at: Time,
         /// Why.
@@ -111,8 +142,8 @@ pub enum PassiveChange {
 /// One request's news for the process-wide passive table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestNews {
-    /// The backend's name.
-    pub name: String,
+    /// The backend's key.
+    pub key: String,
     /// When it happened.
     pub at: Time,
     /// Whether the request found something serving (`Some(false)`) or nothing (`Some(true)`);
@@ -146,11 +177,11 @@ pub struct Applied {
 }
 
 /// Backend `name`'s entry in `table`, added if it is not there yet.
-fn entry_mut<'a>(table: &'a mut PassiveTable, name: &str) -> Option<&'a mut PassiveHealth> {
-    let at = match table.iter().position(|(n, _)| n == name) {
+fn entry_mut<'a>(table: &'a mut PassiveTable, key: &str) -> Option<&'a mut PassiveHealth> {
+    let at = match table.iter().position(|(k, _)| k == key) {
         Some(at) => at,
         None => {
-            table.push((name.to_owned(), PassiveHealth::default()));
+            table.push((key.to_owned(), PassiveHealth::default()));
             table.len() - 1
         }
     };
@@ -159,11 +190,11 @@ fn entry_mut<'a>(table: &'a mut PassiveTable, name: &str) -> Option<&'a mut Pass
 
 impl PassiveChange {
     /// The backend it is about, if one.
-    pub fn name(&self) -> Option<&str> {
+    pub fn key(&self) -> Option<&str> {
         match self {
-            PassiveChange::Request(news) => Some(&news.name),
+            PassiveChange::Request(news) => Some(&news.key),
             PassiveChange::Traffic(_) => None,
-            PassiveChange::Eject { name, .. } => Some(name),
+            PassiveChange::Eject { key, .. } => Some(key),
         }
     }
 
@@ -172,7 +203,7 @@ impl PassiveChange {
         let mut applied = Applied::default();
         match self {
             PassiveChange::Request(news) => {
-                let Some(health) = entry_mut(table, &news.name) else {
+                let Some(health) = entry_mut(table, &news.key) else {
                     return applied;
                 };
                 if let Some(refused) = news.refused {
@@ -186,14 +217,14 @@ impl PassiveChange {
                 }
             }
             PassiveChange::Traffic(deltas) => {
-                for (name, delta) in deltas {
-                    if let Some(health) = entry_mut(table, name) {
+                for (key, delta) in deltas {
+                    if let Some(health) = entry_mut(table, key) {
                         health.traffic.merge(delta);
                     }
                 }
             }
-            PassiveChange::Eject { name, at, verdict } => {
-                if let Some(health) = entry_mut(table, name) {
+            PassiveChange::Eject { key, at, verdict } => {
+                if let Some(health) = entry_mut(table, key) {
                     if !health.outlier.is_ejected(*at) {
                         let ejection = health.outlier.eject(verdict.clone(), *at, &checks.outlier);
                         applied.ejection = Some((verdict.clone(), ejection));
@@ -296,7 +327,7 @@ mod tests {
                     traffic.record(at, kind, Some(Duration::from_millis(ms % 300)), checks.outlier.window);
                     let changes = [
                         PassiveChange::Request(RequestNews {
-                            name: name.clone(),
+                            key: name.clone(),
                             at,
                             refused,
                             failure: RequestOutcome::Answered { status: 502, latency: Duration::ZERO }
@@ -362,7 +393,7 @@ mod tests {
     /// A 502 at `name`, at `at`, that counts for both the failure window and the run rule.
     fn news(name: &str, at: Duration, checks: &HealthChecks) -> PassiveChange {
         PassiveChange::Request(RequestNews {
-            name: name.into(),
+            key: name.into(),
             at,
             refused: Some(false),
             failure: RequestOutcome::Answered {
@@ -413,7 +444,7 @@ mod tests {
             .collect();
         assert_eq!(ejected, [false, false, false, false, true, false]);
         let success = PassiveChange::Request(RequestNews {
-            name: "app2".into(),
+            key: "app2".into(),
             at: secs(7),
             refused: Some(false),
             failure: None,

@@ -1203,7 +1203,7 @@ fn a_success_at_a_backend_on_no_run_of_failures_reads_no_clock_and_shares_nothin
     let counted = |table: &upcheck_policy::tables::PassiveTable| {
         table
             .iter()
-            .find(|(n, _)| n == "app1")
+            .find(|(key, _)| key == "app1@app1")
             .map_or(0.0, |(_, h)| h.traffic.requests(secs(2), WINDOW))
     };
     assert_eq!((counted(&before), counted(&proxy.table)), (0.0, 1.0));
