@@ -58,17 +58,22 @@ fn bootstrap(
             };
             envoy_config::static_bootstrap(
                 admin,
-                envoy_config::listener(listener, Some(&filter), *routing),
+                vec![envoy_config::listener(
+                    "web",
+                    listener,
+                    Some(&filter),
+                    *routing,
+                )],
                 envoy_config::clusters(backends, *routing),
             )
         }
         Front::EnvoyChecks => {
-            let mut listener = envoy_config::listener(listener, None, Routing::Cluster);
+            let mut listener = envoy_config::listener("web", listener, None, Routing::Cluster);
             let route = "/filter_chains/0/filters/0/typed_config/route_config/virtual_hosts/0/routes/0/route";
             if let Some(route) = listener.pointer_mut(route) {
                 *route = json!({"cluster": POOL});
             }
-            envoy_config::static_bootstrap(admin, listener, vec![pool(backends)])
+            envoy_config::static_bootstrap(admin, vec![listener], vec![pool(backends)])
         }
     }
 }
