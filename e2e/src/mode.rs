@@ -51,6 +51,18 @@ pub enum Mode {
     /// `garbage`: every response, on every connection, is replaced by bytes that are not HTTP
     /// (no status line), as a server speaking another protocol on the port would send.
     Garbage,
+    /// `lag:DURATION`: the probe passes at once, every other path answers 200 after DURATION: a
+    /// backend whose pages wait on something slow (its database) while its `/up` does not.
+    Lag(Duration),
+    /// `bug:PERCENT%:N`: the probe passes, and that share of pages answers N, spread evenly over
+    /// the pages in the order they arrive (at 20 %, every fifth): an app bug behind one URL, the
+    /// same on every backend running the app.
+    Bug {
+        /// The share of pages that fail, 1 to 100.
+        percent: u8,
+        /// What they answer.
+        status: u16,
+    },
 }
 
 /// How a backend in some mode answers one request.
@@ -68,8 +80,9 @@ pub enum Answer {
 }
 
 impl Mode {
-    /// How this mode answers a request for `path`, `elapsed` after the backend started.
-    pub fn answer(&self, path: &str, elapsed: Duration) -> Answer {
+    /// How this mode answers a request for `path`, `elapsed` after the backend started; `page` is
+    /// the request's number among the backend's user requests, from 1 (0 for a probe).
+    pub fn answer(&self, path: &str, elapsed: Duration, page: u64) -> Answer {
         let now = |status| Answer::Respond {
             status,
             after: Duration::ZERO,
@@ -91,6 +104,16 @@ impl Mode {
             Mode::Pages(status) => now(status),
             // The damage is done on the wire (see `crate::wire`), below the status.
             Mode::Trickle(_) | Mode::Garbage => now(200),
+            Mode::Lag(_) | Mode::Bug { .. } if path == PROBE_PATH => now(200),
+            Mode::Lag(after) => Answer::Respond { status: 200, after },
+            // Page n fails when n × percent / 100 reaches a new whole number.
+            Mode::Bug { percent, status }
+                if page * u64::from(percent) / 100
+                    > page.saturating_sub(1) * u64::from(percent) / 100 =>
+            {
+                now(status)
+            }
+            Mode::Bug { .. } => now(200),
         }
     }
 }
@@ -121,6 +144,15 @@ fn status(spec: &str, code: &str) -> Result<u16, ModeError> {
     }
 }
 
+fn percent(spec: &str, share: &str) -> Result<u8, ModeError> {
+    match share.trim().strip_suffix('%').map(|n| n.trim().parse()) {
+        Some(Ok(percent @ 1..=100)) => Ok(percent),
+        _ => Err(ModeError(format!(
+            "{spec:?}: {share:?} is not a share from 1% to 100%"
+        ))),
+    }
+}
+
 impl FromStr for Mode {
     type Err = ModeError;
 
@@ -141,6 +173,18 @@ impl FromStr for Mode {
             ("garbage", None) => Ok(Mode::Garbage),
             ("status", Some(code)) => Ok(Mode::Status(status(spec, code)?)),
             ("pages", Some(code)) => Ok(Mode::Pages(status(spec, code)?)),
+            ("lag", Some(delay)) => Ok(Mode::Lag(duration(spec, delay)?)),
+            ("bug", Some(arg)) => {
+                let (share, code) = arg.split_once(':').ok_or_else(|| {
+                    ModeError(format!(
+                        "{spec:?}: a bug is written bug:PERCENT%:STATUS, e.g. bug:20%:500"
+                    ))
+                })?;
+                Ok(Mode::Bug {
+                    percent: percent(spec, share)?,
+                    status: status(spec, code)?,
+                })
+            }
             ("blip", Some(window)) => {
                 let (from, to) = window.split_once("..").ok_or_else(|| {
                     ModeError(format!(
@@ -154,7 +198,8 @@ impl FromStr for Mode {
             }
             _ => Err(ModeError(format!(
                 "unknown mode {spec:?}: expected ok, status:N, hang, noaccept, refuse, \
-                 blip:FROM..TO, flap[:PERIOD], slow:DURATION, pages:N, trickle:PERIOD or garbage"
+                 blip:FROM..TO, flap[:PERIOD], slow:DURATION, pages:N, trickle:PERIOD, garbage, \
+                 lag:DURATION or bug:PERCENT%:N"
             ))),
         }
     }
@@ -175,6 +220,8 @@ impl fmt::Display for Mode {
             Mode::Pages(status) => write!(f, "pages:{status}"),
             Mode::Trickle(period) => write!(f, "trickle:{}", d(*period)),
             Mode::Garbage => write!(f, "garbage"),
+            Mode::Lag(delay) => write!(f, "lag:{}", d(*delay)),
+            Mode::Bug { percent, status } => write!(f, "bug:{percent}%:{status}"),
         }
     }
 }
@@ -252,6 +299,8 @@ mod tests {
             "pages:500",
             "trickle:1s",
             "garbage",
+            "lag:150ms",
+            "bug:20%:500",
         ] {
             assert_eq!(spec.parse::<Mode>().unwrap().to_string(), spec);
         }
@@ -273,7 +322,7 @@ mod tests {
     #[test]
     fn a_blip_fails_only_the_probe_and_only_inside_its_window() {
         let blip: Mode = "blip:1s..2s".parse().unwrap();
-        let status = |path, at| match blip.answer(path, ms(at)) {
+        let status = |path, at| match blip.answer(path, ms(at), 1) {
             Answer::Respond { status, .. } => status,
             Answer::Never => 0,
         };
@@ -287,7 +336,7 @@ mod tests {
     #[test]
     fn a_pages_backend_passes_its_probe_and_fails_everything_else() {
         let pages = Mode::Pages(502);
-        let status = |path| match pages.answer(path, ms(0)) {
+        let status = |path| match pages.answer(path, ms(0), 1) {
             Answer::Respond { status, .. } => status,
             Answer::Never => 0,
         };
@@ -302,7 +351,7 @@ mod tests {
     fn a_flap_alternates_every_period() {
         let flap = Mode::Flap(ms(100));
         let statuses: Vec<_> = [0, 99, 100, 199, 200]
-            .map(|at| flap.answer("/", ms(at)))
+            .map(|at| flap.answer("/", ms(at), 1))
             .into_iter()
             .map(|answer| match answer {
                 Answer::Respond { status, .. } => status,
@@ -310,6 +359,51 @@ mod tests {
             })
             .collect();
         assert_eq!(statuses, [200, 200, 503, 503, 200]);
+    }
+
+    #[test]
+    fn a_bug_fails_its_share_of_pages_evenly_and_never_the_probe() {
+        let bug: Mode = "bug:20%:500".parse().unwrap();
+        let failing: Vec<u64> = (1..=20)
+            .filter(|&page| {
+                bug.answer("/orders", ms(0), page)
+                    != Answer::Respond {
+                        status: 200,
+                        after: ms(0),
+                    }
+            })
+            .collect();
+        assert_eq!(failing, [5, 10, 15, 20]);
+        assert_eq!(
+            bug.answer(PROBE_PATH, ms(0), 0),
+            Answer::Respond {
+                status: 200,
+                after: ms(0)
+            }
+        );
+        let err = "bug:20:500".parse::<Mode>().unwrap_err().to_string();
+        assert!(err.contains("not a share"), "{err}");
+        let err = "bug:20%".parse::<Mode>().unwrap_err().to_string();
+        assert!(err.contains("bug:PERCENT%:STATUS"), "{err}");
+    }
+
+    #[test]
+    fn a_lag_delays_every_page_but_not_the_probe() {
+        let lag = Mode::Lag(ms(150));
+        assert_eq!(
+            lag.answer("/", ms(0), 1),
+            Answer::Respond {
+                status: 200,
+                after: ms(150)
+            }
+        );
+        assert_eq!(
+            lag.answer(PROBE_PATH, ms(0), 0),
+            Answer::Respond {
+                status: 200,
+                after: ms(0)
+            }
+        );
     }
 
     #[test]

@@ -270,15 +270,19 @@ async fn respond(
         (&Method::PUT, "/__mode") => return Ok(change_mode(request, &shared).await),
         _ => {}
     }
-    if request.method() == Method::GET && path == PROBE_PATH {
+    let page = if request.method() == Method::GET && path == PROBE_PATH {
         shared.probes.fetch_add(1, Ordering::Relaxed);
+        0
     } else {
-        shared.requests.fetch_add(1, Ordering::Relaxed);
-    }
+        shared.requests.fetch_add(1, Ordering::Relaxed) + 1
+    };
     if request.headers().contains_key(ROUTING_HEADER) {
         shared.with_routing_header.fetch_add(1, Ordering::Relaxed);
     }
-    let answer = shared.mode.borrow().answer(&path, shared.started.elapsed());
+    let answer = shared
+        .mode
+        .borrow()
+        .answer(&path, shared.started.elapsed(), page);
     match answer {
         Answer::Respond { status, after } => {
             // A zero sleep would still wait for tokio's next 1 ms timer tick.
