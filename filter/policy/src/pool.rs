@@ -69,6 +69,10 @@ pub struct Member<H> {
     probe: ProbeSlot,
     /// Whether a probe the proxy refused to send was reported.
     unprobeable: bool,
+    /// The ejection applied to it and not yet over: `Some(true)` for an outlier ejection,
+    /// `Some(false)` for a full failure window. An ejection ends when it is no longer earned,
+    /// not when the backend leaves the set the cap counts (failing its probes meanwhile).
+    ejection: Option<bool>,
     /// This VM's request outcomes not yet added to the process-wide counts (at the next tick).
     traffic: Traffic,
     /// The adapter's own data about it (its metric handles).
@@ -186,6 +190,7 @@ impl<H> Pool<H> {
                     in_service: None,
                     probe: ProbeSlot::due_at(now),
                     unprobeable: false,
+                    ejection: None,
                     traffic: Traffic::default(),
                     handles: handles(upstream),
                 },
@@ -845,11 +850,19 @@ impl<H> Pool<H> {
                     prober.earliest = now;
                 }
             }
-            if reporting && m.ejected && !ejected {
-                effects.events.push(Event::EjectionEnded {
-                    name: m.name().to_owned(),
-                    outlier: m.evidence.passive.outlier.readmitted_at(now).is_some(),
-                });
+            let outlier = m.evidence.passive.outlier.is_ejected(now);
+            let earned = outlier || m.evidence.passive.ejected_since(now, passive).is_some();
+            if ejected {
+                m.ejection = Some(outlier);
+            }
+            if let Some(was_outlier) = m.ejection.filter(|_| !earned) {
+                m.ejection = None;
+                if reporting {
+                    effects.events.push(Event::EjectionEnded {
+                        name: m.name().to_owned(),
+                        outlier: was_outlier,
+                    });
+                }
             }
             let accepting = m.evidence.accepting();
             if accepting != m.accepting {

@@ -231,3 +231,24 @@ fn a_request_answered_after_a_refused_probe_is_shared_as_something_serving_again
         "the contact was shared with the other VMs"
     );
 }
+
+#[test]
+fn an_ejection_ends_when_it_is_no_longer_earned_not_when_the_backend_also_fails_its_probes() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    for t in 1..=3 {
+        request(&mut pool, "app2", answered(502), secs(t));
+    }
+    let ended = |pool: &Proxy| {
+        pool.events
+            .iter()
+            .filter(|e| matches!(e, upcheck_policy::Event::EjectionEnded { .. }))
+            .count()
+    };
+    probe(&mut pool, "app2", SOFT_503, secs(5));
+    assert_eq!(routable(&pool), ["app1"]);
+    assert_eq!(ended(&pool), 0, "still ejected, and failing its probes too");
+    pool.tick(secs(12));
+    assert_eq!(ended(&pool), 1, "its failures expired: {:?}", pool.events);
+}
