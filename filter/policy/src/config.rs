@@ -28,11 +28,10 @@
 
 use crate::duration;
 use crate::status_match::StatusMatch;
-use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::ser::SerializeMap;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_path_to_error::{Path, Segment};
+use serde::{Deserializer, Serialize, Serializer};
+use std::cell::Cell;
 use std::collections::HashSet;
 use std::fmt::{self, Write};
 use std::marker::PhantomData;
@@ -41,50 +40,37 @@ use std::time::Duration;
 
 /// The whole plugin configuration.
 ///
-/// Read it with [`Config::parse`]: its `Deserialize` checks each field where it stands, but only
-/// `parse` checks what spans fields and fills the defaults in.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Read it with [`Config::parse`], which checks each field where it stands, then what spans
+/// fields, and fills the defaults in.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Config {
     /// The backends, in order. Required, at least one, at most [`MAX_UPSTREAMS`], names unique.
-    #[serde(default, deserialize_with = "upstreams")]
     pub upstreams: Vec<Upstream>,
     /// Active and passive checks and outlier detection. Default: all on with the seed values
     /// below.
-    #[serde(default, deserialize_with = "object")]
     pub health_checks: HealthChecks,
     /// How the pick reaches the proxy. Default [`RoutingMode::Cluster`].
-    #[serde(default, deserialize_with = "routing")]
     pub routing: RoutingMode,
     /// Request header that carries the pick: the backend's cluster (`routing: "cluster"`, for
     /// Envoy's `cluster_header`) or its address (`routing: "host"`, for the `override_host` load
     /// balancing policy). Any client-supplied copy is removed first. Default `x-upcheck-upstream`.
-    #[serde(default = "default_route_header", deserialize_with = "route_header")]
     pub route_header: String,
     /// At most this percentage of the backends passing active checks may be passively ejected at
     /// once, by Envoy's rule: one more may go while (ejected + 1) / N stays within it, and never the
     /// last one. Default 50: one of two.
-    #[serde(default = "default_max_ejection_percent", deserialize_with = "percent")]
     pub max_ejection_percent: u8,
     /// When fewer than this percentage of all backends are routable, spread traffic over every
     /// backend that accepts connections (Envoy's panic threshold). Default: off (`null`).
-    #[serde(default, deserialize_with = "optional_percent")]
     pub min_healthy_percent: Option<u8>,
     /// Probe times are spread by up to ± this much so backends are not probed in lockstep.
     /// Default: 10% of the active interval, which [`Config::parse`] fills in; cannot be off.
-    #[serde(
-        default,
-        deserialize_with = "jitter",
-        serialize_with = "duration::optional::serialize"
-    )]
+    #[serde(serialize_with = "duration::optional::serialize")]
     pub jitter: Option<Duration>,
     /// Path the filter answers itself with every backend's health: plain text there, JSON at the
     /// same path plus `.json`; `null` turns it off. Default `/upcheck/status`.
-    #[serde(default = "default_status_path", deserialize_with = "status_path")]
     pub status_path: Option<String>,
     /// Whether clients other than loopback may read the status page. Default false: others get
     /// 403.
-    #[serde(default, deserialize_with = "flag")]
     pub status_public: bool,
 }
 
@@ -102,28 +88,22 @@ pub enum RoutingMode {
 }
 
 /// One backend.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Upstream {
     /// Its name, in logs, metrics and the status page: an HTTP token (`:` allowed), at most
     /// [`MAX_NAME_LEN`] bytes. Required.
-    #[serde(default, deserialize_with = "name")]
     pub name: String,
     /// The proxy cluster that probes are dispatched to and requests are routed to. Default:
     /// `name`, which [`Config::parse`] fills in.
-    #[serde(default, deserialize_with = "cluster")]
     pub cluster: Option<String>,
     /// `:authority` of probes: `host[:port]`. Default: `name` (which must then be a valid
     /// authority), filled in by [`Config::parse`].
-    #[serde(default, deserialize_with = "authority_field")]
     pub authority: Option<String>,
     /// Share of traffic relative to the others, 1 to [`MAX_WEIGHT`]. Default 1.
-    #[serde(default = "one", deserialize_with = "counted::<_, u32, 1, MAX_WEIGHT>")]
     pub weight: u32,
     /// `ip:port` of the backend in the pool cluster, kept in the form Envoy reports addresses
     /// (`[0:0::1]:80` becomes `[::1]:80`); required with `routing: "host"`, where it is what the
     /// route header carries. Default: none (`null`).
-    #[serde(default, deserialize_with = "address")]
     pub address: Option<String>,
 }
 
@@ -148,16 +128,13 @@ impl Upstream {
 }
 
 /// Caddy's `health_checks` block, plus upcheck's `outlier`.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct HealthChecks {
     /// Probing. Default: on, `GET /up` every 10 s with a 5 s timeout.
     pub active: Active,
     /// Watching real traffic. Default: on, 3 failures within 10 s eject.
-    #[serde(deserialize_with = "object")]
     pub passive: Passive,
     /// Comparing each backend with its peers. Default: on.
-    #[serde(deserialize_with = "object")]
     pub outlier: Outlier,
 }
 
@@ -174,12 +151,12 @@ pub struct Active {
     pub headers: Vec<(String, String)>,
     /// Time between probes of one backend, [`MIN_PROBE_DURATION`] to [`MAX_PROBE_DURATION`].
     /// Default 10 s.
-    #[serde(with = "duration")]
+    #[serde(serialize_with = "duration::serialize")]
     pub interval: Duration,
     /// A probe without an answer after this long failed; must be shorter than `interval`, and
     /// [`MIN_PROBE_DURATION`] to [`MAX_PROBE_DURATION`]. Envoy takes it in whole milliseconds,
     /// so a fraction of a millisecond is rounded up (`"1.2ms"` is 2 ms). Default 5 s.
-    #[serde(with = "duration")]
+    #[serde(serialize_with = "duration::serialize")]
     pub timeout: Duration,
     /// Status a passing probe answers: a code (`200`) or a class (`"2xx"`, or Caddy's `2`).
     /// Default 2xx.
@@ -215,24 +192,21 @@ impl Default for Active {
 }
 
 /// Caddy's `health_checks.passive`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Passive {
     /// How long a failed request is remembered. Default 10 s.
-    #[serde(with = "duration")]
+    #[serde(serialize_with = "duration::serialize")]
     pub fail_duration: Duration,
     /// Remembered failures that eject a backend until enough of them expire, 1 to
     /// [`MAX_FAILS_LIMIT`]. Default 3.
-    #[serde(deserialize_with = "counted::<_, u32, 1, MAX_FAILS_LIMIT>")]
     pub max_fails: u32,
     /// Answers that count as failures, at most [`MAX_UNHEALTHY_STATUSES`]. Default
     /// `[502, 503, 504]`, so a sidecar's 502 for a backend that never booted counts. (Caddy's
     /// default counts no status at all.)
-    #[serde(deserialize_with = "statuses")]
     pub unhealthy_status: Vec<StatusMatch>,
     /// A request this slow counts as failed, and counts the moment it is this late even while it
     /// is still waiting for its answer. Default: off (`null`).
-    #[serde(with = "duration::optional")]
+    #[serde(serialize_with = "duration::optional::serialize")]
     pub unhealthy_latency: Option<Duration>,
 }
 
@@ -252,39 +226,33 @@ impl Default for Passive {
 }
 
 /// `health_checks.outlier`: peer-relative outlier detection (not a Caddy field).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Outlier {
     /// Whether backends are compared with their peers at all. Default true.
-    #[serde(deserialize_with = "flag")]
     pub enabled: bool,
     /// How far back request outcomes are compared. Default 10 s.
-    #[serde(with = "duration")]
+    #[serde(serialize_with = "duration::serialize")]
     pub window: Duration,
     /// Failed requests a backend must have in the window before it can be judged failing. Default 5 (1-1000).
-    #[serde(deserialize_with = "counted::<_, u32, 1, 1000>")]
     pub min_failures: u32,
     /// Requests its peers must have had in the window, together, before a backend is compared with them;
     /// also the completed requests a backend needs before its latency is judged. Default 5 (1-100000).
-    #[serde(deserialize_with = "counted::<_, u32, 1, 100_000>")]
     pub min_requests: u32,
     /// How many percentage points a backend's failure share must exceed its peers' by. Default 50 (1-100).
-    #[serde(deserialize_with = "counted::<_, u8, 1, 100>")]
     pub failure_gap: u8,
     /// How many times slower than its peers a backend must be to be judged slow or stalled. Default 4 (2-1000).
-    #[serde(deserialize_with = "counted::<_, u32, 2, 1000>")]
     pub latency_factor: u32,
     /// A slow backend's typical latency must be at least this long. Default 250 ms.
-    #[serde(with = "duration")]
+    #[serde(serialize_with = "duration::serialize")]
     pub min_latency: Duration,
     /// A request still in flight counts as stalled after at least this long. Default 500 ms.
-    #[serde(with = "duration")]
+    #[serde(serialize_with = "duration::serialize")]
     pub stall_after: Duration,
     /// The first ejection's length; each repeat doubles it. Default 30 s.
-    #[serde(with = "duration")]
+    #[serde(serialize_with = "duration::serialize")]
     pub ejection: Duration,
     /// The longest ejection. Default 5 min; at least `ejection`.
-    #[serde(with = "duration")]
+    #[serde(serialize_with = "duration::serialize")]
     pub max_ejection: Duration,
 }
 
@@ -372,15 +340,13 @@ impl Config {
             ));
         }
         let mut reader = serde_json::Deserializer::from_slice(json);
-        let mut track = serde_path_to_error::Track::new();
-        let read = object::<_, Config>(serde_path_to_error::Deserializer::new(
-            &mut reader,
-            &mut track,
-        ))
-        .and_then(|config| reader.end().map(|()| config));
+        let trail = Trail::default();
+        let read = Expect(ObjectOf::<Config>::new(&trail))
+            .deserialize(&mut reader)
+            .and_then(|config| reader.end().map(|()| config));
         match read {
             Ok(config) => config.checked(),
-            Err(e) => Err(read_error(&e, &track.path())),
+            Err(e) => Err(read_error(&e, trail)),
         }
     }
 
@@ -500,34 +466,60 @@ impl Config {
 
 /// A read error as a [`ConfigError`]: a broken document says where (line and column); a field
 /// that is wrong says its path instead.
-fn read_error(e: &serde_json::Error, path: &Path) -> ConfigError {
+fn read_error(e: &serde_json::Error, trail: Trail) -> ConfigError {
     if !e.is_data() {
         return fail("", format!("not valid JSON: {e}"));
     }
     let text = e.to_string();
     let position = format!(" at line {} column {}", e.line(), e.column());
     let reason = text.strip_suffix(&position).unwrap_or(&text);
-    fail(json_path(path), reason)
+    fail(trail.path(), reason)
 }
 
-/// A path as errors write it: `health_checks.passive.max_fails`, `upstreams[1].name`.
-fn json_path(path: &Path) -> String {
-    let mut out = String::new();
-    for segment in path.iter() {
-        match segment {
-            Segment::Seq { index } => {
-                let _ = write!(out, "[{index}]");
-            }
-            Segment::Map { key } | Segment::Enum { variant: key } => {
-                if !out.is_empty() {
-                    out.push('.');
-                }
-                out.push_str(key);
-            }
-            Segment::Unknown => out.push_str(".?"),
+/// Where a read error arose, recorded step by step as the error leaves each member and item
+/// (innermost first), so that it can name its JSON path: serde_json's errors carry only a
+/// message and a position.
+#[derive(Default)]
+struct Trail(Cell<Vec<Step>>);
+
+/// One step into the document.
+enum Step {
+    /// An object's member, by name.
+    Member(String),
+    /// A list's item, by index.
+    Item(usize),
+}
+
+impl Trail {
+    /// `read` as it is; if it failed, `step` is where.
+    fn at<T, E>(&self, step: impl FnOnce() -> Step, read: Result<T, E>) -> Result<T, E> {
+        if read.is_err() {
+            let mut steps = self.0.take();
+            steps.push(step());
+            self.0.set(steps);
         }
+        read
     }
-    out
+
+    /// The path as errors write it: `health_checks.passive.max_fails`, `upstreams[1].name`;
+    /// empty for the document itself.
+    fn path(self) -> String {
+        let mut out = String::new();
+        for step in self.0.into_inner().iter().rev() {
+            match step {
+                Step::Item(index) => {
+                    let _ = write!(out, "[{index}]");
+                }
+                Step::Member(name) => {
+                    if !out.is_empty() {
+                        out.push('.');
+                    }
+                    out.push_str(name);
+                }
+            }
+        }
+        out
+    }
 }
 
 /// What a field held, as an error message names it. (Numbers with a fraction are not shown:
@@ -713,40 +705,82 @@ impl<'de> Shape<'de> for Scalar {
     }
 }
 
-/// A JSON object read into `T` by `T`'s own `Deserialize`; anything else refused.
-struct ObjectOf<T>(PhantomData<fn() -> T>);
+/// What a JSON object is read into, member by member, starting from every default.
+trait Members: Sized {
+    /// The member names it takes, in the order "unknown field …, expected one of …" lists them.
+    const NAMES: &'static [&'static str];
 
-impl<T> Clone for ObjectOf<T> {
-    fn clone(&self) -> Self {
-        ObjectOf(PhantomData)
+    /// The value before any member is read.
+    fn defaults() -> Self;
+
+    /// Reads the value of member `name` (one of [`Members::NAMES`], not read before; `earlier`
+    /// are those that were).
+    fn member<'de, A: MapAccess<'de>>(
+        &mut self,
+        name: &'static str,
+        earlier: &[&'static str],
+        map: &mut A,
+        trail: &Trail,
+    ) -> Result<(), A::Error>;
+}
+
+/// A JSON object read into `T` by its [`Members`]; anything else refused, and so are a member
+/// `T` does not take and a member given twice.
+struct ObjectOf<'t, T> {
+    trail: &'t Trail,
+    into: PhantomData<fn() -> T>,
+}
+
+impl<'t, T> ObjectOf<'t, T> {
+    fn new(trail: &'t Trail) -> Self {
+        ObjectOf {
+            trail,
+            into: PhantomData,
+        }
     }
 }
 
-impl<'de, T: Deserialize<'de>> Shape<'de> for ObjectOf<T> {
+impl<T> Clone for ObjectOf<'_, T> {
+    fn clone(&self) -> Self {
+        ObjectOf::new(self.trail)
+    }
+}
+
+impl<'de, T: Members> Shape<'de> for ObjectOf<'_, T> {
     type Out = T;
 
     fn expected(&self) -> &'static str {
         "an object"
     }
 
-    fn object<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
-        T::deserialize(MapAccessDeserializer::new(map))
+    fn object<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
+        let mut into = T::defaults();
+        let mut seen: Vec<&'static str> = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let Some(&name) = T::NAMES.iter().find(|name| **name == key) else {
+                let unknown = de::Error::unknown_field(&key, T::NAMES);
+                return self.trail.at(|| Step::Member(key), Err(unknown));
+            };
+            if seen.contains(&name) {
+                return Err(de::Error::duplicate_field(name));
+            }
+            let read = into.member(name, &seen, &mut map, self.trail);
+            self.trail.at(|| Step::Member(key), read)?;
+            seen.push(name);
+        }
+        Ok(into)
     }
 }
 
-/// Serde: a field that holds an object (a derived struct would also take a list).
-fn object<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
-    Expect(ObjectOf(PhantomData)).deserialize(d)
-}
-
 /// A JSON list of at most `max` items, each read by `item`.
-struct ListOf<S> {
+struct ListOf<'t, S> {
     item: S,
     max: usize,
     too_many: String,
+    trail: &'t Trail,
 }
 
-impl<'de, S: DeserializeSeed<'de> + Clone> Shape<'de> for ListOf<S> {
+impl<'de, S: DeserializeSeed<'de> + Clone> Shape<'de> for ListOf<'_, S> {
     type Out = Vec<S::Value>;
 
     fn expected(&self) -> &'static str {
@@ -755,7 +789,11 @@ impl<'de, S: DeserializeSeed<'de> + Clone> Shape<'de> for ListOf<S> {
 
     fn list<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<S::Value>, A::Error> {
         let mut items = Vec::new();
-        while let Some(item) = seq.next_element_seed(self.item.clone())? {
+        loop {
+            let read = seq.next_element_seed(self.item.clone());
+            let Some(item) = self.trail.at(|| Step::Item(items.len()), read)? else {
+                break;
+            };
             if items.len() == self.max {
                 return Err(de::Error::custom(self.too_many));
             }
@@ -810,60 +848,251 @@ fn percent_of(found: Found) -> Result<u8, String> {
     }
 }
 
-/// Serde: a whole number from `MIN` to `MAX`.
-fn counted<'de, D: Deserializer<'de>, T: TryFrom<u64>, const MIN: u32, const MAX: u32>(
-    d: D,
-) -> Result<T, D::Error> {
-    field(d, |found| count(found, MIN, MAX))
-}
-
-fn percent<'de, D: Deserializer<'de>>(d: D) -> Result<u8, D::Error> {
-    field(d, percent_of)
-}
-
-fn optional_percent<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u8>, D::Error> {
-    field(d, |found| or_off(found, percent_of))
-}
-
-fn flag<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
-    field(d, |found| match found {
+fn flag(found: Found) -> Result<bool, String> {
+    match found {
         Found::Bool(b) => Ok(b),
         other => Err(mismatch("true or false", &other)),
-    })
+    }
 }
 
-fn jitter<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    field(d, duration::positive).map(Some)
-}
-
-fn routing<'de, D: Deserializer<'de>>(d: D) -> Result<RoutingMode, D::Error> {
-    field(d, |found| match text(found)?.as_str() {
+fn routing(found: Found) -> Result<RoutingMode, String> {
+    match text(found)?.as_str() {
         "cluster" => Ok(RoutingMode::Cluster),
         "host" => Ok(RoutingMode::Host),
         other => Err(format!("expected \"cluster\" or \"host\", got {other:?}")),
-    })
-}
-
-fn upstreams<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Upstream>, D::Error> {
-    let list = Expect(ListOf {
-        item: Expect(ObjectOf::<Upstream>(PhantomData)),
-        max: MAX_UPSTREAMS,
-        too_many: format!("at most {MAX_UPSTREAMS} upstreams are allowed"),
-    })
-    .deserialize(d)?;
-    if list.is_empty() {
-        return Err(de::Error::custom("needs at least one upstream"));
     }
-    Ok(list)
 }
 
-fn statuses<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<StatusMatch>, D::Error> {
-    Expect(ListOf {
-        item: PhantomData::<StatusMatch>,
-        max: MAX_UNHEALTHY_STATUSES,
-        too_many: format!("at most {MAX_UNHEALTHY_STATUSES} statuses are allowed"),
-    })
-    .deserialize(d)
+impl Members for Config {
+    const NAMES: &'static [&'static str] = &[
+        "upstreams",
+        "health_checks",
+        "routing",
+        "route_header",
+        "max_ejection_percent",
+        "min_healthy_percent",
+        "jitter",
+        "status_path",
+        "status_public",
+    ];
+
+    fn defaults() -> Self {
+        Config {
+            upstreams: Vec::new(),
+            health_checks: HealthChecks::default(),
+            routing: RoutingMode::default(),
+            route_header: "x-upcheck-upstream".into(),
+            max_ejection_percent: 50,
+            min_healthy_percent: None,
+            jitter: None,
+            status_path: Some("/upcheck/status".into()),
+            status_public: false,
+        }
+    }
+
+    fn member<'de, A: MapAccess<'de>>(
+        &mut self,
+        name: &'static str,
+        _: &[&'static str],
+        map: &mut A,
+        trail: &Trail,
+    ) -> Result<(), A::Error> {
+        match name {
+            "upstreams" => {
+                self.upstreams = map.next_value_seed(Expect(ListOf {
+                    item: Expect(ObjectOf::new(trail)),
+                    max: MAX_UPSTREAMS,
+                    too_many: format!("at most {MAX_UPSTREAMS} upstreams are allowed"),
+                    trail,
+                }))?;
+                if self.upstreams.is_empty() {
+                    return Err(de::Error::custom("needs at least one upstream"));
+                }
+            }
+            "health_checks" => {
+                self.health_checks = map.next_value_seed(Expect(ObjectOf::new(trail)))?
+            }
+            "routing" => self.routing = map.next_value_seed(Read(routing))?,
+            "route_header" => self.route_header = map.next_value_seed(Read(route_header))?,
+            "max_ejection_percent" => {
+                self.max_ejection_percent = map.next_value_seed(Read(percent_of))?
+            }
+            "min_healthy_percent" => {
+                self.min_healthy_percent =
+                    map.next_value_seed(Read(|found| or_off(found, percent_of)))?
+            }
+            "jitter" => {
+                self.jitter =
+                    map.next_value_seed(Read(|found| duration::positive(found).map(Some)))?
+            }
+            "status_path" => self.status_path = map.next_value_seed(Read(status_path))?,
+            "status_public" => self.status_public = map.next_value_seed(Read(flag))?,
+            _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
+        }
+        Ok(())
+    }
+}
+
+impl Members for Upstream {
+    const NAMES: &'static [&'static str] = &["name", "cluster", "authority", "weight", "address"];
+
+    fn defaults() -> Self {
+        Upstream {
+            name: String::new(),
+            cluster: None,
+            authority: None,
+            weight: 1,
+            address: None,
+        }
+    }
+
+    fn member<'de, A: MapAccess<'de>>(
+        &mut self,
+        name: &'static str,
+        _: &[&'static str],
+        map: &mut A,
+        _: &Trail,
+    ) -> Result<(), A::Error> {
+        match name {
+            "name" => self.name = map.next_value_seed(Read(upstream_name))?,
+            "cluster" => {
+                self.cluster = map.next_value_seed(Read(|found| upstream_name(found).map(Some)))?
+            }
+            "authority" => {
+                self.authority =
+                    map.next_value_seed(Read(|found| authority(text(found)?).map(Some)))?
+            }
+            "weight" => {
+                self.weight = map.next_value_seed(Read(|found| count(found, 1, MAX_WEIGHT)))?
+            }
+            "address" => {
+                self.address =
+                    map.next_value_seed(Read(|found| or_off(found, |found| ip_port(text(found)?))))?
+            }
+            _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
+        }
+        Ok(())
+    }
+}
+
+impl Members for HealthChecks {
+    const NAMES: &'static [&'static str] = &["active", "passive", "outlier"];
+
+    fn defaults() -> Self {
+        HealthChecks::default()
+    }
+
+    fn member<'de, A: MapAccess<'de>>(
+        &mut self,
+        name: &'static str,
+        _: &[&'static str],
+        map: &mut A,
+        trail: &Trail,
+    ) -> Result<(), A::Error> {
+        match name {
+            "active" => self.active = map.next_value_seed(Expect(ObjectOf::new(trail)))?,
+            "passive" => self.passive = map.next_value_seed(Expect(ObjectOf::new(trail)))?,
+            "outlier" => self.outlier = map.next_value_seed(Expect(ObjectOf::new(trail)))?,
+            _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
+        }
+        Ok(())
+    }
+}
+
+impl Members for Passive {
+    const NAMES: &'static [&'static str] = &[
+        "fail_duration",
+        "max_fails",
+        "unhealthy_status",
+        "unhealthy_latency",
+    ];
+
+    fn defaults() -> Self {
+        Passive::default()
+    }
+
+    fn member<'de, A: MapAccess<'de>>(
+        &mut self,
+        name: &'static str,
+        _: &[&'static str],
+        map: &mut A,
+        trail: &Trail,
+    ) -> Result<(), A::Error> {
+        match name {
+            "fail_duration" => {
+                self.fail_duration = map.next_value_seed(Read(duration::positive))?
+            }
+            "max_fails" => {
+                self.max_fails =
+                    map.next_value_seed(Read(|found| count(found, 1, MAX_FAILS_LIMIT)))?
+            }
+            "unhealthy_status" => {
+                self.unhealthy_status = map.next_value_seed(Expect(ListOf {
+                    item: PhantomData::<StatusMatch>,
+                    max: MAX_UNHEALTHY_STATUSES,
+                    too_many: format!("at most {MAX_UNHEALTHY_STATUSES} statuses are allowed"),
+                    trail,
+                }))?
+            }
+            "unhealthy_latency" => {
+                self.unhealthy_latency =
+                    map.next_value_seed(Read(|found| or_off(found, duration::positive)))?
+            }
+            _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
+        }
+        Ok(())
+    }
+}
+
+impl Members for Outlier {
+    const NAMES: &'static [&'static str] = &[
+        "enabled",
+        "window",
+        "min_failures",
+        "min_requests",
+        "failure_gap",
+        "latency_factor",
+        "min_latency",
+        "stall_after",
+        "ejection",
+        "max_ejection",
+    ];
+
+    fn defaults() -> Self {
+        Outlier::default()
+    }
+
+    fn member<'de, A: MapAccess<'de>>(
+        &mut self,
+        name: &'static str,
+        _: &[&'static str],
+        map: &mut A,
+        _: &Trail,
+    ) -> Result<(), A::Error> {
+        let positive = Read(duration::positive);
+        match name {
+            "enabled" => self.enabled = map.next_value_seed(Read(flag))?,
+            "window" => self.window = map.next_value_seed(positive)?,
+            "min_failures" => {
+                self.min_failures = map.next_value_seed(Read(|found| count(found, 1, 1000)))?
+            }
+            "min_requests" => {
+                self.min_requests = map.next_value_seed(Read(|found| count(found, 1, 100_000)))?
+            }
+            "failure_gap" => {
+                self.failure_gap = map.next_value_seed(Read(|found| count(found, 1, 100)))?
+            }
+            "latency_factor" => {
+                self.latency_factor = map.next_value_seed(Read(|found| count(found, 2, 1000)))?
+            }
+            "min_latency" => self.min_latency = map.next_value_seed(positive)?,
+            "stall_after" => self.stall_after = map.next_value_seed(positive)?,
+            "ejection" => self.ejection = map.next_value_seed(positive)?,
+            "max_ejection" => self.max_ejection = map.next_value_seed(positive)?,
+            _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
+        }
+        Ok(())
+    }
 }
 
 /// RFC 9110 `tchar`: what a header name may hold.
@@ -921,38 +1150,29 @@ fn request_path(text: String) -> Result<String, String> {
     }
 }
 
-fn name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    field(d, |found| {
-        let name = text(found)?;
-        word(&name, is_name_char, MAX_NAME_LEN).map(|()| name)
-    })
+/// An upstream's name or cluster.
+fn upstream_name(found: Found) -> Result<String, String> {
+    let name = text(found)?;
+    word(&name, is_name_char, MAX_NAME_LEN).map(|()| name)
 }
 
-fn cluster<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    name(d).map(Some)
+fn route_header(found: Found) -> Result<String, String> {
+    let header = text(found)?;
+    if header.starts_with(':') {
+        return Err("must not be a pseudo-header".into());
+    }
+    word(&header, is_tchar, MAX_NAME_LEN).map(|()| header)
 }
 
-fn route_header<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    field(d, |found| {
-        let header = text(found)?;
-        if header.starts_with(':') {
-            return Err("must not be a pseudo-header".into());
+fn status_path(found: Found) -> Result<Option<String>, String> {
+    or_off(found, |found| {
+        let path = text(found)?;
+        if !path.starts_with('/') || path.contains(['?', '#']) {
+            return Err(format!(
+                "must be a path like \"/upcheck/status\", got {path:?}"
+            ));
         }
-        word(&header, is_tchar, MAX_NAME_LEN).map(|()| header)
-    })
-}
-
-fn status_path<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    field(d, |found| {
-        or_off(found, |found| {
-            let path = text(found)?;
-            if !path.starts_with('/') || path.contains(['?', '#']) {
-                return Err(format!(
-                    "must be a path like \"/upcheck/status\", got {path:?}"
-                ));
-            }
-            request_path(path)
-        })
+        request_path(path)
     })
 }
 
@@ -1012,10 +1232,6 @@ fn authority(text: String) -> Result<String, String> {
     }
 }
 
-fn authority_field<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    field(d, |found| authority(text(found)?).map(Some))
-}
-
 /// An IPv4 address as a dotted quad: four parts 0-255, no sign, no leading zeros.
 fn ipv4(text: &str) -> Option<Ipv4Addr> {
     let mut octets = [0u8; 4];
@@ -1063,10 +1279,6 @@ fn ip_port(text: String) -> Result<String, String> {
     Ok(SocketAddr::new(ip, port).to_string())
 }
 
-fn address<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    field(d, |found| or_off(found, |found| ip_port(text(found)?)))
-}
-
 /// A probe's interval or timeout: within what Envoy can take.
 fn probe_duration(found: Found) -> Result<Duration, String> {
     let d = duration::positive(found)?;
@@ -1112,110 +1324,77 @@ fn expect_body(found: Found) -> Result<String, String> {
     Ok(body)
 }
 
-impl<'de> Deserialize<'de> for Active {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Expect(ActiveFields).deserialize(d)
-    }
-}
+/// Caddy's `uri` is another name for `path`, and giving both must say so at the second.
+impl Members for Active {
+    const NAMES: &'static [&'static str] = &[
+        "path",
+        "uri",
+        "headers",
+        "interval",
+        "timeout",
+        "expect_status",
+        "expect_body",
+        "max_size",
+        "passes",
+        "fails",
+    ];
 
-/// `health_checks.active`'s field names. Its fields are read by hand rather than derived because
-/// Caddy's `uri` is another name for `path`, and giving both must say so at `uri`.
-#[derive(Deserialize, Clone, Copy, PartialEq)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum ActiveField {
-    Path,
-    Uri,
-    Headers,
-    Interval,
-    Timeout,
-    ExpectStatus,
-    ExpectBody,
-    MaxSize,
-    Passes,
-    Fails,
-}
-
-impl ActiveField {
-    fn name(self) -> &'static str {
-        match self {
-            ActiveField::Path => "path",
-            ActiveField::Uri => "uri",
-            ActiveField::Headers => "headers",
-            ActiveField::Interval => "interval",
-            ActiveField::Timeout => "timeout",
-            ActiveField::ExpectStatus => "expect_status",
-            ActiveField::ExpectBody => "expect_body",
-            ActiveField::MaxSize => "max_size",
-            ActiveField::Passes => "passes",
-            ActiveField::Fails => "fails",
-        }
+    fn defaults() -> Self {
+        Active::default()
     }
 
-    fn is_path(self) -> bool {
-        matches!(self, ActiveField::Path | ActiveField::Uri)
-    }
-}
-
-struct ActiveFields;
-
-impl<'de> Shape<'de> for ActiveFields {
-    type Out = Active;
-
-    fn expected(&self) -> &'static str {
-        "an object"
-    }
-
-    fn object<A: MapAccess<'de>>(self, mut map: A) -> Result<Active, A::Error> {
-        let mut a = Active::default();
-        let mut seen: Vec<ActiveField> = Vec::new();
-        while let Some(key) = map.next_key::<ActiveField>()? {
-            if seen.contains(&key) {
-                return Err(de::Error::duplicate_field(key.name()));
+    fn member<'de, A: MapAccess<'de>>(
+        &mut self,
+        name: &'static str,
+        earlier: &[&'static str],
+        map: &mut A,
+        trail: &Trail,
+    ) -> Result<(), A::Error> {
+        match name {
+            "path" | "uri" => {
+                let both = earlier.iter().any(|n| matches!(*n, "path" | "uri"));
+                self.path = map.next_value_seed(Read(|found| {
+                    let path = text(found)?;
+                    if both {
+                        return Err("give `path` or `uri`, not both".into());
+                    }
+                    if !path.starts_with('/') {
+                        return Err(format!("must start with '/', got {path:?}"));
+                    }
+                    request_path(path)
+                }))?
             }
-            let both = key.is_path() && seen.iter().any(|k| k.is_path());
-            seen.push(key);
-            match key {
-                ActiveField::Path | ActiveField::Uri => {
-                    a.path = map.next_value_seed(Read(|found| {
-                        let path = text(found)?;
-                        if both {
-                            return Err("give `path` or `uri`, not both".into());
-                        }
-                        if !path.starts_with('/') {
-                            return Err(format!("must start with '/', got {path:?}"));
-                        }
-                        request_path(path)
-                    }))?
-                }
-                ActiveField::Headers => a.headers = map.next_value_seed(Expect(Headers))?,
-                ActiveField::Interval => a.interval = map.next_value_seed(Read(probe_duration))?,
-                ActiveField::Timeout => a.timeout = map.next_value_seed(Read(probe_timeout))?,
-                ActiveField::ExpectStatus => a.expect_status = map.next_value()?,
-                ActiveField::ExpectBody => {
-                    a.expect_body = map.next_value_seed(Read(|found| or_off(found, expect_body)))?
-                }
-                ActiveField::MaxSize => {
-                    a.max_size =
-                        map.next_value_seed(Read(|found| count(found, 1, MAX_PROBE_BODY)))?
-                }
-                ActiveField::Passes => {
-                    a.passes = map.next_value_seed(Read(|found| count(found, 1, MAX_STREAK)))?
-                }
-                ActiveField::Fails => {
-                    a.fails = map.next_value_seed(Read(|found| count(found, 1, MAX_STREAK)))?
-                }
+            "headers" => self.headers = map.next_value_seed(Expect(Headers { trail }))?,
+            "interval" => self.interval = map.next_value_seed(Read(probe_duration))?,
+            "timeout" => self.timeout = map.next_value_seed(Read(probe_timeout))?,
+            "expect_status" => self.expect_status = map.next_value()?,
+            "expect_body" => {
+                self.expect_body = map.next_value_seed(Read(|found| or_off(found, expect_body)))?
             }
+            "max_size" => {
+                self.max_size =
+                    map.next_value_seed(Read(|found| count(found, 1, MAX_PROBE_BODY)))?
+            }
+            "passes" => {
+                self.passes = map.next_value_seed(Read(|found| count(found, 1, MAX_STREAK)))?
+            }
+            "fails" => {
+                self.fails = map.next_value_seed(Read(|found| count(found, 1, MAX_STREAK)))?
+            }
+            _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
         }
-        Ok(a)
+        Ok(())
     }
 }
 
 /// `headers`: names to a value or a list of values (Caddy's form), read into (lowercase name,
 /// value) pairs in document order. A name is checked as its values are read, so an error names
 /// the header.
-struct Headers;
+struct Headers<'t> {
+    trail: &'t Trail,
+}
 
-impl<'de> Shape<'de> for Headers {
+impl<'de> Shape<'de> for Headers<'_> {
     type Out = Vec<(String, String)>;
 
     fn expected(&self) -> &'static str {
@@ -1227,11 +1406,13 @@ impl<'de> Shape<'de> for Headers {
         let mut seen = HashSet::new();
         while let Some(name) = map.next_key::<String>()? {
             let lower = name.to_ascii_lowercase();
-            let values = map.next_value_seed(HeaderValues {
+            let read = map.next_value_seed(HeaderValues {
                 name: &name,
                 repeated: !seen.insert(lower.clone()),
                 room: MAX_PROBE_HEADERS.saturating_sub(pairs.len()),
-            })?;
+                trail: self.trail,
+            });
+            let values = self.trail.at(|| Step::Member(name.clone()), read)?;
             pairs.extend(values.into_iter().map(|v| (lower.clone(), v)));
         }
         Ok(pairs)
@@ -1245,6 +1426,7 @@ struct HeaderValues<'a> {
     repeated: bool,
     /// How many more values fit within [`MAX_PROBE_HEADERS`].
     room: usize,
+    trail: &'a Trail,
 }
 
 fn too_many_headers() -> String {
@@ -1270,16 +1452,21 @@ impl<'de> DeserializeSeed<'de> for HeaderValues<'_> {
         if let Some(reason) = refusal {
             return Err(de::Error::custom(reason));
         }
-        Expect(HeaderValueList { room: self.room }).deserialize(d)
+        Expect(HeaderValueList {
+            room: self.room,
+            trail: self.trail,
+        })
+        .deserialize(d)
     }
 }
 
 /// A header's value, or a list of them.
-struct HeaderValueList {
+struct HeaderValueList<'t> {
     room: usize,
+    trail: &'t Trail,
 }
 
-impl<'de> Shape<'de> for HeaderValueList {
+impl<'de> Shape<'de> for HeaderValueList<'_> {
     type Out = Vec<String>;
 
     fn expected(&self) -> &'static str {
@@ -1299,6 +1486,7 @@ impl<'de> Shape<'de> for HeaderValueList {
             item: Read(|found| header_value(text(found)?)),
             max: self.room,
             too_many: too_many_headers(),
+            trail: self.trail,
         }
         .list(seq)
     }
@@ -1319,20 +1507,4 @@ fn serialize_headers<S: Serializer>(headers: &[(String, String)], s: S) -> Resul
         }
     }
     map.end()
-}
-
-fn default_route_header() -> String {
-    "x-upcheck-upstream".into()
-}
-
-fn default_max_ejection_percent() -> u8 {
-    50
-}
-
-fn default_status_path() -> Option<String> {
-    Some("/upcheck/status".into())
-}
-
-fn one() -> u32 {
-    1
 }
