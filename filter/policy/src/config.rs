@@ -341,11 +341,12 @@ impl Config {
         }
         let mut reader = serde_json::Deserializer::from_slice(json);
         let trail = Trail::default();
-        let read = Expect(ObjectOf::<Config>::new(&trail))
+        let mut config = Config::defaults();
+        let read = Expect(Fill::new(Object::Config(&mut config), &trail))
             .deserialize(&mut reader)
-            .and_then(|config| reader.end().map(|()| config));
+            .and_then(|()| reader.end());
         match read {
-            Ok(config) => config.checked(),
+            Ok(()) => config.checked(),
             Err(e) => Err(read_error(&e, trail)),
         }
     }
@@ -705,13 +706,10 @@ impl<'de> Shape<'de> for Scalar {
     }
 }
 
-/// What a JSON object is read into, member by member, starting from every default.
-trait Members: Sized {
+/// What a JSON object is read into, member by member, over its defaults.
+trait Members {
     /// The member names it takes, in the order "unknown field …, expected one of …" lists them.
     const NAMES: &'static [&'static str];
-
-    /// The value before any member is read.
-    fn defaults() -> Self;
 
     /// Reads the value of member `name` (one of [`Members::NAMES`], not read before; `earlier`
     /// are those that were).
@@ -724,51 +722,103 @@ trait Members: Sized {
     ) -> Result<(), A::Error>;
 }
 
-/// A JSON object read into `T` by its [`Members`]; anything else refused, and so are a member
-/// `T` does not take and a member given twice.
-struct ObjectOf<'t, T> {
-    trail: &'t Trail,
-    into: PhantomData<fn() -> T>,
+/// An object of the configuration being read. One reader serves them all, so serde_json's
+/// value parser is compiled into the module once for every object rather than once per type.
+enum Object<'a> {
+    Config(&'a mut Config),
+    Upstream(&'a mut Upstream),
+    HealthChecks(&'a mut HealthChecks),
+    Active(&'a mut Active),
+    Passive(&'a mut Passive),
+    Outlier(&'a mut Outlier),
 }
 
-impl<'t, T> ObjectOf<'t, T> {
-    fn new(trail: &'t Trail) -> Self {
-        ObjectOf {
-            trail,
-            into: PhantomData,
+impl Object<'_> {
+    fn names(&self) -> &'static [&'static str] {
+        match self {
+            Object::Config(_) => Config::NAMES,
+            Object::Upstream(_) => Upstream::NAMES,
+            Object::HealthChecks(_) => HealthChecks::NAMES,
+            Object::Active(_) => Active::NAMES,
+            Object::Passive(_) => Passive::NAMES,
+            Object::Outlier(_) => Outlier::NAMES,
+        }
+    }
+
+    fn member<'de, A: MapAccess<'de>>(
+        &mut self,
+        name: &'static str,
+        earlier: &[&'static str],
+        map: &mut A,
+        trail: &Trail,
+    ) -> Result<(), A::Error> {
+        match self {
+            Object::Config(c) => c.member(name, earlier, map, trail),
+            Object::Upstream(u) => u.member(name, earlier, map, trail),
+            Object::HealthChecks(h) => h.member(name, earlier, map, trail),
+            Object::Active(a) => a.member(name, earlier, map, trail),
+            Object::Passive(p) => p.member(name, earlier, map, trail),
+            Object::Outlier(o) => o.member(name, earlier, map, trail),
         }
     }
 }
 
-impl<T> Clone for ObjectOf<'_, T> {
-    fn clone(&self) -> Self {
-        ObjectOf::new(self.trail)
+/// A JSON object read into an [`Object`]; anything else refused, and so are a member the object
+/// does not take and a member given twice.
+struct Fill<'a, 't> {
+    object: Object<'a>,
+    trail: &'t Trail,
+}
+
+impl<'a, 't> Fill<'a, 't> {
+    fn new(object: Object<'a>, trail: &'t Trail) -> Self {
+        Fill { object, trail }
     }
 }
 
-impl<'de, T: Members> Shape<'de> for ObjectOf<'_, T> {
-    type Out = T;
+impl<'de> Shape<'de> for Fill<'_, '_> {
+    type Out = ();
 
     fn expected(&self) -> &'static str {
         "an object"
     }
 
-    fn object<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
-        let mut into = T::defaults();
+    fn object<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        let names = self.object.names();
         let mut seen: Vec<&'static str> = Vec::new();
         while let Some(key) = map.next_key::<String>()? {
-            let Some(&name) = T::NAMES.iter().find(|name| **name == key) else {
-                let unknown = de::Error::unknown_field(&key, T::NAMES);
+            let Some(&name) = names.iter().find(|name| **name == key) else {
+                let unknown = de::Error::unknown_field(&key, names);
                 return self.trail.at(|| Step::Member(key), Err(unknown));
             };
             if seen.contains(&name) {
                 return Err(de::Error::duplicate_field(name));
             }
-            let read = into.member(name, &seen, &mut map, self.trail);
+            let read = self.object.member(name, &seen, &mut map, self.trail);
             self.trail.at(|| Step::Member(key), read)?;
             seen.push(name);
         }
-        Ok(into)
+        Ok(())
+    }
+}
+
+/// One item of `upstreams`, read over an upstream's defaults.
+#[derive(Clone, Copy)]
+struct UpstreamItem<'t>(&'t Trail);
+
+impl<'de> DeserializeSeed<'de> for UpstreamItem<'_> {
+    type Value = Upstream;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Upstream, D::Error> {
+        let mut upstream = Upstream {
+            name: String::new(),
+            cluster: None,
+            authority: None,
+            weight: 1,
+            address: None,
+        };
+        Expect(Fill::new(Object::Upstream(&mut upstream), self.0)).deserialize(d)?;
+        Ok(upstream)
     }
 }
 
@@ -863,19 +913,8 @@ fn routing(found: Found) -> Result<RoutingMode, String> {
     }
 }
 
-impl Members for Config {
-    const NAMES: &'static [&'static str] = &[
-        "upstreams",
-        "health_checks",
-        "routing",
-        "route_header",
-        "max_ejection_percent",
-        "min_healthy_percent",
-        "jitter",
-        "status_path",
-        "status_public",
-    ];
-
+impl Config {
+    /// The configuration before any member is read.
     fn defaults() -> Self {
         Config {
             upstreams: Vec::new(),
@@ -889,6 +928,20 @@ impl Members for Config {
             status_public: false,
         }
     }
+}
+
+impl Members for Config {
+    const NAMES: &'static [&'static str] = &[
+        "upstreams",
+        "health_checks",
+        "routing",
+        "route_header",
+        "max_ejection_percent",
+        "min_healthy_percent",
+        "jitter",
+        "status_path",
+        "status_public",
+    ];
 
     fn member<'de, A: MapAccess<'de>>(
         &mut self,
@@ -900,7 +953,7 @@ impl Members for Config {
         match name {
             "upstreams" => {
                 self.upstreams = map.next_value_seed(Expect(ListOf {
-                    item: Expect(ObjectOf::new(trail)),
+                    item: UpstreamItem(trail),
                     max: MAX_UPSTREAMS,
                     too_many: format!("at most {MAX_UPSTREAMS} upstreams are allowed"),
                     trail,
@@ -909,9 +962,10 @@ impl Members for Config {
                     return Err(de::Error::custom("needs at least one upstream"));
                 }
             }
-            "health_checks" => {
-                self.health_checks = map.next_value_seed(Expect(ObjectOf::new(trail)))?
-            }
+            "health_checks" => map.next_value_seed(Expect(Fill::new(
+                Object::HealthChecks(&mut self.health_checks),
+                trail,
+            )))?,
             "routing" => self.routing = map.next_value_seed(Read(routing))?,
             "route_header" => self.route_header = map.next_value_seed(Read(route_header))?,
             "max_ejection_percent" => {
@@ -935,16 +989,6 @@ impl Members for Config {
 
 impl Members for Upstream {
     const NAMES: &'static [&'static str] = &["name", "cluster", "authority", "weight", "address"];
-
-    fn defaults() -> Self {
-        Upstream {
-            name: String::new(),
-            cluster: None,
-            authority: None,
-            weight: 1,
-            address: None,
-        }
-    }
 
     fn member<'de, A: MapAccess<'de>>(
         &mut self,
@@ -978,10 +1022,6 @@ impl Members for Upstream {
 impl Members for HealthChecks {
     const NAMES: &'static [&'static str] = &["active", "passive", "outlier"];
 
-    fn defaults() -> Self {
-        HealthChecks::default()
-    }
-
     fn member<'de, A: MapAccess<'de>>(
         &mut self,
         name: &'static str,
@@ -990,9 +1030,15 @@ impl Members for HealthChecks {
         trail: &Trail,
     ) -> Result<(), A::Error> {
         match name {
-            "active" => self.active = map.next_value_seed(Expect(ObjectOf::new(trail)))?,
-            "passive" => self.passive = map.next_value_seed(Expect(ObjectOf::new(trail)))?,
-            "outlier" => self.outlier = map.next_value_seed(Expect(ObjectOf::new(trail)))?,
+            "active" => {
+                map.next_value_seed(Expect(Fill::new(Object::Active(&mut self.active), trail)))?
+            }
+            "passive" => {
+                map.next_value_seed(Expect(Fill::new(Object::Passive(&mut self.passive), trail)))?
+            }
+            "outlier" => {
+                map.next_value_seed(Expect(Fill::new(Object::Outlier(&mut self.outlier), trail)))?
+            }
             _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
         }
         Ok(())
@@ -1006,10 +1052,6 @@ impl Members for Passive {
         "unhealthy_status",
         "unhealthy_latency",
     ];
-
-    fn defaults() -> Self {
-        Passive::default()
-    }
 
     fn member<'de, A: MapAccess<'de>>(
         &mut self,
@@ -1057,10 +1099,6 @@ impl Members for Outlier {
         "ejection",
         "max_ejection",
     ];
-
-    fn defaults() -> Self {
-        Outlier::default()
-    }
 
     fn member<'de, A: MapAccess<'de>>(
         &mut self,
@@ -1338,10 +1376,6 @@ impl Members for Active {
         "passes",
         "fails",
     ];
-
-    fn defaults() -> Self {
-        Active::default()
-    }
 
     fn member<'de, A: MapAccess<'de>>(
         &mut self,
