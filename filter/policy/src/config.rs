@@ -34,7 +34,6 @@ use serde::{Deserializer, Serialize, Serializer};
 use std::cell::Cell;
 use std::collections::HashSet;
 use std::fmt::{self, Write};
-use std::marker::PhantomData;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
@@ -493,13 +492,17 @@ enum Step {
 
 impl Trail {
     /// `read` as it is; if it failed, `step` is where.
-    fn at<T, E>(&self, step: impl FnOnce() -> Step, read: Result<T, E>) -> Result<T, E> {
+    fn at<T, E>(&self, step: Step, read: Result<T, E>) -> Result<T, E> {
         if read.is_err() {
-            let mut steps = self.0.take();
-            steps.push(step());
-            self.0.set(steps);
+            self.push(step);
         }
         read
+    }
+
+    fn push(&self, step: Step) {
+        let mut steps = self.0.take();
+        steps.push(step);
+        self.0.set(steps);
     }
 
     /// The path as errors write it: `health_checks.passive.max_fails`, `upstreams[1].name`;
@@ -789,13 +792,14 @@ impl<'de> Shape<'de> for Fill<'_, '_> {
         while let Some(key) = map.next_key::<String>()? {
             let Some(&name) = names.iter().find(|name| **name == key) else {
                 let unknown = de::Error::unknown_field(&key, names);
-                return self.trail.at(|| Step::Member(key), Err(unknown));
+                self.trail.push(Step::Member(key));
+                return Err(unknown);
             };
             if seen.contains(&name) {
                 return Err(de::Error::duplicate_field(name));
             }
             let read = self.object.member(name, &seen, &mut map, self.trail);
-            self.trail.at(|| Step::Member(key), read)?;
+            self.trail.at(Step::Member(key), read)?;
             seen.push(name);
         }
         Ok(())
@@ -841,7 +845,7 @@ impl<'de, S: DeserializeSeed<'de> + Clone> Shape<'de> for ListOf<'_, S> {
         let mut items = Vec::new();
         loop {
             let read = seq.next_element_seed(self.item.clone());
-            let Some(item) = self.trail.at(|| Step::Item(items.len()), read)? else {
+            let Some(item) = self.trail.at(Step::Item(items.len()), read)? else {
                 break;
             };
             if items.len() == self.max {
@@ -850,6 +854,39 @@ impl<'de, S: DeserializeSeed<'de> + Clone> Shape<'de> for ListOf<'_, S> {
             items.push(item);
         }
         Ok(items)
+    }
+}
+
+/// A JSON list of at most `max` values, each handed to `each` (whose refusal is the item's
+/// error): one reader for every list of values, so it is compiled in once.
+struct Values<'a, 't> {
+    each: &'a mut dyn FnMut(Found) -> Result<(), String>,
+    max: usize,
+    too_many: String,
+    trail: &'t Trail,
+}
+
+impl<'de> Shape<'de> for Values<'_, '_> {
+    type Out = ();
+
+    fn expected(&self) -> &'static str {
+        "a list"
+    }
+
+    fn list<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut count = 0;
+        loop {
+            let read = seq.next_element_seed(Expect(Scalar));
+            let Some(found) = self.trail.at(Step::Item(count), read)? else {
+                return Ok(());
+            };
+            let taken = (self.each)(found).map_err(de::Error::custom);
+            self.trail.at(Step::Item(count), taken)?;
+            if count == self.max {
+                return Err(de::Error::custom(self.too_many));
+            }
+            count += 1;
+        }
     }
 }
 
@@ -1069,12 +1106,17 @@ impl Members for Passive {
                     map.next_value_seed(Read(|found| count(found, 1, MAX_FAILS_LIMIT)))?
             }
             "unhealthy_status" => {
-                self.unhealthy_status = map.next_value_seed(Expect(ListOf {
-                    item: PhantomData::<StatusMatch>,
+                let mut statuses = Vec::new();
+                map.next_value_seed(Expect(Values {
+                    each: &mut |found| {
+                        statuses.push(StatusMatch::from_found(found)?);
+                        Ok(())
+                    },
                     max: MAX_UNHEALTHY_STATUSES,
                     too_many: format!("at most {MAX_UNHEALTHY_STATUSES} statuses are allowed"),
                     trail,
-                }))?
+                }))?;
+                self.unhealthy_status = statuses;
             }
             "unhealthy_latency" => {
                 self.unhealthy_latency =
@@ -1446,7 +1488,7 @@ impl<'de> Shape<'de> for Headers<'_> {
                 room: MAX_PROBE_HEADERS.saturating_sub(pairs.len()),
                 trail: self.trail,
             });
-            let values = self.trail.at(|| Step::Member(name.clone()), read)?;
+            let values = self.trail.at(Step::Member(name), read)?;
             pairs.extend(values.into_iter().map(|v| (lower.clone(), v)));
         }
         Ok(pairs)
@@ -1516,13 +1558,18 @@ impl<'de> Shape<'de> for HeaderValueList<'_> {
     }
 
     fn list<A: SeqAccess<'de>>(self, seq: A) -> Result<Vec<String>, A::Error> {
-        ListOf {
-            item: Read(|found| header_value(text(found)?)),
+        let mut values = Vec::new();
+        Values {
+            each: &mut |found| {
+                values.push(header_value(text(found)?)?);
+                Ok(())
+            },
             max: self.room,
             too_many: too_many_headers(),
             trail: self.trail,
         }
-        .list(seq)
+        .list(seq)?;
+        Ok(values)
     }
 }
 
