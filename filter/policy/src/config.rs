@@ -890,16 +890,13 @@ impl<'de> Shape<'de> for Values<'_, '_> {
     }
 }
 
-/// A value read by a converter, as a seed (for values read by hand from an object or a list).
-#[derive(Clone)]
-struct Read<F>(F);
-
-impl<'de, T, F: FnOnce(Found) -> Result<T, String>> DeserializeSeed<'de> for Read<F> {
-    type Value = T;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
-        field(d, self.0)
-    }
+/// A member's value, read by `convert`: the reason for a refusal becomes the error.
+fn value<'de, A: MapAccess<'de>, T>(
+    map: &mut A,
+    convert: impl FnOnce(Found) -> Result<T, String>,
+) -> Result<T, A::Error> {
+    let found = map.next_value_seed(Expect(Scalar))?;
+    convert(found).map_err(de::Error::custom)
 }
 
 fn text(found: Found) -> Result<String, String> {
@@ -1003,21 +1000,15 @@ impl Members for Config {
                 Object::HealthChecks(&mut self.health_checks),
                 trail,
             )))?,
-            "routing" => self.routing = map.next_value_seed(Read(routing))?,
-            "route_header" => self.route_header = map.next_value_seed(Read(route_header))?,
-            "max_ejection_percent" => {
-                self.max_ejection_percent = map.next_value_seed(Read(percent_of))?
-            }
+            "routing" => self.routing = value(map, routing)?,
+            "route_header" => self.route_header = value(map, route_header)?,
+            "max_ejection_percent" => self.max_ejection_percent = value(map, percent_of)?,
             "min_healthy_percent" => {
-                self.min_healthy_percent =
-                    map.next_value_seed(Read(|found| or_off(found, percent_of)))?
+                self.min_healthy_percent = value(map, |found| or_off(found, percent_of))?
             }
-            "jitter" => {
-                self.jitter =
-                    map.next_value_seed(Read(|found| duration::positive(found).map(Some)))?
-            }
-            "status_path" => self.status_path = map.next_value_seed(Read(status_path))?,
-            "status_public" => self.status_public = map.next_value_seed(Read(flag))?,
+            "jitter" => self.jitter = value(map, |found| duration::positive(found).map(Some))?,
+            "status_path" => self.status_path = value(map, status_path)?,
+            "status_public" => self.status_public = value(map, flag)?,
             _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
         }
         Ok(())
@@ -1035,20 +1026,12 @@ impl Members for Upstream {
         _: &Trail,
     ) -> Result<(), A::Error> {
         match name {
-            "name" => self.name = map.next_value_seed(Read(upstream_name))?,
-            "cluster" => {
-                self.cluster = map.next_value_seed(Read(|found| upstream_name(found).map(Some)))?
-            }
-            "authority" => {
-                self.authority =
-                    map.next_value_seed(Read(|found| authority(text(found)?).map(Some)))?
-            }
-            "weight" => {
-                self.weight = map.next_value_seed(Read(|found| count(found, 1, MAX_WEIGHT)))?
-            }
+            "name" => self.name = value(map, upstream_name)?,
+            "cluster" => self.cluster = value(map, |found| upstream_name(found).map(Some))?,
+            "authority" => self.authority = value(map, |found| authority(text(found)?).map(Some))?,
+            "weight" => self.weight = value(map, |found| count(found, 1, MAX_WEIGHT))?,
             "address" => {
-                self.address =
-                    map.next_value_seed(Read(|found| or_off(found, |found| ip_port(text(found)?))))?
+                self.address = value(map, |found| or_off(found, |found| ip_port(text(found)?)))?
             }
             _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
         }
@@ -1098,13 +1081,8 @@ impl Members for Passive {
         trail: &Trail,
     ) -> Result<(), A::Error> {
         match name {
-            "fail_duration" => {
-                self.fail_duration = map.next_value_seed(Read(duration::positive))?
-            }
-            "max_fails" => {
-                self.max_fails =
-                    map.next_value_seed(Read(|found| count(found, 1, MAX_FAILS_LIMIT)))?
-            }
+            "fail_duration" => self.fail_duration = value(map, duration::positive)?,
+            "max_fails" => self.max_fails = value(map, |found| count(found, 1, MAX_FAILS_LIMIT))?,
             "unhealthy_status" => {
                 let mut statuses = Vec::new();
                 map.next_value_seed(Expect(Values {
@@ -1119,8 +1097,7 @@ impl Members for Passive {
                 self.unhealthy_status = statuses;
             }
             "unhealthy_latency" => {
-                self.unhealthy_latency =
-                    map.next_value_seed(Read(|found| or_off(found, duration::positive)))?
+                self.unhealthy_latency = value(map, |found| or_off(found, duration::positive))?
             }
             _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
         }
@@ -1149,26 +1126,17 @@ impl Members for Outlier {
         map: &mut A,
         _: &Trail,
     ) -> Result<(), A::Error> {
-        let positive = Read(duration::positive);
         match name {
-            "enabled" => self.enabled = map.next_value_seed(Read(flag))?,
-            "window" => self.window = map.next_value_seed(positive)?,
-            "min_failures" => {
-                self.min_failures = map.next_value_seed(Read(|found| count(found, 1, 1000)))?
-            }
-            "min_requests" => {
-                self.min_requests = map.next_value_seed(Read(|found| count(found, 1, 100_000)))?
-            }
-            "failure_gap" => {
-                self.failure_gap = map.next_value_seed(Read(|found| count(found, 1, 100)))?
-            }
-            "latency_factor" => {
-                self.latency_factor = map.next_value_seed(Read(|found| count(found, 2, 1000)))?
-            }
-            "min_latency" => self.min_latency = map.next_value_seed(positive)?,
-            "stall_after" => self.stall_after = map.next_value_seed(positive)?,
-            "ejection" => self.ejection = map.next_value_seed(positive)?,
-            "max_ejection" => self.max_ejection = map.next_value_seed(positive)?,
+            "enabled" => self.enabled = value(map, flag)?,
+            "window" => self.window = value(map, duration::positive)?,
+            "min_failures" => self.min_failures = value(map, |found| count(found, 1, 1000))?,
+            "min_requests" => self.min_requests = value(map, |found| count(found, 1, 100_000))?,
+            "failure_gap" => self.failure_gap = value(map, |found| count(found, 1, 100))?,
+            "latency_factor" => self.latency_factor = value(map, |found| count(found, 2, 1000))?,
+            "min_latency" => self.min_latency = value(map, duration::positive)?,
+            "stall_after" => self.stall_after = value(map, duration::positive)?,
+            "ejection" => self.ejection = value(map, duration::positive)?,
+            "max_ejection" => self.max_ejection = value(map, duration::positive)?,
             _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
         }
         Ok(())
@@ -1429,7 +1397,7 @@ impl Members for Active {
         match name {
             "path" | "uri" => {
                 let both = earlier.iter().any(|n| matches!(*n, "path" | "uri"));
-                self.path = map.next_value_seed(Read(|found| {
+                self.path = value(map, |found| {
                     let path = text(found)?;
                     if both {
                         return Err("give `path` or `uri`, not both".into());
@@ -1438,25 +1406,16 @@ impl Members for Active {
                         return Err(format!("must start with '/', got {path:?}"));
                     }
                     request_path(path)
-                }))?
+                })?
             }
             "headers" => self.headers = map.next_value_seed(Expect(Headers { trail }))?,
-            "interval" => self.interval = map.next_value_seed(Read(probe_duration))?,
-            "timeout" => self.timeout = map.next_value_seed(Read(probe_timeout))?,
+            "interval" => self.interval = value(map, probe_duration)?,
+            "timeout" => self.timeout = value(map, probe_timeout)?,
             "expect_status" => self.expect_status = map.next_value()?,
-            "expect_body" => {
-                self.expect_body = map.next_value_seed(Read(|found| or_off(found, expect_body)))?
-            }
-            "max_size" => {
-                self.max_size =
-                    map.next_value_seed(Read(|found| count(found, 1, MAX_PROBE_BODY)))?
-            }
-            "passes" => {
-                self.passes = map.next_value_seed(Read(|found| count(found, 1, MAX_STREAK)))?
-            }
-            "fails" => {
-                self.fails = map.next_value_seed(Read(|found| count(found, 1, MAX_STREAK)))?
-            }
+            "expect_body" => self.expect_body = value(map, |found| or_off(found, expect_body))?,
+            "max_size" => self.max_size = value(map, |found| count(found, 1, MAX_PROBE_BODY))?,
+            "passes" => self.passes = value(map, |found| count(found, 1, MAX_STREAK))?,
+            "fails" => self.fails = value(map, |found| count(found, 1, MAX_STREAK))?,
             _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
         }
         Ok(())
