@@ -542,6 +542,23 @@ pub(crate) enum Found {
     Object,
 }
 
+impl Found {
+    fn signed(v: i64) -> Found {
+        u64::try_from(v).map_or(Found::Negative(v), Found::Unsigned)
+    }
+
+    fn float(v: f64) -> Found {
+        // serde_json hands over a whole number past 64 bits as a float.
+        let huge = v.fract() == 0.0
+            && !(-9.223_372_036_854_776e18..1.844_674_407_370_955_2e19).contains(&v);
+        if huge {
+            Found::Huge
+        } else {
+            Found::Fraction
+        }
+    }
+}
+
 impl fmt::Display for Found {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         match self {
@@ -656,14 +673,11 @@ impl<'de, S: Shape<'de>> Visitor<'de> for Expect<S> {
     }
 
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<S::Out, E> {
-        self.scalar(u64::try_from(v).map_or(Found::Negative(v), Found::Unsigned))
+        self.scalar(Found::signed(v))
     }
 
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<S::Out, E> {
-        // serde_json hands over a whole number past 64 bits as a float.
-        let huge = v.fract() == 0.0
-            && !(-9.223_372_036_854_776e18..1.844_674_407_370_955_2e19).contains(&v);
-        self.scalar(if huge { Found::Huge } else { Found::Fraction })
+        self.scalar(Found::float(v))
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<S::Out, E> {
@@ -858,9 +872,12 @@ impl<'de, S: DeserializeSeed<'de> + Clone> Shape<'de> for ListOf<'_, S> {
 }
 
 /// A JSON list of at most `max` values, each handed to `each` (whose refusal is the item's
-/// error): one reader for every list of values, so it is compiled in once.
+/// error), or where `one` is set also a single value: one reader for every list of values, so
+/// it is compiled in once.
 struct Values<'a, 't> {
     each: &'a mut dyn FnMut(Found) -> Result<(), String>,
+    one: bool,
+    expected: &'static str,
     max: usize,
     too_many: String,
     trail: &'t Trail,
@@ -870,7 +887,18 @@ impl<'de> Shape<'de> for Values<'_, '_> {
     type Out = ();
 
     fn expected(&self) -> &'static str {
-        "a list"
+        self.expected
+    }
+
+    fn scalar(self, found: Found) -> Result<(), String> {
+        if !self.one {
+            return Err(mismatch(self.expected, &found));
+        }
+        (self.each)(found)?;
+        if self.max == 0 {
+            return Err(self.too_many);
+        }
+        Ok(())
     }
 
     fn list<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
@@ -1090,6 +1118,8 @@ impl Members for Passive {
                         statuses.push(StatusMatch::from_found(found)?);
                         Ok(())
                     },
+                    one: false,
+                    expected: "a list",
                     max: MAX_UNHEALTHY_STATUSES,
                     too_many: format!("at most {MAX_UNHEALTHY_STATUSES} statuses are allowed"),
                     trail,
@@ -1487,47 +1517,19 @@ impl<'de> DeserializeSeed<'de> for HeaderValues<'_> {
         if let Some(reason) = refusal {
             return Err(de::Error::custom(reason));
         }
-        Expect(HeaderValueList {
-            room: self.room,
-            trail: self.trail,
-        })
-        .deserialize(d)
-    }
-}
-
-/// A header's value, or a list of them.
-struct HeaderValueList<'t> {
-    room: usize,
-    trail: &'t Trail,
-}
-
-impl<'de> Shape<'de> for HeaderValueList<'_> {
-    type Out = Vec<String>;
-
-    fn expected(&self) -> &'static str {
-        "a string or a list of strings"
-    }
-
-    fn scalar(self, found: Found) -> Result<Vec<String>, String> {
-        let value = header_value(text(found)?)?;
-        if self.room == 0 {
-            return Err(too_many_headers());
-        }
-        Ok(vec![value])
-    }
-
-    fn list<A: SeqAccess<'de>>(self, seq: A) -> Result<Vec<String>, A::Error> {
         let mut values = Vec::new();
-        Values {
+        Expect(Values {
             each: &mut |found| {
                 values.push(header_value(text(found)?)?);
                 Ok(())
             },
+            one: true,
+            expected: "a string or a list of strings",
             max: self.room,
             too_many: too_many_headers(),
             trail: self.trail,
-        }
-        .list(seq)?;
+        })
+        .deserialize(d)?;
         Ok(values)
     }
 }
