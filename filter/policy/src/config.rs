@@ -5,11 +5,14 @@
 //! Everything is checked before the filter starts: a config that parses is one the policy can run.
 //! Errors name the JSON path and the reason (`health_checks.passive.max_fails: must be at least 1,
 //! got 0`, `upstreams[1].name: "app1" is listed twice`), because the operator reading Envoy's log
-//! has nothing else to go on. The document is read by serde_json into these types, each field
-//! through a reader that checks it where it stands (so the error knows its path); what spans
-//! fields (a timeout shorter than its interval, names unique) is checked once the document is
-//! read, and then every default is filled in, so a parsed [`Config`] holds what is in force
-//! ([`Config::effective_json`] prints it).
+//! has nothing else to go on. The document is read by serde_json member by member, each field
+//! through a reader that checks it where it stands; an error records the member or item it
+//! leaves on its way out, so it knows its path. What spans fields (a timeout shorter than its
+//! interval, names unique) is checked once the document is read, and then every default is
+//! filled in, so a parsed [`Config`] holds what is in force ([`Config::effective_json`] prints
+//! it). Every object, every list of values and every scalar is read by one reader each: each
+//! reader carries a copy of serde_json's value parser into the module, which every worker
+//! compiles.
 //!
 //! - **Unknown and repeated fields are errors**: a config with two `max_fails` is a mistake, not a
 //!   choice. Probe header names repeat when they differ only in case.
@@ -543,10 +546,12 @@ pub(crate) enum Found {
 }
 
 impl Found {
+    /// A JSON integer serde_json read as signed.
     fn signed(v: i64) -> Found {
         u64::try_from(v).map_or(Found::Negative(v), Found::Unsigned)
     }
 
+    /// A JSON number serde_json read as a float.
     fn float(v: f64) -> Found {
         // serde_json hands over a whole number past 64 bits as a float.
         let huge = v.fract() == 0.0
