@@ -5,11 +5,14 @@
 //! Everything is checked before the filter starts: a config that parses is one the policy can run.
 //! Errors name the JSON path and the reason (`health_checks.passive.max_fails: must be at least 1,
 //! got 0`, `upstreams[1].name: "app1" is listed twice`), because the operator reading Envoy's log
-//! has nothing else to go on. The document is read by serde_json into these types, each field
-//! through a reader that checks it where it stands (so the error knows its path); what spans
-//! fields (a timeout shorter than its interval, names unique) is checked once the document is
-//! read, and then every default is filled in, so a parsed [`Config`] holds what is in force
-//! ([`Config::effective_json`] prints it).
+//! has nothing else to go on. The document is read by serde_json member by member, each field
+//! through a reader that checks it where it stands; an error records the member or item it
+//! leaves on its way out, so it knows its path. What spans fields (a timeout shorter than its
+//! interval, names unique) is checked once the document is read, and then every default is
+//! filled in, so a parsed [`Config`] holds what is in force ([`Config::effective_json`] prints
+//! it). Every object, every list of values and every scalar is read by one reader each: each
+//! reader carries a copy of serde_json's value parser into the module, which every worker
+//! compiles.
 //!
 //! - **Unknown and repeated fields are errors**: a config with two `max_fails` is a mistake, not a
 //!   choice. Probe header names repeat when they differ only in case.
@@ -28,63 +31,48 @@
 
 use crate::duration;
 use crate::status_match::StatusMatch;
-use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::ser::SerializeMap;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_path_to_error::{Path, Segment};
+use serde::{Deserializer, Serialize, Serializer};
+use std::cell::Cell;
 use std::collections::HashSet;
 use std::fmt::{self, Write};
-use std::marker::PhantomData;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 /// The whole plugin configuration.
 ///
-/// Read it with [`Config::parse`]: its `Deserialize` checks each field where it stands, but only
-/// `parse` checks what spans fields and fills the defaults in.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Read it with [`Config::parse`], which checks each field where it stands, then what spans
+/// fields, and fills the defaults in.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Config {
     /// The backends, in order. Required, at least one, at most [`MAX_UPSTREAMS`], names unique.
-    #[serde(default, deserialize_with = "upstreams")]
     pub upstreams: Vec<Upstream>,
     /// Active and passive checks and outlier detection. Default: all on with the seed values
     /// below.
-    #[serde(default, deserialize_with = "object")]
     pub health_checks: HealthChecks,
     /// How the pick reaches the proxy. Default [`RoutingMode::Cluster`].
-    #[serde(default, deserialize_with = "routing")]
     pub routing: RoutingMode,
     /// Request header that carries the pick: the backend's cluster (`routing: "cluster"`, for
     /// Envoy's `cluster_header`) or its address (`routing: "host"`, for the `override_host` load
     /// balancing policy). Any client-supplied copy is removed first. Default `x-upcheck-upstream`.
-    #[serde(default = "default_route_header", deserialize_with = "route_header")]
     pub route_header: String,
     /// At most this percentage of the backends passing active checks may be passively ejected at
     /// once, by Envoy's rule: one more may go while (ejected + 1) / N stays within it, and never the
     /// last one. Default 50: one of two.
-    #[serde(default = "default_max_ejection_percent", deserialize_with = "percent")]
     pub max_ejection_percent: u8,
     /// When fewer than this percentage of all backends are routable, spread traffic over every
     /// backend that accepts connections (Envoy's panic threshold). Default: off (`null`).
-    #[serde(default, deserialize_with = "optional_percent")]
     pub min_healthy_percent: Option<u8>,
     /// Probe times are spread by up to ± this much so backends are not probed in lockstep.
     /// Default: 10% of the active interval, which [`Config::parse`] fills in; cannot be off.
-    #[serde(
-        default,
-        deserialize_with = "jitter",
-        serialize_with = "duration::optional::serialize"
-    )]
+    #[serde(serialize_with = "duration::optional::serialize")]
     pub jitter: Option<Duration>,
     /// Path the filter answers itself with every backend's health: plain text there, JSON at the
     /// same path plus `.json`; `null` turns it off. Default `/upcheck/status`.
-    #[serde(default = "default_status_path", deserialize_with = "status_path")]
     pub status_path: Option<String>,
     /// Whether clients other than loopback may read the status page. Default false: others get
     /// 403.
-    #[serde(default, deserialize_with = "flag")]
     pub status_public: bool,
 }
 
@@ -102,28 +90,22 @@ pub enum RoutingMode {
 }
 
 /// One backend.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Upstream {
     /// Its name, in logs, metrics and the status page: an HTTP token (`:` allowed), at most
     /// [`MAX_NAME_LEN`] bytes. Required.
-    #[serde(default, deserialize_with = "name")]
     pub name: String,
     /// The proxy cluster that probes are dispatched to and requests are routed to. Default:
     /// `name`, which [`Config::parse`] fills in.
-    #[serde(default, deserialize_with = "cluster")]
     pub cluster: Option<String>,
     /// `:authority` of probes: `host[:port]`. Default: `name` (which must then be a valid
     /// authority), filled in by [`Config::parse`].
-    #[serde(default, deserialize_with = "authority_field")]
     pub authority: Option<String>,
     /// Share of traffic relative to the others, 1 to [`MAX_WEIGHT`]. Default 1.
-    #[serde(default = "one", deserialize_with = "counted::<_, u32, 1, MAX_WEIGHT>")]
     pub weight: u32,
     /// `ip:port` of the backend in the pool cluster, kept in the form Envoy reports addresses
     /// (`[0:0::1]:80` becomes `[::1]:80`); required with `routing: "host"`, where it is what the
     /// route header carries. Default: none (`null`).
-    #[serde(default, deserialize_with = "address")]
     pub address: Option<String>,
 }
 
@@ -158,16 +140,13 @@ impl Upstream {
 }
 
 /// Caddy's `health_checks` block, plus upcheck's `outlier`.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct HealthChecks {
     /// Probing. Default: on, `GET /up` every 10 s with a 5 s timeout.
     pub active: Active,
     /// Watching real traffic. Default: on, 3 failures within 10 s eject.
-    #[serde(deserialize_with = "object")]
     pub passive: Passive,
     /// Comparing each backend with its peers. Default: on.
-    #[serde(deserialize_with = "object")]
     pub outlier: Outlier,
 }
 
@@ -184,12 +163,12 @@ pub struct Active {
     pub headers: Vec<(String, String)>,
     /// Time between probes of one backend, [`MIN_PROBE_DURATION`] to [`MAX_PROBE_DURATION`].
     /// Default 10 s.
-    #[serde(with = "duration")]
+    #[serde(serialize_with = "duration::serialize")]
     pub interval: Duration,
     /// A probe without an answer after this long failed; must be shorter than `interval`, and
     /// [`MIN_PROBE_DURATION`] to [`MAX_PROBE_DURATION`]. Envoy takes it in whole milliseconds,
     /// so a fraction of a millisecond is rounded up (`"1.2ms"` is 2 ms). Default 5 s.
-    #[serde(with = "duration")]
+    #[serde(serialize_with = "duration::serialize")]
     pub timeout: Duration,
     /// Status a passing probe answers: a code (`200`) or a class (`"2xx"`, or Caddy's `2`).
     /// Default 2xx.
@@ -225,24 +204,21 @@ impl Default for Active {
 }
 
 /// Caddy's `health_checks.passive`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Passive {
     /// How long a failed request is remembered. Default 10 s.
-    #[serde(with = "duration")]
+    #[serde(serialize_with = "duration::serialize")]
     pub fail_duration: Duration,
     /// Remembered failures that eject a backend until enough of them expire, 1 to
     /// [`MAX_FAILS_LIMIT`]. Default 3.
-    #[serde(deserialize_with = "counted::<_, u32, 1, MAX_FAILS_LIMIT>")]
     pub max_fails: u32,
     /// Answers that count as failures, at most [`MAX_UNHEALTHY_STATUSES`]. Default
     /// `[502, 503, 504]`, so a sidecar's 502 for a backend that never booted counts. (Caddy's
     /// default counts no status at all.)
-    #[serde(deserialize_with = "statuses")]
     pub unhealthy_status: Vec<StatusMatch>,
     /// A request this slow counts as failed, and counts the moment it is this late even while it
     /// is still waiting for its answer. Default: off (`null`).
-    #[serde(with = "duration::optional")]
+    #[serde(serialize_with = "duration::optional::serialize")]
     pub unhealthy_latency: Option<Duration>,
 }
 
@@ -262,39 +238,33 @@ impl Default for Passive {
 }
 
 /// `health_checks.outlier`: peer-relative outlier detection (not a Caddy field).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Outlier {
     /// Whether backends are compared with their peers at all. Default true.
-    #[serde(deserialize_with = "flag")]
     pub enabled: bool,
     /// How far back request outcomes are compared. Default 10 s.
-    #[serde(with = "duration")]
+    #[serde(serialize_with = "duration::serialize")]
     pub window: Duration,
     /// Failed requests a backend must have in the window before it can be judged failing. Default 5 (1-1000).
-    #[serde(deserialize_with = "counted::<_, u32, 1, 1000>")]
     pub min_failures: u32,
     /// Requests its peers must have had in the window, together, before a backend is compared with them;
     /// also the completed requests a backend needs before its latency is judged. Default 5 (1-100000).
-    #[serde(deserialize_with = "counted::<_, u32, 1, 100_000>")]
     pub min_requests: u32,
     /// How many percentage points a backend's failure share must exceed its peers' by. Default 50 (1-100).
-    #[serde(deserialize_with = "counted::<_, u8, 1, 100>")]
     pub failure_gap: u8,
     /// How many times slower than its peers a backend must be to be judged slow or stalled. Default 4 (2-1000).
-    #[serde(deserialize_with = "counted::<_, u32, 2, 1000>")]
     pub latency_factor: u32,
     /// A slow backend's typical latency must be at least this long. Default 250 ms.
-    #[serde(with = "duration")]
+    #[serde(serialize_with = "duration::serialize")]
     pub min_latency: Duration,
     /// A request still in flight counts as stalled after at least this long. Default 500 ms.
-    #[serde(with = "duration")]
+    #[serde(serialize_with = "duration::serialize")]
     pub stall_after: Duration,
     /// The first ejection's length; each repeat doubles it. Default 30 s.
-    #[serde(with = "duration")]
+    #[serde(serialize_with = "duration::serialize")]
     pub ejection: Duration,
     /// The longest ejection. Default 5 min; at least `ejection`.
-    #[serde(with = "duration")]
+    #[serde(serialize_with = "duration::serialize")]
     pub max_ejection: Duration,
 }
 
@@ -382,15 +352,14 @@ impl Config {
             ));
         }
         let mut reader = serde_json::Deserializer::from_slice(json);
-        let mut track = serde_path_to_error::Track::new();
-        let read = object::<_, Config>(serde_path_to_error::Deserializer::new(
-            &mut reader,
-            &mut track,
-        ))
-        .and_then(|config| reader.end().map(|()| config));
+        let trail = Trail::default();
+        let mut config = Config::defaults();
+        let read = Expect(Fill::new(Object::Config(&mut config), &trail))
+            .deserialize(&mut reader)
+            .and_then(|()| reader.end());
         match read {
-            Ok(config) => config.checked(),
-            Err(e) => Err(read_error(&e, &track.path())),
+            Ok(()) => config.checked(),
+            Err(e) => Err(read_error(&e, trail)),
         }
     }
 
@@ -510,34 +479,64 @@ impl Config {
 
 /// A read error as a [`ConfigError`]: a broken document says where (line and column); a field
 /// that is wrong says its path instead.
-fn read_error(e: &serde_json::Error, path: &Path) -> ConfigError {
+fn read_error(e: &serde_json::Error, trail: Trail) -> ConfigError {
     if !e.is_data() {
         return fail("", format!("not valid JSON: {e}"));
     }
     let text = e.to_string();
     let position = format!(" at line {} column {}", e.line(), e.column());
     let reason = text.strip_suffix(&position).unwrap_or(&text);
-    fail(json_path(path), reason)
+    fail(trail.path(), reason)
 }
 
-/// A path as errors write it: `health_checks.passive.max_fails`, `upstreams[1].name`.
-fn json_path(path: &Path) -> String {
-    let mut out = String::new();
-    for segment in path.iter() {
-        match segment {
-            Segment::Seq { index } => {
-                let _ = write!(out, "[{index}]");
-            }
-            Segment::Map { key } | Segment::Enum { variant: key } => {
-                if !out.is_empty() {
-                    out.push('.');
-                }
-                out.push_str(key);
-            }
-            Segment::Unknown => out.push_str(".?"),
+/// Where a read error arose, recorded step by step as the error leaves each member and item
+/// (innermost first), so that it can name its JSON path: serde_json's errors carry only a
+/// message and a position.
+#[derive(Default)]
+struct Trail(Cell<Vec<Step>>);
+
+/// One step into the document.
+enum Step {
+    /// An object's member, by name.
+    Member(String),
+    /// A list's item, by index.
+    Item(usize),
+}
+
+impl Trail {
+    /// `read` as it is; if it failed, `step` is where.
+    fn at<T, E>(&self, step: Step, read: Result<T, E>) -> Result<T, E> {
+        if read.is_err() {
+            self.push(step);
         }
+        read
     }
-    out
+
+    fn push(&self, step: Step) {
+        let mut steps = self.0.take();
+        steps.push(step);
+        self.0.set(steps);
+    }
+
+    /// The path as errors write it: `health_checks.passive.max_fails`, `upstreams[1].name`;
+    /// empty for the document itself.
+    fn path(self) -> String {
+        let mut out = String::new();
+        for step in self.0.into_inner().iter().rev() {
+            match step {
+                Step::Item(index) => {
+                    let _ = write!(out, "[{index}]");
+                }
+                Step::Member(name) => {
+                    if !out.is_empty() {
+                        out.push('.');
+                    }
+                    out.push_str(name);
+                }
+            }
+        }
+        out
+    }
 }
 
 /// What a field held, as an error message names it. (Numbers with a fraction are not shown:
@@ -554,6 +553,25 @@ pub(crate) enum Found {
     Text(String),
     List,
     Object,
+}
+
+impl Found {
+    /// A JSON integer serde_json read as signed.
+    fn signed(v: i64) -> Found {
+        u64::try_from(v).map_or(Found::Negative(v), Found::Unsigned)
+    }
+
+    /// A JSON number serde_json read as a float.
+    fn float(v: f64) -> Found {
+        // serde_json hands over a whole number past 64 bits as a float.
+        let huge = v.fract() == 0.0
+            && !(-9.223_372_036_854_776e18..1.844_674_407_370_955_2e19).contains(&v);
+        if huge {
+            Found::Huge
+        } else {
+            Found::Fraction
+        }
+    }
 }
 
 impl fmt::Display for Found {
@@ -670,14 +688,11 @@ impl<'de, S: Shape<'de>> Visitor<'de> for Expect<S> {
     }
 
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<S::Out, E> {
-        self.scalar(u64::try_from(v).map_or(Found::Negative(v), Found::Unsigned))
+        self.scalar(Found::signed(v))
     }
 
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<S::Out, E> {
-        // serde_json hands over a whole number past 64 bits as a float.
-        let huge = v.fract() == 0.0
-            && !(-9.223_372_036_854_776e18..1.844_674_407_370_955_2e19).contains(&v);
-        self.scalar(if huge { Found::Huge } else { Found::Fraction })
+        self.scalar(Found::float(v))
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<S::Out, E> {
@@ -723,40 +738,132 @@ impl<'de> Shape<'de> for Scalar {
     }
 }
 
-/// A JSON object read into `T` by `T`'s own `Deserialize`; anything else refused.
-struct ObjectOf<T>(PhantomData<fn() -> T>);
+/// What a JSON object is read into, member by member, over its defaults.
+trait Members {
+    /// The member names it takes, in the order "unknown field …, expected one of …" lists them.
+    const NAMES: &'static [&'static str];
 
-impl<T> Clone for ObjectOf<T> {
-    fn clone(&self) -> Self {
-        ObjectOf(PhantomData)
+    /// Reads the value of member `name` (one of [`Members::NAMES`], not read before; `earlier`
+    /// are those that were).
+    fn member<'de, A: MapAccess<'de>>(
+        &mut self,
+        name: &'static str,
+        earlier: &[&'static str],
+        map: &mut A,
+        trail: &Trail,
+    ) -> Result<(), A::Error>;
+}
+
+/// An object of the configuration being read. One reader serves them all, so serde_json's
+/// value parser is compiled into the module once for every object rather than once per type.
+enum Object<'a> {
+    Config(&'a mut Config),
+    Upstream(&'a mut Upstream),
+    HealthChecks(&'a mut HealthChecks),
+    Active(&'a mut Active),
+    Passive(&'a mut Passive),
+    Outlier(&'a mut Outlier),
+}
+
+impl Object<'_> {
+    fn names(&self) -> &'static [&'static str] {
+        match self {
+            Object::Config(_) => Config::NAMES,
+            Object::Upstream(_) => Upstream::NAMES,
+            Object::HealthChecks(_) => HealthChecks::NAMES,
+            Object::Active(_) => Active::NAMES,
+            Object::Passive(_) => Passive::NAMES,
+            Object::Outlier(_) => Outlier::NAMES,
+        }
+    }
+
+    fn member<'de, A: MapAccess<'de>>(
+        &mut self,
+        name: &'static str,
+        earlier: &[&'static str],
+        map: &mut A,
+        trail: &Trail,
+    ) -> Result<(), A::Error> {
+        match self {
+            Object::Config(c) => c.member(name, earlier, map, trail),
+            Object::Upstream(u) => u.member(name, earlier, map, trail),
+            Object::HealthChecks(h) => h.member(name, earlier, map, trail),
+            Object::Active(a) => a.member(name, earlier, map, trail),
+            Object::Passive(p) => p.member(name, earlier, map, trail),
+            Object::Outlier(o) => o.member(name, earlier, map, trail),
+        }
     }
 }
 
-impl<'de, T: Deserialize<'de>> Shape<'de> for ObjectOf<T> {
-    type Out = T;
+/// A JSON object read into an [`Object`]; anything else refused, and so are a member the object
+/// does not take and a member given twice.
+struct Fill<'a, 't> {
+    object: Object<'a>,
+    trail: &'t Trail,
+}
+
+impl<'a, 't> Fill<'a, 't> {
+    fn new(object: Object<'a>, trail: &'t Trail) -> Self {
+        Fill { object, trail }
+    }
+}
+
+impl<'de> Shape<'de> for Fill<'_, '_> {
+    type Out = ();
 
     fn expected(&self) -> &'static str {
         "an object"
     }
 
-    fn object<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
-        T::deserialize(MapAccessDeserializer::new(map))
+    fn object<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        let names = self.object.names();
+        let mut seen: Vec<&'static str> = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let Some(&name) = names.iter().find(|name| **name == key) else {
+                let unknown = de::Error::unknown_field(&key, names);
+                self.trail.push(Step::Member(key));
+                return Err(unknown);
+            };
+            if seen.contains(&name) {
+                return Err(de::Error::duplicate_field(name));
+            }
+            let read = self.object.member(name, &seen, &mut map, self.trail);
+            self.trail.at(Step::Member(key), read)?;
+            seen.push(name);
+        }
+        Ok(())
     }
 }
 
-/// Serde: a field that holds an object (a derived struct would also take a list).
-fn object<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
-    Expect(ObjectOf(PhantomData)).deserialize(d)
+/// One item of `upstreams`, read over an upstream's defaults.
+#[derive(Clone, Copy)]
+struct UpstreamItem<'t>(&'t Trail);
+
+impl<'de> DeserializeSeed<'de> for UpstreamItem<'_> {
+    type Value = Upstream;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Upstream, D::Error> {
+        let mut upstream = Upstream {
+            name: String::new(),
+            cluster: None,
+            authority: None,
+            weight: 1,
+            address: None,
+        };
+        Expect(Fill::new(Object::Upstream(&mut upstream), self.0)).deserialize(d)?;
+        Ok(upstream)
+    }
 }
 
 /// A JSON list of at most `max` items, each read by `item`.
-struct ListOf<S> {
+struct ListOf<'t, S> {
     item: S,
     max: usize,
     too_many: String,
+    trail: &'t Trail,
 }
 
-impl<'de, S: DeserializeSeed<'de> + Clone> Shape<'de> for ListOf<S> {
+impl<'de, S: DeserializeSeed<'de> + Clone> Shape<'de> for ListOf<'_, S> {
     type Out = Vec<S::Value>;
 
     fn expected(&self) -> &'static str {
@@ -765,7 +872,11 @@ impl<'de, S: DeserializeSeed<'de> + Clone> Shape<'de> for ListOf<S> {
 
     fn list<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<S::Value>, A::Error> {
         let mut items = Vec::new();
-        while let Some(item) = seq.next_element_seed(self.item.clone())? {
+        loop {
+            let read = seq.next_element_seed(self.item.clone());
+            let Some(item) = self.trail.at(Step::Item(items.len()), read)? else {
+                break;
+            };
             if items.len() == self.max {
                 return Err(de::Error::custom(self.too_many));
             }
@@ -775,16 +886,60 @@ impl<'de, S: DeserializeSeed<'de> + Clone> Shape<'de> for ListOf<S> {
     }
 }
 
-/// A value read by a converter, as a seed (for values read by hand from an object or a list).
-#[derive(Clone)]
-struct Read<F>(F);
+/// A JSON list of at most `max` values, each handed to `each` (whose refusal is the item's
+/// error), or where `one` is set also a single value: one reader for every list of values, so
+/// it is compiled in once.
+struct Values<'a, 't> {
+    each: &'a mut dyn FnMut(Found) -> Result<(), String>,
+    one: bool,
+    expected: &'static str,
+    max: usize,
+    too_many: String,
+    trail: &'t Trail,
+}
 
-impl<'de, T, F: FnOnce(Found) -> Result<T, String>> DeserializeSeed<'de> for Read<F> {
-    type Value = T;
+impl<'de> Shape<'de> for Values<'_, '_> {
+    type Out = ();
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
-        field(d, self.0)
+    fn expected(&self) -> &'static str {
+        self.expected
     }
+
+    fn scalar(self, found: Found) -> Result<(), String> {
+        if !self.one {
+            return Err(mismatch(self.expected, &found));
+        }
+        (self.each)(found)?;
+        if self.max == 0 {
+            return Err(self.too_many);
+        }
+        Ok(())
+    }
+
+    fn list<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut count = 0;
+        loop {
+            let read = seq.next_element_seed(Expect(Scalar));
+            let Some(found) = self.trail.at(Step::Item(count), read)? else {
+                return Ok(());
+            };
+            let taken = (self.each)(found).map_err(de::Error::custom);
+            self.trail.at(Step::Item(count), taken)?;
+            if count == self.max {
+                return Err(de::Error::custom(self.too_many));
+            }
+            count += 1;
+        }
+    }
+}
+
+/// A member's value, read by `convert`: the reason for a refusal becomes the error.
+fn value<'de, A: MapAccess<'de>, T>(
+    map: &mut A,
+    convert: impl FnOnce(Found) -> Result<T, String>,
+) -> Result<T, A::Error> {
+    let found = map.next_value_seed(Expect(Scalar))?;
+    convert(found).map_err(de::Error::custom)
 }
 
 fn text(found: Found) -> Result<String, String> {
@@ -820,60 +975,217 @@ fn percent_of(found: Found) -> Result<u8, String> {
     }
 }
 
-/// Serde: a whole number from `MIN` to `MAX`.
-fn counted<'de, D: Deserializer<'de>, T: TryFrom<u64>, const MIN: u32, const MAX: u32>(
-    d: D,
-) -> Result<T, D::Error> {
-    field(d, |found| count(found, MIN, MAX))
-}
-
-fn percent<'de, D: Deserializer<'de>>(d: D) -> Result<u8, D::Error> {
-    field(d, percent_of)
-}
-
-fn optional_percent<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u8>, D::Error> {
-    field(d, |found| or_off(found, percent_of))
-}
-
-fn flag<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
-    field(d, |found| match found {
+fn flag(found: Found) -> Result<bool, String> {
+    match found {
         Found::Bool(b) => Ok(b),
         other => Err(mismatch("true or false", &other)),
-    })
+    }
 }
 
-fn jitter<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    field(d, duration::positive).map(Some)
-}
-
-fn routing<'de, D: Deserializer<'de>>(d: D) -> Result<RoutingMode, D::Error> {
-    field(d, |found| match text(found)?.as_str() {
+fn routing(found: Found) -> Result<RoutingMode, String> {
+    match text(found)?.as_str() {
         "cluster" => Ok(RoutingMode::Cluster),
         "host" => Ok(RoutingMode::Host),
         other => Err(format!("expected \"cluster\" or \"host\", got {other:?}")),
-    })
-}
-
-fn upstreams<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Upstream>, D::Error> {
-    let list = Expect(ListOf {
-        item: Expect(ObjectOf::<Upstream>(PhantomData)),
-        max: MAX_UPSTREAMS,
-        too_many: format!("at most {MAX_UPSTREAMS} upstreams are allowed"),
-    })
-    .deserialize(d)?;
-    if list.is_empty() {
-        return Err(de::Error::custom("needs at least one upstream"));
     }
-    Ok(list)
 }
 
-fn statuses<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<StatusMatch>, D::Error> {
-    Expect(ListOf {
-        item: PhantomData::<StatusMatch>,
-        max: MAX_UNHEALTHY_STATUSES,
-        too_many: format!("at most {MAX_UNHEALTHY_STATUSES} statuses are allowed"),
-    })
-    .deserialize(d)
+impl Config {
+    /// The configuration before any member is read.
+    fn defaults() -> Self {
+        Config {
+            upstreams: Vec::new(),
+            health_checks: HealthChecks::default(),
+            routing: RoutingMode::default(),
+            route_header: "x-upcheck-upstream".into(),
+            max_ejection_percent: 50,
+            min_healthy_percent: None,
+            jitter: None,
+            status_path: Some("/upcheck/status".into()),
+            status_public: false,
+        }
+    }
+}
+
+impl Members for Config {
+    const NAMES: &'static [&'static str] = &[
+        "upstreams",
+        "health_checks",
+        "routing",
+        "route_header",
+        "max_ejection_percent",
+        "min_healthy_percent",
+        "jitter",
+        "status_path",
+        "status_public",
+    ];
+
+    fn member<'de, A: MapAccess<'de>>(
+        &mut self,
+        name: &'static str,
+        _: &[&'static str],
+        map: &mut A,
+        trail: &Trail,
+    ) -> Result<(), A::Error> {
+        match name {
+            "upstreams" => {
+                self.upstreams = map.next_value_seed(Expect(ListOf {
+                    item: UpstreamItem(trail),
+                    max: MAX_UPSTREAMS,
+                    too_many: format!("at most {MAX_UPSTREAMS} upstreams are allowed"),
+                    trail,
+                }))?;
+                if self.upstreams.is_empty() {
+                    return Err(de::Error::custom("needs at least one upstream"));
+                }
+            }
+            "health_checks" => map.next_value_seed(Expect(Fill::new(
+                Object::HealthChecks(&mut self.health_checks),
+                trail,
+            )))?,
+            "routing" => self.routing = value(map, routing)?,
+            "route_header" => self.route_header = value(map, route_header)?,
+            "max_ejection_percent" => self.max_ejection_percent = value(map, percent_of)?,
+            "min_healthy_percent" => {
+                self.min_healthy_percent = value(map, |found| or_off(found, percent_of))?
+            }
+            "jitter" => self.jitter = value(map, |found| duration::positive(found).map(Some))?,
+            "status_path" => self.status_path = value(map, status_path)?,
+            "status_public" => self.status_public = value(map, flag)?,
+            _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
+        }
+        Ok(())
+    }
+}
+
+impl Members for Upstream {
+    const NAMES: &'static [&'static str] = &["name", "cluster", "authority", "weight", "address"];
+
+    fn member<'de, A: MapAccess<'de>>(
+        &mut self,
+        name: &'static str,
+        _: &[&'static str],
+        map: &mut A,
+        _: &Trail,
+    ) -> Result<(), A::Error> {
+        match name {
+            "name" => self.name = value(map, upstream_name)?,
+            "cluster" => self.cluster = value(map, |found| upstream_name(found).map(Some))?,
+            "authority" => self.authority = value(map, |found| authority(text(found)?).map(Some))?,
+            "weight" => self.weight = value(map, |found| count(found, 1, MAX_WEIGHT))?,
+            "address" => {
+                self.address = value(map, |found| or_off(found, |found| ip_port(text(found)?)))?
+            }
+            _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
+        }
+        Ok(())
+    }
+}
+
+impl Members for HealthChecks {
+    const NAMES: &'static [&'static str] = &["active", "passive", "outlier"];
+
+    fn member<'de, A: MapAccess<'de>>(
+        &mut self,
+        name: &'static str,
+        _: &[&'static str],
+        map: &mut A,
+        trail: &Trail,
+    ) -> Result<(), A::Error> {
+        match name {
+            "active" => {
+                map.next_value_seed(Expect(Fill::new(Object::Active(&mut self.active), trail)))?
+            }
+            "passive" => {
+                map.next_value_seed(Expect(Fill::new(Object::Passive(&mut self.passive), trail)))?
+            }
+            "outlier" => {
+                map.next_value_seed(Expect(Fill::new(Object::Outlier(&mut self.outlier), trail)))?
+            }
+            _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
+        }
+        Ok(())
+    }
+}
+
+impl Members for Passive {
+    const NAMES: &'static [&'static str] = &[
+        "fail_duration",
+        "max_fails",
+        "unhealthy_status",
+        "unhealthy_latency",
+    ];
+
+    fn member<'de, A: MapAccess<'de>>(
+        &mut self,
+        name: &'static str,
+        _: &[&'static str],
+        map: &mut A,
+        trail: &Trail,
+    ) -> Result<(), A::Error> {
+        match name {
+            "fail_duration" => self.fail_duration = value(map, duration::positive)?,
+            "max_fails" => self.max_fails = value(map, |found| count(found, 1, MAX_FAILS_LIMIT))?,
+            "unhealthy_status" => {
+                let mut statuses = Vec::new();
+                map.next_value_seed(Expect(Values {
+                    each: &mut |found| {
+                        statuses.push(StatusMatch::from_found(found)?);
+                        Ok(())
+                    },
+                    one: false,
+                    expected: "a list",
+                    max: MAX_UNHEALTHY_STATUSES,
+                    too_many: format!("at most {MAX_UNHEALTHY_STATUSES} statuses are allowed"),
+                    trail,
+                }))?;
+                self.unhealthy_status = statuses;
+            }
+            "unhealthy_latency" => {
+                self.unhealthy_latency = value(map, |found| or_off(found, duration::positive))?
+            }
+            _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
+        }
+        Ok(())
+    }
+}
+
+impl Members for Outlier {
+    const NAMES: &'static [&'static str] = &[
+        "enabled",
+        "window",
+        "min_failures",
+        "min_requests",
+        "failure_gap",
+        "latency_factor",
+        "min_latency",
+        "stall_after",
+        "ejection",
+        "max_ejection",
+    ];
+
+    fn member<'de, A: MapAccess<'de>>(
+        &mut self,
+        name: &'static str,
+        _: &[&'static str],
+        map: &mut A,
+        _: &Trail,
+    ) -> Result<(), A::Error> {
+        match name {
+            "enabled" => self.enabled = value(map, flag)?,
+            "window" => self.window = value(map, duration::positive)?,
+            "min_failures" => self.min_failures = value(map, |found| count(found, 1, 1000))?,
+            "min_requests" => self.min_requests = value(map, |found| count(found, 1, 100_000))?,
+            "failure_gap" => self.failure_gap = value(map, |found| count(found, 1, 100))?,
+            "latency_factor" => self.latency_factor = value(map, |found| count(found, 2, 1000))?,
+            "min_latency" => self.min_latency = value(map, duration::positive)?,
+            "stall_after" => self.stall_after = value(map, duration::positive)?,
+            "ejection" => self.ejection = value(map, duration::positive)?,
+            "max_ejection" => self.max_ejection = value(map, duration::positive)?,
+            _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
+        }
+        Ok(())
+    }
 }
 
 /// RFC 9110 `tchar`: what a header name may hold.
@@ -931,38 +1243,29 @@ fn request_path(text: String) -> Result<String, String> {
     }
 }
 
-fn name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    field(d, |found| {
-        let name = text(found)?;
-        word(&name, is_name_char, MAX_NAME_LEN).map(|()| name)
-    })
+/// An upstream's name or cluster.
+fn upstream_name(found: Found) -> Result<String, String> {
+    let name = text(found)?;
+    word(&name, is_name_char, MAX_NAME_LEN).map(|()| name)
 }
 
-fn cluster<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    name(d).map(Some)
+fn route_header(found: Found) -> Result<String, String> {
+    let header = text(found)?;
+    if header.starts_with(':') {
+        return Err("must not be a pseudo-header".into());
+    }
+    word(&header, is_tchar, MAX_NAME_LEN).map(|()| header)
 }
 
-fn route_header<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    field(d, |found| {
-        let header = text(found)?;
-        if header.starts_with(':') {
-            return Err("must not be a pseudo-header".into());
+fn status_path(found: Found) -> Result<Option<String>, String> {
+    or_off(found, |found| {
+        let path = text(found)?;
+        if !path.starts_with('/') || path.contains(['?', '#']) {
+            return Err(format!(
+                "must be a path like \"/upcheck/status\", got {path:?}"
+            ));
         }
-        word(&header, is_tchar, MAX_NAME_LEN).map(|()| header)
-    })
-}
-
-fn status_path<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    field(d, |found| {
-        or_off(found, |found| {
-            let path = text(found)?;
-            if !path.starts_with('/') || path.contains(['?', '#']) {
-                return Err(format!(
-                    "must be a path like \"/upcheck/status\", got {path:?}"
-                ));
-            }
-            request_path(path)
-        })
+        request_path(path)
     })
 }
 
@@ -1022,10 +1325,6 @@ fn authority(text: String) -> Result<String, String> {
     }
 }
 
-fn authority_field<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    field(d, |found| authority(text(found)?).map(Some))
-}
-
 /// An IPv4 address as a dotted quad: four parts 0-255, no sign, no leading zeros.
 fn ipv4(text: &str) -> Option<Ipv4Addr> {
     let mut octets = [0u8; 4];
@@ -1073,10 +1372,6 @@ fn ip_port(text: String) -> Result<String, String> {
     Ok(SocketAddr::new(ip, port).to_string())
 }
 
-fn address<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    field(d, |found| or_off(found, |found| ip_port(text(found)?)))
-}
-
 /// A probe's interval or timeout: within what Envoy can take.
 fn probe_duration(found: Found) -> Result<Duration, String> {
     let d = duration::positive(found)?;
@@ -1122,110 +1417,64 @@ fn expect_body(found: Found) -> Result<String, String> {
     Ok(body)
 }
 
-impl<'de> Deserialize<'de> for Active {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Expect(ActiveFields).deserialize(d)
-    }
-}
+/// Caddy's `uri` is another name for `path`, and giving both must say so at the second.
+impl Members for Active {
+    const NAMES: &'static [&'static str] = &[
+        "path",
+        "uri",
+        "headers",
+        "interval",
+        "timeout",
+        "expect_status",
+        "expect_body",
+        "max_size",
+        "passes",
+        "fails",
+    ];
 
-/// `health_checks.active`'s field names. Its fields are read by hand rather than derived because
-/// Caddy's `uri` is another name for `path`, and giving both must say so at `uri`.
-#[derive(Deserialize, Clone, Copy, PartialEq)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum ActiveField {
-    Path,
-    Uri,
-    Headers,
-    Interval,
-    Timeout,
-    ExpectStatus,
-    ExpectBody,
-    MaxSize,
-    Passes,
-    Fails,
-}
-
-impl ActiveField {
-    fn name(self) -> &'static str {
-        match self {
-            ActiveField::Path => "path",
-            ActiveField::Uri => "uri",
-            ActiveField::Headers => "headers",
-            ActiveField::Interval => "interval",
-            ActiveField::Timeout => "timeout",
-            ActiveField::ExpectStatus => "expect_status",
-            ActiveField::ExpectBody => "expect_body",
-            ActiveField::MaxSize => "max_size",
-            ActiveField::Passes => "passes",
-            ActiveField::Fails => "fails",
-        }
-    }
-
-    fn is_path(self) -> bool {
-        matches!(self, ActiveField::Path | ActiveField::Uri)
-    }
-}
-
-struct ActiveFields;
-
-impl<'de> Shape<'de> for ActiveFields {
-    type Out = Active;
-
-    fn expected(&self) -> &'static str {
-        "an object"
-    }
-
-    fn object<A: MapAccess<'de>>(self, mut map: A) -> Result<Active, A::Error> {
-        let mut a = Active::default();
-        let mut seen: Vec<ActiveField> = Vec::new();
-        while let Some(key) = map.next_key::<ActiveField>()? {
-            if seen.contains(&key) {
-                return Err(de::Error::duplicate_field(key.name()));
+    fn member<'de, A: MapAccess<'de>>(
+        &mut self,
+        name: &'static str,
+        earlier: &[&'static str],
+        map: &mut A,
+        trail: &Trail,
+    ) -> Result<(), A::Error> {
+        match name {
+            "path" | "uri" => {
+                let both = earlier.iter().any(|n| matches!(*n, "path" | "uri"));
+                self.path = value(map, |found| {
+                    let path = text(found)?;
+                    if both {
+                        return Err("give `path` or `uri`, not both".into());
+                    }
+                    if !path.starts_with('/') {
+                        return Err(format!("must start with '/', got {path:?}"));
+                    }
+                    request_path(path)
+                })?
             }
-            let both = key.is_path() && seen.iter().any(|k| k.is_path());
-            seen.push(key);
-            match key {
-                ActiveField::Path | ActiveField::Uri => {
-                    a.path = map.next_value_seed(Read(|found| {
-                        let path = text(found)?;
-                        if both {
-                            return Err("give `path` or `uri`, not both".into());
-                        }
-                        if !path.starts_with('/') {
-                            return Err(format!("must start with '/', got {path:?}"));
-                        }
-                        request_path(path)
-                    }))?
-                }
-                ActiveField::Headers => a.headers = map.next_value_seed(Expect(Headers))?,
-                ActiveField::Interval => a.interval = map.next_value_seed(Read(probe_duration))?,
-                ActiveField::Timeout => a.timeout = map.next_value_seed(Read(probe_timeout))?,
-                ActiveField::ExpectStatus => a.expect_status = map.next_value()?,
-                ActiveField::ExpectBody => {
-                    a.expect_body = map.next_value_seed(Read(|found| or_off(found, expect_body)))?
-                }
-                ActiveField::MaxSize => {
-                    a.max_size =
-                        map.next_value_seed(Read(|found| count(found, 1, MAX_PROBE_BODY)))?
-                }
-                ActiveField::Passes => {
-                    a.passes = map.next_value_seed(Read(|found| count(found, 1, MAX_STREAK)))?
-                }
-                ActiveField::Fails => {
-                    a.fails = map.next_value_seed(Read(|found| count(found, 1, MAX_STREAK)))?
-                }
-            }
+            "headers" => self.headers = map.next_value_seed(Expect(Headers { trail }))?,
+            "interval" => self.interval = value(map, probe_duration)?,
+            "timeout" => self.timeout = value(map, probe_timeout)?,
+            "expect_status" => self.expect_status = map.next_value()?,
+            "expect_body" => self.expect_body = value(map, |found| or_off(found, expect_body))?,
+            "max_size" => self.max_size = value(map, |found| count(found, 1, MAX_PROBE_BODY))?,
+            "passes" => self.passes = value(map, |found| count(found, 1, MAX_STREAK))?,
+            "fails" => self.fails = value(map, |found| count(found, 1, MAX_STREAK))?,
+            _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
         }
-        Ok(a)
+        Ok(())
     }
 }
 
 /// `headers`: names to a value or a list of values (Caddy's form), read into (lowercase name,
 /// value) pairs in document order. A name is checked as its values are read, so an error names
 /// the header.
-struct Headers;
+struct Headers<'t> {
+    trail: &'t Trail,
+}
 
-impl<'de> Shape<'de> for Headers {
+impl<'de> Shape<'de> for Headers<'_> {
     type Out = Vec<(String, String)>;
 
     fn expected(&self) -> &'static str {
@@ -1237,11 +1486,13 @@ impl<'de> Shape<'de> for Headers {
         let mut seen = HashSet::new();
         while let Some(name) = map.next_key::<String>()? {
             let lower = name.to_ascii_lowercase();
-            let values = map.next_value_seed(HeaderValues {
+            let read = map.next_value_seed(HeaderValues {
                 name: &name,
                 repeated: !seen.insert(lower.clone()),
                 room: MAX_PROBE_HEADERS.saturating_sub(pairs.len()),
-            })?;
+                trail: self.trail,
+            });
+            let values = self.trail.at(Step::Member(name), read)?;
             pairs.extend(values.into_iter().map(|v| (lower.clone(), v)));
         }
         Ok(pairs)
@@ -1255,6 +1506,7 @@ struct HeaderValues<'a> {
     repeated: bool,
     /// How many more values fit within [`MAX_PROBE_HEADERS`].
     room: usize,
+    trail: &'a Trail,
 }
 
 fn too_many_headers() -> String {
@@ -1280,37 +1532,20 @@ impl<'de> DeserializeSeed<'de> for HeaderValues<'_> {
         if let Some(reason) = refusal {
             return Err(de::Error::custom(reason));
         }
-        Expect(HeaderValueList { room: self.room }).deserialize(d)
-    }
-}
-
-/// A header's value, or a list of them.
-struct HeaderValueList {
-    room: usize,
-}
-
-impl<'de> Shape<'de> for HeaderValueList {
-    type Out = Vec<String>;
-
-    fn expected(&self) -> &'static str {
-        "a string or a list of strings"
-    }
-
-    fn scalar(self, found: Found) -> Result<Vec<String>, String> {
-        let value = header_value(text(found)?)?;
-        if self.room == 0 {
-            return Err(too_many_headers());
-        }
-        Ok(vec![value])
-    }
-
-    fn list<A: SeqAccess<'de>>(self, seq: A) -> Result<Vec<String>, A::Error> {
-        ListOf {
-            item: Read(|found| header_value(text(found)?)),
+        let mut values = Vec::new();
+        Expect(Values {
+            each: &mut |found| {
+                values.push(header_value(text(found)?)?);
+                Ok(())
+            },
+            one: true,
+            expected: "a string or a list of strings",
             max: self.room,
             too_many: too_many_headers(),
-        }
-        .list(seq)
+            trail: self.trail,
+        })
+        .deserialize(d)?;
+        Ok(values)
     }
 }
 
@@ -1329,20 +1564,4 @@ fn serialize_headers<S: Serializer>(headers: &[(String, String)], s: S) -> Resul
         }
     }
     map.end()
-}
-
-fn default_route_header() -> String {
-    "x-upcheck-upstream".into()
-}
-
-fn default_max_ejection_percent() -> u8 {
-    50
-}
-
-fn default_status_path() -> Option<String> {
-    Some("/upcheck/status".into())
-}
-
-fn one() -> u32 {
-    1
 }

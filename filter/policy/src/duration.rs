@@ -9,8 +9,8 @@
 //! a readable precision) and [`exact`] for machines (the effective configuration: the shortest
 //! Go-style string that reads back to the same nanosecond).
 
-use crate::config::{field, mismatch, Found};
-use serde::{Deserializer, Serializer};
+use crate::config::{mismatch, Found};
+use serde::Serializer;
 use std::fmt::Write;
 use std::time::Duration;
 
@@ -195,30 +195,15 @@ pub(crate) fn positive(found: Found) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Serde: a positive duration (integer nanoseconds or a string), for
-/// `#[serde(with = "duration")]`.
-pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    field(d, positive)
-}
-
 /// Serde: a duration written as [`exact`] writes it.
 pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&exact(*d))
 }
 
-/// Serde for a duration that can be off: `null` (or absent) is off.
+/// Serde for a duration that can be off, written `null` when off.
 pub mod optional {
-    use crate::config::{field, Found};
-    use serde::{Deserializer, Serializer};
+    use serde::Serializer;
     use std::time::Duration;
-
-    /// `null` is off; anything else is a positive duration.
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-        field(d, |found| match found {
-            Found::Null => Ok(None),
-            other => super::positive(other).map(Some),
-        })
-    }
 
     /// Off is written `null`.
     pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {

@@ -60,7 +60,7 @@ impl fmt::Display for StatusMatch {
 
 impl StatusMatch {
     /// Reads a matcher from what a field held: a number or a string.
-    fn from_found(found: Found) -> Result<StatusMatch, String> {
+    pub(crate) fn from_found(found: Found) -> Result<StatusMatch, String> {
         let parsed = match &found {
             Found::Unsigned(n) => StatusMatch::from_number(*n),
             Found::Text(s) => StatusMatch::from_text(s),
