@@ -19,6 +19,7 @@ use crate::active::{ActiveHealth, Health};
 use crate::config::Config;
 use crate::passive::PassiveHealth;
 use crate::Time;
+use std::borrow::Borrow;
 use std::fmt;
 
 /// Everything known about one backend.
@@ -110,8 +111,11 @@ impl Routing {
 }
 
 /// Applies the rules to `backends` at `now`.
-pub fn route(backends: &[Evidence], now: Time, config: &Config) -> Routing {
-    let accepting: Vec<bool> = backends.iter().map(Evidence::accepting).collect();
+pub fn route<B: Borrow<Evidence>>(backends: &[B], now: Time, config: &Config) -> Routing {
+    // References only: the pool routes by its members' evidence in place, never by copies.
+    let backends: Vec<&Evidence> = backends.iter().map(Borrow::borrow).collect();
+    let backends = backends.as_slice();
+    let accepting: Vec<bool> = backends.iter().map(|b| b.accepting()).collect();
     let any_accepting = accepting.contains(&true);
     // Rule 1: when nothing accepts connections, everything is usable.
     let usable: Vec<bool> = accepting.iter().map(|a| *a || !any_accepting).collect();
@@ -182,7 +186,12 @@ pub fn route(backends: &[Evidence], now: Time, config: &Config) -> Routing {
 
 /// Which of `base` are ejected: those with a full failure window or an outlier ejection in force,
 /// earliest ejection first, as many as the cap allows.
-fn capped_ejections(backends: &[Evidence], base: &[bool], now: Time, config: &Config) -> Vec<bool> {
+fn capped_ejections(
+    backends: &[&Evidence],
+    base: &[bool],
+    now: Time,
+    config: &Config,
+) -> Vec<bool> {
     let passive = &config.health_checks.passive;
     let mut ejected = vec![false; backends.len()];
     let mut candidates: Vec<(Time, usize)> = backends

@@ -832,7 +832,7 @@ impl<H> Pool<H> {
             })
             .flatten()
             .min();
-        let evidence: Vec<Evidence> = self.members.iter().map(|m| m.evidence.clone()).collect();
+        let evidence: Vec<&Evidence> = self.members.iter().map(|m| &m.evidence).collect();
         let routing = route(&evidence, now, &self.config);
         let prober = self.prober.is_some();
         let mut routable_changed = false;

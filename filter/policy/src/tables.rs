@@ -85,9 +85,16 @@ pub fn decode_active(bytes: &[u8]) -> Result<ActiveTable, TableError> {
 
 /// Puts `mine` (entries this VM probes) into `table`, replacing those entries and keeping the
 /// others (written by other configurations' probers).
+///
+/// A table written from one configuration lists its backends in that configuration's order, so
+/// each entry is looked for at its own position first: merging costs O(N), not O(N²).
 pub fn merge_active(table: &mut ActiveTable, mine: &ActiveTable) {
-    for (key, health) in mine {
-        match table.iter_mut().find(|(k, _)| k == key) {
+    for (i, (key, health)) in mine.iter().enumerate() {
+        let at = match table.get(i) {
+            Some((k, _)) if k == key => Some(i),
+            _ => table.iter().position(|(k, _)| k == key),
+        };
+        match at.and_then(|at| table.get_mut(at)) {
             Some((_, entry)) => *entry = *health,
             None => table.push((key.clone(), *health)),
         }
