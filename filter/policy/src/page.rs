@@ -147,7 +147,7 @@ const HTML_STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;c
 table{border-collapse:collapse;width:100%}\
 th,td{text-align:left;padding:.4em .7em;border-bottom:1px solid #ddd;vertical-align:top}\
 th{background:#f3f3f3}\
-.in{color:#0a6b2d;font-weight:bold}.out{color:#b00020;font-weight:bold}\
+td.in{color:#0a6b2d;font-weight:bold}td.out{color:#b00020;font-weight:bold}\
 tr.out td{background:#fff4f4}\
 .guard{margin-top:1em;padding:.5em .7em;border-left:4px solid #0a6b2d}\
 .guard.engaged{border-color:#c77700;background:#fff8e6}\
@@ -156,13 +156,14 @@ tr.out td{background:#fff4f4}\
 /// HTML for a browser: one table row per backend (`<tr id="backend-N">`, N its position) saying
 /// whether it takes traffic and why, its probe status, its last probe and its failures in the
 /// window; then the fleet guard. It reloads itself every 2 s and loads nothing else (inline
-/// style, no scripts); every name and reason is HTML-escaped.
+/// style, no scripts, an empty icon so a browser does not ask the backends for `/favicon.ico`);
+/// every name and reason is HTML-escaped.
 pub fn html<H>(pool: &Pool<H>, now: Time) -> String {
     let passive = &pool.config().health_checks.passive;
     let mut out = format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta http-equiv=\"refresh\" content=\"{HTML_REFRESH_SECS}\">\
-         <title>upcheck status</title><style>{HTML_STYLE}</style></head><body>\
+         <link rel=\"icon\" href=\"data:,\"><title>upcheck status</title><style>{HTML_STYLE}</style></head><body>\
          <h1>upcheck</h1><table><thead><tr><th>backend</th><th>traffic</th><th>why</th>\
          <th>probe status</th><th>last probe</th><th>failures in the last {}</th>\
          </tr></thead><tbody>\n",
@@ -513,7 +514,12 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("<style>"), "{html}");
-        for external in ["<script", "src=", "href=", "url(", "@import"] {
+        assert_eq!(
+            html.matches("href=").count(),
+            html.matches("<link rel=\"icon\" href=\"data:,\">").count(),
+            "the only link is the empty icon: {html}"
+        );
+        for external in ["<script", "src=", "url(", "@import"] {
             assert!(!html.contains(external), "{external} in {html}");
         }
     }
