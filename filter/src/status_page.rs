@@ -1,6 +1,11 @@
 //! The status page, answered by the filter itself: every backend's health as this VM routes
 //! by it. Closed to connections that did not arrive at a loopback address unless
 //! `status_public` is set, since it names the backends (the rule: [`page::open_to`]).
+//!
+//! Each form has its own path: `<status_path>` (text), `.json`, `.html` (for a browser). Paths,
+//! not content negotiation on `Accept`: `curl` and scripts keep the text page whatever they send,
+//! a link to the HTML page opens the same thing in every browser, and nothing in between has to
+//! honour a `Vary` header.
 
 use crate::vm::{self, Vm};
 use proxy_wasm::hostcalls;
@@ -19,9 +24,10 @@ pub fn answer(v: &mut Vm) -> bool {
         return false;
     };
     let path = path.split(['?', '#']).next().unwrap_or_default();
-    let json = match path.strip_prefix(page_path) {
-        Some("") => false,
-        Some(".json") => true,
+    let form = match path.strip_prefix(page_path) {
+        Some("") => Form::Text,
+        Some(".json") => Form::Json,
+        Some(".html") => Form::Html,
         _ => return false,
     };
     let now = vm::now();
@@ -35,12 +41,21 @@ pub fn answer(v: &mut Vm) -> bool {
             "text/plain",
             "upcheck: the status page is open to loopback clients only\n",
         );
-    } else if json {
-        respond(200, "application/json", &page::json(pool, now));
     } else {
-        respond(200, "text/plain; charset=utf-8", &page::text(pool, now));
+        match form {
+            Form::Text => respond(200, "text/plain; charset=utf-8", &page::text(pool, now)),
+            Form::Json => respond(200, "application/json", &page::json(pool, now)),
+            Form::Html => respond(200, "text/html; charset=utf-8", &page::html(pool, now)),
+        }
     }
     true
+}
+
+/// Which rendering of the page a path asks for.
+enum Form {
+    Text,
+    Json,
+    Html,
 }
 
 fn respond(status: u32, content_type: &str, body: &str) {

@@ -1,10 +1,16 @@
-//! The status page: every backend's health as the policy sees it, for a person (text) and for a
-//! machine (JSON), rendered from a [`Pool`] with no I/O.
+//! The status page: every backend's health as the policy sees it, for a person (text, or HTML in
+//! a browser) and for a machine (JSON), rendered from a [`Pool`] with no I/O.
+//!
+//! The HTML page says, per backend, why it takes traffic or not. It shows the last probe only:
+//! any worker may answer the page, but only the one holding the probing lease sees probes go out
+//! and come back, and what the workers share is each backend's latest probe, so a probe history
+//! (or a probe's latency) would be on the page only when the prober happened to answer it.
 
 use crate::active::{Health, ProbeOutcome};
 use crate::config::Config;
 use crate::duration;
-use crate::pool::Pool;
+use crate::fleet::Guard;
+use crate::pool::{Member, Pool};
 use crate::Time;
 use std::fmt::Write;
 
@@ -158,10 +164,182 @@ fn quoted(s: &str) -> String {
     out
 }
 
+/// Seconds between reloads of the HTML page.
+const HTML_REFRESH_SECS: u32 = 2;
+
+/// The page's style: inline, since the page loads nothing else.
+const HTML_STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}\
+table{border-collapse:collapse;width:100%}\
+th,td{text-align:left;padding:.4em .7em;border-bottom:1px solid #ddd;vertical-align:top}\
+th{background:#f3f3f3}\
+td.in{color:#0a6b2d;font-weight:bold}td.out{color:#b00020;font-weight:bold}\
+tr.out td{background:#fff4f4}\
+.guard{margin-top:1em;padding:.5em .7em;border-left:4px solid #0a6b2d}\
+.guard.engaged{border-color:#c77700;background:#fff8e6}\
+.note{color:#666;font-size:12px}";
+
+/// HTML for a browser: one table row per backend (`<tr id="backend-N">`, N its position) saying
+/// whether it takes traffic and why, its probe status, its last probe and its failures in the
+/// window; then the fleet guard. It reloads itself every 2 s and loads nothing else (inline
+/// style, no scripts, an empty icon so a browser does not ask the backends for `/favicon.ico`);
+/// every name and reason is HTML-escaped.
+pub fn html<H>(pool: &Pool<H>, now: Time) -> String {
+    let passive = &pool.config().health_checks.passive;
+    let mut out = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"refresh\" content=\"{HTML_REFRESH_SECS}\">\
+         <link rel=\"icon\" href=\"data:,\"><title>upcheck status</title><style>{HTML_STYLE}</style></head><body>\
+         <h1>upcheck</h1><table><thead><tr><th>backend</th><th>traffic</th><th>why</th>\
+         <th>probe status</th><th>last probe</th><th>failures in the last {}</th>\
+         </tr></thead><tbody>\n",
+        duration::display(passive.fail_duration)
+    );
+    for (i, (line, member)) in lines(pool, now).zip(pool.members()).enumerate() {
+        html_row(&mut out, i, &line, member, pool, now);
+    }
+    let guard = pool.guard();
+    let _ = write!(
+        out,
+        "</tbody></table>\n<p id=\"fleet-guard\" class=\"guard{}\">fleet guard: {}</p>\n\
+         <p class=\"note\">Probe status and the last probe are what the prober last shared; \
+         upcheck keeps each backend's latest probe only. This page reloads every {HTML_REFRESH_SECS} s.</p>\n\
+         </body></html>\n",
+        if guard.engaged() { " engaged" } else { "" },
+        escaped(&guard.to_string())
+    );
+    out
+}
+
+/// One backend's row of the HTML page.
+fn html_row<H>(
+    out: &mut String,
+    index: usize,
+    line: &Line<'_>,
+    member: &Member<H>,
+    pool: &Pool<H>,
+    now: Time,
+) {
+    let traffic = if line.routable { "in" } else { "out" };
+    let _ = write!(
+        out,
+        "<tr id=\"backend-{index}\" class=\"{traffic}\"><td class=\"name\">{}</td>\
+         <td class=\"traffic {traffic}\">{traffic}</td><td class=\"why\">{}</td>\
+         <td class=\"status\">{} for {}</td><td class=\"probe\">",
+        escaped(line.name),
+        escaped(&standing(line, member, pool, now)),
+        line.status,
+        ago(now, member.evidence.active.since),
+    );
+    match line.last_probe {
+        Some((at, outcome)) => {
+            let _ = write!(
+                out,
+                "{} {} ago",
+                escaped(&outcome.to_string()),
+                ago(now, at)
+            );
+        }
+        None => out.push_str("not probed yet"),
+    }
+    let _ = writeln!(
+        out,
+        "</td><td class=\"failures\">{} of {}</td></tr>",
+        line.failures,
+        pool.config().health_checks.passive.max_fails
+    );
+}
+
+/// Why a backend takes traffic or not, in the order the fleet rules decide it.
+fn standing<H>(line: &Line<'_>, member: &Member<H>, pool: &Pool<H>, now: Time) -> String {
+    let config = pool.config();
+    let passive = &config.health_checks.passive;
+    let guard = pool.guard();
+    if line.ejected {
+        let until = member
+            .evidence
+            .passive
+            .next_expiry(now, passive)
+            .unwrap_or(now);
+        return format!(
+            "ejected until {} (in {}): {} failures within {}",
+            time_of_day(until),
+            ago(until, now),
+            line.failures,
+            duration::display(passive.fail_duration)
+        );
+    }
+    if !line.routable {
+        return if !line.accepting {
+            "refusing connections while other backends accept them".to_owned()
+        } else {
+            match line.status {
+                Health::Unhealthy => {
+                    let streak = member.evidence.active.streak;
+                    let passes = config.health_checks.active.passes;
+                    match line.last_probe {
+                        Some((_, outcome)) if streak < 0 => format!(
+                            "failing its probes: {} in a row, the last {outcome}",
+                            streak.unsigned_abs()
+                        ),
+                        _ if streak > 0 => format!(
+                            "failing its probes, recovering: {streak} of {passes} passes in a row"
+                        ),
+                        _ => "failing its probes".to_owned(),
+                    }
+                }
+                Health::Unknown => {
+                    "no verdict from its probes yet, and others are healthy".to_owned()
+                }
+                Health::Healthy => format!("left out by the fleet guard: {guard}"),
+            }
+        };
+    }
+    match (line.status, guard) {
+        (Health::Healthy, _) if member.evidence.passive.full(now, passive) => format!(
+            "passing its probes; its failures would eject it, but max_ejection_percent ({}%) keeps it",
+            config.max_ejection_percent
+        ),
+        (Health::Healthy, _) => "passing its probes".to_owned(),
+        (Health::Unknown, Guard::Off) => {
+            "no verdict from its probes yet, and no backend is known healthy".to_owned()
+        }
+        (_, guard) => format!("kept in by the fleet guard: {guard}"),
+    }
+}
+
+/// The UTC time of day of `at` (a time since the Unix epoch, as the host's clock gives it).
+fn time_of_day(at: Time) -> String {
+    let secs = at.as_secs() % 86_400;
+    format!(
+        "{:02}:{:02}:{:02} UTC",
+        secs / 3_600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+/// `s` with the characters HTML gives a meaning to replaced by references, so a name or a
+/// reason is shown as written, in an element or an attribute.
+fn escaped(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::passive::{ProxyFailure, RequestOutcome};
     use std::time::Duration;
 
     fn pool() -> Pool {
@@ -223,5 +401,151 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("fleet guard: off\n"), "{text}");
+    }
+    /// The row of the backend at `index` in an HTML page.
+    fn row(html: &str, index: usize) -> &str {
+        let start = html
+            .find(&format!("<tr id=\"backend-{index}\""))
+            .unwrap_or_else(|| panic!("no row {index}: {html}"));
+        let rest = html.get(start..).unwrap_or_default();
+        rest.get(..rest.find("</tr>").unwrap_or(rest.len()))
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn the_html_page_has_one_row_per_backend_saying_in_or_out() {
+        let html = html(&pool(), Duration::from_secs(1));
+        assert_eq!(html.matches("<tr id=\"backend-").count(), 2, "{html}");
+        assert!(
+            row(&html, 0).contains("<td class=\"name\">app1</td>"),
+            "{html}"
+        );
+        assert!(
+            row(&html, 0).contains("<td class=\"traffic in\">in</td>"),
+            "{html}"
+        );
+        assert!(
+            row(&html, 1).contains("<td class=\"name\">app-2</td>"),
+            "{html}"
+        );
+        assert!(
+            row(&html, 1).contains("<td class=\"traffic out\">out</td>"),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn the_html_page_says_why_a_backend_failing_its_probes_is_out() {
+        let html = html(&pool(), Duration::from_secs(1));
+        let app2 = row(&html, 1);
+        assert!(
+            app2.contains("failing its probes: 1 in a row, the last answered 502"),
+            "{app2}"
+        );
+        assert!(app2.contains("answered 502 980ms ago"), "{app2}");
+        assert!(app2.contains("unhealthy for 980ms"), "{app2}");
+        assert!(row(&html, 0).contains(">passing its probes<"), "{html}");
+        assert!(html.contains("fleet guard: off"), "{html}");
+    }
+
+    #[test]
+    fn the_html_page_shows_an_ejection_with_its_end_and_reason() {
+        let config = Config::parse(br#"{"upstreams":[{"name":"a"},{"name":"b"},{"name":"c"}]}"#)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut pool = Pool::new(config, Duration::ZERO, |_| ());
+        pool.lease(true, Duration::ZERO, 1);
+        for (token, index) in (1..).zip(0..3) {
+            pool.probe_sent(index, token, Duration::ZERO);
+            pool.probe_answered(token, Some(200), false, b"", Duration::from_secs(1));
+        }
+        let mut table = Vec::new();
+        for (id, at) in (1..).zip([2, 3, 4]) {
+            let at = Duration::from_secs(at);
+            let failed = RequestOutcome::Failed(ProxyFailure::Reset);
+            for change in pool.request_settled(id, 0, None, failed, || at).share {
+                let passive = &pool.config().health_checks.passive;
+                let applied = change.apply(&mut table, passive);
+                pool.passive_written(&table, applied.map(|a| (&change, a)), at);
+            }
+        }
+        let html = html(&pool, Duration::from_secs(5));
+        let a = row(&html, 0);
+        assert!(a.contains("<td class=\"traffic out\">out</td>"), "{a}");
+        assert!(
+            a.contains("ejected until 00:00:12 UTC (in 7.0s): 3 failures within 10.0s"),
+            "{a}"
+        );
+        assert!(a.contains("<td class=\"failures\">3 of 3</td>"), "{a}");
+    }
+
+    #[test]
+    fn the_html_page_says_a_backend_refusing_connections_is_out() {
+        let mut pool = pool();
+        pool.probe_sent(1, 3, Duration::from_secs(1));
+        pool.probe_answered(3, Some(503), true, b"", Duration::from_secs(2));
+        let html = html(&pool, Duration::from_secs(2));
+        let app2 = row(&html, 1);
+        assert!(
+            app2.contains("refusing connections while other backends accept them"),
+            "{app2}"
+        );
+    }
+
+    #[test]
+    fn the_html_page_names_the_fleet_guard_that_keeps_a_failing_backend_in() {
+        let mut pool = pool();
+        pool.probe_sent(0, 3, Duration::from_secs(1));
+        pool.probe_answered(3, Some(500), false, b"", Duration::from_secs(1));
+        let html = html(&pool, Duration::from_secs(2));
+        assert!(
+            row(&html, 0).contains("kept in by the fleet guard: every backend fails its probes"),
+            "{html}"
+        );
+        assert!(
+            html.contains(
+                "<p id=\"fleet-guard\" class=\"guard engaged\">fleet guard: every backend"
+            ),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn the_html_page_escapes_backend_names() {
+        let config = Config::parse(
+            br#"{"upstreams":[{"name":"app&'1","authority":"app1"},{"name":"app2"}]}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let html = html(&Pool::new(config, Duration::ZERO, |_| ()), Duration::ZERO);
+        assert!(
+            html.contains("<td class=\"name\">app&amp;&#39;1</td>"),
+            "{html}"
+        );
+        assert!(!html.contains("app&'1"), "{html}");
+    }
+
+    #[test]
+    fn html_text_escapes_every_character_html_gives_a_meaning_to() {
+        assert_eq!(
+            escaped(r#"<b a="1" c='2'>&</b>"#),
+            "&lt;b a=&quot;1&quot; c=&#39;2&#39;&gt;&amp;&lt;/b&gt;"
+        );
+    }
+
+    #[test]
+    fn the_html_page_reloads_itself_and_loads_nothing_else() {
+        let html = html(&pool(), Duration::from_secs(1));
+        assert!(
+            html.contains("<meta http-equiv=\"refresh\" content=\"2\">"),
+            "{html}"
+        );
+        assert!(html.contains("<style>"), "{html}");
+        assert_eq!(
+            html.matches("href=").count(),
+            html.matches("<link rel=\"icon\" href=\"data:,\">").count(),
+            "the only link is the empty icon: {html}"
+        );
+        for external in ["<script", "src=", "url(", "@import"] {
+            assert!(!html.contains(external), "{external} in {html}");
+        }
     }
 }
