@@ -254,6 +254,13 @@ fn standing<H>(line: &Line<'_>, member: &Member<H>, pool: &Pool<H>, now: Time) -
     let config = pool.config();
     let passive = &config.health_checks.passive;
     let guard = pool.guard();
+    if let (true, Some((verdict, until))) = (line.ejected, &line.outlier) {
+        return format!(
+            "ejected as the odd one out until {} (in {}): {verdict}",
+            time_of_day(*until),
+            ago(*until, now)
+        );
+    }
     if line.ejected {
         let until = member
             .evidence
@@ -463,9 +470,9 @@ mod tests {
             let at = Duration::from_secs(at);
             let failed = RequestOutcome::Failed(ProxyFailure::Reset);
             for change in pool.request_settled(id, 0, None, failed, || at).share {
-                let passive = &pool.config().health_checks.passive;
-                let applied = change.apply(&mut table, passive);
-                pool.passive_written(&table, applied.map(|a| (&change, a)), at);
+                let checks = pool.config().health_checks.clone();
+                let applied = change.apply(&mut table, &checks);
+                pool.passive_written(&table, Some((&change, applied)), at);
             }
         }
         let html = html(&pool, Duration::from_secs(5));
