@@ -16,6 +16,9 @@ mod json;
 mod literal;
 pub mod output;
 pub mod plugin;
+pub mod scenario;
+pub mod simulation;
+pub mod timeline;
 
 use upcheck_policy::ConfigError;
 
