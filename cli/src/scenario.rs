@@ -232,7 +232,7 @@ fn parse_answer(text: &str) -> Result<Behaviour, String> {
 pub fn describe(behaviour: &Behaviour) -> String {
     match behaviour {
         Behaviour::Answer { status, delay, .. } if *delay > Duration::from_millis(1) => {
-            format!("{status} after {}", duration::display(*delay))
+            format!("{status} after {}", duration::exact(*delay))
         }
         Behaviour::Answer { status, .. } => status.to_string(),
         Behaviour::Hang => "hang".to_string(),
@@ -271,8 +271,8 @@ fn checked(file: ScenarioFile) -> Result<Scenario, ConfigError> {
             "duration",
             format!(
                 "{}: a scenario lasts at most {}",
-                duration::display(file.duration),
-                duration::display(MAX_DURATION)
+                duration::exact(file.duration),
+                duration::exact(MAX_DURATION)
             ),
         ));
     }
@@ -288,8 +288,8 @@ fn checked(file: ScenarioFile) -> Result<Scenario, ConfigError> {
                 path,
                 format!(
                     "{} is not within the scenario's duration ({})",
-                    duration::display(at),
-                    duration::display(file.duration)
+                    duration::exact(at),
+                    duration::exact(file.duration)
                 ),
             ))
         } else {
