@@ -305,7 +305,10 @@ fn simulate(args: SimulateArgs) -> Result<(), Failure> {
         "{}, {} workers, {}\n",
         timeline::pace(&scenario),
         simulation::WORKERS,
-        args.wasm.display()
+        args.wasm
+            .canonicalize()
+            .unwrap_or(args.wasm.clone())
+            .display()
     ));
     let labels: Vec<&str> = if plans.len() == 1 {
         vec![""]
