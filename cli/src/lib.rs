@@ -8,6 +8,10 @@
 //! refused with the JSON path and what to do when it cannot be honoured. The pieces:
 //! [`deployment`] turns an input into backends with Envoy endpoints, [`envoy`] writes the YAML,
 //! [`output`] replaces the output file atomically. Input JSON is read by [`input`].
+//!
+//! `upcheck simulate` asks what a configuration would have done before anyone deploys it:
+//! [`scenario`] reads what the backends do over time, [`simulation`] runs it in the real module
+//! on virtual time, [`timeline`] tells what changed and what users saw.
 
 pub mod caddy;
 pub mod deployment;
@@ -16,6 +20,9 @@ mod input;
 mod literal;
 pub mod output;
 pub mod plugin;
+pub mod scenario;
+pub mod simulation;
+pub mod timeline;
 
 use upcheck_policy::ConfigError;
 

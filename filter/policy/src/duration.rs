@@ -9,8 +9,8 @@
 //! a readable precision) and [`exact`] for machines (the effective configuration: the shortest
 //! Go-style string that reads back to the same nanosecond).
 
-use crate::config::{mismatch, Found};
-use serde::Serializer;
+use crate::config::{field, mismatch, Found};
+use serde::{Deserializer, Serializer};
 use std::fmt::Write;
 use std::time::Duration;
 
@@ -193,6 +193,12 @@ pub(crate) fn positive(found: Found) -> Result<Duration, String> {
         return Err(format!("must be greater than zero, got {found}"));
     }
     Ok(d)
+}
+
+/// Serde: a positive duration (integer nanoseconds or a string, in this one grammar), for
+/// every other reader of durations (`#[serde(deserialize_with = "duration::deserialize")]`).
+pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    field(d, positive)
 }
 
 /// Serde: a duration written as [`exact`] writes it.
