@@ -18,6 +18,7 @@
 //! ```text
 //! upcheck-bench --envoy PATH --upcheck target/upcheck.wasm --floor target/floor.wasm
 //! upcheck-bench --only in-host --upcheck OTHER.wasm     # the host figures alone, no Envoy
+//! upcheck-bench --only fuel --upcheck OTHER.wasm        # … without the memory runs: seconds
 //! ```
 //! (`make -f mk/bench.mk bench` builds and installs everything, then runs it.)
 
@@ -81,8 +82,10 @@ enum Part {
     Throughput,
     /// 7: Envoy's start-up with each module.
     StartUp,
-    /// 2 and 4: fuel, hostcalls and memory in the wasmtime host (about a minute, no Envoy).
+    /// 2 and 4: fuel, hostcalls and the memory runs in the wasmtime host (minutes, no Envoy).
     InHost,
+    /// 2 alone: fuel and hostcalls in the wasmtime host, without the memory runs (seconds).
+    Fuel,
     /// 5: probes per interval in real Envoys.
     Probes,
     /// 6: detection runs in real Envoys.
@@ -165,8 +168,9 @@ async fn bench(
         None => None,
     };
     eprintln!("bench: host figures, probes and detection (those asked for), concurrently…");
-    let host = runs(Part::InHost)
-        .then(|| std::thread::spawn(move || inhost::figures(&upcheck_wasm, &floor_wasm)));
+    let memory = runs(Part::InHost);
+    let host = (memory || runs(Part::Fuel))
+        .then(|| std::thread::spawn(move || inhost::figures(&upcheck_wasm, &floor_wasm, memory)));
     let probes = async {
         let Some(envoy) = envoy_for(Part::Probes)? else {
             return Ok(None);
