@@ -16,8 +16,11 @@ use std::time::{Duration, Instant};
 use upcheck_e2e::envoy_config::{self, Routing, WasmFilter, POOL};
 use upcheck_e2e::ports::free_addr;
 
-/// How long Envoy may take to become ready (V8 compiles the module once per VM).
+/// How long Envoy may take to become ready (V8 compiles the module once per process).
 const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Starts of an Envoy whose ports were taken before it bound them, at most.
+const BIND_TRIES: u32 = 3;
 
 /// What sits in front of the backends.
 #[derive(Clone, Debug)]
@@ -127,7 +130,10 @@ impl Proxy {
         Proxy::start_with(envoy, front, backends, workers, cpu, out, &[]).await
     }
 
-    /// [`Proxy::start`] with `extra` arguments to Envoy (a log level, say).
+    /// [`Proxy::start`] with `extra` arguments to Envoy (a log level, say). Ports are picked
+    /// free but bound by Envoy later, so another process may take one in between (the bench's
+    /// own Envoys and upstreams start concurrently): an Envoy that could not bind is started again
+    /// on new ports, [`BIND_TRIES`] times at most.
     pub async fn start_with(
         envoy: &Path,
         front: &Front,
@@ -137,9 +143,39 @@ impl Proxy {
         out: &Path,
         extra: &[&str],
     ) -> Result<Proxy> {
-        let (listener, admin) = (free_addr()?, free_addr()?);
-        let dir = out.join(format!("envoy-{}", listener.port()));
-        std::fs::create_dir_all(&dir)?;
+        let mut tries = 1;
+        loop {
+            let (listener, admin) = (free_addr()?, free_addr()?);
+            let dir = out.join(format!("envoy-{}", listener.port()));
+            let proxy = Proxy::launch(
+                envoy, front, backends, workers, cpu, extra, listener, admin, &dir,
+            )
+            .await;
+            let taken = || {
+                std::fs::read_to_string(dir.join("envoy.out"))
+                    .is_ok_and(|out| out.contains("Address already in use"))
+            };
+            match proxy {
+                Err(_) if tries < BIND_TRIES && taken() => tries += 1,
+                proxy => return proxy,
+            }
+        }
+    }
+
+    /// One start of Envoy listening on `listener`, admin on `admin`, its files in `dir`.
+    #[allow(clippy::too_many_arguments)]
+    async fn launch(
+        envoy: &Path,
+        front: &Front,
+        backends: &[(String, SocketAddr)],
+        workers: u32,
+        cpu: Option<usize>,
+        extra: &[&str],
+        listener: SocketAddr,
+        admin: SocketAddr,
+        dir: &Path,
+    ) -> Result<Proxy> {
+        std::fs::create_dir_all(dir)?;
         let config = dir.join("bootstrap.json");
         std::fs::write(
             &config,
@@ -172,7 +208,7 @@ impl Proxy {
             child,
             listener,
             admin,
-            dir,
+            dir: dir.to_owned(),
             ready_after: Duration::ZERO,
         };
         proxy.until_ready().await?;
