@@ -4,8 +4,13 @@
 #
 #   make bench   builds upcheck.wasm (root Makefile), the floor filter (bench/floor, wasm-opt'ed
 #                like upcheck) and the runner (bench/, release), installs Envoy 1.40 (mk/envoy.mk)
-#                and wrk (Debian) when missing, then runs target/release/upcheck-bench (about 3
-#                minutes; the whole on a fresh machine, builds included, about 9).
+#                and wrk (Debian) when missing, then runs target/release/upcheck-bench (about 4
+#                minutes; the whole on a fresh machine, builds included, about 10).
+#
+# BENCH_ARGS goes to the runner: `make bench BENCH_ARGS='--only in-host'` measures only the
+# wasmtime host's figures (fuel, hostcalls, memory), `--only fuel` the same without the memory
+# runs (seconds), `--only start-up` only Envoy's start-up with each module;
+# `target/release/upcheck-bench --help` lists the parts.
 #
 # The runner is built for speed: the workspace's release profile is tuned for the wasm module
 # (opt-level z, LTO, one codegen unit), which would make wasmtime slow to build and to run. The
@@ -24,6 +29,7 @@ endif
 FLOOR_RAW := target/$(WASM_TARGET)/release/upcheck_bench_floor.wasm
 FLOOR_WASM := target/floor.wasm
 BENCH_RUNNER := target/release/upcheck-bench
+BENCH_ARGS ?=
 BENCH_PROFILE := CARGO_PROFILE_RELEASE_OPT_LEVEL=3 CARGO_PROFILE_RELEASE_LTO=false \
 	CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_PANIC=unwind \
 	CARGO_PROFILE_RELEASE_STRIP=false
@@ -49,4 +55,4 @@ bench-build:
 
 bench: bench-build
 	@test -x "$(ENVOY)" || { echo "no Envoy under $(VENV)" >&2; exit 1; }
-	$(BENCH_RUNNER) --envoy "$(ENVOY)" --upcheck $(WASM) --floor $(FLOOR_WASM)
+	$(BENCH_RUNNER) --envoy "$(ENVOY)" --upcheck $(WASM) --floor $(FLOOR_WASM) $(BENCH_ARGS)

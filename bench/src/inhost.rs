@@ -303,7 +303,7 @@ pub struct HostFigures {
     pub no_status_page: RequestFuel,
     /// upcheck's probing fuel, by [`BACKENDS`].
     pub probes: Vec<ProbeFuel>,
-    /// upcheck's memory runs, by [`BACKENDS`].
+    /// upcheck's memory runs, by [`BACKENDS`]; none when not asked for.
     pub memory: Vec<MemoryRun>,
     /// upcheck's hostcalls per request, 2 backends.
     pub hostcalls: Vec<(String, f64)>,
@@ -313,9 +313,10 @@ pub struct HostFigures {
     pub elapsed: Duration,
 }
 
-/// Measures every host figure for `upcheck` and `floor`, one thread per backend count, each at
-/// the lowest CPU priority so that Envoys running meanwhile are not slowed down.
-pub fn figures(upcheck: &[u8], floor: &[u8]) -> Result<HostFigures> {
+/// Measures every host figure for `upcheck` and `floor` (the memory runs, the long part, only with
+/// `memory`), one thread per backend count, each at the lowest CPU priority so that Envoys
+/// running meanwhile are not slowed down.
+pub fn figures(upcheck: &[u8], floor: &[u8], memory: bool) -> Result<HostFigures> {
     let started = std::time::Instant::now();
     let instrumented = instrument::instrument(upcheck)?;
     let per_count = std::thread::scope(|scope| {
@@ -330,7 +331,9 @@ pub fn figures(upcheck: &[u8], floor: &[u8]) -> Result<HostFigures> {
                     anyhow::Ok((
                         request_fuel(upcheck, backends, &config)?,
                         probe_fuel(upcheck, backends)?,
-                        memory_run(instrumented, backends, requests, rounds)?,
+                        memory
+                            .then(|| memory_run(instrumented, backends, requests, rounds))
+                            .transpose()?,
                     ))
                 })
             })
@@ -359,7 +362,7 @@ pub fn figures(upcheck: &[u8], floor: &[u8]) -> Result<HostFigures> {
     for (requests, probes, memory) in per_count {
         figures.requests.push(requests);
         figures.probes.push(probes);
-        figures.memory.push(memory);
+        figures.memory.extend(memory);
     }
     figures.elapsed = started.elapsed();
     Ok(figures)

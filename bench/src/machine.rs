@@ -50,6 +50,26 @@ pub fn cpu_time(pid: u32) -> Result<Duration> {
     Ok(Duration::from_secs_f64(ticks / ticks_per_second()))
 }
 
+/// CPU time of each thread of process `pid` whose name starts with `prefix` (Envoy names its
+/// workers `wrk:worker_N`), from `/proc/PID/task/*/schedstat`, in nanoseconds (not ticks).
+pub fn threads_cpu_time(pid: u32, prefix: &str) -> Result<Vec<Duration>> {
+    let mut times = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let task = task?.path();
+        if !std::fs::read_to_string(task.join("comm"))?.starts_with(prefix) {
+            continue;
+        }
+        let schedstat = std::fs::read_to_string(task.join("schedstat"))?;
+        let on_cpu: u64 = schedstat
+            .split_whitespace()
+            .next()
+            .and_then(|ns| ns.parse().ok())
+            .with_context(|| format!("unexpected {}/schedstat", task.display()))?;
+        times.push(Duration::from_nanos(on_cpu));
+    }
+    Ok(times)
+}
+
 /// Busy and total time of each CPU so far, in clock ticks, from `/proc/stat`.
 #[derive(Clone, Debug)]
 pub struct CpuTimes(Vec<(f64, f64)>);

@@ -11,11 +11,14 @@
 //! to core 1, four setups up side by side and loaded in alternating rounds; the bottleneck check
 //! (the upstream alone, each core's load) is printed with the figures. Probes per interval and the
 //! detection runs use real Envoys and the e2e fake upstreams; they run concurrently with the host
-//! figures, which do not depend on load (fuel and pages are counts). Every run is bounded: fixed
-//! counts, fixed durations, timeouts on every wait.
+//! figures, which do not depend on load (fuel and pages are counts). Start-up is Envoy started
+//! again and again with each module, alone on the machine (see [`startup`]). Every run is
+//! bounded: fixed counts, fixed durations, timeouts on every wait.
 //!
 //! ```text
 //! upcheck-bench --envoy PATH --upcheck target/upcheck.wasm --floor target/floor.wasm
+//! upcheck-bench --only in-host --upcheck OTHER.wasm     # the host figures alone, no Envoy
+//! upcheck-bench --only fuel --upcheck OTHER.wasm        # … without the memory runs: seconds
 //! ```
 //! (`make -f mk/bench.mk bench` builds and installs everything, then runs it.)
 
@@ -26,12 +29,13 @@ mod machine;
 mod probes;
 mod proxy;
 mod report;
+mod startup;
 mod throughput;
 mod upstream;
 mod wrk;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -50,6 +54,10 @@ struct Args {
     /// Where Envoys keep their bootstrap and logs.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
+    /// Measure only this part (repeat for several); every part when absent. The sizes are
+    /// always printed. Only the parts that run Envoy need it.
+    #[arg(long, value_enum)]
+    only: Vec<Part>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -67,6 +75,23 @@ enum Command {
     },
 }
 
+/// A part of the bench, by the table's items.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Part {
+    /// 3: requests through four Envoys under wrk.
+    Throughput,
+    /// 7: Envoy's start-up with each module.
+    StartUp,
+    /// 2 and 4: fuel, hostcalls and the memory runs in the wasmtime host (minutes, no Envoy).
+    InHost,
+    /// 2 alone: fuel and hostcalls in the wasmtime host, without the memory runs (seconds).
+    Fuel,
+    /// 5: probes per interval in real Envoys.
+    Probes,
+    /// 6: detection runs in real Envoys.
+    Detection,
+}
+
 /// The operators' plugin configuration (`config/upcheck.json`, routing by cluster as in
 /// `config/envoy-simple.yaml`).
 pub fn deployed_config() -> serde_json::Value {
@@ -79,18 +104,39 @@ fn main() -> Result<()> {
     match args.command {
         Some(Command::Upstreams { e2e, names }) => upstream::serve(&names, e2e),
         None => {
-            let envoy = args
-                .envoy
-                .context("no Envoy: pass --envoy or set UPCHECK_ENVOY (mk/envoy.mk installs it)")?;
             let runtime = tokio::runtime::Runtime::new()?;
-            runtime.block_on(bench(&envoy, &args.upcheck, &args.floor, &args.out))
+            runtime.block_on(bench(
+                args.envoy.as_deref(),
+                &args.only,
+                &args.upcheck,
+                &args.floor,
+                &args.out,
+            ))
         }
     }
 }
 
-/// Runs every measurement and prints the table.
-async fn bench(envoy: &Path, upcheck: &Path, floor: &Path, out: &Path) -> Result<()> {
+/// Runs the measurements of `parts` (all when empty) and prints the table.
+async fn bench(
+    envoy: Option<&Path>,
+    parts: &[Part],
+    upcheck: &Path,
+    floor: &Path,
+    out: &Path,
+) -> Result<()> {
     let started = Instant::now();
+    let runs = |part| parts.is_empty() || parts.contains(&part);
+    // The Envoy to run `part` with, if it runs.
+    let envoy_for = |part| -> Result<Option<&Path>> {
+        if !runs(part) {
+            return Ok(None);
+        }
+        envoy.map(Some).with_context(|| {
+            format!(
+                "no Envoy for {part:?}: pass --envoy or set UPCHECK_ENVOY (mk/envoy.mk installs it)"
+            )
+        })
+    };
     let read = |path: &Path| std::fs::read(path).with_context(|| format!("{}", path.display()));
     let (upcheck_wasm, floor_wasm) = (read(upcheck)?, read(floor)?);
     std::fs::create_dir_all(out)?;
@@ -104,28 +150,53 @@ async fn bench(envoy: &Path, upcheck: &Path, floor: &Path, out: &Path) -> Result
             std::fs::remove_dir_all(&path)?;
         }
     }
-    eprintln!(
-        "bench: throughput, {} rounds of 4 setups…",
-        throughput::ROUNDS
-    );
-    let throughput = throughput::measure(envoy, upcheck, floor, out).await?;
-    eprintln!("bench: host figures, probes and detection, concurrently…");
-    let host = std::thread::spawn(move || inhost::figures(&upcheck_wasm, &floor_wasm));
+    let throughput = match envoy_for(Part::Throughput)? {
+        Some(envoy) => {
+            eprintln!(
+                "bench: throughput, {} rounds of 4 setups…",
+                throughput::ROUNDS
+            );
+            Some(throughput::measure(envoy, upcheck, floor, out).await?)
+        }
+        None => None,
+    };
+    let start_up = match envoy_for(Part::StartUp)? {
+        Some(envoy) => {
+            eprintln!("bench: start-up, {} starts of 4 setups…", startup::REPEATS);
+            Some(startup::measure(envoy, upcheck, floor, out).await?)
+        }
+        None => None,
+    };
+    eprintln!("bench: host figures, probes and detection (those asked for), concurrently…");
+    let memory = runs(Part::InHost);
+    let host = (memory || runs(Part::Fuel))
+        .then(|| std::thread::spawn(move || inhost::figures(&upcheck_wasm, &floor_wasm, memory)));
     let probes = async {
+        let Some(envoy) = envoy_for(Part::Probes)? else {
+            return Ok(None);
+        };
         let per = |workers| probes::per_interval(envoy, upcheck, workers, out);
         let (one, two, four) = tokio::try_join!(per(1), per(2), per(4))?;
-        anyhow::Ok([one, two, four])
+        anyhow::Ok(Some([one, two, four]))
     };
     let detection = async {
+        let Some(envoy) = envoy_for(Part::Detection)? else {
+            return Ok(None);
+        };
         let [a, b, c, d] = detection::cases();
         let run = |case| detection::run(envoy, upcheck, case, out);
         let (a, b, c, d) = tokio::try_join!(run(a), run(b), run(c), run(d))?;
-        anyhow::Ok([a, b, c, d])
+        anyhow::Ok(Some([a, b, c, d]))
     };
     let (probes, detection) = tokio::join!(probes, detection);
-    let host = host
-        .join()
-        .map_err(|_| anyhow::anyhow!("the host figures panicked"))??;
+    let host = match host {
+        Some(thread) => Some(
+            thread
+                .join()
+                .map_err(|_| anyhow::anyhow!("the host figures panicked"))??,
+        ),
+        None => None,
+    };
     let report = report::Report {
         machine: machine::line(),
         sizes: report::Sizes {
@@ -134,6 +205,7 @@ async fn bench(envoy: &Path, upcheck: &Path, floor: &Path, out: &Path) -> Result
         },
         host,
         throughput,
+        start_up,
         probes: probes?,
         detection: detection?,
         elapsed: started.elapsed(),

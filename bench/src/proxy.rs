@@ -16,8 +16,11 @@ use std::time::{Duration, Instant};
 use upcheck_e2e::envoy_config::{self, Routing, WasmFilter, POOL};
 use upcheck_e2e::ports::free_addr;
 
-/// How long Envoy may take to become ready (V8 compiles the module once per VM).
+/// How long Envoy may take to become ready (V8 compiles the module once per process).
 const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Starts of an Envoy whose ports were taken before it bound them, at most.
+const BIND_TRIES: u32 = 3;
 
 /// What sits in front of the backends.
 #[derive(Clone, Debug)]
@@ -112,7 +115,10 @@ fn pool(backends: &[(String, SocketAddr)]) -> Value {
 pub struct Proxy {
     child: Child,
     listener: SocketAddr,
+    admin: SocketAddr,
     dir: PathBuf,
+    /// From just before the spawn to the first `/ready` answering 200.
+    ready_after: Duration,
 }
 
 impl Proxy {
@@ -126,9 +132,55 @@ impl Proxy {
         cpu: Option<usize>,
         out: &Path,
     ) -> Result<Proxy> {
-        let (listener, admin) = (free_addr()?, free_addr()?);
-        let dir = out.join(format!("envoy-{}", listener.port()));
-        std::fs::create_dir_all(&dir)?;
+        Proxy::start_with(envoy, front, backends, workers, cpu, out, &[]).await
+    }
+
+    /// [`Proxy::start`] with `extra` arguments to Envoy (a log level, say). Ports are picked
+    /// free but bound by Envoy later, so another process may take one in between (the bench's
+    /// own Envoys and upstreams start concurrently): an Envoy that could not bind is started again
+    /// on new ports, [`BIND_TRIES`] times at most.
+    pub async fn start_with(
+        envoy: &Path,
+        front: &Front,
+        backends: &[(String, SocketAddr)],
+        workers: u32,
+        cpu: Option<usize>,
+        out: &Path,
+        extra: &[&str],
+    ) -> Result<Proxy> {
+        let mut tries = 1;
+        loop {
+            let (listener, admin) = (free_addr()?, free_addr()?);
+            let dir = out.join(format!("envoy-{}", listener.port()));
+            let proxy = Proxy::launch(
+                envoy, front, backends, workers, cpu, extra, listener, admin, &dir,
+            )
+            .await;
+            let taken = || {
+                std::fs::read_to_string(dir.join("envoy.out"))
+                    .is_ok_and(|out| out.contains("Address already in use"))
+            };
+            match proxy {
+                Err(_) if tries < BIND_TRIES && taken() => tries += 1,
+                proxy => return proxy,
+            }
+        }
+    }
+
+    /// One start of Envoy listening on `listener`, admin on `admin`, its files in `dir`.
+    #[allow(clippy::too_many_arguments)]
+    async fn launch(
+        envoy: &Path,
+        front: &Front,
+        backends: &[(String, SocketAddr)],
+        workers: u32,
+        cpu: Option<usize>,
+        extra: &[&str],
+        listener: SocketAddr,
+        admin: SocketAddr,
+        dir: &Path,
+    ) -> Result<Proxy> {
+        std::fs::create_dir_all(dir)?;
         let config = dir.join("bootstrap.json");
         std::fs::write(
             &config,
@@ -143,6 +195,7 @@ impl Proxy {
             None => Command::new(envoy),
         };
         let output = std::fs::File::create(dir.join("envoy.out"))?;
+        let spawned = Instant::now();
         let child = command
             .arg("--config-path")
             .arg(&config)
@@ -150,6 +203,7 @@ impl Proxy {
             .arg("--disable-hot-restart")
             .arg("--log-path")
             .arg(dir.join("envoy.log"))
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(output.try_clone()?)
             .stderr(output)
@@ -158,14 +212,18 @@ impl Proxy {
         let mut proxy = Proxy {
             child,
             listener,
-            dir,
+            admin,
+            dir: dir.to_owned(),
+            ready_after: Duration::ZERO,
         };
-        proxy.until_ready(admin).await?;
+        proxy.until_ready().await?;
+        proxy.ready_after = spawned.elapsed();
         Ok(proxy)
     }
 
-    /// Polls the admin `/ready` until it answers 200.
-    async fn until_ready(&mut self, admin: SocketAddr) -> Result<()> {
+    /// Polls the admin `/ready` until it answers 200, every 5 ms (start-up is measured by it).
+    async fn until_ready(&mut self) -> Result<()> {
+        let admin = self.admin;
         let client = reqwest::Client::builder()
             .no_proxy()
             .timeout(Duration::from_secs(2))
@@ -185,8 +243,55 @@ impl Proxy {
                     self.dir.display()
                 );
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// How long Envoy took from its spawn to `/ready` answering 200.
+    pub fn ready_after(&self) -> Duration {
+        self.ready_after
+    }
+
+    /// The value of counter or gauge `name` on the admin `/stats`.
+    pub async fn stat(&self, name: &str) -> Result<u64> {
+        let url = format!("http://{}/stats?filter={name}", self.admin);
+        let text = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(2))
+            .build()?
+            .get(url)
+            .send()
+            .await?
+            .text()
+            .await?;
+        text.lines()
+            .find_map(|line| {
+                line.strip_prefix(name)?
+                    .strip_prefix(": ")?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .with_context(|| format!("no stat {name} in {text:?}"))
+    }
+
+    /// Stops Envoy with SIGTERM, so that it flushes its log, and returns the log; an error if it
+    /// has not exited after [`PATIENCE`] (it is then killed, as any dropped `Proxy`).
+    pub async fn stop(mut self) -> Result<String> {
+        let pid = libc::pid_t::try_from(self.child.id())?;
+        // SAFETY: kill only sends a signal to the process this handle spawned and still owns.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + PATIENCE;
+        while self.child.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                bail!("Envoy did not exit on SIGTERM; see {}", self.dir.display());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let log = self.dir.join("envoy.log");
+        std::fs::read_to_string(&log).with_context(|| format!("{}", log.display()))
     }
 
     /// The URL of `path` on the listener.
@@ -197,6 +302,11 @@ impl Proxy {
     /// CPU time Envoy has used so far (user + system, all threads).
     pub fn cpu_time(&self) -> Result<Duration> {
         crate::machine::cpu_time(self.child.id())
+    }
+
+    /// CPU time each of Envoy's worker threads has used so far.
+    pub fn workers_cpu_time(&self) -> Result<Vec<Duration>> {
+        crate::machine::threads_cpu_time(self.child.id(), "wrk:")
     }
 }
 

@@ -1,9 +1,11 @@
 //! The one table: every figure beside its target, each target marked met or missed (by how
 //! much), never asserted. Rows are numbered by the brief's items: 1 size, 2 instructions,
-//! 3 throughput, 4 memory, 5 probes, 6 detection.
+//! 3 throughput, 4 memory, 5 probes, 6 detection, 7 start-up. A part not run (`--only`) has no
+//! rows.
 
 use crate::detection;
 use crate::inhost::{HostFigures, BACKENDS};
+use crate::startup::{ModuleStarts, Start, StartUp, REPEATS, WORKERS};
 use crate::throughput::{Setup, Throughput};
 use std::fmt::{self, Display};
 use std::time::Duration;
@@ -24,13 +26,15 @@ pub struct Report {
     /// Item 1.
     pub sizes: Sizes,
     /// Items 2 and 4.
-    pub host: HostFigures,
+    pub host: Option<HostFigures>,
     /// Item 3.
-    pub throughput: Throughput,
+    pub throughput: Option<Throughput>,
+    /// Item 7.
+    pub start_up: Option<StartUp>,
     /// Item 5: probes per backend per interval at `--concurrency` 1, 2, 4.
-    pub probes: [f64; 3],
+    pub probes: Option<[f64; 3]>,
     /// Item 6.
-    pub detection: [detection::Outcome; 4],
+    pub detection: Option<[detection::Outcome; 4]>,
     /// Wall time of the whole run.
     pub elapsed: Duration,
 }
@@ -147,17 +151,18 @@ impl Report {
         self.memory(&mut t);
         self.probes(&mut t);
         self.detection(&mut t);
-        t.row(
-            "",
-            "wall time of this run (of which the host figures, run alongside 5 and 6)",
-            format!(
-                "{:.0} s ({:.0} s)",
-                self.elapsed.as_secs_f64(),
-                self.host.elapsed.as_secs_f64()
+        self.start_up(&mut t);
+        let wall = format!("{:.0} s", self.elapsed.as_secs_f64());
+        match &self.host {
+            Some(host) => t.row(
+                "",
+                "wall time of this run (of which the host figures, run alongside 5 and 6)",
+                format!("{wall} ({:.0} s)", host.elapsed.as_secs_f64()),
+                "",
+                String::new(),
             ),
-            "",
-            String::new(),
-        );
+            None => t.row("", "wall time of this run", wall, "", String::new()),
+        }
         t
     }
 
@@ -187,7 +192,9 @@ impl Report {
     }
 
     fn instructions(&self, t: &mut Table) {
-        let host = &self.host;
+        let Some(host) = &self.host else {
+            return;
+        };
         let per_count = |f: &dyn Fn(usize) -> String| -> String {
             BACKENDS
                 .iter()
@@ -298,7 +305,9 @@ impl Report {
     }
 
     fn throughput(&self, t: &mut Table) {
-        let th = &self.throughput;
+        let Some(th) = &self.throughput else {
+            return;
+        };
         let rate = |r: &crate::wrk::Run| r.rate;
         let p50 = |r: &crate::wrk::Run| r.p50.as_secs_f64();
         let p99 = |r: &crate::wrk::Run| r.p99.as_secs_f64();
@@ -400,7 +409,9 @@ impl Report {
     }
 
     fn memory(&self, t: &mut Table) {
-        let host = &self.host;
+        let Some(host) = &self.host else {
+            return;
+        };
         for (backends, run) in BACKENDS.iter().zip(&host.memory) {
             t.row(
                 "4",
@@ -426,14 +437,17 @@ impl Report {
     }
 
     fn probes(&self, t: &mut Table) {
+        let Some(probes) = self.probes else {
+            return;
+        };
         let figures: Vec<String> = [1, 2, 4]
             .iter()
-            .zip(self.probes)
+            .zip(probes)
             .map(|(workers, p)| format!("{workers}: {p:.2}"))
             .collect();
         let (low, high) = (
-            self.probes.iter().copied().fold(f64::INFINITY, f64::min),
-            self.probes.iter().copied().fold(0.0, f64::max),
+            probes.iter().copied().fold(f64::INFINITY, f64::min),
+            probes.iter().copied().fold(0.0, f64::max),
         );
         // A prober per VM would show 2 or more; a schedule that drifts shows up as a shortfall.
         let one_prober = (0.9..=1.1).contains(&low) && (0.9..=1.1).contains(&high);
@@ -453,7 +467,10 @@ impl Report {
     }
 
     fn detection(&self, t: &mut Table) {
-        for outcome in &self.detection {
+        let Some(detection) = &self.detection else {
+            return;
+        };
+        for outcome in detection {
             let report = &outcome.report;
             let last = outcome
                 .last_failure_after_break()
@@ -474,6 +491,126 @@ impl Report {
             );
         }
     }
+
+    fn start_up(&self, t: &mut Table) {
+        let Some(start_up) = &self.start_up else {
+            return;
+        };
+        let [floor, upcheck] = &start_up.modules;
+        let by_workers = |starts: &ModuleStarts, get: fn(&Start) -> f64| -> [(f64, f64, f64); 2] {
+            [0, 1].map(|i| spread(&starts.by_workers[i].iter().map(get).collect::<Vec<_>>()))
+        };
+        let ready = |s: &Start| s.ready.as_secs_f64() * 1e3;
+        let cpu = |s: &Start| s.cpu.as_secs_f64() * 1e3;
+        let compile = |s: &Start| s.compile.as_secs_f64() * 1e3;
+        let worker_cpu = |s: &Start| s.worker_cpu.as_secs_f64() * 1e3;
+        for (what, get, decimals) in [
+            (READY, ready as fn(&Start) -> f64, 0),
+            ("Envoy's CPU time (all threads) at /ready", cpu, 0),
+            (
+                "a worker thread's CPU time at /ready (its VM and its start)",
+                worker_cpu,
+                2,
+            ),
+        ] {
+            let floor_medians = by_workers(floor, get).map(|(median, _, _)| median);
+            for starts in [floor, upcheck] {
+                let medians = by_workers(starts, get);
+                let figures: Vec<String> = WORKERS
+                    .iter()
+                    .zip(medians)
+                    .map(|(workers, (median, min, max))| {
+                        format!(
+                            "{workers}: {median:.decimals$} ms ({min:.decimals$}–{max:.decimals$})"
+                        )
+                    })
+                    .collect();
+                let mut notes = Vec::new();
+                if std::ptr::eq(starts, upcheck) {
+                    let gaps: Vec<String> = medians
+                        .iter()
+                        .zip(floor_medians)
+                        .map(|((median, _, _), floor)| format!("{:+.decimals$}", median - floor))
+                        .collect();
+                    notes.push(format!("upcheck − floor: {} ms", gaps.join(" · ")));
+                }
+                if what == READY {
+                    notes.push(format!("VMs created by /ready: {}", vms_created(starts)));
+                }
+                t.row(
+                    "7",
+                    &format!(
+                        "start-up, {}: {what}, by --concurrency, median (min–max) of {REPEATS}",
+                        starts.name
+                    ),
+                    figures.join(" · "),
+                    "",
+                    notes.join("; "),
+                );
+            }
+        }
+        // The base VM's compile does not depend on the workers: every start of a module counts.
+        let all = |starts: &ModuleStarts| -> f64 {
+            let values: Vec<f64> = starts.by_workers.iter().flatten().map(compile).collect();
+            spread(&values).0
+        };
+        let (floor_compile, upcheck_compile) = (all(floor), all(upcheck));
+        t.row(
+            "7",
+            &format!(
+                "start-up: base VM load + compile + start, once per process (Envoy's log, main thread), median of {}",
+                2 * REPEATS
+            ),
+            format!("floor {floor_compile:.0} ms · upcheck {upcheck_compile:.0} ms"),
+            "",
+            format!("upcheck − floor {:+.0} ms", upcheck_compile - floor_compile),
+        );
+        // Per worker: the medians' difference between 4 workers and 1, over the 3 added.
+        let added = f64::from(WORKERS[1] - WORKERS[0]);
+        let per_worker = |starts: &ModuleStarts, get: fn(&Start) -> f64| -> f64 {
+            let [one, four] = by_workers(starts, get);
+            (four.0 - one.0) / added
+        };
+        let (floor_wall, floor_cpu) = (per_worker(floor, ready), per_worker(floor, cpu));
+        let (upcheck_wall, upcheck_cpu) = (per_worker(upcheck, ready), per_worker(upcheck, cpu));
+        t.row(
+            "7",
+            &format!(
+                "start-up per worker: (--concurrency {} − {}) ÷ {added:.0} of the medians, wall · CPU",
+                WORKERS[1], WORKERS[0]
+            ),
+            format!(
+                "floor {floor_wall:+.1} · {floor_cpu:+.1} ms · upcheck {upcheck_wall:+.1} · {upcheck_cpu:+.1} ms"
+            ),
+            "",
+            format!(
+                "upcheck − floor {:+.1} · {:+.1} ms (CPU time is counted in 10 ms ticks)",
+                upcheck_wall - floor_wall,
+                upcheck_cpu - floor_cpu
+            ),
+        );
+    }
+}
+
+/// The start-up row of the wall time to readiness.
+const READY: &str = "spawn → admin /ready";
+
+/// The VMs Envoy had created by `/ready`, by [`WORKERS`]: one count, or a range if starts differ.
+fn vms_created(starts: &ModuleStarts) -> String {
+    let counts: Vec<String> = starts
+        .by_workers
+        .iter()
+        .map(|runs| {
+            let low = runs.iter().map(|s| s.vms).min().unwrap_or(0);
+            let high = runs.iter().map(|s| s.vms).max().unwrap_or(0);
+            if low == high {
+                low.to_string()
+            } else {
+                format!("{low}–{high}")
+            }
+        })
+        .collect();
+    counts.join(" · ")
 }
 
 impl fmt::Display for Report {
