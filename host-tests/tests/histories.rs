@@ -96,8 +96,9 @@ const ROUTE_TIMEOUT: Duration = Duration::from_secs(5);
 const STATUS_PAGE: &str = "/upcheck/status.json";
 /// The status page is read whenever this much virtual time passed since the last reading.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
-/// `health_checks.passive` defaults, which the histories keep.
+/// `health_checks.passive.fail_duration`, the default the histories keep.
 const FAIL_DURATION: Duration = Duration::from_secs(10);
+/// `health_checks.passive.max_fails`, the default the histories keep.
 const MAX_FAILS: usize = 3;
 /// Steps each test drives at least, over as many histories as that takes.
 const EVENTS_PER_TEST: u64 = 50_000;
