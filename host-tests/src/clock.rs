@@ -39,6 +39,20 @@ pub(crate) enum Event {
     ClientGivesUp { vm: usize, context: u32 },
 }
 
+impl Event {
+    /// The VM the event is delivered to, if it is one VM's.
+    pub(crate) fn vm(&self) -> Option<usize> {
+        match self {
+            Event::Tick { vm }
+            | Event::CallResponse { vm, .. }
+            | Event::QueueReady { vm, .. }
+            | Event::UpstreamReply { vm, .. }
+            | Event::ClientGivesUp { vm, .. } => Some(*vm),
+            Event::RequestArrives { .. } => None,
+        }
+    }
+}
+
 struct Entry {
     at: Duration,
     seq: u64,
@@ -105,6 +119,12 @@ impl Clock {
         let Reverse(entry) = self.agenda.pop()?;
         self.now = self.now.max(entry.at);
         Some(entry.event)
+    }
+
+    /// Drops every scheduled event addressed to `vm`.
+    pub(crate) fn forget_vm(&mut self, vm: usize) {
+        self.agenda
+            .retain(|Reverse(entry)| entry.event.vm() != Some(vm));
     }
 
     /// Moves the clock forward to `to` (never backwards).

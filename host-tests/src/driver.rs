@@ -93,6 +93,8 @@ pub struct RequestRecord {
     pub worker: usize,
     /// The cluster it was routed to, if any.
     pub upstream: Option<String>,
+    /// When the route sent it there.
+    pub routed: Option<Duration>,
     /// What the user saw.
     pub outcome: Outcome,
     /// When the user saw it.
@@ -248,6 +250,13 @@ impl Host {
         Ok(self.records[record].clone())
     }
 
+    /// Sends one request `after` from now without waiting for it: it arrives as the clock
+    /// passes that instant. Returns its index in [`Host::records`].
+    pub fn send(&mut self, after: Duration, request: RequestSpec) -> usize {
+        self.schedule_request(after, request);
+        self.records.len() - 1
+    }
+
     /// Every request sent so far.
     pub fn records(&self) -> &[RequestRecord] {
         &self.records
@@ -260,6 +269,7 @@ impl Host {
             sent: self.now() + after,
             worker: 0,
             upstream: None,
+            routed: None,
             outcome: Outcome::Pending,
             completed: None,
             flags: 0,
@@ -390,6 +400,7 @@ impl Host {
         }
         drop(process);
         self.records[record].upstream = Some(cluster.clone());
+        self.records[record].routed = Some(now);
         if let Some(stream) = self.stream(vm, context) {
             stream.info.upstream = Some((cluster, address));
         }

@@ -11,7 +11,7 @@ use crate::abi::{BufferType, LogLevel, MetricKind};
 use crate::clock::Event;
 use crate::driver::RequestRecord;
 use crate::imports;
-use crate::process::{LogLine, Process};
+use crate::process::{CallRecord, LogLine, Process};
 use crate::upstream::{Counts, Script, Upstream};
 use crate::vm::{Fuel, HostState, Vm, VmStatus, ROOT_CONTEXT};
 use std::cell::{RefCell, RefMut};
@@ -22,7 +22,7 @@ use std::path::Path;
 use std::rc::Rc;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
-use wasmtime::{Config, Engine, Module, OptLevel, Val};
+use wasmtime::{Config, Engine, Linker, Module, OptLevel, Val};
 
 /// How the host is set up; `HostOptions::default()` matches `config/envoy-simple.yaml` with 2 workers.
 #[derive(Clone, Debug)]
@@ -162,6 +162,10 @@ const TRAP_LOG_LINES: usize = 20;
 
 /// An emulated Envoy process running one proxy-wasm module. See the crate docs for a tour.
 pub struct Host {
+    module: Module,
+    linker: Linker<HostState>,
+    /// The plugin configuration in force (the latest given to `start` or `reconfigure`).
+    plugin_config: Option<String>,
     pub(crate) vms: Vec<Vm>,
     pub(crate) process: Rc<RefCell<Process>>,
     pub(crate) options: HostOptions,
@@ -185,6 +189,9 @@ impl Host {
             .collect::<wasmtime::Result<Vec<Vm>>>()
             .map_err(load)?;
         Ok(Host {
+            module,
+            linker,
+            plugin_config: None,
             vms,
             process,
             options,
@@ -203,27 +210,33 @@ impl Host {
 
     /// Starts every VM (main thread first) with Envoy's sequence and `plugin_config`.
     pub fn start(&mut self, plugin_config: &str) -> Result<(), HostError> {
+        self.plugin_config = Some(plugin_config.to_string());
         for vm in 0..self.vms.len() {
-            self.callback(vm, "proxy_on_context_create", ROOT_CONTEXT, &[0])?;
-            let vm_config = self.options.vm_config.clone();
-            self.configure(
-                vm,
-                "proxy_on_vm_start",
-                BufferType::VmConfiguration,
-                &vm_config,
-            )?;
-            self.configure(
-                vm,
-                "proxy_on_configure",
-                BufferType::PluginConfiguration,
-                plugin_config,
-            )?;
+            self.start_vm(vm, plugin_config)?;
         }
         Ok(())
     }
 
+    fn start_vm(&mut self, vm: usize, plugin_config: &str) -> Result<(), HostError> {
+        self.callback(vm, "proxy_on_context_create", ROOT_CONTEXT, &[0])?;
+        let vm_config = self.options.vm_config.clone();
+        self.configure(
+            vm,
+            "proxy_on_vm_start",
+            BufferType::VmConfiguration,
+            &vm_config,
+        )?;
+        self.configure(
+            vm,
+            "proxy_on_configure",
+            BufferType::PluginConfiguration,
+            plugin_config,
+        )
+    }
+
     /// Calls `proxy_on_configure` again on every VM with a new plugin configuration.
     pub fn reconfigure(&mut self, plugin_config: &str) -> Result<(), HostError> {
+        self.plugin_config = Some(plugin_config.to_string());
         for vm in 0..self.vms.len() {
             self.configure(
                 vm,
@@ -311,6 +324,12 @@ impl Host {
                     0,
                 ];
                 state.call_response = Some(reply);
+                if self.vms[vm].status == VmStatus::Running {
+                    let now = self.now();
+                    if let Some(call) = self.process.borrow_mut().call_mut(token) {
+                        call.delivered = Some(now);
+                    }
+                }
                 let delivered = self.callback(vm, "proxy_on_http_call_response", context, &args);
                 self.vms[vm].state_mut().call_response = None;
                 delivered?;
@@ -434,6 +453,11 @@ impl Host {
         self.counts(cluster).probes.values().sum()
     }
 
+    /// Every http call (probe) the guests dispatched so far, in order.
+    pub fn calls(&self) -> Vec<CallRecord> {
+        self.process.borrow().calls.clone()
+    }
+
     /// User requests routed to `cluster` so far, all paths.
     pub fn requests_routed(&self, cluster: &str) -> u64 {
         self.counts(cluster).requests.values().sum()
@@ -523,6 +547,37 @@ impl Host {
         if self.vms[vm].status == VmStatus::Running {
             self.vms[vm].status = VmStatus::Stopped;
         }
+    }
+
+    /// Replaces VM `vm`, stopped or crashed, with a fresh instance of the module, as Envoy's
+    /// `failure_policy: FAIL_RELOAD` does: it gets Envoy's start sequence with the plugin
+    /// configuration in force and shares the process (shared data, stats, upstreams) with the
+    /// other VMs. What was due to the old instance (ticks, call answers, responses) is dropped;
+    /// the user requests it held stay `Pending`.
+    pub fn restart_vm(&mut self, vm: usize) -> Result<(), HostError> {
+        match self.vms.get(vm).map(|instance| &instance.status) {
+            None => {
+                return Err(HostError::Unsupported(format!(
+                    "restarting vm{vm}, which does not exist"
+                )))
+            }
+            Some(VmStatus::Running) => {
+                return Err(HostError::Unsupported(format!(
+                    "restarting vm{vm}, which is running"
+                )))
+            }
+            Some(_) => {}
+        }
+        let Some(plugin_config) = self.plugin_config.clone() else {
+            return Err(HostError::Unsupported(format!(
+                "restarting vm{vm} before the host started"
+            )));
+        };
+        self.process.borrow_mut().clock.forget_vm(vm);
+        let state = HostState::new(vm, self.process.clone(), self.options.log_level);
+        self.vms[vm] = Vm::new(&self.linker, &self.module, state)
+            .map_err(|e| HostError::Load(format!("{e:?}")))?;
+        self.start_vm(vm, &plugin_config)
     }
 }
 

@@ -15,7 +15,7 @@ use crate::abi::{
 use crate::clock::Event;
 use crate::envoy::{self, Reply};
 use crate::memory::{give, read, read_string, write, write_u32, Fault, Hostcall};
-use crate::process::{LogLine, Metric};
+use crate::process::{CallRecord, LogLine, Metric};
 use crate::upstream::Sender;
 use crate::vm::{HostState, Intent, Phase, ROOT_CONTEXT};
 use std::time::Duration;
@@ -753,7 +753,21 @@ fn http_call(
         .receive(Sender::Probe, path, now);
     let token = process.next_token();
     let timeout = (!timeout.is_zero()).then_some(timeout);
-    if let Some((after, reply)) = envoy::exchange(behaviour, timeout, cluster, wall) {
+    let exchange = envoy::exchange(behaviour, timeout, cluster, wall);
+    process.calls.push(CallRecord {
+        token,
+        vm: state.vm,
+        cluster: cluster.to_string(),
+        path: path.to_string(),
+        sent: now,
+        status: exchange.as_ref().map(|(_, reply)| reply.status),
+        details: exchange
+            .as_ref()
+            .map(|(_, reply)| reply.details.clone())
+            .unwrap_or_default(),
+        delivered: None,
+    });
+    if let Some((after, reply)) = exchange {
         let (vm, context) = (state.vm, state.effective_context);
         let event = Event::CallResponse {
             vm,

@@ -39,11 +39,13 @@
 //! - [`Host::advance`], [`Host::now`]: virtual time since start (guests see
 //!   [`clock::EPOCH_NANOS`] + that).
 //! - [`Host::traffic`] / [`Host::load`] / [`Host::request`] → [`Traffic`] / [`RequestRecord`]
-//!   (outcome, upstream, flags, details, fuel, times) with summaries.
+//!   (outcome, upstream, flags, details, fuel, times) with summaries; [`Host::send`] to send
+//!   without waiting, [`Host::records`] for every request so far.
 //! - Observation: [`Host::metric`], [`Host::histogram`], [`Host::metrics`], [`Host::logs`],
 //!   [`Host::counts`], [`Host::probes_sent`], [`Host::requests_routed`], [`Host::shared_data`],
-//!   [`Host::fuel`], [`Host::vm_fuel`], [`Host::vm_status`].
-//! - Faults: [`Host::stop_vm`]; guest traps per [`OnTrap`].
+//!   [`Host::fuel`], [`Host::vm_fuel`], [`Host::vm_status`], [`Host::calls`] (every probe
+//!   as a [`CallRecord`]: sent when, by which VM, answered what, delivered when).
+//! - Faults: [`Host::stop_vm`], [`Host::restart_vm`]; guest traps per [`OnTrap`].
 //! - [`Host::call`]: call any export, for tests of the host itself with hand-written guests.
 
 /// Where `make build` puts upcheck.wasm, optimized as shipped, for scenario tests.
@@ -63,7 +65,7 @@ mod vm;
 pub use abi::{Headers, LogLevel};
 pub use driver::{Load, Outcome, RequestRecord, RequestSpec, Traffic};
 pub use host::{Host, HostError, HostOptions, OnTrap};
-pub use process::LogLine;
+pub use process::{CallRecord, LogLine};
 pub use upstream::{Behaviour, Counts, Script};
 pub use vm::{Fuel, VmStatus};
 pub use wasmtime::Val;

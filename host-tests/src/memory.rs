@@ -6,7 +6,7 @@
 
 use crate::abi::{len32, Status};
 use crate::vm::HostState;
-use wasmtime::{Caller, Extern, Memory};
+use wasmtime::{Caller, Memory};
 
 /// Why a hostcall did not succeed: a status for the guest, or a trap that ends the guest call.
 pub(crate) enum Fault {
@@ -30,10 +30,8 @@ impl From<wasmtime::Error> for Fault {
 pub(crate) type Hostcall<T = ()> = Result<T, Fault>;
 
 fn memory(caller: &mut Caller<'_, HostState>) -> Hostcall<Memory> {
-    match caller.get_export("memory") {
-        Some(Extern::Memory(memory)) => Ok(memory),
-        _ => Err(Status::InvalidMemoryAccess.into()),
-    }
+    let memory = caller.data().exports.memory;
+    memory.ok_or(Status::InvalidMemoryAccess.into())
 }
 
 /// The byte range `[ptr, ptr + len)` if it lies inside a memory of `size` bytes.
@@ -96,11 +94,11 @@ pub(crate) fn give(
     check_slot(caller, size_ptr)?;
     let mut pointer = 0u32;
     if !bytes.is_empty() {
-        let malloc = ["malloc", "proxy_on_memory_allocate"]
-            .iter()
-            .find_map(|name| caller.get_export(name)?.into_func())
-            .ok_or(Status::InternalFailure)?;
-        let malloc = malloc.typed::<i32, i32>(&*caller)?;
+        let malloc = match caller.data().exports.malloc.clone() {
+            Some(Ok(malloc)) => malloc,
+            Some(Err(mismatch)) => return Err(Fault::Trap(wasmtime::Error::msg(mismatch))),
+            None => return Err(Status::InternalFailure.into()),
+        };
         let guest_ptr = malloc.call(&mut *caller, len32(bytes.len()) as i32)?;
         if guest_ptr == 0 {
             return Err(Status::InternalFailure.into());

@@ -40,6 +40,30 @@ impl fmt::Display for LogLine {
     }
 }
 
+/// One http call (probe) a guest dispatched, and what became of it. Times are virtual, since
+/// the host started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallRecord {
+    /// The token the guest got for it.
+    pub token: u32,
+    /// The VM that dispatched it.
+    pub vm: usize,
+    /// The cluster it was sent to.
+    pub cluster: String,
+    /// Its `:path`.
+    pub path: String,
+    /// When it was dispatched.
+    pub sent: Duration,
+    /// The status of the answer it gets: the backend's, or Envoy's own 503 (connection refused)
+    /// or 504 (timeout); `None` if no answer ever comes (no timeout, a backend that hangs).
+    pub status: Option<u16>,
+    /// Envoy's response code details of that answer: `via_upstream` for the backend's own.
+    pub details: String,
+    /// When the answer was handed to the guest (`proxy_on_http_call_response`); `None` while it
+    /// is on its way, or if it never was (its VM had stopped, or was replaced).
+    pub delivered: Option<Duration>,
+}
+
 /// A stat defined by the guest.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Metric {
@@ -67,6 +91,8 @@ pub(crate) struct Process {
     pub metrics: BTreeMap<String, Metric>,
     pub logs: Vec<LogLine>,
     pub upstreams: BTreeMap<String, Upstream>,
+    /// Every http call dispatched, in order (so by token).
+    pub calls: Vec<CallRecord>,
     last_token: u32,
 }
 
@@ -133,6 +159,12 @@ impl Process {
     /// Takes the oldest item of queue `id`.
     pub(crate) fn dequeue(&mut self, id: u32) -> Result<Vec<u8>, Status> {
         self.queue(id)?.items.pop_front().ok_or(Status::Empty)
+    }
+
+    /// The record of the http call with `token`.
+    pub(crate) fn call_mut(&mut self, token: u32) -> Option<&mut CallRecord> {
+        let at = self.calls.binary_search_by_key(&token, |c| c.token).ok()?;
+        self.calls.get_mut(at)
     }
 
     /// A token no other http call of the process has.

@@ -13,7 +13,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
 use std::time::Duration;
-use wasmtime::{Instance, Linker, Module, Store, Val};
+use wasmtime::{Func, Instance, Linker, Memory, Module, Store, TypedFunc, Val};
 
 /// Fuel one guest call may spend before it is stopped as runaway.
 const FUEL_PER_CALL: u64 = 1_000_000_000;
@@ -58,8 +58,19 @@ pub(crate) enum Intent {
     Reset(u32),
 }
 
+/// The guest exports hostcalls use, looked up once per instance (a lookup by name costs more
+/// than most hostcalls).
+#[derive(Clone, Default)]
+pub(crate) struct Exports {
+    /// Its linear memory.
+    pub memory: Option<Memory>,
+    /// `malloc` or `proxy_on_memory_allocate`, or why it is not `(i32) -> i32`.
+    pub malloc: Option<Result<TypedFunc<i32, i32>, String>>,
+}
+
 /// What Envoy keeps per VM.
 pub(crate) struct HostState {
+    pub exports: Exports,
     pub vm: usize,
     pub process: Rc<RefCell<Process>>,
     pub log_level: LogLevel,
@@ -83,6 +94,7 @@ pub(crate) struct HostState {
 impl HostState {
     pub(crate) fn new(vm: usize, process: Rc<RefCell<Process>>, log_level: LogLevel) -> Self {
         HostState {
+            exports: Exports::default(),
             vm,
             process,
             log_level,
@@ -143,6 +155,8 @@ pub(crate) struct Vm {
     pub status: VmStatus,
     pub fuel: BTreeMap<String, Fuel>,
     last_context: u32,
+    /// Callbacks looked up so far: the export (if any) and how many results it returns.
+    callbacks: HashMap<String, Option<(Func, usize)>>,
 }
 
 impl Vm {
@@ -161,12 +175,23 @@ impl Vm {
         {
             wasmtime::bail!("the module does not export proxy_abi_version_0_2_1 (ABI 0.2.1)");
         }
+        let memory = instance.get_memory(&mut store, "memory");
+        let malloc = ["malloc", "proxy_on_memory_allocate"]
+            .iter()
+            .find_map(|name| instance.get_func(&mut store, name))
+            .map(|malloc| {
+                malloc
+                    .typed::<i32, i32>(&store)
+                    .map_err(|e| format!("{e:?}"))
+            });
+        store.data_mut().exports = Exports { memory, malloc };
         let mut vm = Vm {
             store,
             instance,
             status: VmStatus::Running,
             fuel: BTreeMap::new(),
             last_context: ROOT_CONTEXT,
+            callbacks: HashMap::new(),
         };
         for init in ["_initialize", "_start"] {
             vm.invoke(init, &[])?;
@@ -177,18 +202,26 @@ impl Vm {
     /// Calls export `name`; `Ok(None)` if the module does not export it, else its results and
     /// the fuel the call spent.
     pub(crate) fn invoke(&mut self, name: &str, args: &[Val]) -> wasmtime::Result<Option<Called>> {
-        let Some(func) = self.instance.get_func(&mut self.store, name) else {
+        let callback = match self.callbacks.get(name) {
+            Some(known) => *known,
+            None => {
+                let func = self.instance.get_func(&mut self.store, name);
+                let found = func.map(|func| (func, func.ty(&self.store).results().len()));
+                self.callbacks.insert(name.to_string(), found);
+                found
+            }
+        };
+        let Some((func, results)) = callback else {
             return Ok(None);
         };
-        let mut results: Vec<Val> = func
-            .ty(&self.store)
-            .results()
-            .map(|_| Val::I32(0))
-            .collect();
+        let mut results = vec![Val::I32(0); results];
         self.store.set_fuel(FUEL_PER_CALL)?;
         let outcome = func.call(&mut self.store, args, &mut results);
         let spent = FUEL_PER_CALL.saturating_sub(self.store.get_fuel().unwrap_or(0));
-        let fuel = self.fuel.entry(name.to_string()).or_default();
+        let fuel = match self.fuel.get_mut(name) {
+            Some(fuel) => fuel,
+            None => self.fuel.entry(name.to_string()).or_default(),
+        };
         fuel.calls += 1;
         fuel.fuel += spent;
         outcome.map(|()| {
