@@ -24,6 +24,8 @@ const PAGE: &str = "/upcheck/status";
 
 /// Remembered failures that eject a backend, in [`fast_checks`].
 const MAX_FAILS: usize = 3;
+/// Envoy's workers in these scenarios.
+const WORKERS: usize = 2;
 
 /// One backend's line on a status page.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,7 +98,7 @@ async fn two_listeners_sharing_a_vm_id_each_probe_route_and_report_only_their_ow
     let api1 = FakeUpstream::start("api1", Mode::Ok).await?;
     let api2 = FakeUpstream::start("api2", Mode::Ok).await?;
     let envoy = Envoy::builder()
-        .concurrency(2)
+        .concurrency(WORKERS as u32)
         .upstream(&app1)
         .upstream(&app2)
         .upstream(&api1)
@@ -209,7 +211,7 @@ async fn a_backend_ejected_in_one_pool_leaves_the_other_pools_routing_alone() ->
     let mut site_checks = fast_checks(&["app1", "app2"]);
     site_checks["health_checks"]["passive"]["fail_duration"] = json!("10s");
     let envoy = Envoy::builder()
-        .concurrency(2)
+        .concurrency(WORKERS as u32)
         .upstream(&app1)
         .upstream(&app2)
         .upstream(&api1)
@@ -249,8 +251,13 @@ async fn a_backend_ejected_in_one_pool_leaves_the_other_pools_routing_alone() ->
         status_text(&http, &api).await?
     );
 
-    assert!(site_report.failures() <= MAX_FAILS, "{site_report}");
-    // Every site user app2 served saw its 502: no more than the three that ejected it.
+    // The window fills at the third; a request each worker had already sent app2 by then (the
+    // users here arrive from the first instant, on connections of their own) fails too.
+    assert!(
+        site_report.failures() <= MAX_FAILS + WORKERS,
+        "{site_report}"
+    );
+    // Every site user app2 served saw its 502, and only those failed.
     assert_eq!(
         app2.counts().requests,
         site_report.failures() as u64,

@@ -11,7 +11,7 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, MapType};
 use std::time::Duration;
-use upcheck_policy::{Pick, Pool, ProxyFailure, RequestOutcome, RoutingMode, Time};
+use upcheck_policy::{Pick, Pool, ProxyFailure, RequestOutcome, Routed, RoutingMode, Time};
 
 /// Envoy's response flags (`response.flags`), the bits that say the backend failed.
 mod flags {
@@ -38,7 +38,7 @@ pub struct Http {
     id: u32,
     vm: Handle,
     /// The backend picked, and when if latency is tracked.
-    pick: Option<(usize, Option<Time>)>,
+    pick: Option<(Routed, Option<Time>)>,
     settled: bool,
 }
 
@@ -188,7 +188,7 @@ impl HttpContext for Http {
             };
             route(v.pool.as_ref()?, backend);
             Some(match backend {
-                Some(i) => Some((i, v.routed(id, i))),
+                Some(i) => v.routed(id, i),
                 None => {
                     v.parked.push(id);
                     None

@@ -54,7 +54,11 @@ impl Context for Root {
         _trailers: usize,
     ) {
         let now = vm::now();
+        let fingerprint = self.config_fingerprint;
         vm::with(&self.vm, |v| {
+            // What other VMs saw since this VM's last tick first: whether the answer changes
+            // what anyone sees (a pass after a refusal a worker just shared) is judged on it.
+            v.sync(fingerprint, now);
             let Some(pool) = v.pool.as_mut() else {
                 return;
             };
@@ -177,12 +181,13 @@ fn resume_parked(v: &mut Vm) {
         if let Some(pool) = v.pool.as_ref() {
             http::route(pool, Some(backend));
         }
-        let started = v.routed(context, backend);
-        v.resumed.push(Resumed {
-            context,
-            backend,
-            started,
-        });
+        if let Some((backend, started)) = v.routed(context, backend) {
+            v.resumed.push(Resumed {
+                context,
+                backend,
+                started,
+            });
+        }
         if let Err(status) = hostcalls::resume_http_request() {
             log::warn!("upcheck: a request parked at cold start could not resume ({status:?})");
         }

@@ -15,7 +15,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 use upcheck_policy::events::EjectionReason;
-use upcheck_policy::{Effects, Event, Level, Pick, Pool, Time};
+use upcheck_policy::{Effects, Event, Level, Pick, Pool, Routed, Time};
 
 /// The handle a VM's root and HTTP contexts share.
 pub type Handle = Rc<RefCell<Vm>>;
@@ -46,7 +46,7 @@ pub struct Resumed {
     /// Its HTTP context.
     pub context: u32,
     /// The backend picked for it.
-    pub backend: usize,
+    pub backend: Routed,
     /// When it was sent on, if requests are timed.
     pub started: Option<Time>,
 }
@@ -96,15 +96,20 @@ impl Vm {
         Some(pick)
     }
 
-    /// Counts a routed request, and starts timing it when requests are timed: returns when.
-    pub fn routed(&mut self, context: u32, backend: usize) -> Option<Time> {
+    /// Counts a request routed to `backend`, and starts timing it when requests are timed:
+    /// returns the backend as the request must name it when it settles, and when it started.
+    pub fn routed(&mut self, context: u32, backend: usize) -> Option<(Routed, Option<Time>)> {
         let pool = self.pool.as_mut()?;
         if let Some(m) = pool.members().get(backend) {
             metrics::increment(m.handles.requests);
         }
         let started = pool.times_requests().then(now);
         pool.request_routed(context, backend, started);
-        started
+        let routed = Routed {
+            index: backend,
+            generation: pool.generation(),
+        };
+        Some((routed, started))
     }
 
     /// Takes in what other VMs published since the last look; `fingerprint` is this root

@@ -41,4 +41,4 @@ pub use config::{Config, ConfigError, RoutingMode};
 pub use events::{Effects, Event, Level};
 pub use fleet::{Evidence, Guard, Routing};
 pub use passive::{Outstanding, PassiveHealth, ProxyFailure, RequestOutcome};
-pub use pool::{Member, Pick, Pool};
+pub use pool::{Member, Pick, Pool, Routed};

@@ -347,6 +347,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::passive::{ProxyFailure, RequestOutcome};
+    use crate::pool::Routed;
     use std::time::Duration;
 
     fn pool() -> Pool {
@@ -469,7 +470,19 @@ mod tests {
         for (id, at) in (1..).zip([2, 3, 4]) {
             let at = Duration::from_secs(at);
             let failed = RequestOutcome::Failed(ProxyFailure::Reset);
-            for change in pool.request_settled(id, 0, None, failed, || at).share {
+            for change in pool
+                .request_settled(
+                    id,
+                    Routed {
+                        index: 0,
+                        generation: pool.generation(),
+                    },
+                    None,
+                    failed,
+                    || at,
+                )
+                .share
+            {
                 let checks = pool.config().health_checks.clone();
                 let applied = change.apply(&mut table, &checks);
                 pool.passive_written(&table, Some((&change, applied)), at);

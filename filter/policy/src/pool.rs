@@ -46,6 +46,16 @@ pub enum Pick {
     Wait(Time),
 }
 
+/// The backend a request was sent to, as the pool numbered it then: positions change when a
+/// configuration adds, removes or reorders backends while requests are in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Routed {
+    /// Its position in the configuration of `generation`.
+    pub index: usize,
+    /// Which configuration that was (see [`Pool::generation`]).
+    pub generation: u32,
+}
+
 /// Everything this VM keeps about one backend.
 #[derive(Debug, Clone)]
 pub struct Member<H> {
@@ -120,6 +130,13 @@ pub struct Pool<H = ()> {
     /// When a remembered failure next expires (the routing can change by time alone then).
     expires: Option<Time>,
     prober: Option<Prober>,
+    /// Counts configurations taken.
+    generation: u32,
+    /// Whether the rotation must be laid out again though no backend's routability changed:
+    /// a configuration renumbered the backends.
+    relayout: bool,
+    /// Per position in the previous configuration, the backend's position now.
+    renumbered: Vec<Option<usize>>,
     /// This VM's requests in flight, tracked while `unhealthy_latency` is set or outliers are
     /// detected.
     outstanding: Outstanding,
@@ -152,6 +169,9 @@ impl<H> Pool<H> {
             changed: true,
             expires: None,
             prober: None,
+            generation: 0,
+            relayout: true,
+            renumbered: Vec::new(),
             outstanding: Outstanding::default(),
             ticked: now,
         };
@@ -202,6 +222,14 @@ impl<H> Pool<H> {
             self.started = now;
         }
         self.outstanding.remap(&kept);
+        self.renumbered = vec![None; old.len()];
+        for (new, previous) in kept.iter().enumerate() {
+            if let Some(slot) = previous.and_then(|p| self.renumbered.get_mut(p)) {
+                *slot = Some(new);
+            }
+        }
+        self.generation = self.generation.wrapping_add(1);
+        self.relayout = true;
         if config.health_checks.outlier.window != self.config.health_checks.outlier.window {
             // Counts keyed by the old window's halves mean nothing under the new one.
             for m in &mut self.members {
@@ -572,13 +600,18 @@ impl<H> Pool<H> {
     pub fn request_settled(
         &mut self,
         id: u32,
-        picked: usize,
+        picked: Routed,
         retried: Option<Option<usize>>,
         outcome: RequestOutcome,
         now: impl Fn() -> Time,
     ) -> Effects {
         let mut effects = Effects::default();
         let ended = self.outstanding.end(id);
+        // A backend removed meanwhile, or a request from two configurations ago: its outcome
+        // belongs to no backend this pool knows by that position.
+        let Some(picked) = self.current(picked) else {
+            return effects;
+        };
         // A request counted when it became late is not counted again when it ends (though the
         // outlier rules take its outcome).
         let counted_late = ended.is_some_and(|(_, late)| late);
@@ -598,6 +631,22 @@ impl<H> Pool<H> {
             self.settle_lazily(other, outcome, true, None, &now, &mut effects);
         }
         effects
+    }
+
+    /// The configuration in force: a request routed now carries it.
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// Where the backend a request was routed to is now, if it is still configured.
+    fn current(&self, routed: Routed) -> Option<usize> {
+        if routed.generation == self.generation {
+            Some(routed.index)
+        } else if routed.generation.wrapping_add(1) == self.generation {
+            self.renumbered.get(routed.index).copied().flatten()
+        } else {
+            None
+        }
     }
 
     /// Settles one outcome unless it changes nothing shared (a success at a backend known to
@@ -886,7 +935,7 @@ impl<H> Pool<H> {
             m.routable = routable;
             m.ejected = ejected;
         }
-        if routable_changed {
+        if routable_changed || std::mem::take(&mut self.relayout) {
             let routable: Vec<bool> = self.members.iter().map(|m| m.routable).collect();
             let weights: Vec<u32> = self.members.iter().map(|m| m.upstream.weight).collect();
             self.rotation = Rotation::new(&routable, &weights);

@@ -252,3 +252,14 @@ fn an_ejection_ends_when_it_is_no_longer_earned_not_when_the_backend_also_fails_
     pool.tick(secs(12));
     assert_eq!(ended(&pool), 1, "its failures expired: {:?}", pool.events);
 }
+
+#[test]
+fn a_reconfiguration_that_removes_backends_never_picks_a_position_that_is_gone() {
+    let mut pool = pool(&["app1", "app2", "app3", "app4", "app5"]);
+    for name in ["app1", "app2", "app3", "app4", "app5"] {
+        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
+    }
+    pool.reconfigure(config(&["app5", "app3", "app1"], ""), secs(1));
+    let got = picks(&mut pool, 6, secs(1));
+    assert_eq!(got, ["app5", "app3", "app1", "app5", "app3", "app1"]);
+}

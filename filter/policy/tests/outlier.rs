@@ -1188,9 +1188,11 @@ fn a_success_at_a_backend_on_no_run_of_failures_reads_no_clock_and_shares_nothin
     let mut proxy = fleet(&["app1", "app2"], "");
     proxy.tick(secs(1));
     proxy.pool.request_routed(7, 0, None);
-    let effects = proxy.pool.request_settled(7, 0, None, answered(200), || {
-        panic!("the clock was read for a success")
-    });
+    let effects = proxy
+        .pool
+        .request_settled(7, proxy.routed(0), None, answered(200), || {
+            panic!("the clock was read for a success")
+        });
     assert!(effects.is_empty(), "{effects:?}");
     let before = proxy.table.clone();
     let tick = proxy.pool.tick(secs(1) + ms(200));
@@ -1216,9 +1218,13 @@ fn through_the_pool_attempts_retried_elsewhere_make_a_run_of_failures() {
     let mut proxy = fleet(&["app1", "app2"], "");
     proxy.serve(ms(20), secs(5), 40, |_, _| Some(answered(200)));
     for id in 0..5 {
-        let effects = proxy
-            .pool
-            .request_settled(100 + id, 1, Some(Some(0)), answered(200), || secs(5));
+        let effects = proxy.pool.request_settled(
+            100 + id,
+            proxy.routed(1),
+            Some(Some(0)),
+            answered(200),
+            || secs(5),
+        );
         proxy.carry_out(effects, secs(5));
     }
     let ejections = outlier_ejections(&proxy);

@@ -13,7 +13,7 @@ use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 use upcheck_policy::tables::PassiveTable;
 use upcheck_policy::{
-    Config, Effects, Event, Pick, Pool, ProbeOutcome, ProxyFailure, RequestOutcome,
+    Config, Effects, Event, Pick, Pool, ProbeOutcome, ProxyFailure, RequestOutcome, Routed,
 };
 
 pub fn ms(n: u64) -> Duration {
@@ -73,6 +73,14 @@ impl DerefMut for Proxy {
 }
 
 impl Proxy {
+    /// Backend `index` as a request routed now records it.
+    pub fn routed(&self, index: usize) -> Routed {
+        Routed {
+            index,
+            generation: self.pool.generation(),
+        }
+    }
+
     /// A proxy configured with `config` at `now`, holding the lease.
     pub fn new(config: Config, now: Duration) -> Proxy {
         let mut pool = Pool::new(config, now, |_| ());
@@ -135,7 +143,9 @@ impl Proxy {
     /// A request to `name` ends at `at` with `outcome`.
     pub fn request(&mut self, name: &str, outcome: RequestOutcome, at: Duration) {
         let i = self.pool.index_of(name).expect("known backend");
-        let effects = self.pool.request_settled(0, i, None, outcome, || at);
+        let effects = self
+            .pool
+            .request_settled(0, self.routed(i), None, outcome, || at);
         self.carry_out(effects, at);
     }
 
@@ -171,7 +181,9 @@ impl Proxy {
             self.pool.request_routed(id, i, None);
             let outcome = answer(&name, at);
             if let Some(outcome) = outcome {
-                let effects = self.pool.request_settled(id, i, None, outcome, || at);
+                let effects = self
+                    .pool
+                    .request_settled(id, self.routed(i), None, outcome, || at);
                 self.carry_out(effects, at);
             }
             served.push(Served { at, name, outcome });
