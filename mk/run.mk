@@ -5,9 +5,13 @@
 #   make run                     app1 healthy, app2 answering 502; Envoy + upcheck in front
 #   DEMO_SECONDS=20 make run     stop by itself after 20 s (default 600); Ctrl-C stops it at once
 #
-# Everything listens on 127.0.0.1 only, on free ports the demo prints.
+# Everything listens on 127.0.0.1 only, on free ports the demo prints. Envoy runs what the built
+# `upcheck envoy --from-caddy` writes from config/caddy.json (host routing), its two backends'
+# addresses replaced by the demo's app1 and app2.
 
 .PHONY: run
 
 run: envoy $(WASM)
-	$(CARGO) run --quiet -p upcheck-e2e --bin demo -- --plugin-config config/upcheck.json
+	$(CARGO) build --quiet -p upcheck-cli --bin upcheck
+	$(CARGO) run --quiet -p upcheck-e2e --bin demo -- --caddy config/caddy.json \
+		--upcheck target/debug/upcheck

@@ -7,8 +7,9 @@
 //! files ([`xds`]) so it can change while Envoy runs, in either routing mode
 //! ([`envoy_config::Routing`]), the plugin configuration the incident scenarios share
 //! ([`plugin`]), requests written by hand ([`raw_http`]), and an address of this machine that is
-//! not loopback ([`local_address`]), and a headless browser to look at the status page with
-//! ([`browser`]). A scenario reads:
+//! not loopback ([`local_address`]), a headless browser to look at the status page with
+//! ([`browser`]), and the operators' Caddy JSON turned into an Envoy configuration by the built
+//! `upcheck` binary ([`caddy`]). A scenario reads:
 //!
 //! ```no_run
 //! # async fn scenario() -> anyhow::Result<()> {
@@ -37,6 +38,7 @@
 //! ```
 
 pub mod browser;
+pub mod caddy;
 pub mod envoy;
 pub mod envoy_config;
 pub mod local_address;

@@ -1,16 +1,18 @@
 //! `make run`: the incident, live, with upcheck in front.
 //!
 //! app1 is healthy; app2 is broken as it was in the incident, its sidecar answering 502 to
-//! everything. Envoy 1.40 runs upcheck.wasm with the operators' own plugin configuration
-//! (`config/upcheck.json`, the Caddy `health_checks` block) in the same shape as
-//! `config/envoy-simple.yaml`, all on 127.0.0.1. A little user traffic runs in the background; every
+//! everything. Envoy 1.40 runs what `upcheck envoy` writes from the operators' own Caddy JSON
+//! (`config/caddy.json`, whose `health_checks` block upcheck reads as written), with its two
+//! backends' addresses replaced by app1's and app2's: host routing, the recommended deployment of
+//! `config/envoy.yaml`, all on 127.0.0.1. A little user traffic runs in the background; every
 //! second one line says what those users saw and which backend got them, and every health change
 //! upcheck logs is shown as it happens. So a reader watches app2 being kept out of rotation, and
 //! can break or fix a backend by hand (the printed `curl -X PUT` lines) and watch upcheck follow.
 //!
-//! Everything is built from the e2e harness, so the demo runs exactly what the tests test. It
-//! stops on Ctrl-C or SIGTERM, or by itself after `--seconds` (`DEMO_SECONDS`, default 10 min),
-//! and kills Envoy by its pid on the way out.
+//! The backends and the traffic come from the e2e harness and the configuration from the built
+//! `upcheck` binary, as in the migration test (`cli/tests/moving_from_caddy.rs`), so the demo runs
+//! what the tests test. It stops on Ctrl-C or SIGTERM, or by itself after `--seconds`
+//! (`DEMO_SECONDS`, default 10 min), and kills Envoy by its pid on the way out.
 
 use std::convert::Infallible;
 use std::path::PathBuf;
@@ -20,6 +22,7 @@ use anyhow::Context;
 use clap::Parser;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::{sleep_until, Instant, MissedTickBehavior};
+use upcheck_e2e::caddy::{dialling, write_envoy_yaml};
 use upcheck_e2e::envoy::Envoy;
 use upcheck_e2e::mode::Mode;
 use upcheck_e2e::replay::Replay;
@@ -28,9 +31,13 @@ use upcheck_e2e::upstream::FakeUpstream;
 /// A live demo of the incident with upcheck in front (needs UPCHECK_ENVOY and UPCHECK_WASM).
 #[derive(Parser)]
 struct Args {
-    /// The plugin configuration (JSON) upcheck runs with.
-    #[arg(long, default_value = "config/upcheck.json")]
-    plugin_config: PathBuf,
+    /// The operators' Caddy JSON; its backends must dial 127.0.0.1:3001 and 127.0.0.1:3002,
+    /// which become app1's and app2's addresses.
+    #[arg(long, default_value = "config/caddy.json")]
+    caddy: PathBuf,
+    /// The `upcheck` binary that writes Envoy's configuration.
+    #[arg(long, default_value = "target/debug/upcheck")]
+    upcheck: PathBuf,
     /// Stop by itself after this many seconds.
     #[arg(long, env = "DEMO_SECONDS", default_value_t = 600)]
     seconds: u64,
@@ -112,19 +119,17 @@ async fn drive_users(
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let text = std::fs::read_to_string(&args.plugin_config)
-        .with_context(|| format!("cannot read {}", args.plugin_config.display()))?;
-    let plugin: serde_json::Value = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not JSON", args.plugin_config.display()))?;
+    let caddy = std::fs::read_to_string(&args.caddy)
+        .with_context(|| format!("cannot read {}", args.caddy.display()))?;
 
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Status(502)).await?;
+    let caddy = dialling(&caddy, [app1.addr(), app2.addr()])
+        .with_context(|| args.caddy.display().to_string())?;
+    let written = write_envoy_yaml(&args.upcheck, &caddy)?;
     let envoy = Envoy::builder()
         .concurrency(2)
-        .upstream(&app1)
-        .upstream(&app2)
-        .wasm_filter(plugin.clone())
-        .start()
+        .start_yaml(&written.yaml()?, written.listen, written.admin)
         .await?;
     let start = Instant::now();
 
@@ -135,18 +140,22 @@ async fn main() -> anyhow::Result<()> {
         app2.addr()
     );
     println!(
-        "  Envoy {} (pid {}, 2 workers) running upcheck.wasm with {}:",
+        "  Envoy {} (pid {}, 2 workers) running upcheck.wasm, configured by",
         upcheck_e2e::envoy::VERSION,
         envoy.pid(),
-        args.plugin_config.display()
     );
-    println!("         {plugin}");
+    println!(
+        "         upcheck envoy --from-caddy {} (app1 and app2 dialled) -o {}",
+        args.caddy.display(),
+        written.path().display()
+    );
     println!();
     println!("Send requests:  curl -si {}", envoy.url("/"));
     println!("                (the x-fake-upstream header says which backend answered)");
+    println!("Status page:    curl -s {}", envoy.url("/upcheck/status"));
     println!(
         "Envoy stats:    curl -s '{}'",
-        envoy.admin_url("/stats?filter=upcheck")
+        envoy.admin_url("/stats?filter=wasmcustom.upcheck")
     );
     println!(
         "Fix app2:       curl -X PUT --data ok http://{}/__mode",

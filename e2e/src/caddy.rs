@@ -1,0 +1,91 @@
+//! The operators' move from Caddy, on this machine: their Caddy JSON with its two backends'
+//! addresses replaced by fake upstreams', and the Envoy configuration `upcheck envoy` writes from
+//! it (host routing, the recommended deployment), as the README's "Moving from Caddy" runs it.
+//!
+//! The configuration comes from the built `upcheck` binary rather than from the harness's own
+//! [`crate::envoy_config`], so what runs is what an operator would run: the migration test and
+//! `make run` start Envoy on exactly this file ([`crate::envoy::EnvoyBuilder::start_yaml`]).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{ensure, Context, Result};
+use tempfile::TempDir;
+
+use crate::envoy::module;
+use crate::ports::free_addr;
+
+/// The addresses the operators' backends dial in `config/caddy.json`, app1's then app2's.
+pub const OPERATORS_DIALS: [&str; 2] = ["127.0.0.1:3001", "127.0.0.1:3002"];
+
+/// `config/caddy.json`, the operators' running Caddy configuration as `curl -s
+/// localhost:2019/config/` prints it.
+pub fn operators_caddy_json() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/caddy.json")
+}
+
+/// Caddy's JSON `text` with each of [`OPERATORS_DIALS`] replaced by the address of the same
+/// backend in `backends`; an error if `text` does not dial one of them (as a whole JSON string).
+pub fn dialling(text: &str, backends: [SocketAddr; 2]) -> Result<String> {
+    let mut text = text.to_owned();
+    for (dial, addr) in OPERATORS_DIALS.iter().zip(backends) {
+        let quoted = format!("\"{dial}\"");
+        ensure!(text.contains(&quoted), "the Caddy JSON dials no {quoted}");
+        text = text.replace(&quoted, &format!("\"{addr}\""));
+    }
+    Ok(text)
+}
+
+/// An Envoy configuration `upcheck envoy` wrote, in a temporary directory removed when dropped.
+pub struct Written {
+    /// Holds `caddy.json` (the input) and `envoy.yaml` (the output).
+    pub dir: TempDir,
+    /// The users' listener (`--listen`), a free loopback port.
+    pub listen: SocketAddr,
+    /// Envoy's admin interface (`--admin`), a free loopback port.
+    pub admin: SocketAddr,
+}
+
+impl Written {
+    /// The written `envoy.yaml`'s path.
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("envoy.yaml")
+    }
+
+    /// The written `envoy.yaml`'s text.
+    pub fn yaml(&self) -> Result<String> {
+        std::fs::read_to_string(self.path())
+            .with_context(|| format!("cannot read {}", self.path().display()))
+    }
+}
+
+/// Writes `caddy_json` as `caddy.json` in a new temporary directory and runs there, with the
+/// `upcheck` binary at `upcheck`, `upcheck envoy --from-caddy caddy.json -o envoy.yaml --wasm
+/// <UPCHECK_WASM> --listen <free> --admin <free>`; an error with what it said unless it exits 0.
+pub fn write_envoy_yaml(upcheck: &Path, caddy_json: &str) -> Result<Written> {
+    // Absolute: the binary runs in the temporary directory, where a relative path would not lead.
+    let upcheck = std::fs::canonicalize(upcheck)
+        .with_context(|| format!("no upcheck binary at {}", upcheck.display()))?;
+    let dir = tempfile::Builder::new()
+        .prefix("upcheck-caddy-")
+        .tempdir()?;
+    std::fs::write(dir.path().join("caddy.json"), caddy_json)?;
+    let (listen, admin) = (free_addr()?, free_addr()?);
+    let output = Command::new(&upcheck)
+        .args(["envoy", "--from-caddy", "caddy.json", "-o", "envoy.yaml"])
+        .arg("--wasm")
+        .arg(module()?)
+        .args(["--listen", &listen.to_string()])
+        .args(["--admin", &admin.to_string()])
+        .current_dir(dir.path())
+        .output()
+        .with_context(|| format!("cannot run {}", upcheck.display()))?;
+    ensure!(
+        output.status.success(),
+        "upcheck envoy --from-caddy caddy.json ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(Written { dir, listen, admin })
+}
