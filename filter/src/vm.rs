@@ -99,12 +99,24 @@ impl Vm {
     /// Counts a routed request, and starts timing it when requests are timed: returns when.
     pub fn routed(&mut self, context: u32, backend: usize) -> Option<Time> {
         let pool = self.pool.as_mut()?;
-        if let Some(m) = pool.members().get(backend) {
-            metrics::increment(m.handles.requests);
+        if let Some(m) = pool.handles_mut(backend) {
+            m.count_request();
         }
         let started = pool.times_requests().then(now);
         pool.request_routed(context, backend, started);
         started
+    }
+
+    /// Adds each backend's requests counted since the last flush to its `requests` counter.
+    pub fn flush_requests(&mut self) {
+        let Some(pool) = self.pool.as_mut() else {
+            return;
+        };
+        for index in 0..pool.members().len() {
+            if let Some(m) = pool.handles_mut(index) {
+                m.flush_requests();
+            }
+        }
     }
 
     /// Takes in what other VMs published since the last look; `fingerprint` is this root
