@@ -39,11 +39,61 @@ pub fn fleet(backends: usize, interval: &str, timeout: &str) -> String {
     .to_string()
 }
 
+/// How a configuration routes, for the clusters the host must have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routing {
+    /// `routing: cluster`: the route header names the backend's cluster.
+    Cluster,
+    /// `routing: host`: the route header lists the pick's address, then the retry's.
+    Host,
+}
+
+impl Routing {
+    /// `config` routing this way: for [`Routing::Host`], `routing: host` with backend `appN` at
+    /// `127.0.0.1:300N`.
+    pub fn config(self, config: &str) -> Result<String> {
+        let mut config: serde_json::Value = serde_json::from_str(config)?;
+        if self == Routing::Host {
+            config["routing"] = "host".into();
+            if let Some(upstreams) = config["upstreams"].as_array_mut() {
+                for (i, upstream) in upstreams.iter_mut().enumerate() {
+                    upstream["address"] = address(i + 1).into();
+                }
+            }
+        }
+        Ok(config.to_string())
+    }
+
+    /// The clusters user requests go to besides `app1..=appN` (which take the probes). The test
+    /// host routes by the header's whole value, so in host routing every `pick,retry` pair of
+    /// addresses is a cluster of its own, one more upstream answering 200.
+    fn routes(self, backends: usize) -> Vec<String> {
+        match self {
+            Routing::Cluster => Vec::new(),
+            Routing::Host => (1..=backends)
+                .flat_map(|i| (1..=backends).map(move |j| (i, j)))
+                .map(|(i, j)| match i == j {
+                    true => address(i),
+                    false => format!("{},{}", address(i), address(j)),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Backend `appN`'s address in host routing.
+fn address(n: usize) -> String {
+    format!("127.0.0.1:{}", 3000 + n)
+}
+
 /// A host running `wasm` in front of `backends` healthy backends, after the first probe round.
-fn started(wasm: &[u8], backends: usize, config: &str) -> Result<Host> {
+fn started(wasm: &[u8], backends: usize, config: &str, routing: Routing) -> Result<Host> {
     let mut host = Host::new(wasm, HostOptions::default()).map_err(host_error)?;
     for i in 1..=backends {
         host.upstream(&format!("app{i}"));
+    }
+    for route in routing.routes(backends) {
+        host.upstream(&route);
     }
     host.start(config).map_err(host_error)?;
     host.advance(Duration::from_secs(1)).map_err(host_error)?;
@@ -80,10 +130,15 @@ pub struct RequestFuel {
     pub callbacks: Vec<(&'static str, u64)>,
 }
 
-/// Fuel per request of `wasm` in front of `backends` (`config` its plugin configuration), after
-/// a warm-up batch, over `requests` requests at [`RATE`].
-pub fn request_fuel(wasm: &[u8], backends: usize, config: &str) -> Result<RequestFuel> {
-    let mut host = started(wasm, backends, config)?;
+/// Fuel per request of `wasm` in front of `backends` (`config` its plugin configuration, routing
+/// by `routing`), after a warm-up batch, over 4 s of requests at [`RATE`].
+pub fn request_fuel(
+    wasm: &[u8],
+    backends: usize,
+    config: &str,
+    routing: Routing,
+) -> Result<RequestFuel> {
+    let mut host = started(wasm, backends, config, routing)?;
     host.traffic(RATE, Duration::from_secs(1))
         .map_err(host_error)?;
     let before = fuel_of(&host);
@@ -120,7 +175,12 @@ pub struct ProbeFuel {
 /// Measures [`ProbeFuel`] for upcheck `wasm` without traffic.
 pub fn probe_fuel(wasm: &[u8], backends: usize) -> Result<ProbeFuel> {
     let interval = Duration::from_secs(10);
-    let mut host = started(wasm, backends, &fleet(backends, "10s", "5s"))?;
+    let mut host = started(
+        wasm,
+        backends,
+        &fleet(backends, "10s", "5s"),
+        Routing::Cluster,
+    )?;
     // The first round went out at start; the next is due 9-11 s after it (jitter ± 10 %).
     let before = fuel_of(&host);
     host.advance(Duration::from_millis(7_500))
@@ -181,7 +241,7 @@ pub fn memory_run(
     rounds: u64,
 ) -> Result<MemoryRun> {
     let config = fleet(backends, MEMORY_INTERVAL, "100ms");
-    let mut host = started(&instrumented.wasm, backends, &config)?;
+    let mut host = started(&instrumented.wasm, backends, &config, Routing::Cluster)?;
     host.traffic(RATE, Duration::from_secs(1))
         .map_err(host_error)?;
     let warm_pages = pages(&mut host)?;
@@ -242,13 +302,15 @@ fn hostcalls(host: &mut Host, instrumented: &Instrumented) -> Result<BTreeMap<St
 const PROFILE_REQUESTS: u64 = 50;
 
 /// Hostcalls per request by import, most frequent first, of the instrumented `wasm` in front of
-/// `backends` after warm-up, counted over requests sent one at a time between ticks.
+/// `backends` after warm-up (routing by `routing`), counted over requests sent one at a time
+/// between ticks.
 pub fn hostcalls_per_request(
     instrumented: &Instrumented,
     backends: usize,
     config: &str,
+    routing: Routing,
 ) -> Result<Vec<(String, f64)>> {
-    let mut host = started(&instrumented.wasm, backends, config)?;
+    let mut host = started(&instrumented.wasm, backends, config, routing)?;
     host.traffic(RATE, Duration::from_secs(1))
         .map_err(host_error)?;
     let host = &mut host;
@@ -328,7 +390,7 @@ pub fn figures(upcheck: &[u8], floor: &[u8]) -> Result<HostFigures> {
                     lowest_priority();
                     let config = fleet(backends, "10s", "5s");
                     anyhow::Ok((
-                        request_fuel(upcheck, backends, &config)?,
+                        request_fuel(upcheck, backends, &config, Routing::Cluster)?,
                         probe_fuel(upcheck, backends)?,
                         memory_run(instrumented, backends, requests, rounds)?,
                     ))
@@ -348,12 +410,17 @@ pub fn figures(upcheck: &[u8], floor: &[u8]) -> Result<HostFigures> {
     no_status_page["status_path"] = serde_json::Value::Null;
     let mut figures = HostFigures {
         requests: Vec::new(),
-        floor: request_fuel(floor, 2, "{}")?,
-        no_status_page: request_fuel(upcheck, 2, &no_status_page.to_string())?,
+        floor: request_fuel(floor, 2, "{}", Routing::Cluster)?,
+        no_status_page: request_fuel(upcheck, 2, &no_status_page.to_string(), Routing::Cluster)?,
         probes: Vec::new(),
         memory: Vec::new(),
-        hostcalls: hostcalls_per_request(&instrumented, 2, &deployed)?,
-        floor_hostcalls: hostcalls_per_request(&instrument::instrument(floor)?, 2, "{}")?,
+        hostcalls: hostcalls_per_request(&instrumented, 2, &deployed, Routing::Cluster)?,
+        floor_hostcalls: hostcalls_per_request(
+            &instrument::instrument(floor)?,
+            2,
+            "{}",
+            Routing::Cluster,
+        )?,
         elapsed: Duration::ZERO,
     };
     for (requests, probes, memory) in per_count {
@@ -362,6 +429,58 @@ pub fn figures(upcheck: &[u8], floor: &[u8]) -> Result<HostFigures> {
         figures.memory.push(memory);
     }
     figures.elapsed = started.elapsed();
+    Ok(figures)
+}
+
+/// One routing mode's figures per request, 2 backends.
+#[derive(Clone, Debug)]
+pub struct RoutedFigures {
+    /// How it routes.
+    pub routing: Routing,
+    /// Fuel per request, in all and per callback.
+    pub fuel: RequestFuel,
+    /// Hostcalls per request by import.
+    pub hostcalls: Vec<(String, f64)>,
+}
+
+/// The per-request figures alone (`--only fuel`), in seconds and without Envoy: upcheck with the
+/// deployed configuration in cluster routing and again in host routing, with the status page off
+/// (`status_path: null`, what reading `:path` on every request costs), and the floor.
+pub fn request_figures(upcheck: &[u8], floor: &[u8]) -> Result<Vec<(&'static str, RoutedFigures)>> {
+    let instrumented = instrument::instrument(upcheck)?;
+    let deployed = crate::deployed_config().to_string();
+    let mut figures = Vec::new();
+    for routing in [Routing::Cluster, Routing::Host] {
+        let config = routing.config(&deployed)?;
+        figures.push((
+            "upcheck",
+            RoutedFigures {
+                routing,
+                fuel: request_fuel(upcheck, 2, &config, routing)?,
+                hostcalls: hostcalls_per_request(&instrumented, 2, &config, routing)?,
+            },
+        ));
+    }
+    let mut no_status_page: serde_json::Value = serde_json::from_str(&deployed)?;
+    no_status_page["status_path"] = serde_json::Value::Null;
+    let no_status_page = no_status_page.to_string();
+    figures.push((
+        "upcheck, status page off",
+        RoutedFigures {
+            routing: Routing::Cluster,
+            fuel: request_fuel(upcheck, 2, &no_status_page, Routing::Cluster)?,
+            hostcalls: hostcalls_per_request(&instrumented, 2, &no_status_page, Routing::Cluster)?,
+        },
+    ));
+    let floor_instrumented = instrument::instrument(floor)?;
+    figures.push((
+        "floor",
+        RoutedFigures {
+            routing: Routing::Cluster,
+            fuel: request_fuel(floor, 2, "{}", Routing::Cluster)?,
+            hostcalls: hostcalls_per_request(&floor_instrumented, 2, "{}", Routing::Cluster)?,
+        },
+    ));
     Ok(figures)
 }
 

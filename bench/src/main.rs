@@ -16,6 +16,7 @@
 //!
 //! ```text
 //! upcheck-bench --envoy PATH --upcheck target/upcheck.wasm --floor target/floor.wasm
+//! upcheck-bench --only fuel --upcheck target/upcheck.wasm --floor target/floor.wasm
 //! ```
 //! (`make -f mk/bench.mk bench` builds and installs everything, then runs it.)
 
@@ -47,11 +48,22 @@ struct Args {
     /// The floor filter, built and optimized like upcheck.
     #[arg(long, env = "UPCHECK_FLOOR_WASM", default_value = "target/floor.wasm")]
     floor: PathBuf,
+    /// Only these figures: `fuel` measures fuel and hostcalls per request, in cluster and host
+    /// routing, in the host alone (seconds, no Envoy).
+    #[arg(long, value_enum)]
+    only: Option<Only>,
     /// Where Envoys keep their bootstrap and logs.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+/// A part of the bench that runs alone.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Only {
+    /// Fuel and hostcalls per request.
+    Fuel,
 }
 
 #[derive(Subcommand)]
@@ -78,6 +90,11 @@ fn main() -> Result<()> {
     let args = Args::parse();
     match args.command {
         Some(Command::Upstreams { e2e, names }) => upstream::serve(&names, e2e),
+        None if matches!(args.only, Some(Only::Fuel)) => {
+            let figures = inhost::request_figures(&read(&args.upcheck)?, &read(&args.floor)?)?;
+            println!("{}", report::RequestReport(figures));
+            Ok(())
+        }
         None => {
             let envoy = args
                 .envoy
@@ -88,10 +105,14 @@ fn main() -> Result<()> {
     }
 }
 
+/// The bytes of the module at `path`.
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("{}", path.display()))
+}
+
 /// Runs every measurement and prints the table.
 async fn bench(envoy: &Path, upcheck: &Path, floor: &Path, out: &Path) -> Result<()> {
     let started = Instant::now();
-    let read = |path: &Path| std::fs::read(path).with_context(|| format!("{}", path.display()));
     let (upcheck_wasm, floor_wasm) = (read(upcheck)?, read(floor)?);
     std::fs::create_dir_all(out)?;
     // The Envoys of earlier runs (bootstrap and log each): only the last run's are kept.

@@ -3,7 +3,7 @@
 //! 3 throughput, 4 memory, 5 probes, 6 detection.
 
 use crate::detection;
-use crate::inhost::{HostFigures, BACKENDS};
+use crate::inhost::{HostFigures, RequestFuel, RoutedFigures, Routing, BACKENDS};
 use crate::throughput::{Setup, Throughput};
 use std::fmt::{self, Display};
 use std::time::Duration;
@@ -124,6 +124,15 @@ fn calls(profile: &[(String, f64)]) -> String {
     }
 }
 
+/// Fuel per request in each callback, in order.
+fn per_callback(fuel: &RequestFuel) -> String {
+    fuel.callbacks
+        .iter()
+        .map(|(name, fuel)| format!("{} {}", name.trim_start_matches("proxy_on_"), n(*fuel)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 struct Table(Vec<[String; 5]>);
 
 impl Table {
@@ -237,26 +246,17 @@ impl Report {
             "≤ 1.2×",
             verdict(growth <= 1.2, format_args!("{:.3}×", growth - 1.2)),
         );
-        let callbacks = |fuel: &crate::inhost::RequestFuel| {
-            fuel.callbacks
-                .iter()
-                .map(|(name, fuel)| {
-                    format!("{} {}", name.trim_start_matches("proxy_on_"), n(*fuel))
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         t.row(
             "2",
             "… per callback, upcheck (2 backends)",
-            callbacks(&host.requests[0]),
+            per_callback(&host.requests[0]),
             "",
             String::new(),
         );
         t.row(
             "2",
             "… per callback, floor",
-            callbacks(&host.floor),
+            per_callback(&host.floor),
             "",
             String::new(),
         );
@@ -484,6 +484,33 @@ impl fmt::Display for Report {
         writeln!(f, "| --- | --- | --- | --- | --- |")?;
         for row in self.table().0 {
             writeln!(f, "| {} |", row.join(" | "))?;
+        }
+        Ok(())
+    }
+}
+
+/// The per-request figures alone (`--only fuel`), 2 backends: one row per module and routing.
+pub struct RequestReport(pub Vec<(&'static str, RoutedFigures)>);
+
+impl fmt::Display for RequestReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "| module | routing | fuel per request | per callback | hostcalls per request |"
+        )?;
+        writeln!(f, "| --- | --- | --- | --- | --- |")?;
+        for (module, figures) in &self.0 {
+            let routing = match figures.routing {
+                Routing::Cluster => "cluster",
+                Routing::Host => "host",
+            };
+            writeln!(
+                f,
+                "| {module} | {routing} | {} | {} | {} |",
+                n(figures.fuel.total),
+                per_callback(&figures.fuel),
+                calls(&figures.hostcalls)
+            )?;
         }
         Ok(())
     }
