@@ -65,11 +65,14 @@ impl BackendMetrics {
         }
     }
 
-    /// Counts one routed request; it reaches `requests` at the next flush.
-    pub fn count_request(&mut self) {
-        if self.requests.is_some() {
-            self.unflushed_requests = self.unflushed_requests.saturating_add(1);
+    /// Counts one routed request; it reaches `requests` at the next flush. True if it is the
+    /// first since the last flush.
+    pub fn count_request(&mut self) -> bool {
+        if self.requests.is_none() {
+            return false;
         }
+        self.unflushed_requests = self.unflushed_requests.saturating_add(1);
+        self.unflushed_requests == 1
     }
 
     /// Adds the requests counted since the last flush to `requests`, in one host call if any.
