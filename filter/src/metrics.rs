@@ -1,6 +1,10 @@
 //! Envoy stats under `upcheck.` (shown as `wasmcustom.upcheck.*`): counters are summed over
 //! every VM by the host; gauges are last-writer-wins, so only the prober writes them.
 //!
+//! The one per-request counter, `requests`, is counted in guest memory and added to the host's
+//! counter on each tick, one host call per backend that had requests: a host call per request
+//! would be the dearest part of routing one. The stat lags by at most a tick (200 ms).
+//!
 //! A metric the host refuses to define is simply not reported; it never stops routing.
 
 use proxy_wasm::hostcalls;
@@ -25,6 +29,8 @@ pub struct BackendMetrics {
     pub outliers: OutlierMetrics,
     /// 1 while probes pass and it is not ejected (gauge).
     pub healthy: Option<u32>,
+    /// Requests routed since the last [`BackendMetrics::flush_requests`], not yet in `requests`.
+    unflushed_requests: u64,
 }
 
 fn define(kind: MetricType, name: &str) -> Option<u32> {
@@ -55,6 +61,26 @@ impl BackendMetrics {
                 stalled: counter("outlier_stalled"),
             },
             healthy: define(MetricType::Gauge, &format!("upcheck.{name}.healthy")),
+            unflushed_requests: 0,
+        }
+    }
+
+    /// Counts one routed request; it reaches `requests` at the next flush. True if it is the
+    /// first since the last flush.
+    pub fn count_request(&mut self) -> bool {
+        if self.requests.is_none() {
+            return false;
+        }
+        self.unflushed_requests = self.unflushed_requests.saturating_add(1);
+        self.unflushed_requests == 1
+    }
+
+    /// Adds the requests counted since the last flush to `requests`, in one host call if any.
+    pub fn flush_requests(&mut self) {
+        let unflushed = std::mem::take(&mut self.unflushed_requests);
+        if let (Some(id), Ok(n @ 1..)) = (self.requests, i64::try_from(unflushed)) {
+            // A failed increment loses these counts; nothing to do about it from here.
+            let _ = hostcalls::increment_metric(id, n);
         }
     }
 }

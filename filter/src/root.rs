@@ -46,6 +46,11 @@ impl Root {
 }
 
 impl Context for Root {
+    fn on_done(&mut self) -> bool {
+        vm::with(&self.vm, Vm::flush_requests);
+        true
+    }
+
     fn on_http_call_response(
         &mut self,
         token: u32,
@@ -100,6 +105,8 @@ impl RootContext for Root {
             );
             v.fleet_guard = metrics::define_fleet_guard();
             v.last_tick = now;
+            // Counts for a backend the new configuration drops would go with its record.
+            v.flush_requests();
             let effects = match v.pool.as_mut() {
                 Some(pool) => pool.configure(config, now, BackendMetrics::define),
                 None => {
@@ -142,6 +149,7 @@ impl RootContext for Root {
                 v.carry_out(effects, now);
             }
             v.last_tick = now;
+            v.flush_requests();
             v.sync(fingerprint, now);
             if let Some(pool) = v.pool.as_mut() {
                 let effects = pool.tick(now);

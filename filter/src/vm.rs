@@ -63,6 +63,9 @@ pub struct Vm {
     pub parked: Vec<u32>,
     /// Requests resumed after waiting, with their picks.
     pub resumed: Vec<Resumed>,
+    /// Backends with requests counted since the last flush, so that a flush visits only those
+    /// (a tick at 1,000 backends would otherwise walk them all).
+    counted: Vec<usize>,
     /// The time of the last tick (or configuration): what picks use instead of reading the
     /// clock per request; it only matters at cold start, where a tick's precision is plenty.
     pub last_tick: Time,
@@ -100,8 +103,8 @@ impl Vm {
     /// returns the backend as the request must name it when it settles, and when it started.
     pub fn routed(&mut self, context: u32, backend: usize) -> Option<(Routed, Option<Time>)> {
         let pool = self.pool.as_mut()?;
-        if let Some(m) = pool.members().get(backend) {
-            metrics::increment(m.handles.requests);
+        if pool.handles_mut(backend).is_some_and(|m| m.count_request()) {
+            self.counted.push(backend);
         }
         let started = pool.times_requests().then(now);
         pool.request_routed(context, backend, started);
@@ -110,6 +113,19 @@ impl Vm {
             generation: pool.generation(),
         };
         Some((routed, started))
+    }
+
+    /// Adds each backend's requests counted since the last flush to its `requests` counter.
+    pub fn flush_requests(&mut self) {
+        let counted = std::mem::take(&mut self.counted);
+        let Some(pool) = self.pool.as_mut() else {
+            return;
+        };
+        for index in counted {
+            if let Some(m) = pool.handles_mut(index) {
+                m.flush_requests();
+            }
+        }
     }
 
     /// Takes in what other VMs published since the last look; `fingerprint` is this root

@@ -20,17 +20,15 @@
 //! is handed to the VM that sent it; the answers of a VM that stopped never are, and do not
 //! count. A backend's *last probe* at time t is the last one settled by t, and it belongs to the
 //! backend's current membership only if it was sent after the backend was last added to the
-//! configuration. `LAG` is one `TICK` (200 ms, how often workers take in what the prober
+//! configuration. `LAG` is one tick (200 ms, how often workers take in what the prober
 //! published) plus 50 ms.
 //!
 //! - **(a)** No VM traps: every host call succeeds (the host runs with [`OnTrap::Fail`]).
 //! - **(b)** A request routed at t to backend B breaks the policy if B's last probe failed (an
 //!   answer other than the backend's own 2xx) and settled by t − `LAG`, while another configured
 //!   backend A's last probe passed and settled by t − `LAG`, and A is *accepting*: no request
-//!   routed to A found it refusing connections at or after that probe settled. One exemption,
-//!   for the second known defect below: when a request found A refusing within `LAG` before its
-//!   probe settled, that probe must have settled by t − `TICK` − `LAG`, in a VM that did not
-//!   stop within `TICK` after. No other is needed, and none is made: A being passively ejected
+//!   routed to A found it refusing connections at or after that probe settled. No exemption is
+//!   needed, and none is made: A being passively ejected
 //!   does not matter (B is not healthy, and the fleet guard widens the set only when no backend
 //!   is healthy and accepting), and a cold start is over once a probe has settled. The guard's
 //!   own cases are exactly those left: every backend failing its probes, or the healthy ones
@@ -54,20 +52,15 @@
 //!   while the backend may be passively ejected (`max_fails` of its requests failed within
 //!   `fail_duration` + `LAG`), since a backend is probed at once when it is ejected.
 //!
-//! # Known defects, worked around
+//! # Defects found, kept as replays
 //!
-//! Each has a test replaying the shortest history found, ignored until upcheck is fixed; then
-//! the workaround goes.
-//!
-//! 1. upcheck charges a request's outcome to whichever backend holds the request's position in
-//!    the configuration when the answer comes, so after a reconfiguration that moves backends a
-//!    request in flight can get a backend it was never sent to ejected
-//!    (`a_removed_backends_timeouts_are_not_charged_to_the_backend_that_took_its_place`). Until
-//!    then a reconfiguration step first lets the requests in flight finish.
-//! 2. A probe that passes just after a request found its backend refusing, before the prober
-//!    read that refusal, reaches some workers two ticks late
+//! 1. A request's outcome was charged to whichever backend held the request's position in the
+//!    configuration when the answer came, so after a reconfiguration that moved backends a
+//!    request in flight could get a backend it was never sent to ejected
+//!    (`a_removed_backends_timeouts_are_not_charged_to_the_backend_that_took_its_place`).
+//! 2. A probe that passed just after a request found its backend refusing, before the prober
+//!    read that refusal, reached some workers two ticks late
 //!    (`a_backend_whose_probe_passes_just_after_a_refusal_is_back_on_every_worker_within_one_tick`).
-//!    Until then (b) allows those probes one more tick.
 //!
 //! Each of the two tests drives at least `EVENTS_PER_TEST` steps (across histories) and prints
 //! what it drove and how long it took.
@@ -80,15 +73,13 @@ use std::ops::RangeInclusive;
 use std::time::{Duration, Instant};
 use upcheck_host_tests::envoy::UF;
 use upcheck_host_tests::{
-    Behaviour, CallRecord, Host, HostError, HostOptions, OnTrap, Outcome, RequestRecord,
-    RequestSpec, VmStatus, UPCHECK_WASM,
+    Behaviour, CallRecord, Host, HostError, HostOptions, OnTrap, RequestRecord, RequestSpec,
+    VmStatus, UPCHECK_WASM,
 };
 
 /// The upstreams every history scripts; a configuration names some of them.
 const NAMES: [&str; 6] = ["b0", "b1", "b2", "b3", "b4", "b5"];
-/// How often every VM takes in what the others published (upcheck's tick).
-const TICK: Duration = Duration::from_millis(200);
-/// One tick plus a margin: by then every worker routes by what a settled probe said.
+/// One tick (200 ms, how often every VM takes in what the others published) plus a margin: by then every worker routes by what a settled probe said.
 const LAG: Duration = Duration::from_millis(250);
 /// Envoy's route timeout (15 s by default): a hung request fails after this long.
 const ROUTE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -401,7 +392,6 @@ impl<'h> Run<'h> {
                 upstreams,
                 max_ejection_percent,
             } => {
-                self.finish_requests_in_flight()?;
                 let now = self.host.now();
                 let config = plugin_config(upstreams, *max_ejection_percent, self.history.interval);
                 self.host.reconfigure(&config).map_err(host_error)?;
@@ -436,26 +426,6 @@ impl<'h> Run<'h> {
             }
         }
         Ok(true)
-    }
-
-    /// Lets every request a running worker routed finish (at the latest when the route times
-    /// out). Histories reconfigure only then, until upcheck charges a request's outcome to the
-    /// backend it was sent to: today it charges whichever backend holds that position in the
-    /// configuration when the answer comes (see
-    /// `a_removed_backends_timeouts_are_not_charged_to_the_backend_that_took_its_place`).
-    fn finish_requests_in_flight(&mut self) -> Result<(), String> {
-        let last = self
-            .host
-            .records()
-            .iter()
-            .filter(|r| r.outcome == Outcome::Pending && self.running(r.worker))
-            .filter_map(|r| r.routed)
-            .max();
-        let Some(routed) = last else {
-            return Ok(());
-        };
-        let by = (routed + ROUTE_TIMEOUT).saturating_sub(self.host.now());
-        self.host.advance(by).map_err(host_error)
     }
 
     /// Reads the status page if a virtual second passed since the last reading; checks (d).
@@ -547,8 +517,6 @@ fn drive(history: &History) -> Result<Driven, String> {
 /// A probe that settled.
 #[derive(Debug, Clone)]
 struct Settled {
-    /// The VM it was sent by and settled in.
-    vm: usize,
     sent: Duration,
     at: Duration,
     passed: bool,
@@ -566,7 +534,6 @@ impl Settled {
             (false, status) => format!("Envoy's {status} ({})", call.details),
         };
         Settled {
-            vm: call.vm,
             sent: call.sent,
             at,
             passed: by_backend && (200..300).contains(&status),
@@ -801,17 +768,9 @@ impl<'r> Checks<'r> {
     }
 
     /// Whether every worker routes at `t` as if `name` accepts connections, its last probe having
-    /// passed: no request found it refusing since, and if one did within `LAG` before the probe
-    /// settled, the probe is `TICK` older and its VM lived to publish it (the second known defect).
+    /// passed: no request found it refusing since.
     fn back_everywhere(&self, name: &str, probe: &Settled, t: Duration) -> bool {
-        if self.refused_within(name, probe.at, t) {
-            return false;
-        }
-        let just_before = probe.at.saturating_sub(LAG);
-        if !self.refused_within(name, just_before, probe.at) {
-            return true;
-        }
-        probe.at + TICK + LAG <= t && !self.stopped_within(probe.vm, probe.at, probe.at + TICK)
+        !self.refused_within(name, probe.at, t)
     }
 
     /// (e), per backend, per stretch of membership under one prober.
@@ -926,7 +885,6 @@ fn with_three_or_four_workers_any_history_keeps_every_promise() {
 /// request's outcome is charged to whichever backend holds its position when the answer comes).
 /// The histories above reconfigure only with no request in flight until this passes.
 #[test]
-#[ignore = "upcheck defect: a request's outcome is charged by configuration position"]
 fn a_removed_backends_timeouts_are_not_charged_to_the_backend_that_took_its_place() {
     let interval = Duration::from_secs(5);
     let mut host = Host::from_file(
@@ -967,7 +925,6 @@ fn a_removed_backends_timeouts_are_not_charged_to_the_backend_that_took_its_plac
 /// tick falls just before the prober's takes it in one tick later still. For up to two ticks
 /// that worker keeps b0 out of rotation and sends b1, whose probes fail, the requests.
 #[test]
-#[ignore = "upcheck defect: a probe undoing a refusal the prober has not read yet is published a tick late"]
 fn a_backend_whose_probe_passes_just_after_a_refusal_is_back_on_every_worker_within_one_tick() {
     let mut host = Host::from_file(
         UPCHECK_WASM,

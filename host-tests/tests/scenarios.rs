@@ -327,6 +327,30 @@ fn the_status_page_shows_every_backend_on_loopback_connections_only() {
 }
 
 #[test]
+fn every_routed_request_is_in_its_backends_counter_once_a_tick_has_passed() {
+    let mut host = host();
+    host.upstream("app1");
+    host.upstream("app2");
+    ok(host.start(BOTH));
+    ok(host.advance(secs(1)));
+    run(&mut host, 40, secs(5));
+    ok(host.advance(Duration::from_millis(250)));
+    let counted = |host: &Host, name: &str| host.metric(&format!("upcheck.{name}.requests"));
+    for name in ["app1", "app2"] {
+        assert!(host.requests_routed(name) > 0, "{name} took requests");
+        assert_eq!(
+            counted(&host, name),
+            Some(host.requests_routed(name)),
+            "{name}"
+        );
+    }
+    // A backend the new configuration drops has its last requests counted all the same.
+    run(&mut host, 40, secs(1));
+    ok(host.reconfigure(APP1));
+    assert_eq!(counted(&host, "app2"), Some(host.requests_routed("app2")));
+}
+
+#[test]
 fn a_backend_whose_cluster_the_proxy_lacks_is_reported_once_and_kept_out() {
     let mut host = host();
     host.upstream("app1");

@@ -257,6 +257,11 @@ impl<H> Pool<H> {
         &self.members
     }
 
+    /// The adapter's own data about backend `index` (its handles), to update in place.
+    pub fn handles_mut(&mut self, index: usize) -> Option<&mut H> {
+        self.members.get_mut(index).map(|m| &mut m.handles)
+    }
+
     /// The position of the backend named `name`.
     pub fn index_of(&self, name: &str) -> Option<usize> {
         self.members.iter().position(|m| m.name() == name)
