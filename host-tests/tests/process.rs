@@ -107,8 +107,11 @@ fn a_request_and_a_probe_round_cost_a_bounded_number_of_instructions() {
         per_request > 0 && per_request < 20_000,
         "{per_request} per request"
     );
+    // An answer first takes in what the other VMs shared since the last tick (the passive
+    // table, with every backend's outlier counts), so that a pass after a refusal is published
+    // at once: about 56,000 instructions with two backends.
     assert!(
-        per_probe > 0 && per_probe < 50_000,
+        per_probe > 0 && per_probe < 100_000,
         "{per_probe} per probe answer"
     );
 }
