@@ -42,7 +42,7 @@ envoy: $(ENVOY_STAMP)
 
 # The status page's browser scenario opens the HTML page in it (headless) and fails without it.
 chromium:
-	@test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+	@test -x /usr/bin/chromium || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 e2e: envoy chromium $(WASM)
 	$(CARGO) test -p upcheck-e2e -p upcheck-cli --no-fail-fast
