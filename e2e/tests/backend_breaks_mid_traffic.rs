@@ -84,6 +84,8 @@ async fn the_stats_show_app2_probed_failing_ejected_and_unhealthy_while_app1_sta
         app2,
         report,
     } = app2_breaks_mid_traffic().await?;
+    // Each worker adds its routed requests to the counter on its tick (200 ms).
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let stats = envoy.stats("upcheck").await?;
     println!("{stats:#?}");
     let stat = |name: &str| {

@@ -121,6 +121,9 @@ async fn a_backend_killed_mid_traffic_costs_at_most_three_requests_and_returns_a
     )
     .await?;
     let found_down = start.elapsed();
+    // Every worker takes in what the prober found within one tick (200 ms); restarting before
+    // that would let a worker that has not looked yet send a user to the new app2.
+    sleep(Duration::from_millis(300)).await;
     let app2 = UpstreamProcess::spawn(fake_upstream(), "app2", app2.addr().port(), Mode::Ok)?;
     let restarted = start.elapsed();
     // The first user request the new app2 gets, and how many probes it had passed by then.
