@@ -105,8 +105,10 @@ async fn a_backend_answering_502_mid_traffic_costs_no_get_and_is_ejected_after_t
     println!("  retries: {retried}");
 
     assert_eq!(report.failures(), 0, "{report}");
+    // The third failure ejects it; the other worker may have picked app2 for one more request
+    // before it learnt that (users arrive on connections of their own, on both workers).
     assert!(
-        run.hits <= 3,
+        run.hits <= 4,
         "app2 got {} requests after it broke",
         run.hits
     );
