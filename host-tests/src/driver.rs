@@ -368,7 +368,8 @@ impl Host {
         self.route(vm, context)
     }
 
-    /// The route picks the cluster named by the routing header and sends the request there.
+    /// The route picks the cluster named by the routing header (or, in host routing, the backend
+    /// at the address it names) and sends the request there.
     fn route(&mut self, vm: usize, context: u32) -> Result<(), HostError> {
         let route_header = self.options.route_header.to_ascii_lowercase();
         let route_timeout = self.options.route_timeout;
@@ -384,6 +385,16 @@ impl Host {
         let record = stream.record;
         let mut process = self.process.borrow_mut();
         let (now, wall) = (process.clock.now(), process.clock.wall_nanos());
+        // The header names a cluster (`cluster_header`), or backends' addresses, one per attempt
+        // (`override_host`: this host makes only the first attempt).
+        let cluster = cluster.and_then(|value| {
+            if process.upstreams.contains_key(&value) {
+                return Some(value);
+            }
+            let first = value.split(',').next().unwrap_or_default().trim();
+            let by_address = process.upstreams.iter().find(|(_, u)| u.address == first);
+            by_address.map(|(name, _)| name.clone())
+        });
         let target = cluster.and_then(|cluster| {
             let upstream = process.upstreams.get_mut(&cluster)?;
             let behaviour = upstream.receive(Sender::User, &path, now);

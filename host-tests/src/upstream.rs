@@ -115,6 +115,11 @@ pub(crate) struct Upstream {
     sometimes: Option<(u64, Behaviour)>,
     /// The pseudo-random sequence that picks them: the same requests every run.
     dice: u64,
+    /// At most this many requests (probes included) a second are served as scripted; the rest
+    /// get the behaviour given (an app server out of capacity).
+    capacity: Option<(u32, Behaviour)>,
+    /// The virtual second being counted against the capacity, and its requests so far.
+    this_second: (u64, u32),
     pub counts: Counts,
 }
 
@@ -126,6 +131,8 @@ impl Upstream {
             others: Timeline::new(Behaviour::status(200)),
             sometimes: None,
             dice: u64::from(port),
+            capacity: None,
+            this_second: (0, 0),
             counts: Counts::default(),
         }
     }
@@ -138,6 +145,16 @@ impl Upstream {
             Sender::User => &mut self.counts.requests,
         };
         *counts.entry(path.to_string()).or_default() += 1;
+        if let Some((per_second, overflow)) = &self.capacity {
+            let second = now.as_secs();
+            if self.this_second.0 != second {
+                self.this_second = (second, 0);
+            }
+            self.this_second.1 += 1;
+            if self.this_second.1 > *per_second {
+                return overflow.clone();
+            }
+        }
         if let (Sender::User, Some((percent, behaviour))) = (sender, self.sometimes.clone()) {
             if self.roll() % 100 < percent {
                 return behaviour;
@@ -205,6 +222,13 @@ impl<'a> Script<'a> {
     /// get `behaviour` instead of their path's, from the start.
     pub fn sometimes(mut self, percent: u64, behaviour: Behaviour) -> Self {
         self.upstream.sometimes = Some((percent, behaviour));
+        self
+    }
+
+    /// Beyond `per_second` requests in a second of virtual time (probes and users alike, as
+    /// they share the app server's queue), requests get `overflow` instead.
+    pub fn capacity(mut self, per_second: u32, overflow: Behaviour) -> Self {
+        self.upstream.capacity = Some((per_second, overflow));
         self
     }
 

@@ -59,6 +59,41 @@ impl ProbeOutcome {
     pub fn passed(self) -> bool {
         self == ProbeOutcome::Pass
     }
+
+    /// Whether two failed probes failed the same way (timed out, or answered the same status),
+    /// as probes do when a dependency they share is the cause. A refusal is never alike: nothing
+    /// serving is a backend's own state.
+    pub fn alike(self, other: ProbeOutcome) -> bool {
+        match (self, other) {
+            (ProbeOutcome::Timeout(_), ProbeOutcome::Timeout(_)) => true,
+            (ProbeOutcome::Soft(a), ProbeOutcome::Soft(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+/// What real requests said about a backend when one of its probes failed: the evidence a probe
+/// failure is weighed against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pages {
+    /// No word: nothing answered recently, its latest requests fail, it is ejected, or requests
+    /// are not counted (outlier detection off).
+    Unknown,
+    /// Its latest requests were answered without failing, though none while the probe waited.
+    Answering,
+    /// A request was answered without failing while the probe waited: a probe that timed out
+    /// then was stuck behind something, not facing a backend that stopped answering.
+    AnsweredMeanwhile,
+}
+
+/// How a backend went down: the probe that took it out, and whether its pages were answering
+/// then (what the fleet guard needs to tell a shared cause from a backend's own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Down {
+    /// The probe that took it out.
+    pub outcome: ProbeOutcome,
+    /// Whether its requests were being answered without failing at the time.
+    pub pages: bool,
 }
 
 impl fmt::Display for ProbeOutcome {
@@ -117,6 +152,12 @@ impl fmt::Display for Reason {
 pub enum Transition {
     /// Nothing changed.
     Unchanged,
+    /// The probe timed out while the backend answered real requests: it counts neither way.
+    /// `first`: the first such probe since the backend's last other verdict.
+    Contradicted {
+        /// Whether this starts a stretch of contradicted probes.
+        first: bool,
+    },
     /// The verdict leans towards `toward`, `seen` of `needed` probes so far.
     Pending {
         /// Where the streak leads.
@@ -148,6 +189,10 @@ pub struct ActiveHealth {
     pub last: Option<(Time, ProbeOutcome)>,
     /// When `status` last changed.
     pub since: Time,
+    /// How it went down, while it is down.
+    pub down: Option<Down>,
+    /// Since when its probes time out while its pages answer, if they do.
+    pub contradicted: Option<Time>,
 }
 
 impl ActiveHealth {
@@ -158,17 +203,29 @@ impl ActiveHealth {
             streak: 0,
             last: None,
             since: now,
+            down: None,
+            contradicted: None,
         }
     }
 
-    /// Takes one probe's outcome into account.
+    /// Takes one probe's outcome into account, weighed against what its real requests said
+    /// (`pages`). A timeout while requests were answered counts neither way: probes wait in the
+    /// same queue as pages, so under load a probe can time out behind them while every page is
+    /// served, and taking such a backend out would pile its traffic onto the rest.
     pub fn observe(
         &mut self,
         outcome: ProbeOutcome,
         now: Time,
         config: &ActiveConfig,
+        pages: Pages,
     ) -> Transition {
         self.last = Some((now, outcome));
+        if matches!(outcome, ProbeOutcome::Timeout(_)) && pages == Pages::AnsweredMeanwhile {
+            let first = self.contradicted.is_none();
+            self.contradicted.get_or_insert(now);
+            return Transition::Contradicted { first };
+        }
+        self.contradicted = None;
         let passed = outcome.passed();
         self.streak = match (passed, self.streak) {
             (true, s) if s > 0 => s.saturating_add(1),
@@ -195,6 +252,10 @@ impl ActiveHealth {
         let from = self.status;
         self.status = toward;
         self.since = now;
+        self.down = (toward == Health::Unhealthy).then_some(Down {
+            outcome,
+            pages: pages != Pages::Unknown,
+        });
         Transition::Changed {
             from,
             to: toward,

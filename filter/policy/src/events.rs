@@ -150,6 +150,24 @@ pub enum Event {
     },
     /// The fleet guard engaged (with why) or was released ([`Guard::Off`]).
     Guard(Guard),
+    /// A probe timed out while the backend answered real requests: it stays as it was.
+    /// Reported once per stretch of such probes.
+    ProbeContradicted {
+        /// Backend name.
+        name: String,
+        /// The probe.
+        outcome: ProbeOutcome,
+    },
+    /// A backend that went down on its probes while its pages answered is back in rotation:
+    /// the backends that went down last fail their probes the same way, pages answering.
+    BackAlike {
+        /// Backend name.
+        name: String,
+        /// Those that went down last, alike.
+        peers: Vec<String>,
+        /// How their probes fail.
+        outcome: ProbeOutcome,
+    },
 }
 
 impl Event {
@@ -159,7 +177,9 @@ impl Event {
             Event::Unprobeable { .. } => Level::Error,
             Event::CapReached { .. } => Level::Warn,
             Event::Guard(guard) if guard.engaged() => Level::Warn,
+            Event::BackAlike { .. } => Level::Warn,
             Event::Probing
+            | Event::ProbeContradicted { .. }
             | Event::HealthChanged { .. }
             | Event::EjectionStarted { .. }
             | Event::EjectionEnded { .. }
@@ -223,6 +243,26 @@ impl fmt::Display for Event {
             }
             Event::Guard(Guard::Off) => f.write_str("fleet guard released"),
             Event::Guard(guard) => write!(f, "fleet guard engaged: {guard}"),
+            Event::ProbeContradicted { name, outcome } => write!(
+                f,
+                "{name} stays as it was: its probe {outcome} while its pages answer"
+            ),
+            Event::BackAlike {
+                name,
+                peers,
+                outcome,
+            } => {
+                let kind = match outcome {
+                    ProbeOutcome::Timeout(_) => "timeout".to_owned(),
+                    other => other.to_string(),
+                };
+                let peers: Vec<String> = peers.iter().map(|p| format!("{p}'s")).collect();
+                write!(
+                    f,
+                    "{name} back in rotation: its probes and {} fail alike ({kind}) while pages answer",
+                    peers.join(" and ")
+                )
+            }
         }
     }
 }

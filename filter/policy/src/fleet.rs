@@ -10,12 +10,18 @@
 //!    within one probe round (interval + timeout) of each other, that is a correlated failure of
 //!    something they share (a database behind `/up`), not a dead fleet: those of them that accept
 //!    connections stay in rotation, and a backend that was already out before stays out.
+//!    A shared cause need not strike at once: a slow database times probes out one backend after
+//!    another, rounds apart. So when those that went down last all went down alike (timed out,
+//!    or answered the same status) while their pages were answering, every backend that went
+//!    down the same way while its own pages answered is back too, however long ago; one that
+//!    went down for its own reasons (its pages failing, or another kind of probe failure) stays
+//!    out, and so does one ejected by its requests (rule 4 still applies).
 //! 4. Passive ejections are capped: one more may go while (ejected + 1) / N stays within
 //!    `max_ejection_percent` of the backends that rule 2 or 3 left, and never the last one.
 //! 5. With `min_healthy_percent` set and fewer routable than that share of the fleet, traffic is
 //!    spread over every backend that accepts connections (Envoy's panic mode).
 
-use crate::active::{ActiveHealth, Health};
+use crate::active::{ActiveHealth, Health, ProbeOutcome};
 use crate::config::Config;
 use crate::passive::PassiveHealth;
 use crate::Time;
@@ -101,6 +107,21 @@ pub struct Routing {
     pub ejected: Vec<bool>,
     /// Whether, and why, the guard widened the set.
     pub guard: Guard,
+    /// When rule 3 found a shared cause spread over time: how the probes fail alike, which
+    /// backends went down last, and which came back with them.
+    pub shared_cause: Option<SharedCause>,
+}
+
+/// A failure of something every backend's probe depends on, told by probes failing alike while
+/// pages answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedCause {
+    /// How the probes fail (the last of those that went down last).
+    pub outcome: ProbeOutcome,
+    /// Per backend: went down last, together, alike.
+    pub last: Vec<bool>,
+    /// Per backend: went down earlier the same way while its pages answered, and is back.
+    pub back: Vec<bool>,
 }
 
 impl Routing {
@@ -138,6 +159,7 @@ pub fn route<B: Borrow<Evidence>>(backends: &[B], now: Time, config: &Config) ->
         })
         .collect();
     let mut guard = Guard::Off;
+    let mut shared_cause = None;
 
     // Rule 3.
     if !base.contains(&true) {
@@ -155,6 +177,12 @@ pub fn route<B: Borrow<Evidence>>(backends: &[B], now: Time, config: &Config) ->
                     .zip(&usable)
                     .map(|(b, u)| *u && b.active.down_since().is_some_and(|t| t >= cutoff))
                     .collect();
+                shared_cause = spread_out_cause(backends, &usable, &base);
+                if let Some(cause) = &shared_cause {
+                    for (b, back) in base.iter_mut().zip(&cause.back) {
+                        *b |= *back;
+                    }
+                }
             }
             guard = Guard::LastDown;
         } else {
@@ -181,7 +209,36 @@ pub fn route<B: Borrow<Evidence>>(backends: &[B], now: Time, config: &Config) ->
         routable,
         ejected,
         guard,
+        shared_cause,
     }
+}
+
+/// Rule 3's shared cause spread over time: if every backend in `last` (those that went down
+/// last, together) went down alike while its pages answered, the backends that went down the
+/// same way with their pages answering, earlier, come back too.
+fn spread_out_cause(backends: &[&Evidence], usable: &[bool], last: &[bool]) -> Option<SharedCause> {
+    let down = |i: usize| backends.get(i).and_then(|b| b.active.down);
+    let latest = (0..backends.len())
+        .filter(|i| last.get(*i) == Some(&true))
+        .filter_map(|i| Some((backends.get(i)?.active.since, down(i)?)))
+        .max_by_key(|(since, _)| *since)?;
+    let outcome = latest.1.outcome;
+    let alike = |i: usize| down(i).is_some_and(|d| d.pages && d.outcome.alike(outcome));
+    let all_alike = last
+        .iter()
+        .enumerate()
+        .all(|(i, in_last)| !in_last || alike(i));
+    if !all_alike {
+        return None;
+    }
+    let back: Vec<bool> = (0..backends.len())
+        .map(|i| usable.get(i) == Some(&true) && last.get(i) == Some(&false) && alike(i))
+        .collect();
+    Some(SharedCause {
+        outcome,
+        last: last.to_vec(),
+        back,
+    })
 }
 
 /// Which of `base` are ejected: those with a full failure window or an outlier ejection in force,

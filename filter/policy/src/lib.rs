@@ -36,7 +36,7 @@ pub mod tables;
 /// A point in time: the host's clock since its epoch.
 pub type Time = std::time::Duration;
 
-pub use active::{ActiveHealth, Health, ProbeOutcome, Transition};
+pub use active::{ActiveHealth, Down, Health, Pages, ProbeOutcome, Transition};
 pub use config::{Config, ConfigError, RoutingMode};
 pub use events::{Effects, Event, Level};
 pub use fleet::{Evidence, Guard, Routing};

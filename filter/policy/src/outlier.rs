@@ -171,14 +171,20 @@ struct Bucket {
     /// The latest failure and how it failed (the greatest, for two at the same instant, so that
     /// counts made apart merge to the same bucket whatever the order).
     last_failure: Option<(Time, FailureKind)>,
+    /// The latest request the backend answered without failing: what contradicts a probe that
+    /// timed out meanwhile.
+    last_served: Option<Time>,
 }
 
 impl Bucket {
     fn record(&mut self, at: Time, failure: Option<FailureKind>, latency: Option<Duration>) {
         self.requests = self.requests.saturating_add(1);
-        if let Some(kind) = failure {
-            self.failures = self.failures.saturating_add(1);
-            self.last_failure = self.last_failure.max(Some((at, kind)));
+        match failure {
+            Some(kind) => {
+                self.failures = self.failures.saturating_add(1);
+                self.last_failure = self.last_failure.max(Some((at, kind)));
+            }
+            None => self.last_served = self.last_served.max(Some(at)),
         }
         if let Some(slot) = latency.and_then(|l| self.latency.get_mut(latency_bucket(l))) {
             *slot = slot.saturating_add(1);
@@ -192,6 +198,7 @@ impl Bucket {
             *mine = mine.saturating_add(*theirs);
         }
         self.last_failure = self.last_failure.max(other.last_failure);
+        self.last_served = self.last_served.max(other.last_served);
     }
 }
 
@@ -411,6 +418,12 @@ impl Traffic {
             .last_failure
             .filter(|_| weights.previous > 0.0);
         current.max(previous).map(|(_, kind)| kind)
+    }
+
+    /// When the backend last answered a request without failing, as far as the window still
+    /// remembers.
+    pub fn last_served(&self) -> Option<Time> {
+        self.current.last_served.max(self.previous.last_served)
     }
 }
 

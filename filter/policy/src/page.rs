@@ -38,6 +38,10 @@ struct Line<'a> {
     accepting: bool,
     /// The outlier ejection in force: why, and when it ends.
     outlier: Option<(String, Time)>,
+    /// Since when its probes time out while its pages answer (they count neither way).
+    contradicted: Option<Time>,
+    /// Back in rotation with the backends whose probes fail alike.
+    back: bool,
 }
 
 fn lines<H>(pool: &Pool<H>, now: Time) -> impl Iterator<Item = Line<'_>> {
@@ -56,6 +60,24 @@ fn lines<H>(pool: &Pool<H>, now: Time) -> impl Iterator<Item = Line<'_>> {
             .outlier
             .in_force(now)
             .map(|(verdict, until)| (verdict.to_string(), until)),
+        contradicted: m.evidence.active.contradicted,
+        back: m.back,
+    })
+}
+
+/// What overrides a backend's probes, if anything, in a few words.
+fn overruled(line: &Line<'_>, now: Time) -> Option<String> {
+    if line.back {
+        return Some(
+            "back in rotation: its probes fail like those of the backends that went down last, while pages answer"
+                .to_owned(),
+        );
+    }
+    line.contradicted.map(|since| {
+        format!(
+            "its probes time out while its pages answer (for {}): they count neither way",
+            ago(now, since)
+        )
     })
 }
 
@@ -79,6 +101,9 @@ pub fn text<H>(pool: &Pool<H>, now: Time) -> String {
         if let Some((verdict, until)) = &l.outlier {
             let _ = write!(out, "(outlier for {} more: {verdict}) ", ago(*until, now));
         }
+        if let Some(note) = overruled(&l, now) {
+            let _ = write!(out, "({note}) ");
+        }
         match l.last_probe {
             Some((at, outcome)) => {
                 let _ = writeln!(out, "last probe {outcome} {} ago", ago(now, at));
@@ -92,9 +117,10 @@ pub fn text<H>(pool: &Pool<H>, now: Time) -> String {
 }
 
 /// JSON: `{"backends": [{"name", "routable", "status", "ejected", "failures", "accepting",
-/// "outlier", "last_probe", "last_probe_ago_ms"}], "fleet_guard": bool, "fleet_guard_reason":
-/// string}`; `outlier` is `null` or, while an outlier ejection is in force, `{"verdict",
-/// "ends_in_ms"}`.
+/// "outlier", "overruled", "last_probe", "last_probe_ago_ms"}], "fleet_guard": bool,
+/// "fleet_guard_reason": string}`; `outlier` is `null` or, while an outlier ejection is in
+/// force, `{"verdict", "ends_in_ms"}`; `overruled` is `null` or why its probes do not decide
+/// (they time out while its pages answer, or fail alike with its peers').
 pub fn json<H>(pool: &Pool<H>, now: Time) -> String {
     let mut out = String::from("{\"backends\":[");
     for (i, l) in lines(pool, now).enumerate() {
@@ -122,6 +148,12 @@ pub fn json<H>(pool: &Pool<H>, now: Time) -> String {
                 );
             }
             None => out.push_str(",\"outlier\":null"),
+        }
+        match overruled(&l, now) {
+            Some(note) => {
+                let _ = write!(out, ",\"overruled\":{}", quoted(&note));
+            }
+            None => out.push_str(",\"overruled\":null"),
         }
         match l.last_probe {
             Some((at, outcome)) => {
@@ -300,6 +332,9 @@ fn standing<H>(line: &Line<'_>, member: &Member<H>, pool: &Pool<H>, now: Time) -
                 Health::Healthy => format!("left out by the fleet guard: {guard}"),
             }
         };
+    }
+    if let Some(note) = overruled(line, now) {
+        return note;
     }
     match (line.status, guard) {
         (Health::Healthy, _) if member.evidence.passive.full(now, passive) => format!(

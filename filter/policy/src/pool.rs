@@ -22,7 +22,7 @@
 //! cluster (Envoy's `cluster_header`), in `host` routing its address (the `override_host` load
 //! balancing policy), and then [`Pool::retry_choice`] names where a retry goes.
 
-use crate::active::{Health, ProbeOutcome, Transition};
+use crate::active::{Health, Pages, ProbeOutcome, Transition};
 use crate::config::{Config, Upstream};
 use crate::events::{Effects, EjectionReason, Event};
 use crate::fleet::{route, Evidence, Guard};
@@ -65,6 +65,8 @@ pub struct Member<H> {
     pub key: String,
     /// Whether this configuration is the newest that lists it, so its prober probes it.
     probed_here: bool,
+    /// Back in rotation with the backends whose probes fail alike (fleet rule 3).
+    pub back: bool,
     /// What probes and requests say about it.
     pub evidence: Evidence,
     /// Whether it takes traffic now.
@@ -203,6 +205,7 @@ impl<H> Pool<H> {
                     upstream: upstream.clone(),
                     key,
                     probed_here: true,
+                    back: false,
                     evidence: Evidence::new(now),
                     routable: false,
                     ejected: false,
@@ -478,7 +481,7 @@ impl<H> Pool<H> {
         prober.sent = kept;
         for probe in gone {
             if let Some(i) = self.index_of_key(&probe.key) {
-                self.observe_probe(i, ProbeOutcome::Timeout(timeout), now, effects);
+                self.observe_probe(i, ProbeOutcome::Timeout(timeout), probe.sent, now, effects);
             }
         }
     }
@@ -531,7 +534,7 @@ impl<H> Pool<H> {
                 });
             }
         }
-        self.observe_probe(index, ProbeOutcome::Refused, now, &mut effects);
+        self.observe_probe(index, ProbeOutcome::Refused, now, now, &mut effects);
         self.refresh(now, &mut effects);
         self.published(&effects);
         effects
@@ -564,7 +567,7 @@ impl<H> Pool<H> {
             Some(status) => ProbeOutcome::classify(status, proxy_made, body, active),
             None => ProbeOutcome::Refused,
         };
-        self.observe_probe(index, outcome, now, &mut effects);
+        self.observe_probe(index, outcome, probe.sent, now, &mut effects);
         self.refresh(now, &mut effects);
         self.published(&effects);
         effects
@@ -579,14 +582,17 @@ impl<H> Pool<H> {
         }
     }
 
+    /// Takes a probe sent at `sent` that settled with `outcome` at `now`.
     fn observe_probe(
         &mut self,
         index: usize,
         outcome: ProbeOutcome,
+        sent: Time,
         now: Time,
         effects: &mut Effects,
     ) {
         let active = &self.config.health_checks.active;
+        let pages = self.pages(index, sent, now);
         let Some(m) = self.members.get_mut(index) else {
             return;
         };
@@ -595,12 +601,19 @@ impl<H> Pool<H> {
         }
         self.heard = true;
         self.changed = true;
-        let transition = m.evidence.active.observe(outcome, now, active);
+        let transition = m.evidence.active.observe(outcome, now, active, pages);
         effects.events.push(Event::Probed {
             index,
             name: m.name().to_owned(),
             outcome,
         });
+        if transition == (Transition::Contradicted { first: true }) {
+            effects.events.push(Event::ProbeContradicted {
+                name: m.name().to_owned(),
+                outcome,
+            });
+            effects.publish_active = true;
+        }
         if let Transition::Changed { from, to, reason } = transition {
             effects.events.push(Event::HealthChanged {
                 name: m.name().to_owned(),
@@ -612,6 +625,28 @@ impl<H> Pool<H> {
         }
         if m.accepting != m.evidence.accepting() {
             effects.publish_active = true;
+        }
+    }
+
+    /// What backend `index`'s real requests say, process-wide, against a probe sent at `sent`
+    /// that failed at `now` (see [`Pages`]). Requests are counted only with outlier detection on.
+    fn pages(&self, index: usize, sent: Time, now: Time) -> Pages {
+        let Some(m) = self.members.get(index) else {
+            return Pages::Unknown;
+        };
+        let passive = &m.evidence.passive;
+        let failing = passive.run > 0
+            || passive.outlier.is_ejected(now)
+            || passive.full(now, &self.config.health_checks.passive);
+        match view(m).last_served() {
+            _ if failing || !self.detects_outliers() => Pages::Unknown,
+            Some(served) if served >= sent => Pages::AnsweredMeanwhile,
+            Some(served)
+                if now.saturating_sub(served) <= self.config.health_checks.outlier.window =>
+            {
+                Pages::Answering
+            }
+            _ => Pages::Unknown,
         }
     }
 
@@ -922,9 +957,10 @@ impl<H> Pool<H> {
             let routable = routing.routable.get(i).copied().unwrap_or(false);
             let ejected = routing.ejected.get(i).copied().unwrap_or(false);
             routable_changed |= routable != m.routable;
-            if reporting && ejected && !m.ejected {
-                // Probed at once: by the time its failures expire, a probe has said whether it
-                // is still broken.
+            if reporting && ejected && m.ejection.is_none() {
+                // Probed at once, once per ejection (not again when the cap lets it back and
+                // takes it out anew): by the time its failures expire, a probe has said whether
+                // it is still broken.
                 m.probe.due_now();
                 if let Some(prober) = self.prober.as_mut() {
                     prober.earliest = now;
@@ -965,6 +1001,29 @@ impl<H> Pool<H> {
             }
             m.routable = routable;
             m.ejected = ejected;
+        }
+        let cause = routing.shared_cause.as_ref();
+        let names = |pick: &[bool]| -> Vec<String> {
+            self.members
+                .iter()
+                .zip(pick)
+                .filter(|(_, p)| **p)
+                .map(|(m, _)| m.name().to_owned())
+                .collect()
+        };
+        let last = cause.map(|c| names(&c.last)).unwrap_or_default();
+        for (i, m) in self.members.iter_mut().enumerate() {
+            let back = cause.is_some_and(|c| c.back.get(i) == Some(&true));
+            if let (true, false, Some(cause)) = (back, m.back, cause) {
+                if prober && m.probed_here {
+                    effects.events.push(Event::BackAlike {
+                        name: m.name().to_owned(),
+                        peers: last.clone(),
+                        outcome: cause.outcome,
+                    });
+                }
+            }
+            m.back = back;
         }
         if routable_changed || std::mem::take(&mut self.relayout) {
             let routable: Vec<bool> = self.members.iter().map(|m| m.routable).collect();

@@ -33,7 +33,7 @@ use serde::Serialize;
 use std::fmt;
 
 /// The format version; bump it whenever a table's types change.
-const VERSION: u8 = 3;
+const VERSION: u8 = 4;
 const ACTIVE: u8 = b'a';
 const PASSIVE: u8 = b'p';
 const ANNOUNCE: u8 = b'n';
@@ -272,7 +272,7 @@ impl OutlierNews {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::active::ProbeOutcome;
+    use crate::active::{Pages, ProbeOutcome};
     use crate::config::Config;
     use crate::passive::RequestOutcome;
     use proptest::prelude::*;
@@ -295,11 +295,19 @@ mod tests {
         ]
     }
 
+    fn pages() -> impl Strategy<Value = Pages> {
+        prop_oneof![
+            Just(Pages::Unknown),
+            Just(Pages::Answering),
+            Just(Pages::AnsweredMeanwhile),
+        ]
+    }
+
     proptest! {
         #[test]
         fn any_probe_table_survives_the_round_trip(
             entries in proptest::collection::vec(
-                ("\\PC{0,12}", proptest::collection::vec((probe_outcome(), 0u64..1_000_000), 0..6)),
+                ("\\PC{0,12}", proptest::collection::vec((probe_outcome(), 0u64..1_000_000, pages()), 0..6)),
                 0..8,
             )
         ) {
@@ -308,8 +316,8 @@ mod tests {
                 .into_iter()
                 .map(|(name, probes)| {
                     let mut health = ActiveHealth::new(Duration::ZERO);
-                    for (outcome, ms) in probes {
-                        health.observe(outcome, Duration::from_millis(ms), &active);
+                    for (outcome, ms, pages) in probes {
+                        health.observe(outcome, Duration::from_millis(ms), &active, pages);
                     }
                     (name, health)
                 })

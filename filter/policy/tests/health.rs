@@ -6,7 +6,7 @@ use support::*;
 use upcheck_policy::active::Reason;
 use upcheck_policy::passive::Recorded;
 use upcheck_policy::{
-    ActiveHealth, Config, Health, Outstanding, PassiveHealth, ProbeOutcome, Transition,
+    ActiveHealth, Config, Health, Outstanding, Pages, PassiveHealth, ProbeOutcome, Transition,
 };
 
 fn active(passes: u32, fails: u32) -> Config {
@@ -20,7 +20,7 @@ fn a_backend_becomes_healthy_on_exactly_the_passes_th_consecutive_pass() {
     let a = &c.health_checks.active;
     let mut h = ActiveHealth::new(secs(0));
     assert_eq!(
-        h.observe(ProbeOutcome::Pass, secs(1), a),
+        h.observe(ProbeOutcome::Pass, secs(1), a, Pages::Unknown),
         Transition::Pending {
             toward: Health::Healthy,
             seen: 1,
@@ -29,7 +29,7 @@ fn a_backend_becomes_healthy_on_exactly_the_passes_th_consecutive_pass() {
     );
     assert_eq!(h.status, Health::Unknown);
     assert_eq!(
-        h.observe(ProbeOutcome::Pass, secs(2), a),
+        h.observe(ProbeOutcome::Pass, secs(2), a, Pages::Unknown),
         Transition::Changed {
             from: Health::Unknown,
             to: Health::Healthy,
@@ -40,7 +40,7 @@ fn a_backend_becomes_healthy_on_exactly_the_passes_th_consecutive_pass() {
         }
     );
     assert_eq!(
-        h.observe(ProbeOutcome::Pass, secs(3), a),
+        h.observe(ProbeOutcome::Pass, secs(3), a, Pages::Unknown),
         Transition::Unchanged
     );
 }
@@ -50,22 +50,22 @@ fn a_failure_between_passes_restarts_the_streak() {
     let c = active(2, 3);
     let a = &c.health_checks.active;
     let mut h = ActiveHealth::new(secs(0));
-    h.observe(ProbeOutcome::Pass, secs(1), a);
-    h.observe(ProbeOutcome::Pass, secs(2), a);
-    h.observe(TIMEOUT, secs(3), a);
-    h.observe(TIMEOUT, secs(4), a);
+    h.observe(ProbeOutcome::Pass, secs(1), a, Pages::Unknown);
+    h.observe(ProbeOutcome::Pass, secs(2), a, Pages::Unknown);
+    h.observe(TIMEOUT, secs(3), a, Pages::Unknown);
+    h.observe(TIMEOUT, secs(4), a, Pages::Unknown);
     assert_eq!(
-        h.observe(ProbeOutcome::Pass, secs(5), a),
+        h.observe(ProbeOutcome::Pass, secs(5), a, Pages::Unknown),
         Transition::Unchanged
     );
-    h.observe(TIMEOUT, secs(6), a);
-    h.observe(TIMEOUT, secs(7), a);
+    h.observe(TIMEOUT, secs(6), a, Pages::Unknown);
+    h.observe(TIMEOUT, secs(7), a, Pages::Unknown);
     assert_eq!(
         h.status,
         Health::Healthy,
         "two of three failures are not enough"
     );
-    let t = h.observe(ProbeOutcome::Refused, secs(8), a);
+    let t = h.observe(ProbeOutcome::Refused, secs(8), a, Pages::Unknown);
     assert!(
         matches!(
             t,

@@ -2,8 +2,9 @@
 
 mod support;
 
+use std::time::Duration;
 use support::*;
-use upcheck_policy::{Config, Guard, Pick, ProbeOutcome};
+use upcheck_policy::{Config, Event, Guard, Health, Pick, ProbeOutcome};
 
 /// app1 serving and known healthy; app2 added by a reconfiguration at 30 s.
 fn app2_added() -> Proxy {
@@ -262,4 +263,102 @@ fn a_reconfiguration_that_removes_backends_never_picks_a_position_that_is_gone()
     pool.reconfigure(config(&["app5", "app3", "app1"], ""), secs(1));
     let got = picks(&mut pool, 6, secs(1));
     assert_eq!(got, ["app5", "app3", "app1", "app5", "app3", "app1"]);
+}
+
+/// Traffic at 20 requests a second from `from` until `until`, every request answered 200 at once
+/// except those to a backend named in `hung`, which never end.
+fn serve_pages(pool: &mut Proxy, from: Duration, until: Duration, hung: &[&str]) {
+    pool.serve(from, until, 20, |name, _| {
+        (!hung.contains(&name)).then(|| answered(200))
+    });
+}
+
+fn logged(pool: &Proxy, pattern: impl Fn(&Event) -> bool) -> usize {
+    pool.events.iter().filter(|e| pattern(e)).count()
+}
+
+#[test]
+fn a_probe_that_times_out_while_pages_answer_leaves_its_backend_in_rotation() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    serve_pages(&mut pool, ms(20), secs(20), &[]);
+    probe(&mut pool, "app1", TIMEOUT, secs(20));
+    assert_eq!(routable(&pool), ["app1", "app2"]);
+    serve_pages(&mut pool, secs(20), secs(30), &[]);
+    probe(&mut pool, "app1", TIMEOUT, secs(30));
+    assert_eq!(routable(&pool), ["app1", "app2"]);
+    let contradicted =
+        |e: &Event| matches!(e, Event::ProbeContradicted { name, .. } if name == "app1");
+    assert_eq!(logged(&pool, contradicted), 1, "reported once per stretch");
+    assert_eq!(pool.members()[0].evidence.active.status, Health::Healthy);
+}
+
+#[test]
+fn a_probe_that_times_out_while_its_requests_hang_takes_its_backend_out() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    serve_pages(&mut pool, ms(20), secs(10), &[]);
+    serve_pages(&mut pool, secs(10), secs(20), &["app1"]);
+    probe(&mut pool, "app1", TIMEOUT, secs(20));
+    assert_eq!(routable(&pool), ["app2"]);
+}
+
+#[test]
+fn backends_whose_probes_time_out_rounds_apart_while_pages_answer_all_come_back() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    // Little traffic: no page answered while app1's probe waited, but its last ones were.
+    serve_pages(&mut pool, ms(20), secs(1), &[]);
+    probe(&mut pool, "app1", TIMEOUT, secs(8));
+    assert_eq!(routable(&pool), ["app2"]);
+    serve_pages(&mut pool, secs(40), secs(41), &[]);
+    probe(&mut pool, "app2", TIMEOUT, secs(48));
+    assert_eq!(routable(&pool), ["app1", "app2"], "40 s apart, alike");
+    let back = pool.events.iter().find_map(|e| match e {
+        Event::BackAlike { name, peers, .. } => Some((name.clone(), peers.clone())),
+        _ => None,
+    });
+    assert_eq!(back, Some(("app1".to_owned(), vec!["app2".to_owned()])));
+    assert_eq!(
+        pool.events
+            .iter()
+            .filter(|e| matches!(e, Event::BackAlike { .. }))
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        ["app1 back in rotation: its probes and app2's fail alike (timeout) while pages answer"]
+    );
+}
+
+#[test]
+fn a_backend_whose_pages_failed_when_it_went_down_stays_out_when_the_rest_fail_alike() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    pool.serve(ms(20), secs(1), 20, |name, _| {
+        Some(answered(if name == "app1" { 500 } else { 200 }))
+    });
+    probe(&mut pool, "app1", TIMEOUT, secs(8));
+    assert_eq!(routable(&pool), ["app2"]);
+    serve_pages(&mut pool, secs(40), secs(41), &[]);
+    probe(&mut pool, "app2", TIMEOUT, secs(48));
+    assert_eq!(
+        routable(&pool),
+        ["app2"],
+        "app1 went down for its own reasons"
+    );
+}
+
+#[test]
+fn backends_that_went_down_differently_are_not_a_shared_cause() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    serve_pages(&mut pool, ms(20), secs(1), &[]);
+    probe(&mut pool, "app1", SOFT_503, secs(2));
+    serve_pages(&mut pool, secs(40), secs(41), &[]);
+    probe(&mut pool, "app2", TIMEOUT, secs(48));
+    assert_eq!(routable(&pool), ["app2"]);
 }

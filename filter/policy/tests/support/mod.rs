@@ -121,12 +121,17 @@ impl Proxy {
         self.carry_out(effects, now);
     }
 
-    /// A probe of `name` settles at `at` with `outcome`, answered as a backend or Envoy would.
+    /// A probe of `name` settles at `at` with `outcome`, answered as a backend or Envoy would;
+    /// one that timed out was sent that long before.
     pub fn probe(&mut self, name: &str, outcome: ProbeOutcome, at: Duration) {
         let i = self.pool.index_of(name).expect("known backend");
         let token = self.next_token;
         self.next_token += 1;
-        self.pool.probe_sent(i, token, at);
+        let sent = match outcome {
+            ProbeOutcome::Timeout(after) => at.saturating_sub(after),
+            _ => at,
+        };
+        self.pool.probe_sent(i, token, sent);
         let (status, proxy_made) = match outcome {
             ProbeOutcome::Pass => (200, false),
             ProbeOutcome::Soft(Some(status)) => (status, false),
