@@ -957,7 +957,16 @@ impl<H> Pool<H> {
             let routable = routing.routable.get(i).copied().unwrap_or(false);
             let ejected = routing.ejected.get(i).copied().unwrap_or(false);
             routable_changed |= routable != m.routable;
-            if reporting && ejected && m.ejection.is_none() {
+            // A probe that settled since the ejection began has already said whether it is
+            // still broken (a backend re-added with failures on record, probed as it joined).
+            let probed_since = match (
+                m.evidence.active.last,
+                m.evidence.passive.ejected_since(now, passive),
+            ) {
+                (Some((probed, _)), Some(since)) => probed >= since,
+                _ => false,
+            };
+            if reporting && ejected && m.ejection.is_none() && !probed_since {
                 // Probed at once, once per ejection (not again when the cap lets it back and
                 // takes it out anew): by the time its failures expire, a probe has said whether
                 // it is still broken.

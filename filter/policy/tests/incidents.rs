@@ -362,3 +362,69 @@ fn backends_that_went_down_differently_are_not_a_shared_cause() {
     probe(&mut pool, "app2", TIMEOUT, secs(48));
     assert_eq!(routable(&pool), ["app2"]);
 }
+
+/// Found by the history property through the .wasm: an ejection the cap lifts and imposes again
+/// (a reconfiguration, or a peer's probes changing what the cap counts) probed the backend "at
+/// once" each time, several probes in one interval.
+#[test]
+fn a_backend_is_probed_at_once_once_per_ejection_however_often_the_cap_lets_it_back() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    let probes_of_app2 = |pool: &mut Proxy, at| pool.tick(at).contains(&1);
+    pool.tick(ms(200)); // the first round
+    assert!(!probes_of_app2(&mut pool, ms(400)));
+    for t in 1..=3 {
+        request(&mut pool, "app2", answered(502), secs(1) + ms(t));
+    }
+    assert_eq!(pool.ejected(), [false, true]);
+    assert!(
+        probes_of_app2(&mut pool, secs(2)),
+        "probed at once when ejected"
+    );
+    let seed = config(&["app1", "app2"], "");
+    for (mep, ejected) in [(0, false), (50, true), (0, false), (50, true)] {
+        let mut config = seed.clone();
+        config.max_ejection_percent = mep;
+        pool.reconfigure(config, secs(3));
+        assert_eq!(pool.ejected(), [false, ejected]);
+        assert!(
+            !probes_of_app2(&mut pool, secs(3)),
+            "not again (cap {mep} %)"
+        );
+    }
+}
+
+/// Found by the history property through the .wasm: a backend re-added while its failures are
+/// still on record is probed as it joins, and its first passing probe lets the cap eject it on
+/// those failures; it was then probed "at once" again, 20 ms after the probe that just passed.
+#[test]
+fn a_backend_re_added_with_failures_on_record_is_not_probed_twice_as_it_joins() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    pool.tick(ms(200)); // the first round
+    for t in 1..=3 {
+        request(&mut pool, "app2", answered(502), secs(1) + ms(t));
+    }
+    pool.reconfigure(config(&["app1"], ""), secs(2));
+    pool.reconfigure(config(&["app1", "app2"], ""), secs(3));
+    let table = pool.table.clone();
+    let effects = pool.pool.passive_written(&table, None, secs(3));
+    pool.carry_out(effects, secs(3));
+    assert_eq!(
+        pool.tick(secs(3)),
+        [1],
+        "the new member is probed as it joins"
+    );
+    probe(&mut pool, "app2", ProbeOutcome::Pass, secs(3) + ms(1));
+    assert_eq!(
+        pool.ejected(),
+        [false, true],
+        "its failures eject it once it passes"
+    );
+    assert!(
+        pool.tick(secs(3) + ms(20)).is_empty(),
+        "a probe just passed"
+    );
+}

@@ -115,10 +115,12 @@ impl Proxy {
         self.carry_out(effects, now);
     }
 
-    /// Time passes to `now`.
-    pub fn tick(&mut self, now: Duration) {
+    /// Time passes to `now`; returns the backends (by position) the prober must probe now.
+    pub fn tick(&mut self, now: Duration) -> Vec<usize> {
         let effects = self.pool.tick(now);
+        let probes = effects.probes.clone();
         self.carry_out(effects, now);
+        probes
     }
 
     /// A probe of `name` settles at `at` with `outcome`, answered as a backend or Envoy would;
