@@ -139,10 +139,14 @@ impl RootContext for Root {
             let Some(pool) = v.pool.as_mut() else {
                 return;
             };
-            if held && !pool.probing() {
-                // Take over from the published table, then probe everything at once.
+            if held != pool.probing() {
+                // Gaining the lease: take over from the published tables, then probe everything
+                // at once. Losing it: take in again what this VM passed over while it probed
+                // (its own backends' entries in the probe table), at the sync below.
                 v.resync();
-                v.sync(fingerprint, now);
+                if held {
+                    v.sync(fingerprint, now);
+                }
             }
             if let Some(pool) = v.pool.as_mut() {
                 let effects = pool.lease(held, now, seed);

@@ -402,6 +402,22 @@ impl<H> Pool<H> {
     /// Judges every backend in rotation against its peers, with its requests in flight here:
     /// the tick is when a stalled backend shows (its requests do not end).
     fn judge_outliers(&mut self, now: Time, effects: &mut Effects) {
+        // Nobody can be judged before the backends in rotation have `min_requests` requests
+        // between them (every rule needs the peers to have had that many): a quiet pool, of any
+        // size, costs a sum per tick, not a comparison per backend.
+        let config = &self.config.health_checks.outlier;
+        let requests: f64 = self
+            .members
+            .iter()
+            .filter(|m| m.routable)
+            .map(|m| {
+                m.evidence.passive.traffic.requests(now, config.window)
+                    + m.traffic.requests(now, config.window)
+            })
+            .sum();
+        if requests < f64::from(config.min_requests) {
+            return;
+        }
         let peers = self.all_peers();
         for ((index, m), peers) in self.members.iter().enumerate().zip(peers) {
             let (true, Some(peers)) = (m.routable, peers) else {
