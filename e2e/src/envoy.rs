@@ -45,11 +45,14 @@ pub struct EnvoyBuilder {
     routing: Routing,
     listen_ip: IpAddr,
     second: Option<Value>,
+    misloaded: bool,
 }
 
 /// The names of the users' listeners (also their stat prefixes).
 const FIRST: &str = "web";
 const SECOND: &str = "second";
+/// The name of the listener that loads upcheck.wasm as a network filter.
+const MISLOADED: &str = "misloaded";
 
 /// How an Envoy that was meant to refuse its configuration ended.
 #[derive(Debug)]
@@ -82,6 +85,8 @@ struct Dynamic {
     filter: Option<WasmFilter>,
     routing: Routing,
     second: Option<SecondListener>,
+    /// The address of the listener that loads upcheck.wasm as a network filter, if any.
+    misloaded: Option<SocketAddr>,
 }
 
 /// A second users' listener: its own port and plugin configuration, the first one's routes,
@@ -112,16 +117,21 @@ impl SecondListener {
     }
 }
 
-/// Every users' listener: the first on `first` with `filter`, then `second` if any.
+/// Every listener: the first users' listener on `first` with `filter`, then `second` if any,
+/// then the misloaded one on `misloaded` if any (with `filter`'s module and configuration).
 fn listeners(
     first: SocketAddr,
     filter: Option<&WasmFilter>,
     routing: Routing,
     second: Option<&SecondListener>,
+    misloaded: Option<SocketAddr>,
 ) -> Vec<Value> {
-    let first = envoy_config::listener(FIRST, first, filter, routing);
+    let users = envoy_config::listener(FIRST, first, filter, routing);
     let second = second.map(|s| envoy_config::listener(SECOND, s.addr, Some(&s.filter), routing));
-    [first].into_iter().chain(second).collect()
+    let misloaded = misloaded
+        .zip(filter)
+        .map(|(addr, filter)| envoy_config::misloaded_listener(MISLOADED, addr, filter));
+    [users].into_iter().chain(second).chain(misloaded).collect()
 }
 
 impl EnvoyBuilder {
@@ -175,6 +185,15 @@ impl EnvoyBuilder {
         self
     }
 
+    /// Adds a listener (127.0.0.1, a free port) that loads upcheck.wasm by mistake as a network
+    /// filter in the users' filter's VM, with its plugin configuration: each connection to it
+    /// fails the VM of the worker that accepts it ([`Envoy::fail_a_worker_vm`]; why, in
+    /// [`envoy_config::misloaded_listener`]). Needs [`EnvoyBuilder::wasm_filter`].
+    pub fn misloaded_listener(mut self) -> Self {
+        self.misloaded = true;
+        self
+    }
+
     /// The wasm filter as configured, with the module from `UPCHECK_WASM`.
     fn wasm(&self) -> Result<Option<WasmFilter>> {
         match &self.filter {
@@ -202,6 +221,7 @@ impl EnvoyBuilder {
             filter.as_ref(),
             self.routing,
             second.as_ref(),
+            None,
         );
         let clusters = envoy_config::clusters(&self.backends, self.routing);
         let config = envoy_config::static_bootstrap(free_addr()?, listeners, clusters);
@@ -244,6 +264,15 @@ impl EnvoyBuilder {
     pub async fn start(self) -> Result<Envoy> {
         let filter = self.wasm()?;
         let second = SecondListener::new(self.second.as_ref(), self.listen_ip, self.routing)?;
+        ensure!(
+            !self.misloaded || filter.is_some(),
+            "a misloaded listener needs the wasm filter (`wasm_filter`): it loads the same module and configuration"
+        );
+        let misloaded = if self.misloaded {
+            Some(free_addr()?)
+        } else {
+            None
+        };
         let turn = TURN.lock().await;
         let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
         let xds = XdsFiles::create(&dir.path().join("xds"))?;
@@ -254,6 +283,7 @@ impl EnvoyBuilder {
             filter.as_ref(),
             self.routing,
             second.as_ref(),
+            misloaded,
         ))?;
         let bootstrap = dir.path().join("bootstrap.json");
         std::fs::write(
@@ -266,6 +296,7 @@ impl EnvoyBuilder {
             filter,
             routing: self.routing,
             second,
+            misloaded,
         };
         launch(
             self.concurrency,
@@ -361,6 +392,7 @@ impl Envoy {
             routing: Routing::Cluster,
             listen_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             second: None,
+            misloaded: false,
         }
     }
 
@@ -388,6 +420,39 @@ impl Envoy {
             .and_then(|d| d.second.as_ref())
             .context("this Envoy has no second listener")?;
         Ok(format!("http://{}{path}", second.addr))
+    }
+
+    /// Fails the VM of the worker that accepts a connection to the misloaded listener
+    /// ([`EnvoyBuilder::misloaded_listener`]): connects, and returns once Envoy has closed the
+    /// connection, which it does after the trap. With one worker, that worker's VM. An error
+    /// without a misloaded listener, or if the connection is still open after 5 s.
+    pub async fn fail_a_worker_vm(&self) -> Result<()> {
+        let addr = self
+            .dynamic
+            .as_ref()
+            .and_then(|d| d.misloaded)
+            .context("this Envoy has no misloaded listener")?;
+        let mut connection = tokio::net::TcpStream::connect(addr).await?;
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::io::AsyncReadExt::read(&mut connection, &mut byte),
+        )
+        .await
+        .with_context(|| format!("Envoy kept the connection to {addr} open for 5 s"))?;
+        match read {
+            Ok(0) | Err(_) => Ok(()),
+            Ok(_) => bail!("the misloaded listener on {addr} answered: the VM did not fail"),
+        }
+    }
+
+    /// Stops Envoy's main thread for `pause` while its workers run on, as a long configuration
+    /// load would: meanwhile the main thread's VM neither ticks nor answers. ptrace stops one
+    /// thread, not the process (a signal would stop them all), and may trace this process's own
+    /// child. The main thread's id is Envoy's pid.
+    pub async fn stall_main_thread(&self, pause: Duration) -> Result<()> {
+        let main = libc::pid_t::try_from(self.pid())?;
+        tokio::task::spawn_blocking(move || stall_thread(main, pause)).await?
     }
 
     /// Envoy's pid.
@@ -445,8 +510,8 @@ impl Envoy {
     }
 
     /// Replaces the first listener's plugin configuration while Envoy runs (a new listeners file;
-    /// a second listener is written unchanged, so Envoy leaves it alone) and waits until the
-    /// listener uses it.
+    /// a second listener is written unchanged, so Envoy leaves it alone; a misloaded listener
+    /// takes the new configuration too) and waits until the listener uses it.
     ///
     /// Envoy updates the listener in place and keeps the VMs (same `vm_id` and code), so shared
     /// data survives; each VM gets a new root context and `on_configure`. A keep-alive connection
@@ -466,6 +531,7 @@ impl Envoy {
             dynamic.filter.as_ref(),
             dynamic.routing,
             dynamic.second.as_ref(),
+            dynamic.misloaded,
         ))?;
         self.until_applied("listener_manager.lds", update).await
     }
@@ -576,6 +642,36 @@ impl Drop for Envoy {
             );
         }
     }
+}
+
+/// Stops thread `tid` of a child for `pause` with ptrace, then lets it go. Runs on one thread
+/// from start to end: ptrace answers only the thread that attached.
+fn stall_thread(tid: libc::pid_t, pause: Duration) -> Result<()> {
+    let no_data = std::ptr::null_mut::<libc::c_void>();
+    // SAFETY: ptrace and waitpid on a thread of our own child, passing no memory but `status`.
+    let attached = unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, no_data, no_data) } == 0;
+    ensure!(
+        attached,
+        "ptrace cannot attach to Envoy's thread {tid}: {}",
+        std::io::Error::last_os_error()
+    );
+    let mut status = 0;
+    // SAFETY: as above.
+    let stopped = unsafe {
+        libc::ptrace(libc::PTRACE_INTERRUPT, tid, no_data, no_data) == 0
+            && libc::waitpid(tid, &mut status, libc::__WALL) == tid
+    };
+    if stopped {
+        std::thread::sleep(pause);
+    }
+    // SAFETY: as above; detaching also resumes the thread.
+    let detached = unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, no_data, no_data) } == 0;
+    ensure!(
+        stopped && detached,
+        "ptrace could not stop and release Envoy's thread {tid} (stopped: {stopped}): {}",
+        std::io::Error::last_os_error()
+    );
+    Ok(())
 }
 
 fn tail(text: &str, lines: usize) -> String {

@@ -202,18 +202,64 @@ fn wasm_filter(filter: &WasmFilter) -> Value {
             "config": {
                 "name": "upcheck",
                 "root_id": "upcheck",
-                "vm_config": {
-                    "vm_id": "upcheck",
-                    "runtime": "envoy.wasm.runtime.v8",
-                    "code": {"local": {"filename": filter.module}},
-                },
+                "vm_config": vm_config(filter),
                 "failure_policy": "FAIL_RELOAD",
-                "configuration": {
-                    "@type": "type.googleapis.com/google.protobuf.StringValue",
-                    "value": filter.config.to_string(),
-                },
+                "configuration": plugin_configuration(filter),
             },
         },
+    })
+}
+
+/// The VM every listener's upcheck runs in: one `vm_id`, one runtime, one module, so Envoy gives
+/// each thread one VM for all of them.
+fn vm_config(filter: &WasmFilter) -> Value {
+    json!({
+        "vm_id": "upcheck",
+        "runtime": "envoy.wasm.runtime.v8",
+        "code": {"local": {"filename": filter.module}},
+    })
+}
+
+fn plugin_configuration(filter: &WasmFilter) -> Value {
+    json!({
+        "@type": "type.googleapis.com/google.protobuf.StringValue",
+        "value": filter.config.to_string(),
+    })
+}
+
+/// The listener `name` on `addr` with upcheck.wasm loaded by mistake as a network (TCP) filter,
+/// in the users' filter's VM and with its plugin configuration, before an echo filter.
+///
+/// upcheck is an HTTP filter: Envoy creates a context for each connection, the proxy-wasm SDK's
+/// dispatcher makes it an HTTP context (what upcheck's root context creates), then finds no
+/// stream context to hand the connection to and panics (`invalid context_id`, in the SDK's
+/// `on_new_connection`, not in upcheck's code), which traps the VM. So each connection to this listener fails the VM of the thread that accepts it, with
+/// everything that VM runs for the users' listener: the one way found to make the real module's
+/// VM fail in Envoy 1.40 (V8 fails a VM only on a trap, and nothing a backend or a client sends
+/// makes upcheck trap). Its own plugin is left failed (no `failure_policy`: closed).
+pub fn misloaded_listener(name: &str, addr: SocketAddr, filter: &WasmFilter) -> Value {
+    json!({
+        "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
+        "name": name,
+        "address": socket_address(addr),
+        "filter_chains": [{"filters": [
+            {
+                "name": "envoy.filters.network.wasm",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.wasm.v3.Wasm",
+                    "config": {
+                        "name": "misloaded",
+                        "root_id": "misloaded",
+                        "vm_config": vm_config(filter),
+                        "configuration": plugin_configuration(filter),
+                    },
+                },
+            },
+            {
+                "name": "envoy.filters.network.echo",
+                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.network.echo.v3.Echo"},
+            },
+        ]}],
     })
 }
 

@@ -1,17 +1,19 @@
 //! Faults beyond the incident, each under users: a backend crashing and coming back, the whole
-//! fleet restarting, a backend whose bytes barely move, one that answers garbage, and the
-//! upstream list changing under load.
+//! fleet restarting, a backend whose bytes barely move, one that answers garbage, the upstream
+//! list changing under load, and the VM that probes for the process failing.
 //!
 //! Every scenario runs the operators' block with short times ([`fast_checks`]: probes every 1 s
 //! with a 500 ms timeout, 3 failures within 2 s eject) in cluster routing, which retries nothing,
 //! so every failure the policy lets through reaches a user. 40 requests a second arrive on
-//! separate connections, spread over Envoy's two workers. Each prints what users saw (statuses
+//! separate connections, spread over Envoy's two workers (one, with probes every 2 s, where the
+//! prober's VM fails: see its test). Each prints what users saw (statuses
 //! counted, every failure and when it was sent, next to what was done to the backends) and
 //! asserts the bound its doc states: a user failure the policy could have avoided is a defect.
 
 use std::path::Path;
 use std::time::Duration;
 
+use anyhow::Context;
 use serde_json::{json, Value};
 use tokio::time::{sleep, sleep_until, Instant};
 use upcheck_e2e::envoy::Envoy;
@@ -488,5 +490,191 @@ async fn an_upstream_list_changed_under_load_keeps_what_is_known_of_the_backends
             ("app4".to_owned(), false)
         ]
     );
+    Ok(())
+}
+
+/// The probing interval of the lease scenario. Taking over a lapsed lease takes up to 600 ms
+/// (the lease's 400 ms, then the next 200 ms tick); a 2 s interval keeps the bound clear of a
+/// noisy machine's delays.
+const LEASE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// What a VM logs when it takes the probing lease.
+const TOOK_LEASE: &str = "now probes for the process";
+
+/// What Envoy logs when a VM traps in the misloaded listener's callback.
+const TRAPPED: &str = "proxy_on_new_connection failed";
+
+/// One line of Envoy's log: `[date time][thread][level][logger] text`.
+struct LogLine<'a> {
+    /// Time of day in milliseconds.
+    at_ms: i64,
+    thread: u32,
+    text: &'a str,
+}
+
+impl<'a> LogLine<'a> {
+    fn parse(line: &'a str) -> Option<Self> {
+        let rest = line.strip_prefix('[')?;
+        let (stamp, rest) = rest.split_once("][")?;
+        let (thread, text) = rest.split_once(']')?;
+        let (_, time) = stamp.split_once(' ')?;
+        let (hms, millis) = time.split_once('.')?;
+        let mut fields = hms.split(':').map(str::parse::<i64>);
+        let (h, m, s) = (
+            fields.next()?.ok()?,
+            fields.next()?.ok()?,
+            fields.next()?.ok()?,
+        );
+        Some(LogLine {
+            at_ms: ((h * 60 + m) * 60 + s) * 1000 + millis.parse::<i64>().ok()?,
+            thread: thread.parse().ok()?,
+            text,
+        })
+    }
+
+    /// The time from `earlier` to this line (midnight wraps).
+    fn since(&self, earlier: &LogLine) -> Duration {
+        let ms = (self.at_ms - earlier.at_ms).rem_euclid(86_400_000);
+        Duration::from_millis(ms.unsigned_abs())
+    }
+}
+
+/// Waits until more than `seen` VMs have logged taking the probing lease (the log is written
+/// every 100 ms); then how many have, and the thread of the last. An error after 5 s.
+async fn lease_taken(envoy: &Envoy, seen: usize) -> anyhow::Result<(usize, u32)> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let log = envoy.log();
+        let taken: Vec<_> = log
+            .lines()
+            .filter(|line| line.contains(TOOK_LEASE))
+            .filter_map(LogLine::parse)
+            .collect();
+        if let Some(last) = taken.last().filter(|_| taken.len() > seen) {
+            return Ok((taken.len(), last.thread));
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{} VMs took the probing lease, none more in 5 s",
+            taken.len()
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// With one worker and `failure_policy: FAIL_RELOAD` as shipped, the worker's VM holds the
+/// probing lease and fails (a trap, from a connection to the misloaded listener) 3 s into 10 s of
+/// users; probes go out every 2 s ([`LEASE_INTERVAL`]).
+///
+/// The main thread's VM takes the lease at start-up (the workers start later), and nothing can
+/// make it fail: it never sees a connection. So its thread is first stopped for 1 s, as a long
+/// configuration load would stop it, and the worker's VM takes the lease over; the main thread's
+/// VM finds it held when it runs again.
+///
+/// Bound: probing resumes within one interval: another VM logs taking the lease within one
+/// interval of the trap (Envoy's clock), and each backend is probed again within one interval of
+/// it (the lease lapses after at most 400 ms and the next VM to tick probes everything at once).
+/// One VM probes afterwards: each backend gets 2 to 4 probes in the 3 intervals after the first,
+/// not twice that once the worker's VM is back. Envoy reloads the worker's VM once, at the next
+/// request, and users see at most the request in the failed VM's hands at the trap fail (a
+/// response passing through a failed VM is Envoy's 503), none sent after it.
+#[tokio::test]
+async fn the_vm_holding_the_probing_lease_failing_leaves_no_backend_unprobed_for_an_interval_and_users_unharmed(
+) -> anyhow::Result<()> {
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
+    let mut plugin = fast_checks(&["app1", "app2"]);
+    plugin["health_checks"]["active"]["interval"] = json!("2s");
+    let envoy = Envoy::builder()
+        .concurrency(1)
+        .upstream(&app1)
+        .upstream(&app2)
+        .wasm_filter(plugin)
+        .misloaded_listener()
+        .start()
+        .await?;
+    let (taken, first) = lease_taken(&envoy, 0).await?;
+    envoy.stall_main_thread(Duration::from_secs(1)).await?;
+    let (_, worker) = lease_taken(&envoy, taken).await?;
+    anyhow::ensure!(
+        worker != envoy.pid(),
+        "the main thread's VM took the lease back after a 1 s stall"
+    );
+    let reloads = envoy.stat("wasm.upcheck.vm_reload_success").await?;
+    let (start, traffic) = users(&envoy, Duration::from_secs(10));
+
+    sleep_until(start + Duration::from_secs(3)).await;
+    let probed = [app1.counts().probes, app2.counts().probes];
+    envoy.fail_a_worker_vm().await?;
+    let failed = start.elapsed();
+    let deadline = start + failed + LEASE_INTERVAL;
+    while app1.counts().probes == probed[0] || app2.counts().probes == probed[1] {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "a backend went unprobed for {LEASE_INTERVAL:?} after the lease holder failed: \
+             probes {probed:?} then {:?}",
+            [app1.counts().probes, app2.counts().probes]
+        );
+        sleep(Duration::from_millis(5)).await;
+    }
+    let resumed = start.elapsed();
+    sleep_until(start + failed + LEASE_INTERVAL).await;
+    let window = [app1.counts().probes, app2.counts().probes];
+    let report = traffic.await?;
+    sleep_until(start + failed + 4 * LEASE_INTERVAL).await;
+    let in_window = [
+        app1.counts().probes - window[0],
+        app2.counts().probes - window[1],
+    ];
+
+    let log = envoy.log();
+    let mut from_trap = log.lines().skip_while(|line| !line.contains(TRAPPED));
+    let trap = from_trap
+        .next()
+        .and_then(LogLine::parse)
+        .context("Envoy logged no trap")?;
+    let taker = from_trap
+        .find(|line| line.contains(TOOK_LEASE))
+        .and_then(LogLine::parse)
+        .context("no VM took the lease after the trap")?;
+    let took_over = taker.since(&trap);
+    let reloaded = envoy.stat("wasm.upcheck.vm_reload_success").await? - reloads;
+    print_users(
+        "the worker's VM, holding the probing lease, fails (one worker, FAIL_RELOAD)",
+        &report,
+        &[
+            ("the worker's VM fails (trap)", failed),
+            ("app1 and app2 probed again", resumed),
+        ],
+    );
+    let main = envoy.pid();
+    let vm = |thread: u32| {
+        if thread == main {
+            "main thread's"
+        } else {
+            "worker's"
+        }
+    };
+    println!(
+        "  lease: the {} VM, the worker's after main stalled 1 s; the trap on thread {} \
+         (worker {worker}); the lease taken {} ms after it by the {} VM; {reloaded} reload; \
+         probes in the 3 intervals after the first: {in_window:?}",
+        vm(first),
+        trap.thread,
+        took_over.as_millis(),
+        vm(taker.thread),
+    );
+
+    assert_eq!(
+        trap.thread, worker,
+        "the lease holder is the VM that failed"
+    );
+    assert!(took_over < LEASE_INTERVAL, "{}", taker.text);
+    for probes in in_window {
+        assert!((2..=4).contains(&probes), "{in_window:?}");
+    }
+    assert_eq!(reloaded, 1);
+    assert!(report.failures() <= 1, "{report}");
+    assert_eq!(failures_sent_after(&report, failed), 0, "{report}");
     Ok(())
 }

@@ -513,6 +513,11 @@ impl Host {
         self.process.borrow().get_shared(key).cloned()
     }
 
+    /// The size of VM `vm`'s linear memory, in 64 KiB wasm pages.
+    pub fn memory_pages(&mut self, vm: usize) -> u64 {
+        self.vms[vm].memory_pages()
+    }
+
     /// Calls and fuel per export, summed over all VMs.
     pub fn fuel(&self) -> BTreeMap<String, Fuel> {
         let mut total: BTreeMap<String, Fuel> = BTreeMap::new();

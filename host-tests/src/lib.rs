@@ -43,8 +43,9 @@
 //!   without waiting, [`Host::records`] for every request so far.
 //! - Observation: [`Host::metric`], [`Host::histogram`], [`Host::metrics`], [`Host::logs`],
 //!   [`Host::counts`], [`Host::probes_sent`], [`Host::requests_routed`], [`Host::shared_data`],
-//!   [`Host::fuel`], [`Host::vm_fuel`], [`Host::vm_status`], [`Host::calls`] (every probe
-//!   as a [`CallRecord`]: sent when, by which VM, answered what, delivered when).
+//!   [`Host::fuel`], [`Host::vm_fuel`], [`Host::vm_status`], [`Host::memory_pages`],
+//!   [`Host::calls`] (every probe as a [`CallRecord`]: sent when, by which VM, answered what,
+//!   delivered when).
 //! - Faults: [`Host::stop_vm`], [`Host::restart_vm`]; guest traps per [`OnTrap`].
 //! - [`Host::call`]: call any export, for tests of the host itself with hand-written guests.
 
