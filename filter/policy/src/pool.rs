@@ -81,6 +81,9 @@ pub struct Member<H> {
     probe: ProbeSlot,
     /// Whether a probe the proxy refused to send was reported.
     unprobeable: bool,
+    /// When the newest probe whose answer was taken was sent: an answer to an older one, late
+    /// (a slow answer overtaken by a newer probe's), says less and is dropped.
+    newest_probe: Option<Time>,
     /// The ejection applied to it and not yet over: `Some(true)` for an outlier ejection,
     /// `Some(false)` for a full failure window. An ejection ends when it is no longer earned,
     /// not when the backend leaves the set the cap counts (failing its probes meanwhile).
@@ -213,6 +216,7 @@ impl<H> Pool<H> {
                     in_service: None,
                     probe: ProbeSlot::due_at(now),
                     unprobeable: false,
+                    newest_probe: None,
                     ejection: None,
                     traffic: Traffic::default(),
                     handles: handles(upstream),
@@ -612,6 +616,10 @@ impl<H> Pool<H> {
         let Some(m) = self.members.get_mut(index) else {
             return;
         };
+        if m.newest_probe.is_some_and(|newest| sent < newest) {
+            return;
+        }
+        m.newest_probe = Some(sent);
         if let Some(prober) = self.prober.as_mut() {
             prober.unpublished = true;
         }

@@ -428,3 +428,21 @@ fn a_backend_re_added_with_failures_on_record_is_not_probed_twice_as_it_joins() 
         "a probe just passed"
     );
 }
+
+/// Found by the history property through the .wasm: a slow probe answer that arrived after a
+/// newer probe's failure made a backend healthy again (a probe sent as it was re-added, answered
+/// 300 ms later, overtaken by the next round's 502).
+#[test]
+fn a_slow_probe_answer_overtaken_by_a_newer_probes_failure_is_dropped() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    pool.pool.probe_sent(0, 100, secs(1));
+    probe(&mut pool, "app1", SOFT_503, secs(2));
+    assert_eq!(routable(&pool), ["app2"]);
+    let effects = pool
+        .pool
+        .probe_answered(100, Some(200), false, b"", secs(2) + ms(300));
+    pool.carry_out(effects, secs(2) + ms(300));
+    assert_eq!(routable(&pool), ["app2"], "the older probe says less");
+}
