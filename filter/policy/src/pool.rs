@@ -981,15 +981,17 @@ impl<H> Pool<H> {
             let routable = routing.routable.get(i).copied().unwrap_or(false);
             let ejected = routing.ejected.get(i).copied().unwrap_or(false);
             routable_changed |= routable != m.routable;
-            // A probe that settled since the ejection began has already said whether it is
-            // still broken (a backend re-added with failures on record, probed as it joined).
-            let probed_since = match (
-                m.evidence.active.last,
-                m.evidence.passive.ejected_since(now, passive),
-            ) {
-                (Some((probed, _)), Some(since)) => probed >= since,
-                _ => false,
-            };
+            // A probe sent since the ejection began, answered or on its way, says whether it
+            // is still broken (a backend re-added with failures on record, probed as it joined).
+            let since = m.evidence.passive.ejected_since(now, passive);
+            let probed_since = since.is_some_and(|since| {
+                m.newest_probe.is_some_and(|sent| sent >= since)
+                    || self.prober.as_ref().is_some_and(|p| {
+                        p.sent
+                            .iter()
+                            .any(|probe| probe.key == m.key && probe.sent >= since)
+                    })
+            });
             if reporting && ejected && m.ejection.is_none() && !probed_since {
                 // Probed at once, once per ejection (not again when the cap lets it back and
                 // takes it out anew): by the time its failures expire, a probe has said whether
