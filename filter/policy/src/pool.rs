@@ -184,8 +184,9 @@ impl<H> Pool<H> {
         pool
     }
 
-    /// Takes a (new) configuration. Backends that stay (by name) keep what is known about them,
-    /// their probe times and their handles; new ones are unknown and due for a probe at once.
+    /// Takes a (new) configuration. Backends that stay (by name) keep what is known about them
+    /// and their handles; new ones are unknown. Probing stops until this VM holds the new
+    /// configuration's lease ([`Pool::lease`]); the VM that does probes every backend at once.
     pub fn configure(
         &mut self,
         config: Config,
@@ -246,9 +247,11 @@ impl<H> Pool<H> {
         self.config = config;
         self.heard = self.members.iter().any(|m| m.evidence.heard_from());
         self.changed = true;
-        if let Some(prober) = self.prober.as_mut() {
-            prober.earliest = now;
-        }
+        // The new configuration has a lease of its own, which another VM may win: until this
+        // one wins it (at its next tick, see `lease`), it neither probes nor publishes, so two
+        // VMs never write the same backends' probe state at once, and the answers of probes sent
+        // under the old lease are left out.
+        self.prober = None;
         let mut effects = Effects::default();
         self.refresh(now, &mut effects);
         effects

@@ -109,9 +109,11 @@ impl Proxy {
         }
     }
 
-    /// Takes a new configuration.
+    /// Takes a new configuration, and wins its lease.
     pub fn reconfigure(&mut self, config: Config, now: Duration) {
         let effects = self.pool.configure(config, now, |_| ());
+        self.carry_out(effects, now);
+        let effects = self.pool.lease(true, now, 42);
         self.carry_out(effects, now);
     }
 
