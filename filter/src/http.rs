@@ -127,9 +127,9 @@ impl Http {
 /// Sets the current request's route header to `backend`'s pick, replacing every client-supplied
 /// copy (a replace drops all values of the name, which the host matches case-insensitively, in
 /// Envoy as in the test host). With no backend the header is only removed. In `host` routing
-/// the header lists a second address after the pick, the backend whose turn is next: Envoy's
-/// `override_host` policy takes one address per attempt, so a retry goes where upcheck says, not
-/// to a backend it took out of rotation.
+/// the header lists a second address after the pick, the backend whose turn is next (the pick
+/// again when it is alone): Envoy's `override_host` policy takes one address per attempt, so a
+/// retry goes where upcheck says, not to a backend it took out of rotation.
 pub fn route<H>(pool: &Pool<H>, backend: Option<usize>) {
     let config = pool.config();
     let header = config.route_header.as_str();
@@ -140,7 +140,7 @@ pub fn route<H>(pool: &Pool<H>, backend: Option<usize>) {
     let first = up.route_value(config.routing);
     let second = match config.routing {
         RoutingMode::Host => backend
-            .and_then(|i| pool.retry_choice(i))
+            .map(|i| pool.retry_choice(i))
             .and_then(|j| config.upstreams.get(j))
             .map(|other| format!("{first},{}", other.route_value(config.routing))),
         RoutingMode::Cluster => None,

@@ -177,7 +177,7 @@ pub fn route<B: Borrow<Evidence>>(backends: &[B], now: Time, config: &Config) ->
                     .zip(&usable)
                     .map(|(b, u)| *u && b.active.down_since().is_some_and(|t| t >= cutoff))
                     .collect();
-                shared_cause = spread_out_cause(backends, &usable, &base);
+                shared_cause = spread_out_cause(backends, &usable, &base, now, config);
                 if let Some(cause) = &shared_cause {
                     for (b, back) in base.iter_mut().zip(&cause.back) {
                         *b |= *back;
@@ -215,15 +215,30 @@ pub fn route<B: Borrow<Evidence>>(backends: &[B], now: Time, config: &Config) ->
 
 /// Rule 3's shared cause spread over time: if every backend in `last` (those that went down
 /// last, together) went down alike while its pages answered, the backends that went down the
-/// same way with their pages answering, earlier, come back too.
-fn spread_out_cause(backends: &[&Evidence], usable: &[bool], last: &[bool]) -> Option<SharedCause> {
-    let down = |i: usize| backends.get(i).and_then(|b| b.active.down);
+/// same way with their pages answering, earlier, come back too. A backend whose pages failed
+/// since (a request failure on record, a run of them, an outlier ejection) is no longer alike:
+/// brought back, the first page it fails takes it out again.
+fn spread_out_cause(
+    backends: &[&Evidence],
+    usable: &[bool],
+    last: &[bool],
+    now: Time,
+    config: &Config,
+) -> Option<SharedCause> {
+    let passive = &config.health_checks.passive;
+    let down = |i: usize| {
+        let b = backends.get(i)?;
+        let pages_failed = b.passive.run > 0
+            || b.passive.count(now, passive) > 0
+            || b.passive.outlier.is_ejected(now);
+        b.active.down.filter(|d| d.pages && !pages_failed)
+    };
     let latest = (0..backends.len())
         .filter(|i| last.get(*i) == Some(&true))
         .filter_map(|i| Some((backends.get(i)?.active.since, down(i)?)))
         .max_by_key(|(since, _)| *since)?;
     let outcome = latest.1.outcome;
-    let alike = |i: usize| down(i).is_some_and(|d| d.pages && d.outcome.alike(outcome));
+    let alike = |i: usize| down(i).is_some_and(|d| d.outcome.alike(outcome));
     let all_alike = last
         .iter()
         .enumerate()

@@ -1077,9 +1077,11 @@ impl<H> Pool<H> {
     }
 
     /// Where a retry of a request picked for `first` should go: another routable backend, the
-    /// one whose turn is next; `None` when `first` is the only one.
-    pub fn retry_choice(&self, first: usize) -> Option<usize> {
-        self.rotation.next_other_than(first)
+    /// one whose turn is next, or `first` again when it is the only one. A retry never goes to a
+    /// backend out of rotation: in host routing, a header naming one address would let the
+    /// proxy's fallback balancer pick any backend of the pool for the retry.
+    pub fn retry_choice(&self, first: usize) -> usize {
+        self.rotation.next_other_than(first).unwrap_or(first)
     }
 
     /// Whether a pick of backend `index` should be checked against the process-wide table

@@ -447,3 +447,21 @@ fn a_slow_probe_answer_overtaken_by_a_newer_probes_failure_is_dropped() {
     pool.carry_out(effects, secs(2) + ms(300));
     assert_eq!(routable(&pool), ["app2"], "the older probe says less");
 }
+
+/// Found on a real Envoy: a backend whose probe saw its break before any user did went down
+/// "while its pages answered", and came back with a peer that broke the same way later. Brought
+/// back, its first failed page takes it out again.
+#[test]
+fn a_backend_back_with_its_peers_leaves_again_at_its_first_failed_page() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    serve_pages(&mut pool, ms(20), secs(1), &[]);
+    let soft_502 = ProbeOutcome::Soft(Some(502));
+    probe(&mut pool, "app1", soft_502, secs(2));
+    serve_pages(&mut pool, secs(39), secs(40), &[]);
+    probe(&mut pool, "app2", soft_502, secs(40));
+    assert_eq!(routable(&pool), ["app1", "app2"], "down alike, pages answering");
+    request(&mut pool, "app1", answered(502), secs(41));
+    assert_eq!(routable(&pool), ["app2"]);
+}
