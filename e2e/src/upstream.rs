@@ -72,6 +72,19 @@ struct Shared {
     with_routing_header: AtomicU64,
     capacity: Mutex<Capacity>,
     turned_away: AtomicU64,
+    /// A change the next probe makes as it arrives (see [`FakeUpstream::switch_at_probe`]).
+    at_probe: Mutex<AtProbe>,
+}
+
+/// A change of mode that waits for the next probe.
+#[derive(Debug)]
+enum AtProbe {
+    /// None asked for.
+    Idle,
+    /// The next probe switches to this mode before it is answered.
+    Pending(Mode),
+    /// A probe made the change; the user requests received before it.
+    Made(u64),
 }
 
 /// How many requests a second a backend serves, and how many it has taken this second.
@@ -123,6 +136,7 @@ impl FakeUpstream {
             with_routing_header: AtomicU64::new(0),
             capacity: Mutex::new(Capacity::default()),
             turned_away: AtomicU64::new(0),
+            at_probe: Mutex::new(AtProbe::Idle),
         });
         tokio::spawn(follow(schedule.switches, shared.clone()));
         tokio::spawn(accept_loop(
@@ -156,6 +170,29 @@ impl FakeUpstream {
     /// Changes the mode now; the pending timed switches are cancelled.
     pub fn set_mode(&self, mode: Mode) {
         self.shared.set_mode(mode);
+    }
+
+    /// Switches to `mode` as the next probe arrives, before answering it, so the probe is the
+    /// first request to meet the change and users meet it right after, as when a backend breaks
+    /// just before it is probed: the probe, not the passive checks, finds it first. Returns the
+    /// user requests received before the switch; an error if no probe came `within`.
+    pub async fn switch_at_probe(&self, mode: Mode, within: Duration) -> anyhow::Result<u64> {
+        *self.shared.at_probe() = AtProbe::Pending(mode);
+        let deadline = Instant::now() + within;
+        loop {
+            {
+                let mut at_probe = self.shared.at_probe();
+                if let AtProbe::Made(before) = *at_probe {
+                    *at_probe = AtProbe::Idle;
+                    return Ok(before);
+                }
+                if Instant::now() >= deadline {
+                    *at_probe = AtProbe::Idle;
+                    anyhow::bail!("{} was not probed", self.name());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
     }
 
     /// Serves at most `per_second` requests (probes and pages alike, as they wait in one app
@@ -220,6 +257,22 @@ impl Shared {
         self.capacity
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn at_probe(&self) -> std::sync::MutexGuard<'_, AtProbe> {
+        self.at_probe
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Makes the change the next probe was awaited for, if one was: called as a probe arrives.
+    fn probe_arrived(&self) {
+        let mut at_probe = self.at_probe();
+        let made = AtProbe::Made(self.requests.load(Ordering::Relaxed));
+        match std::mem::replace(&mut *at_probe, made) {
+            AtProbe::Pending(mode) => self.set_mode(mode),
+            other => *at_probe = other,
+        }
     }
 }
 
@@ -326,6 +379,7 @@ async fn respond(
     }
     let page = if request.method() == Method::GET && path == PROBE_PATH {
         shared.probes.fetch_add(1, Ordering::Relaxed);
+        shared.probe_arrived();
         0
     } else {
         shared.requests.fetch_add(1, Ordering::Relaxed) + 1
@@ -400,6 +454,37 @@ mod tests {
             .map(|ms| capacity.admit(Duration::from_millis(ms)))
             .into();
         assert_eq!(served, [true, true, false, true, true, false, true]);
+    }
+
+    #[tokio::test]
+    async fn a_switch_at_probe_is_met_first_by_the_probe() {
+        let app = FakeUpstream::start("app1", Mode::Ok).await.unwrap();
+        let http = reqwest::Client::builder().no_proxy().build().unwrap();
+        let get = |path: &str| {
+            let request = http.get(format!("http://{}{path}", app.addr()));
+            async move { request.send().await.unwrap().status().as_u16() }
+        };
+        assert_eq!(get("/").await, 200);
+        let switch = app.switch_at_probe(Mode::Status(502), Duration::from_secs(2));
+        let (before, probe) = tokio::join!(switch, async {
+            // A page while the switch waits is still served as before.
+            let page = get("/").await;
+            (page, get(PROBE_PATH).await)
+        });
+        assert_eq!(before.unwrap(), 2);
+        assert_eq!(probe, (200, 502));
+        assert_eq!(get("/").await, 502);
+    }
+
+    #[tokio::test]
+    async fn a_switch_at_probe_without_a_probe_is_an_error_naming_the_backend() {
+        let app = FakeUpstream::start("app1", Mode::Ok).await.unwrap();
+        let err = app
+            .switch_at_probe(Mode::Status(502), Duration::from_millis(20))
+            .await
+            .unwrap_err();
+        assert_eq!(err.to_string(), "app1 was not probed");
+        assert_eq!(app.mode(), Mode::Ok);
     }
 
     #[test]
