@@ -9,10 +9,15 @@
 //! the default configuration (`host-tests/tests/shared_cause.rs`); here they run with the
 //! operators' block shortened ten times ([`fast_checks`]: probes every 1 s, 500 ms timeout), so
 //! every time of the host's timeline is divided by ten too: a break at t=20 s happens 2 s into
-//! the users here, t=40 s is 4 s, t=45 s is 4.5 s, 90 s of traffic is 9 s. Each phase still spans
-//! at least two probe rounds (interval + timeout = 1.5 s) while the file runs in about a minute
-//! and a half. Users arrive on connections of their own, so Envoy spreads them over both workers.
-//! Host routing retries a read once elsewhere after a gateway error or a 500 ms per-try timeout.
+//! the users here, t=40 s is 4 s, t=45 s is 4.5 s, 90 s of traffic is 9 s. Each phase still holds
+//! two probes of every backend or more, and two breaks 2 s apart are still more than one probe
+//! round (interval + timeout, 1.5 s) apart, as 20 s is more than the host's 15 s; the file runs
+//! in about a minute and a half. Scenario 4's breaks go in just after, or just as, the backend's
+//! first probe from 2 s (and from 2 s after the first break) on, so that either its users or its
+//! probe meet the break first, each order in a test of its own.
+//!
+//! Users arrive on connections of their own, so Envoy spreads them over both workers. Host
+//! routing retries a read once elsewhere after a gateway error or a 500 ms per-try timeout.
 //!
 //! The Envoys of one test binary run one at a time (the builder holds a per-binary turn for the
 //! life of each Envoy), and every change to a backend is made at a time measured from the start
@@ -340,19 +345,45 @@ impl Routed {
     }
 }
 
-/// Scenario 4: about 2 s into 9 s of users, just after one of its probes, app1 starts answering
-/// 502 on every path, so users meet the break before a probe does; at 4 s app2 does too.
+/// Which of a backend's requests meets its break first in scenario 4. Probe slots fall on whole
+/// seconds of the users' timeline (the first probe goes out as Envoy starts), so a break at 2 s
+/// sharp is a coin toss between the two; each order is run on purpose instead.
+#[derive(Clone, Copy, Debug)]
+enum Onset {
+    /// Its users: it breaks just after a probe was answered, a whole interval before the next.
+    AfterProbe,
+    /// Its probe: it breaks as a probe arrives, and its users meet the break right after.
+    AtProbe,
+}
+
+/// Makes `app` answer 502 on every path from its next probe on, just after or just before that
+/// probe (`onset`); returns the user requests it had received before.
+async fn break_502(app: &FakeUpstream, onset: Onset) -> anyhow::Result<u64> {
+    let mode = Mode::Status(502);
+    match onset {
+        Onset::AfterProbe => app.switch_after_probe(mode, 2 * INTERVAL).await,
+        Onset::AtProbe => app.switch_at_probe(mode, 2 * INTERVAL).await,
+    }
+}
+
+/// Scenario 4: from about 2 s into 9 s of users (its first probe from then on: `onset`) app1
+/// answers 502 on every path, and from about 2 s later app2 does too. The two breaks are more
+/// than one probe round (1.5 s) apart, as 20 s and 40 s are in the host's timeline (15 s rounds):
+/// backends going down on their probes within one round of each other are the guard's "down
+/// together" case, which keeps them all (none serves either way).
 ///
 /// Bound: app1 gets at most [`PASSIVE_COST`] users once broken (in cluster routing each of them
-/// fails; in host routing each is retried on app2). Before 4 s no user fails beyond app1's; from
-/// 4 s on users fail, there being no backend left that serves. Once app2 is broken too, upcheck
-/// routes no user to app1: the guard keeps app2, which broke last, and never brings app1 back,
-/// whose pages failed. In cluster routing app1 then gets no request at all. In host routing Envoy
-/// retries each read app2 failed once, and with one backend in rotation upcheck names no second
-/// address, so the pool's fallback (round robin, never the host that failed) sends the retry to
-/// app1: every request app1 gets then is such a retry, and its user would have seen app2's 502.
+/// fails; in host routing each is retried on app2). Before app2 breaks no user fails beyond
+/// app1's; from then on users fail, there being no backend left that serves. Once app2 is broken
+/// too, upcheck routes no user to app1: the guard keeps app2, which broke last, and never brings
+/// app1 back, whose pages failed. In cluster routing app1 then gets no request at all. In host
+/// routing Envoy retries each read app2 failed once, and with one backend in rotation upcheck
+/// names no second address, so the pool's fallback (round robin, never the host that failed)
+/// sends the retry to app1: every request app1 gets then is such a retry, and its user would have
+/// seen app2's 502 otherwise.
 async fn a_real_failure_that_spreads_keeps_the_first_broken_backend_out(
     routing: Routing,
+    onset: Onset,
 ) -> anyhow::Result<()> {
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
@@ -360,15 +391,15 @@ async fn a_real_failure_that_spreads_keeps_the_first_broken_backend_out(
     let (start, traffic) = users(&envoy, RATE, Duration::from_secs(9));
 
     sleep_until(start + at(2000)).await;
-    let before = app1
-        .switch_after_probe(Mode::Status(502), 2 * INTERVAL)
-        .await?;
+    let before = break_502(&app1, onset).await?;
     let app1_broke = start.elapsed();
-    sleep_until(start + at(4000)).await;
-    let at_spread = app1.counts().requests;
-    app2.set_mode(Mode::Status(502));
-    let app2_at_spread = app2.counts().requests;
+    sleep_until(start + app1_broke + at(2000)).await;
+    // Read before the switch: nothing is retried until app2 fails.
     let spread = Routed::now(&envoy).await?;
+    let at_spread = app1.counts().requests;
+    let app2_at_spread = app2.counts().requests;
+    break_502(&app2, onset).await?;
+    let app2_broke = start.elapsed();
     let report = traffic.await?;
     let (app1_end, app2_end) = (app1.counts().requests, app2.counts().requests);
     // Each worker adds the requests it routed to upcheck's counters on its tick (200 ms).
@@ -376,29 +407,35 @@ async fn a_real_failure_that_spreads_keeps_the_first_broken_backend_out(
     let end = Routed::now(&envoy).await?;
     let retried = end.retries - spread.retries;
     let hits = at_spread - before;
-    let failed_before_spread = failures_sent(&report, Duration::ZERO..at(4000));
+    // A user sent just before app2 broke may still meet the break there; app1 was out long before.
+    let failed_before_spread = failures_sent(
+        &report,
+        Duration::ZERO..app2_broke - Duration::from_millis(100),
+    );
+    let when = match onset {
+        Onset::AfterProbe => "users first",
+        Onset::AtProbe => "its probe first",
+    };
     println!(
-        "{}, app1 answers 502 from about 2 s, app2 from 4 s: {report}\n{}",
+        "{}, app1 answers 502 from about 2 s, app2 2 s later, each met by {when}: {report}\n{}",
         name(routing),
         report.timeline(&[
-            (
-                "app1 answers 502 on every path (just after a probe)",
-                app1_broke
-            ),
-            ("app2 answers 502 on every path", at(4000)),
+            ("app1 answers 502 on every path", app1_broke),
+            ("app2 answers 502 on every path", app2_broke),
         ])
     );
     println!(
         "  app1 got {hits} users once broken and {} requests once app2 broke too (upcheck routed {} \
-         to it, Envoy retried {retried} reads); app2 got {} once broken; users failed before 4 s: \
-         {failed_before_spread}, from 4 s on: {}",
+         to it, Envoy retried {retried} reads); app2 got {} once broken; users failed before app2 \
+         broke: {failed_before_spread}, from then on: {}",
         app1_end - at_spread,
         end.app1 - spread.app1,
         app2_end - app2_at_spread,
-        failures_sent(&report, at(4000)..Duration::MAX),
+        failures_sent(&report, app2_broke..Duration::MAX),
     );
+    let health = logged(&envoy, "upcheck: app");
+    println!("  {health:#?}");
 
-    assert!(hits >= 1, "app1 broke under traffic");
     assert!(hits <= PASSIVE_COST, "app1 got {hits} users once broken");
     match routing {
         Routing::Cluster => assert_eq!(failed_before_spread as u64, hits, "{report}"),
@@ -424,11 +461,26 @@ async fn a_real_failure_that_spreads_keeps_the_first_broken_backend_out(
 #[tokio::test]
 async fn a_real_failure_that_spreads_keeps_the_first_broken_backend_out_in_cluster_routing(
 ) -> anyhow::Result<()> {
-    a_real_failure_that_spreads_keeps_the_first_broken_backend_out(Routing::Cluster).await
+    a_real_failure_that_spreads_keeps_the_first_broken_backend_out(
+        Routing::Cluster,
+        Onset::AfterProbe,
+    )
+    .await
 }
 
 #[tokio::test]
 async fn a_real_failure_that_spreads_keeps_the_first_broken_backend_out_in_host_routing(
 ) -> anyhow::Result<()> {
-    a_real_failure_that_spreads_keeps_the_first_broken_backend_out(HOST).await
+    a_real_failure_that_spreads_keeps_the_first_broken_backend_out(HOST, Onset::AfterProbe).await
+}
+
+/// Scenario 4 with each break met first by its probe: each backend goes down on a probe answered
+/// 502 while the pages it had answered so far had not failed. That is no evidence of a shared
+/// cause: its pages fail from the same instant. What decides is the policy's, the same in both
+/// routing modes, so one mode runs it.
+#[tokio::test]
+async fn a_real_failure_its_probes_meet_first_keeps_the_first_broken_backend_out(
+) -> anyhow::Result<()> {
+    a_real_failure_that_spreads_keeps_the_first_broken_backend_out(Routing::Cluster, Onset::AtProbe)
+        .await
 }
