@@ -2,10 +2,10 @@
 //!
 //! Each mode is one way a real app server behaves or breaks, taken from the incident and its
 //! aftermath: a sidecar answering 502 to everything, an app server holding the port without
-//! serving, a database blip that fails only the health probe, a crash-looping or misconfigured
-//! server that mangles the bytes themselves. Modes are written as short specs (`status:502`,
-//! `blip:5s..25s`) so a scenario, the command line and the control endpoint all say them the same
-//! way.
+//! serving, a database blip that fails only the health probe (or one slow enough that the probe
+//! never returns while pages still do), a crash-looping or misconfigured server that mangles the
+//! bytes themselves. Modes are written as short specs (`status:502`, `blip:5s..25s`) so a
+//! scenario, the command line and the control endpoint all say them the same way.
 
 use std::fmt;
 use std::str::FromStr;
@@ -54,6 +54,9 @@ pub enum Mode {
     /// `lag:DURATION`: the probe passes at once, every other path answers 200 after DURATION: a
     /// backend whose pages wait on something slow (its database) while its `/up` does not.
     Lag(Duration),
+    /// `stuckprobe`: the probe never answers, every other path answers 200 at once: a `/up` that
+    /// waits on a shared dependency gone slow (its database) while pages are still served.
+    StuckProbe,
     /// `bug:PERCENT%:N`: the probe passes, and that share of pages answers N, spread evenly over
     /// the pages in the order they arrive (at 20 %, every fifth): an app bug behind one URL, the
     /// same on every backend running the app.
@@ -114,6 +117,8 @@ impl Mode {
                 now(status)
             }
             Mode::Bug { .. } => now(200),
+            Mode::StuckProbe if path == PROBE_PATH => Answer::Never,
+            Mode::StuckProbe => now(200),
         }
     }
 }
@@ -171,6 +176,7 @@ impl FromStr for Mode {
             ("slow", Some(delay)) => Ok(Mode::Slow(duration(spec, delay)?)),
             ("trickle", Some(period)) => Ok(Mode::Trickle(duration(spec, period)?)),
             ("garbage", None) => Ok(Mode::Garbage),
+            ("stuckprobe", None) => Ok(Mode::StuckProbe),
             ("status", Some(code)) => Ok(Mode::Status(status(spec, code)?)),
             ("pages", Some(code)) => Ok(Mode::Pages(status(spec, code)?)),
             ("lag", Some(delay)) => Ok(Mode::Lag(duration(spec, delay)?)),
@@ -199,7 +205,7 @@ impl FromStr for Mode {
             _ => Err(ModeError(format!(
                 "unknown mode {spec:?}: expected ok, status:N, hang, noaccept, refuse, \
                  blip:FROM..TO, flap[:PERIOD], slow:DURATION, pages:N, trickle:PERIOD, garbage, \
-                 lag:DURATION or bug:PERCENT%:N"
+                 lag:DURATION, bug:PERCENT%:N or stuckprobe"
             ))),
         }
     }
@@ -222,6 +228,7 @@ impl fmt::Display for Mode {
             Mode::Garbage => write!(f, "garbage"),
             Mode::Lag(delay) => write!(f, "lag:{}", d(*delay)),
             Mode::Bug { percent, status } => write!(f, "bug:{percent}%:{status}"),
+            Mode::StuckProbe => write!(f, "stuckprobe"),
         }
     }
 }
@@ -301,6 +308,7 @@ mod tests {
             "garbage",
             "lag:150ms",
             "bug:20%:500",
+            "stuckprobe",
         ] {
             assert_eq!(spec.parse::<Mode>().unwrap().to_string(), spec);
         }
@@ -399,6 +407,19 @@ mod tests {
         );
         assert_eq!(
             lag.answer(PROBE_PATH, ms(0), 0),
+            Answer::Respond {
+                status: 200,
+                after: ms(0)
+            }
+        );
+    }
+
+    #[test]
+    fn a_stuck_probe_never_answers_while_every_page_does() {
+        let stuck = Mode::StuckProbe;
+        assert_eq!(stuck.answer(PROBE_PATH, ms(0), 0), Answer::Never);
+        assert_eq!(
+            stuck.answer("/orders/1", ms(0), 1),
             Answer::Respond {
                 status: 200,
                 after: ms(0)

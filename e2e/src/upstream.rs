@@ -5,6 +5,10 @@
 //! It counts what it receives, because the questions the scenarios ask are "did the probes go out
 //! once per interval" and "did any user request reach the broken backend".
 //!
+//! It can also be given a capacity ([`FakeUpstream::set_capacity`]): beyond so many requests a
+//! second it answers 503 at once, whatever its mode, as an app server with a fixed number of
+//! workers does, so a scenario can show what piling the traffic onto fewer backends costs.
+//!
 //! Two paths are the server's own and never counted: `GET /__counts` answers the counts as JSON,
 //! `PUT /__mode` with a mode spec as body changes the mode (and cancels the pending switches).
 //! Neither answers while the server does not accept (`noaccept`, `refuse`), and both are trickled
@@ -14,7 +18,7 @@ use std::convert::Infallible;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -66,6 +70,48 @@ struct Shared {
     probes: AtomicU64,
     requests: AtomicU64,
     with_routing_header: AtomicU64,
+    capacity: Mutex<Capacity>,
+    turned_away: AtomicU64,
+    /// A change the next probe makes as it arrives (see [`FakeUpstream::switch_at_probe`]).
+    at_probe: Mutex<AtProbe>,
+}
+
+/// A change of mode that waits for the next probe.
+#[derive(Debug)]
+enum AtProbe {
+    /// None asked for.
+    Idle,
+    /// The next probe switches to this mode before it is answered.
+    Pending(Mode),
+    /// A probe made the change; the user requests received before it.
+    Made(u64),
+}
+
+/// How many requests a second a backend serves, and how many it has taken this second.
+#[derive(Debug, Default)]
+struct Capacity {
+    /// The most it serves in one second since its start; `None`: no limit.
+    per_second: Option<u32>,
+    /// The second being counted (whole seconds since the backend's start).
+    second: u64,
+    /// Requests taken in that second.
+    taken: u32,
+}
+
+impl Capacity {
+    /// Counts one request arriving `elapsed` after the backend started; whether it is served.
+    fn admit(&mut self, elapsed: Duration) -> bool {
+        let Some(per_second) = self.per_second else {
+            return true;
+        };
+        let second = elapsed.as_secs();
+        if second != self.second {
+            self.second = second;
+            self.taken = 0;
+        }
+        self.taken = self.taken.saturating_add(1);
+        self.taken <= per_second
+    }
 }
 
 impl FakeUpstream {
@@ -88,6 +134,9 @@ impl FakeUpstream {
             probes: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             with_routing_header: AtomicU64::new(0),
+            capacity: Mutex::new(Capacity::default()),
+            turned_away: AtomicU64::new(0),
+            at_probe: Mutex::new(AtProbe::Idle),
         });
         tokio::spawn(follow(schedule.switches, shared.clone()));
         tokio::spawn(accept_loop(
@@ -121,6 +170,41 @@ impl FakeUpstream {
     /// Changes the mode now; the pending timed switches are cancelled.
     pub fn set_mode(&self, mode: Mode) {
         self.shared.set_mode(mode);
+    }
+
+    /// Switches to `mode` as the next probe arrives, before answering it, so the probe is the
+    /// first request to meet the change and users meet it right after, as when a backend breaks
+    /// just before it is probed: the probe, not the passive checks, finds it first. Returns the
+    /// user requests received before the switch; an error if no probe came `within`.
+    pub async fn switch_at_probe(&self, mode: Mode, within: Duration) -> anyhow::Result<u64> {
+        *self.shared.at_probe() = AtProbe::Pending(mode);
+        let deadline = Instant::now() + within;
+        loop {
+            {
+                let mut at_probe = self.shared.at_probe();
+                if let AtProbe::Made(before) = *at_probe {
+                    *at_probe = AtProbe::Idle;
+                    return Ok(before);
+                }
+                if Instant::now() >= deadline {
+                    *at_probe = AtProbe::Idle;
+                    anyhow::bail!("{} was not probed", self.name());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Serves at most `per_second` requests (probes and pages alike, as they wait in one app
+    /// server's queue) in each second since its start, and answers the rest 503 at once, whatever
+    /// the mode; `None` lifts the limit. No limit unless set.
+    pub fn set_capacity(&self, per_second: Option<u32>) {
+        self.shared.capacity().per_second = per_second;
+    }
+
+    /// How many requests (probes included) were answered 503 for want of capacity so far.
+    pub fn turned_away(&self) -> u64 {
+        self.shared.turned_away.load(Ordering::Relaxed)
     }
 
     /// The current mode.
@@ -166,6 +250,29 @@ impl Shared {
     fn set_mode(&self, mode: Mode) {
         self.schedule.cancel();
         self.mode.send_replace(mode);
+    }
+
+    fn capacity(&self) -> std::sync::MutexGuard<'_, Capacity> {
+        // The counts stay meaningful even if a holder panicked: take them as they are.
+        self.capacity
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn at_probe(&self) -> std::sync::MutexGuard<'_, AtProbe> {
+        self.at_probe
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Makes the change the next probe was awaited for, if one was: called as a probe arrives.
+    fn probe_arrived(&self) {
+        let mut at_probe = self.at_probe();
+        let made = AtProbe::Made(self.requests.load(Ordering::Relaxed));
+        match std::mem::replace(&mut *at_probe, made) {
+            AtProbe::Pending(mode) => self.set_mode(mode),
+            other => *at_probe = other,
+        }
     }
 }
 
@@ -272,12 +379,21 @@ async fn respond(
     }
     let page = if request.method() == Method::GET && path == PROBE_PATH {
         shared.probes.fetch_add(1, Ordering::Relaxed);
+        shared.probe_arrived();
         0
     } else {
         shared.requests.fetch_add(1, Ordering::Relaxed) + 1
     };
     if request.headers().contains_key(ROUTING_HEADER) {
         shared.with_routing_header.fetch_add(1, Ordering::Relaxed);
+    }
+    if !shared.capacity().admit(shared.started.elapsed()) {
+        shared.turned_away.fetch_add(1, Ordering::Relaxed);
+        return Ok(reply(
+            &shared,
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{} over capacity\n", shared.name),
+        ));
     }
     let answer = shared
         .mode
@@ -322,4 +438,58 @@ fn reply(shared: &Shared, status: StatusCode, body: String) -> Response<Full<Byt
         response.headers_mut().insert(NAME_HEADER, name);
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capacity_serves_so_many_a_second_and_starts_afresh_each_second() {
+        let mut capacity = Capacity {
+            per_second: Some(2),
+            ..Capacity::default()
+        };
+        let served: Vec<bool> = [0, 100, 999, 1000, 1500, 1999, 3000]
+            .map(|ms| capacity.admit(Duration::from_millis(ms)))
+            .into();
+        assert_eq!(served, [true, true, false, true, true, false, true]);
+    }
+
+    #[tokio::test]
+    async fn a_switch_at_probe_is_met_first_by_the_probe() {
+        let app = FakeUpstream::start("app1", Mode::Ok).await.unwrap();
+        let http = reqwest::Client::builder().no_proxy().build().unwrap();
+        let get = |path: &str| {
+            let request = http.get(format!("http://{}{path}", app.addr()));
+            async move { request.send().await.unwrap().status().as_u16() }
+        };
+        assert_eq!(get("/").await, 200);
+        let switch = app.switch_at_probe(Mode::Status(502), Duration::from_secs(2));
+        let (before, probe) = tokio::join!(switch, async {
+            // A page while the switch waits is still served as before.
+            let page = get("/").await;
+            (page, get(PROBE_PATH).await)
+        });
+        assert_eq!(before.unwrap(), 2);
+        assert_eq!(probe, (200, 502));
+        assert_eq!(get("/").await, 502);
+    }
+
+    #[tokio::test]
+    async fn a_switch_at_probe_without_a_probe_is_an_error_naming_the_backend() {
+        let app = FakeUpstream::start("app1", Mode::Ok).await.unwrap();
+        let err = app
+            .switch_at_probe(Mode::Status(502), Duration::from_millis(20))
+            .await
+            .unwrap_err();
+        assert_eq!(err.to_string(), "app1 was not probed");
+        assert_eq!(app.mode(), Mode::Ok);
+    }
+
+    #[test]
+    fn without_a_capacity_every_request_is_served() {
+        let mut capacity = Capacity::default();
+        assert!((0..1000).all(|_| capacity.admit(Duration::ZERO)));
+    }
 }

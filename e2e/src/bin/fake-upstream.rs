@@ -21,7 +21,7 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     port: u16,
     /// ok, status:N, hang, noaccept, refuse, blip:FROM..TO, flap[:PERIOD], slow:DURATION, pages:N,
-    /// trickle:PERIOD, garbage, lag:DURATION or bug:PERCENT%:N.
+    /// trickle:PERIOD, garbage, lag:DURATION, bug:PERCENT%:N or stuckprobe.
     #[arg(long, default_value = "ok")]
     mode: Mode,
     /// A later change of mode, TIME=MODE after start (e.g. 5s=status:502); repeatable.
