@@ -321,6 +321,10 @@ async fn a_blip_after_a_backend_hung_from_the_start_sends_it_nothing_in_host_rou
 /// it took that in (see `failover.rs`).
 const PASSIVE_COST: u64 = 4;
 
+/// What a backend back with peers that fail alike costs before its first failed page takes it
+/// out again: a page per worker (two workers).
+const EVIDENCE_COST: u64 = 2;
+
 /// What upcheck routed to app1 so far, and how many reads Envoy retried.
 struct Routed {
     /// User requests upcheck sent to app1 (its picks, not Envoy's retries).
@@ -348,7 +352,7 @@ impl Routed {
 /// Which of a backend's requests meets its break first in scenario 4. Probe slots fall on whole
 /// seconds of the users' timeline (the first probe goes out as Envoy starts), so a break at 2 s
 /// sharp is a coin toss between the two; each order is run on purpose instead.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Onset {
     /// Its users: it breaks just after a probe was answered, a whole interval before the next.
     AfterProbe,
@@ -441,20 +445,34 @@ async fn a_real_failure_that_spreads_keeps_the_first_broken_backend_out(
         Routing::Cluster => assert_eq!(failed_before_spread as u64, hits, "{report}"),
         Routing::Host { .. } => assert_eq!(failed_before_spread, 0, "{report}"),
     }
-    assert_eq!(
-        end.app1, spread.app1,
-        "upcheck routed users to app1 once app2 broke too"
+    // When the probe met app1's break first, nothing yet said its pages failed: once app2 goes
+    // down the same way, app1 is back as a shared cause would have it, and its first failed
+    // page (one per worker at most) takes it out again. When users met it first, it stays out.
+    let evidence = match onset {
+        Onset::AfterProbe => 0,
+        Onset::AtProbe => EVIDENCE_COST,
+    };
+    let routed_to_app1 = end.app1 - spread.app1;
+    assert!(
+        routed_to_app1 <= evidence,
+        "upcheck routed {routed_to_app1} users to app1 once app2 broke too"
     );
     match routing {
-        Routing::Cluster => assert_eq!(app1_end, at_spread, "app1 got requests once app2 broke"),
+        Routing::Cluster => assert!(
+            app1_end - at_spread <= evidence,
+            "app1 got {} requests once app2 broke",
+            app1_end - at_spread
+        ),
         Routing::Host { .. } => assert!(
-            app1_end - at_spread <= retried,
+            app1_end - at_spread <= retried + evidence,
             "app1 got {} requests once app2 broke, {retried} of them retries",
             app1_end - at_spread
         ),
     }
-    let back = logged(&envoy, "back in rotation");
-    assert!(back.is_empty(), "{back:#?}");
+    if onset == Onset::AfterProbe {
+        let back = logged(&envoy, "back in rotation");
+        assert!(back.is_empty(), "{back:#?}");
+    }
     Ok(())
 }
 
