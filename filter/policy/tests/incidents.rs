@@ -461,7 +461,11 @@ fn a_backend_back_with_its_peers_leaves_again_at_its_first_failed_page() {
     probe(&mut pool, "app1", soft_502, secs(2));
     serve_pages(&mut pool, secs(39), secs(40), &[]);
     probe(&mut pool, "app2", soft_502, secs(40));
-    assert_eq!(routable(&pool), ["app1", "app2"], "down alike, pages answering");
+    assert_eq!(
+        routable(&pool),
+        ["app1", "app2"],
+        "down alike, pages answering"
+    );
     request(&mut pool, "app1", answered(502), secs(41));
     assert_eq!(routable(&pool), ["app2"]);
 }
