@@ -273,6 +273,12 @@ fn serve_pages(pool: &mut Proxy, from: Duration, until: Duration, hung: &[&str])
     });
 }
 
+/// A probe of `name` that timed out at `at`, sent the timeout (5 s) before.
+fn timed_out(pool: &mut Proxy, name: &str, at: Duration) {
+    let sent = at.saturating_sub(secs(5));
+    pool.probe_sent_at(name, TIMEOUT, sent, at);
+}
+
 fn logged(pool: &Proxy, pattern: impl Fn(&Event) -> bool) -> usize {
     pool.events.iter().filter(|e| pattern(e)).count()
 }
@@ -283,10 +289,10 @@ fn a_probe_that_times_out_while_pages_answer_leaves_its_backend_in_rotation() {
     probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
     probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
     serve_pages(&mut pool, ms(20), secs(20), &[]);
-    probe(&mut pool, "app1", TIMEOUT, secs(20));
+    timed_out(&mut pool, "app1", secs(20));
     assert_eq!(routable(&pool), ["app1", "app2"]);
     serve_pages(&mut pool, secs(20), secs(30), &[]);
-    probe(&mut pool, "app1", TIMEOUT, secs(30));
+    timed_out(&mut pool, "app1", secs(30));
     assert_eq!(routable(&pool), ["app1", "app2"]);
     let contradicted =
         |e: &Event| matches!(e, Event::ProbeContradicted { name, .. } if name == "app1");
@@ -301,7 +307,7 @@ fn a_probe_that_times_out_while_its_requests_hang_takes_its_backend_out() {
     probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
     serve_pages(&mut pool, ms(20), secs(10), &[]);
     serve_pages(&mut pool, secs(10), secs(20), &["app1"]);
-    probe(&mut pool, "app1", TIMEOUT, secs(20));
+    timed_out(&mut pool, "app1", secs(20));
     assert_eq!(routable(&pool), ["app2"]);
 }
 
@@ -312,10 +318,10 @@ fn backends_whose_probes_time_out_rounds_apart_while_pages_answer_all_come_back(
     probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
     // Little traffic: no page answered while app1's probe waited, but its last ones were.
     serve_pages(&mut pool, ms(20), secs(1), &[]);
-    probe(&mut pool, "app1", TIMEOUT, secs(8));
+    timed_out(&mut pool, "app1", secs(8));
     assert_eq!(routable(&pool), ["app2"]);
     serve_pages(&mut pool, secs(40), secs(41), &[]);
-    probe(&mut pool, "app2", TIMEOUT, secs(48));
+    timed_out(&mut pool, "app2", secs(48));
     assert_eq!(routable(&pool), ["app1", "app2"], "40 s apart, alike");
     let back = pool.events.iter().find_map(|e| match e {
         Event::BackAlike { name, peers, .. } => Some((name.clone(), peers.clone())),
@@ -340,10 +346,10 @@ fn a_backend_whose_pages_failed_when_it_went_down_stays_out_when_the_rest_fail_a
     pool.serve(ms(20), secs(1), 20, |name, _| {
         Some(answered(if name == "app1" { 500 } else { 200 }))
     });
-    probe(&mut pool, "app1", TIMEOUT, secs(8));
+    timed_out(&mut pool, "app1", secs(8));
     assert_eq!(routable(&pool), ["app2"]);
     serve_pages(&mut pool, secs(40), secs(41), &[]);
-    probe(&mut pool, "app2", TIMEOUT, secs(48));
+    timed_out(&mut pool, "app2", secs(48));
     assert_eq!(
         routable(&pool),
         ["app2"],
@@ -359,7 +365,7 @@ fn backends_that_went_down_differently_are_not_a_shared_cause() {
     serve_pages(&mut pool, ms(20), secs(1), &[]);
     probe(&mut pool, "app1", SOFT_503, secs(2));
     serve_pages(&mut pool, secs(40), secs(41), &[]);
-    probe(&mut pool, "app2", TIMEOUT, secs(48));
+    timed_out(&mut pool, "app2", secs(48));
     assert_eq!(routable(&pool), ["app2"]);
 }
 

@@ -125,16 +125,22 @@ impl Proxy {
         probes
     }
 
-    /// A probe of `name` settles at `at` with `outcome`, answered as a backend or Envoy would;
-    /// one that timed out was sent that long before.
+    /// A probe of `name` settles at `at` with `outcome`, answered as a backend or Envoy would.
     pub fn probe(&mut self, name: &str, outcome: ProbeOutcome, at: Duration) {
+        self.probe_sent_at(name, outcome, at, at);
+    }
+
+    /// A probe of `name` sent at `sent` settles at `at` with `outcome`.
+    pub fn probe_sent_at(
+        &mut self,
+        name: &str,
+        outcome: ProbeOutcome,
+        sent: Duration,
+        at: Duration,
+    ) {
         let i = self.pool.index_of(name).expect("known backend");
         let token = self.next_token;
         self.next_token += 1;
-        let sent = match outcome {
-            ProbeOutcome::Timeout(after) => at.saturating_sub(after),
-            _ => at,
-        };
         self.pool.probe_sent(i, token, sent);
         let (status, proxy_made) = match outcome {
             ProbeOutcome::Pass => (200, false),
