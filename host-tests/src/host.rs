@@ -289,6 +289,34 @@ impl Host {
     }
 
     /// Calls `proxy_on_configure` again on every VM with a new plugin configuration for the
+    /// listener at `address` ([`Host::listen`]).
+    pub fn reconfigure_listener(
+        &mut self,
+        address: &str,
+        plugin_config: &str,
+    ) -> Result<(), HostError> {
+        let listener = self
+            .listeners
+            .iter()
+            .position(|l| l.address == address)
+            .ok_or_else(|| HostError::Unsupported(format!("no listener at {address}")))?;
+        self.listeners[listener].plugin_config = plugin_config.to_string();
+        for vm in 0..self.vms.len() {
+            let Some(&root) = self.listeners[listener].roots.get(vm) else {
+                continue;
+            };
+            self.configure(
+                vm,
+                root,
+                "proxy_on_configure",
+                BufferType::PluginConfiguration,
+                plugin_config,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Calls `proxy_on_configure` again on every VM with a new plugin configuration for the
     /// users' listener.
     pub fn reconfigure(&mut self, plugin_config: &str) -> Result<(), HostError> {
         self.plugin_config = Some(plugin_config.to_string());

@@ -356,6 +356,36 @@ fn the_status_page_listener_shows_every_backend_and_the_traffic_listener_never_s
 }
 
 #[test]
+fn a_status_page_reconfigured_with_its_pool_shows_the_pools_new_backends() {
+    let mut host = host();
+    host.upstream("app1");
+    host.upstream("app2");
+    ok(host.listen(PAGE_LISTENER, BOTH_PAGE));
+    ok(host.start(BOTH));
+    ok(host.advance(secs(2)));
+    ok(host.reconfigure(APP1));
+    ok(host.reconfigure_listener(
+        PAGE_LISTENER,
+        r#"{"role":"status_page","upstreams":[{"name":"app1"}]}"#,
+    ));
+    ok(host.advance(secs(1)));
+    let page = ok(host.request(local(PAGE_LISTENER, "/upcheck/status.json")));
+    let json = String::from_utf8_lossy(&page.body);
+    assert!(
+        json.starts_with(r#"{"backends":[{"name":"app1","routable":true,"status":"healthy""#)
+            && !json.contains("app2"),
+        "{json}"
+    );
+    let missing = host
+        .reconfigure_listener("127.0.0.1:1", BOTH_PAGE)
+        .unwrap_err();
+    assert!(
+        missing.to_string().contains("no listener at 127.0.0.1:1"),
+        "{missing}"
+    );
+}
+
+#[test]
 fn a_status_page_listener_bound_to_a_public_address_refuses_every_connection_to_it() {
     let mut host = host();
     host.upstream("app1");
