@@ -8,9 +8,10 @@
 #                minutes; the whole on a fresh machine, builds included, about 10).
 #
 # BENCH_ARGS goes to the runner: `make bench BENCH_ARGS='--only in-host'` measures only the
-# wasmtime host's figures (fuel, hostcalls, memory), `--only fuel` the same without the memory
-# runs (seconds), `--only start-up` only Envoy's start-up with each module;
-# `target/release/upcheck-bench --help` lists the parts.
+# wasmtime host's figures (fuel and host calls per callback in both routing modes, memory),
+# `--only fuel` the same without the memory runs (seconds), `--only start-up` only Envoy's
+# start-up with each module; `target/release/upcheck-bench --help` lists the parts. The issue's
+# targets are printed beside the figures.
 #
 # The runner is built for speed: the workspace's release profile is tuned for the wasm module
 # (opt-level z, LTO, one codegen unit), which would make wasmtime slow to build and to run. The

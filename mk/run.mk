@@ -5,9 +5,10 @@
 #   make run                     app1 healthy, app2 answering 502; Envoy + upcheck in front
 #   DEMO_SECONDS=20 make run     stop by itself after 20 s (default 600); Ctrl-C stops it at once
 #
-# Everything listens on 127.0.0.1 only, on free ports the demo prints. Envoy runs what the built
-# `upcheck envoy --from-caddy` writes from config/caddy.json (host routing), its two backends'
-# addresses replaced by the demo's app1 and app2.
+# Everything listens on 127.0.0.1 only, on free ports the demo prints (the status page on a
+# listener of its own). Envoy runs what the built `upcheck envoy --from-caddy` writes from
+# config/caddy.json (host routing), its two backends' addresses replaced by the demo's app1 and
+# app2.
 
 .PHONY: run
 

@@ -39,11 +39,65 @@ pub fn fleet(backends: usize, interval: &str, timeout: &str) -> String {
     .to_string()
 }
 
-/// A host running `wasm` in front of `backends` healthy backends, after the first probe round.
-fn started(wasm: &[u8], backends: usize, config: &str) -> Result<Host> {
+/// How a configuration routes, for the clusters the host must have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routing {
+    /// `routing: cluster` (`config/envoy-simple.yaml`): the route header names the backend's
+    /// cluster.
+    Cluster,
+    /// `routing: host` (`config/envoy.yaml`): the route header lists the pick's address, then
+    /// the retry's; the filter also reads how many attempts a request took.
+    Host,
+}
+
+impl Routing {
+    /// `config` routing this way: for [`Routing::Host`], `routing: host` with backend `appN` at
+    /// its address in the host (see [`address`]).
+    pub fn config(self, config: &str) -> Result<String> {
+        let mut config: serde_json::Value = serde_json::from_str(config)?;
+        if self == Routing::Host {
+            config["routing"] = "host".into();
+            if let Some(upstreams) = config["upstreams"].as_array_mut() {
+                for (i, upstream) in upstreams.iter_mut().enumerate() {
+                    upstream["address"] = address(i + 1).into();
+                }
+            }
+        }
+        Ok(config.to_string())
+    }
+
+    /// The clusters user requests go to besides `app1..=appN` (which take the probes). The test
+    /// host routes by the header's whole value, so in host routing every `pick,retry` pair of
+    /// addresses is a cluster of its own, one more upstream answering 200.
+    fn routes(self, backends: usize) -> Vec<String> {
+        match self {
+            Routing::Cluster => Vec::new(),
+            Routing::Host => (1..=backends)
+                .flat_map(|i| (1..=backends).map(move |j| (i, j)))
+                .map(|(i, j)| match i == j {
+                    true => address(i),
+                    false => format!("{},{}", address(i), address(j)),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Backend `appN`'s address in the host: upstreams get `127.0.0.1:3001`, `:3002`, … in the
+/// order they are created, and `app1..=appN` are created first.
+fn address(n: usize) -> String {
+    format!("127.0.0.1:{}", 3000 + n)
+}
+
+/// A host running `wasm` in front of `backends` healthy backends (routed to by `routing`), after
+/// the first probe round.
+fn started(wasm: &[u8], backends: usize, config: &str, routing: Routing) -> Result<Host> {
     let mut host = Host::new(wasm, HostOptions::default()).map_err(host_error)?;
     for i in 1..=backends {
         host.upstream(&format!("app{i}"));
+    }
+    for route in routing.routes(backends) {
+        host.upstream(&route);
     }
     host.start(config).map_err(host_error)?;
     host.advance(Duration::from_secs(1)).map_err(host_error)?;
@@ -80,10 +134,15 @@ pub struct RequestFuel {
     pub callbacks: Vec<(&'static str, u64)>,
 }
 
-/// Fuel per request of `wasm` in front of `backends` (`config` its plugin configuration), after
-/// a warm-up batch, over `requests` requests at [`RATE`].
-pub fn request_fuel(wasm: &[u8], backends: usize, config: &str) -> Result<RequestFuel> {
-    let mut host = started(wasm, backends, config)?;
+/// Fuel per request of `wasm` in front of `backends` (`config` its plugin configuration, routing
+/// by `routing`), after a warm-up batch, over 4 s of requests at [`RATE`].
+pub fn request_fuel(
+    wasm: &[u8],
+    backends: usize,
+    config: &str,
+    routing: Routing,
+) -> Result<RequestFuel> {
+    let mut host = started(wasm, backends, config, routing)?;
     host.traffic(RATE, Duration::from_secs(1))
         .map_err(host_error)?;
     let before = fuel_of(&host);
@@ -120,7 +179,12 @@ pub struct ProbeFuel {
 /// Measures [`ProbeFuel`] for upcheck `wasm` without traffic.
 pub fn probe_fuel(wasm: &[u8], backends: usize) -> Result<ProbeFuel> {
     let interval = Duration::from_secs(10);
-    let mut host = started(wasm, backends, &fleet(backends, "10s", "5s"))?;
+    let mut host = started(
+        wasm,
+        backends,
+        &fleet(backends, "10s", "5s"),
+        Routing::Cluster,
+    )?;
     // The first round went out at start; the next is due 9-11 s after it (jitter ± 10 %).
     let before = fuel_of(&host);
     host.advance(Duration::from_millis(7_500))
@@ -181,7 +245,7 @@ pub fn memory_run(
     rounds: u64,
 ) -> Result<MemoryRun> {
     let config = fleet(backends, MEMORY_INTERVAL, "100ms");
-    let mut host = started(&instrumented.wasm, backends, &config)?;
+    let mut host = started(&instrumented.wasm, backends, &config, Routing::Cluster)?;
     host.traffic(RATE, Duration::from_secs(1))
         .map_err(host_error)?;
     let warm_pages = pages(&mut host)?;
@@ -224,16 +288,27 @@ fn read_export(host: &mut Host, vm: usize, export: &str) -> Result<u64> {
     }
 }
 
-/// Hostcall counts of every import, summed over the VMs.
-fn hostcalls(host: &mut Host, instrumented: &Instrumented) -> Result<BTreeMap<String, u64>> {
+/// Hostcall counts by (callback, import), summed over the VMs; the callback is `None` for
+/// calls made outside any `proxy_on_*` export.
+fn hostcalls(
+    host: &mut Host,
+    instrumented: &Instrumented,
+) -> Result<BTreeMap<(Option<String>, String), u64>> {
+    let callbacks: Vec<Option<&str>> = std::iter::once(None)
+        .chain(instrumented.callbacks.iter().map(|c| Some(c.as_str())))
+        .collect();
     let mut counts = BTreeMap::new();
     for import in &instrumented.imports {
-        let export = instrument::counter_export(import);
-        let mut sum = 0;
-        for vm in 0..host.vm_count() {
-            sum += read_export(host, vm, &export)?;
+        for callback in &callbacks {
+            let export = instrument::counter_export(import, *callback);
+            let mut sum = 0;
+            for vm in 0..host.vm_count() {
+                sum += read_export(host, vm, &export)?;
+            }
+            if sum > 0 {
+                counts.insert((callback.map(str::to_owned), import.clone()), sum);
+            }
         }
-        counts.insert(import.clone(), sum);
     }
     Ok(counts)
 }
@@ -241,14 +316,19 @@ fn hostcalls(host: &mut Host, instrumented: &Instrumented) -> Result<BTreeMap<St
 /// Requests sent one at a time between two ticks, so that only request callbacks make hostcalls.
 const PROFILE_REQUESTS: u64 = 50;
 
-/// Hostcalls per request by import, most frequent first, of the instrumented `wasm` in front of
-/// `backends` after warm-up, counted over requests sent one at a time between ticks.
+/// Hostcalls per request, by import (most frequent first), in one callback.
+pub type CallbackCalls = (&'static str, Vec<(String, f64)>);
+
+/// Hostcalls per request in each of [`REQUEST_CALLBACKS`], of the instrumented `wasm` in front
+/// of `backends` after warm-up (routing by `routing`), counted over requests sent one at a time
+/// between ticks.
 pub fn hostcalls_per_request(
     instrumented: &Instrumented,
     backends: usize,
     config: &str,
-) -> Result<Vec<(String, f64)>> {
-    let mut host = started(&instrumented.wasm, backends, config)?;
+    routing: Routing,
+) -> Result<Vec<CallbackCalls>> {
+    let mut host = started(&instrumented.wasm, backends, config, routing)?;
     host.traffic(RATE, Duration::from_secs(1))
         .map_err(host_error)?;
     let host = &mut host;
@@ -268,18 +348,41 @@ pub fn hostcalls_per_request(
             continue; // a tick came in between: try the next gap
         }
         let after = hostcalls(host, instrumented)?;
-        let mut per_request: Vec<(String, f64)> = after
+        let per_callback = REQUEST_CALLBACKS
             .iter()
-            .map(|(import, n)| {
-                let delta = n - before.get(import).copied().unwrap_or(0);
-                (import.clone(), delta as f64 / PROFILE_REQUESTS as f64)
+            .map(|callback| {
+                let mut calls: Vec<(String, f64)> = after
+                    .iter()
+                    .filter(|((c, _), _)| c.as_deref() == Some(*callback))
+                    .map(|(key, n)| {
+                        let delta = n - before.get(key).copied().unwrap_or(0);
+                        (key.1.clone(), delta as f64 / PROFILE_REQUESTS as f64)
+                    })
+                    .filter(|(_, n)| *n > 0.0)
+                    .collect();
+                calls.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                (*callback, calls)
             })
-            .filter(|(_, n)| *n > 0.0)
             .collect();
-        per_request.sort_by(|a, b| b.1.total_cmp(&a.1));
-        return Ok(per_request);
+        return Ok(per_callback);
     }
     bail!("no gap between ticks for {PROFILE_REQUESTS} requests in 10 tries")
+}
+
+/// Hostcalls per request over all its callbacks, by import, most frequent first.
+pub fn total_calls(per_callback: &[CallbackCalls]) -> Vec<(String, f64)> {
+    let mut total: BTreeMap<&str, f64> = BTreeMap::new();
+    for (_, calls) in per_callback {
+        for (import, n) in calls {
+            *total.entry(import).or_default() += n;
+        }
+    }
+    let mut total: Vec<(String, f64)> = total
+        .into_iter()
+        .map(|(import, n)| (import.to_owned(), n))
+        .collect();
+    total.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    total
 }
 
 /// The backend counts every fuel and memory figure is given for.
@@ -291,24 +394,29 @@ pub const BACKENDS: [usize; 3] = [2, 100, 1_000];
 pub const MEMORY_RUNS: [(u64, u64); 3] =
     [(1_000_000, 10_000), (1_000_000, 10_000), (1_000_000, 1_000)];
 
+/// One module's figures per request in one routing mode, 2 backends.
+#[derive(Clone, Debug)]
+pub struct PerRequest {
+    /// Fuel per request, in all and per callback.
+    pub fuel: RequestFuel,
+    /// Hostcalls per request in each callback.
+    pub hostcalls: Vec<CallbackCalls>,
+}
+
 /// Every figure from the host.
 #[derive(Clone, Debug)]
 pub struct HostFigures {
-    /// upcheck's fuel per request, by [`BACKENDS`].
+    /// upcheck's fuel per request in cluster routing, by [`BACKENDS`].
     pub requests: Vec<RequestFuel>,
-    /// The floor's fuel per request (2 backends; it routes every request to one).
-    pub floor: RequestFuel,
-    /// upcheck's fuel per request with the status page off (`status_path: null`), 2 backends:
-    /// what reading `:path` on every request costs.
-    pub no_status_page: RequestFuel,
+    /// upcheck per request with the deployed configuration (outlier detection on), 2 backends,
+    /// in cluster routing, then in host routing.
+    pub routed: [PerRequest; 2],
+    /// The floor per request (2 backends; it routes every request to one).
+    pub floor: PerRequest,
     /// upcheck's probing fuel, by [`BACKENDS`].
     pub probes: Vec<ProbeFuel>,
     /// upcheck's memory runs, by [`BACKENDS`]; none when not asked for.
     pub memory: Vec<MemoryRun>,
-    /// upcheck's hostcalls per request, 2 backends.
-    pub hostcalls: Vec<(String, f64)>,
-    /// The floor's hostcalls per request.
-    pub floor_hostcalls: Vec<(String, f64)>,
     /// How long measuring all this took.
     pub elapsed: Duration,
 }
@@ -329,7 +437,7 @@ pub fn figures(upcheck: &[u8], floor: &[u8], memory: bool) -> Result<HostFigures
                     lowest_priority();
                     let config = fleet(backends, "10s", "5s");
                     anyhow::Ok((
-                        request_fuel(upcheck, backends, &config)?,
+                        request_fuel(upcheck, backends, &config, Routing::Cluster)?,
                         probe_fuel(upcheck, backends)?,
                         memory
                             .then(|| memory_run(instrumented, backends, requests, rounds))
@@ -347,16 +455,27 @@ pub fn figures(upcheck: &[u8], floor: &[u8], memory: bool) -> Result<HostFigures
             .collect::<Result<Vec<_>>>()
     })?;
     let deployed = crate::deployed_config().to_string();
-    let mut no_status_page = serde_json::from_str::<serde_json::Value>(&fleet(2, "10s", "5s"))?;
-    no_status_page["status_path"] = serde_json::Value::Null;
+    let per_request = |routing: Routing| -> Result<PerRequest> {
+        let config = routing.config(&deployed)?;
+        Ok(PerRequest {
+            fuel: request_fuel(upcheck, 2, &config, routing)?,
+            hostcalls: hostcalls_per_request(&instrumented, 2, &config, routing)?,
+        })
+    };
     let mut figures = HostFigures {
         requests: Vec::new(),
-        floor: request_fuel(floor, 2, "{}")?,
-        no_status_page: request_fuel(upcheck, 2, &no_status_page.to_string())?,
+        routed: [per_request(Routing::Cluster)?, per_request(Routing::Host)?],
+        floor: PerRequest {
+            fuel: request_fuel(floor, 2, "{}", Routing::Cluster)?,
+            hostcalls: hostcalls_per_request(
+                &instrument::instrument(floor)?,
+                2,
+                "{}",
+                Routing::Cluster,
+            )?,
+        },
         probes: Vec::new(),
         memory: Vec::new(),
-        hostcalls: hostcalls_per_request(&instrumented, 2, &deployed)?,
-        floor_hostcalls: hostcalls_per_request(&instrument::instrument(floor)?, 2, "{}")?,
         elapsed: Duration::ZERO,
     };
     for (requests, probes, memory) in per_count {

@@ -4,10 +4,11 @@
 //! Method. Sizes are the files as shipped (`wasm-opt -Oz`). Instructions are wasmtime fuel in the
 //! host-tests proxy-wasm host (a main-thread VM and two workers, all backends answering 200, after
 //! a warm-up): deterministic, so they compare across machines; per request is every callback of
-//! the request's context. The floor is a filter that only sets one request header (bench/floor),
-//! measured the same way. Memory is the largest VM's `memory.size` after warm-up and after a long
-//! run, read through an instrumented copy of the module (see [`instrument`]), which also counts
-//! hostcalls. Throughput is Envoy `--concurrency 1` pinned to core 0, wrk and the upstreams pinned
+//! the request's context, with the deployed configuration (`config/upcheck.json`, so outlier
+//! detection on) in cluster and in host routing. The floor is a filter that only sets one request
+//! header (bench/floor), measured the same way. Memory is the largest VM's `memory.size` after
+//! warm-up and after a long run, read through an instrumented copy of the module (see
+//! [`instrument`]), which also counts hostcalls, per callback. Throughput is Envoy `--concurrency 1` pinned to core 0, wrk and the upstreams pinned
 //! to core 1, four setups up side by side and loaded in alternating rounds; the bottleneck check
 //! (the upstream alone, each core's load) is printed with the figures. Probes per interval and the
 //! detection runs use real Envoys and the e2e fake upstreams; they run concurrently with the host

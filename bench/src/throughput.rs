@@ -1,5 +1,5 @@
-//! Envoy throughput and latency with wrk: the floor filter, upcheck (in both routing modes), and
-//! Envoy's own checks.
+//! Envoy throughput and latency with wrk: the floor filter, upcheck (in both routing modes, with
+//! the deployed configuration, so outlier detection on), and Envoy's own checks.
 //!
 //! Envoy runs one worker pinned to core 0; wrk and the upstreams (a separate process of this
 //! binary) share core 1, so neither steals Envoy's core. The setups stay up side by side and are
@@ -143,7 +143,7 @@ pub async fn measure(envoy: &Path, upcheck: &Path, floor: &Path, out: &Path) -> 
             wasm(floor, serde_json::json!({}), Routing::Cluster),
         ),
         (
-            "(b) upcheck",
+            "(b) upcheck, cluster routing",
             wasm(upcheck, crate::deployed_config(), Routing::Cluster),
         ),
         ("(c) Envoy checks", Front::EnvoyChecks),

@@ -15,7 +15,7 @@ use std::fmt;
 use std::net::SocketAddr;
 
 use serde_json::Value;
-use upcheck_policy::{Config, ConfigError, RoutingMode};
+use upcheck_policy::{Config, ConfigError, RoutingMode, StatusPage};
 
 use crate::plugin::{compact, Addresses, Document, Source};
 use crate::refuse;
@@ -33,6 +33,11 @@ pub struct Deployment {
     pub config: Config,
     /// The plugin configuration as embedded (JSON).
     pub plugin: String,
+    /// The status page listener's plugin configuration as embedded (JSON): `plugin` with
+    /// `"role": "status_page"`, and the input's `status_path` and `status_public`.
+    pub page_plugin: String,
+    /// The status page that configuration serves.
+    pub page: StatusPage,
     /// The backends, in the configuration's order.
     pub backends: Vec<Backend>,
 }
@@ -126,8 +131,8 @@ pub fn plan(source: &Source, routing: Option<RoutingMode>) -> Result<Deployment,
     let without_addresses = source.document.text(RoutingMode::Cluster, Addresses::Drop);
     let checked = Config::parse(without_addresses.as_bytes()).map_err(locate)?;
     let written = addresses(&source.document, checked.upstreams.len()).map_err(locate)?;
-    let (plugin, config, endpoints) = match routing {
-        RoutingMode::Cluster => (without_addresses, checked, written),
+    let (plugin, config, endpoints, addresses_kept) = match routing {
+        RoutingMode::Cluster => (without_addresses, checked, written, Addresses::Drop),
         RoutingMode::Host => {
             host_names(&written).map_err(locate)?;
             // The module checks the rest: an IP address each, none twice, read as Envoy prints it.
@@ -138,14 +143,22 @@ pub fn plan(source: &Source, routing: Option<RoutingMode>) -> Result<Deployment,
                 .iter()
                 .map(|u| u.address.clone().unwrap_or_default())
                 .collect();
-            (plugin, config, endpoints)
+            (plugin, config, endpoints, Addresses::Keep)
         }
     };
     let backends = backends(&config, &endpoints, routing, source.probe_port).map_err(locate)?;
+    let page_plugin = source.document.page_text(routing, addresses_kept);
+    let page = Config::parse(page_plugin.as_bytes())
+        .map_err(locate)?
+        .status_page()
+        .cloned()
+        .unwrap_or_default();
     Ok(Deployment {
         routing,
         config,
         plugin,
+        page_plugin,
+        page,
         backends,
     })
 }
@@ -389,6 +402,37 @@ mod tests {
                 "upstreams[0].address: expected ip:port like \"10.0.0.1:8080\" or \"[::1]:8080\", \
                  got \"10.0.0.1\""
             )
+        );
+    }
+
+    #[test]
+    fn the_status_page_is_the_same_pool_in_either_routing_with_the_inputs_page_members() {
+        let json = r#"{"upstreams": [{"name": "a", "address": "10.0.0.1:80"}],
+                       "status_path": "/lb", "status_public": true}"#;
+        for routing in [RoutingMode::Host, RoutingMode::Cluster] {
+            let d = plan_of(json, Some(routing)).expect("valid");
+            assert_eq!(
+                d.page,
+                StatusPage {
+                    path: "/lb".into(),
+                    public: true
+                }
+            );
+            let page = Config::parse(d.page_plugin.as_bytes()).expect("the module reads it");
+            assert_eq!(page.upstreams, d.config.upstreams, "{routing:?}");
+            assert!(!d.plugin.contains("status_"), "{}", d.plugin);
+        }
+        let plain = plan_of(TWO, None).expect("valid");
+        assert_eq!(plain.page, StatusPage::default());
+    }
+
+    #[test]
+    fn a_status_path_the_module_refuses_is_refused_at_its_path() {
+        let json = r#"{"upstreams": [{"name": "a", "address": "10.0.0.1:80"}],
+                       "status_path": "lb"}"#;
+        assert_eq!(
+            plan_of(json, None).err().as_deref(),
+            Some("status_path: must be a path like \"/upcheck/status\", got \"lb\"")
         );
     }
 

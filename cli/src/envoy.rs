@@ -8,7 +8,9 @@
 //! breaker raised to the request one), the routing header kept on the route and removed by the
 //! router's upstream filter, and a probe cluster per backend; in cluster routing one cluster per
 //! backend and a `cluster_header` route. Both: the wasm filter before the router, the plugin
-//! configuration embedded, no Envoy health checks or outlier detection, admin on loopback.
+//! configuration embedded, no Envoy health checks or outlier detection, admin on loopback, and
+//! the status page on a listener of its own on loopback (the same module and `vm_id`, the pool's
+//! configuration with `"role": "status_page"`, a 404 route behind it).
 //!
 //! Everything that comes from the input is written so YAML reads it back as the same string:
 //! scalars are quoted unless plainly safe, the plugin configuration sits in a block scalar one
@@ -32,6 +34,9 @@ pub struct Settings {
     pub listen: SocketAddr,
     /// Envoy's admin interface, on loopback. Default `127.0.0.1:9901`.
     pub admin: SocketAddr,
+    /// The status page's listener, on loopback unless the page is public. Default
+    /// `127.0.0.1:9902`.
+    pub status: SocketAddr,
     /// Path of upcheck.wasm on the load balancer. Default `/etc/upcheck/upcheck.wasm`.
     pub wasm: String,
     /// Envoy's worker threads (a command-line flag of Envoy's, shown in the header). Default 2.
@@ -129,11 +134,23 @@ fn header(out: &mut String, d: &Deployment, s: &Settings) {
          \x20 envoy -c envoy.yaml --concurrency {concurrency}\n\
          Check the file first with `envoy --mode validate -c envoy.yaml`. {other}\n\
          \n\
-         {how}",
+         {how}\n\
+         \n\
+         The status page, on the load balancer:\n\
+         \x20 curl http://{status}{path}\n\
+         (and {path}.json, {path}.html in a browser). It is served on a listener of its \
+         own{closed}.",
         input = s.input,
         backends = backends.join(", "),
         wasm = s.wasm,
         concurrency = s.concurrency,
+        status = s.status,
+        path = d.page.path,
+        closed = if s.status.ip().is_loopback() {
+            ", bound to loopback: no user request pays for it, and no other machine reaches it"
+        } else {
+            ": no user request pays for it"
+        },
     );
     comment(out, 0, &text);
 }
@@ -177,8 +194,92 @@ fn listener(out: &mut String, d: &Deployment, s: &Settings) {
         RoutingMode::Cluster => cluster_route(out, d),
     }
     out.push_str("                http_filters:\n");
-    wasm_filter(out, d, s);
+    let about = match d.routing {
+        RoutingMode::Host => {
+            "The plugin configuration (JSON), from the input: `routing: host`, and each \
+             upstream's address is its endpoint in the pool, written exactly as Envoy prints it \
+             (ip:port); an address that is not in the pool is not an error to Envoy, it silently \
+             round-robins instead. Probes go to each upstream's own cluster (its `cluster`, else \
+             its name). Durations are nanoseconds, or strings such as \"10s\"."
+        }
+        RoutingMode::Cluster => {
+            "The plugin configuration (JSON), from the input: `routing: cluster`, and each \
+             upstream's cluster (its `cluster`, else its name) is a cluster below, which holds \
+             its address. Durations are nanoseconds, or strings such as \"10s\"."
+        }
+    };
+    wasm_filter(out, "upcheck", about, &d.plugin, s);
     router(out, d);
+    status_listener(out, d, s);
+}
+
+/// The status page's listener: the same module in the same `vm_id`, so it reads what the
+/// traffic filters share; a 404 route behind the filter, which answers every request itself.
+fn status_listener(out: &mut String, d: &Deployment, s: &Settings) {
+    out.push('\n');
+    let bound = if s.status.ip().is_loopback() {
+        "Bound to loopback: no other machine can reach it, and the filter serves the page only \
+         on connections made to a loopback address anyway (`status_public` in the input lifts \
+         that)."
+    } else {
+        "Not on loopback: the input sets `status_public`, so any client that reaches this \
+         address reads the page."
+    };
+    comment(
+        out,
+        4,
+        &format!(
+            "The status page, on a listener of its own so that no user request pays for it: \
+             {path} (text), {path}.json, {path}.html. {bound}",
+            path = d.page.path
+        ),
+    );
+    let _ = write!(
+        out,
+        "    - name: status
+      address:
+        socket_address: {status}
+      filter_chains:
+        - filters:
+            - name: envoy.filters.network.http_connection_manager
+              typed_config:
+                \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+                stat_prefix: status
+                route_config:
+                  name: status
+                  virtual_hosts:
+                    - name: status
+                      domains: [\"*\"]
+",
+        status = socket(&Endpoint::Ip(s.status)),
+    );
+    comment(
+        out,
+        22,
+        "The filter answers every request here itself (the page, or 404 for any other path); \
+         this route answers only if it lets one through, and routes nowhere.",
+    );
+    out.push_str(
+        "                      routes:
+                        - match: { prefix: \"/\" }
+                          direct_response: { status: 404 }
+                http_filters:
+",
+    );
+    wasm_filter(
+        out,
+        "upcheck-status",
+        "The pool's plugin configuration as above, with `role: status_page` first: this filter \
+         shows the health the traffic filters share and never probes, routes or changes it.",
+        &d.page_plugin,
+        s,
+    );
+    out.push_str(
+        "                  - name: envoy.filters.http.router
+                    typed_config:
+                      \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+",
+    );
 }
 
 /// The header the filter writes, lowercase as Envoy keeps header names.
@@ -306,14 +407,15 @@ fn cluster_route(out: &mut String, d: &Deployment) {
     );
 }
 
-fn wasm_filter(out: &mut String, d: &Deployment, s: &Settings) {
+/// The wasm filter named `name` with the plugin configuration `plugin`, explained by `about`.
+fn wasm_filter(out: &mut String, name: &str, about: &str, plugin: &str, s: &Settings) {
     let _ = write!(
         out,
         "                  - name: envoy.filters.http.wasm
                     typed_config:
                       \"@type\": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
                       config:
-                        name: upcheck
+                        name: {name}
                         root_id: upcheck
                         vm_config:
                           # Every VM with this id shares health state (proxy-wasm shared data).
@@ -326,20 +428,6 @@ fn wasm_filter(out: &mut String, d: &Deployment, s: &Settings) {
 ",
         wasm = scalar(&s.wasm),
     );
-    let about = match d.routing {
-        RoutingMode::Host => {
-            "The plugin configuration (JSON), from the input: `routing: host`, and each \
-             upstream's address is its endpoint in the pool, written exactly as Envoy prints it \
-             (ip:port); an address that is not in the pool is not an error to Envoy, it silently \
-             round-robins instead. Probes go to each upstream's own cluster (its `cluster`, else \
-             its name). Durations are nanoseconds, or strings such as \"10s\"."
-        }
-        RoutingMode::Cluster => {
-            "The plugin configuration (JSON), from the input: `routing: cluster`, and each \
-             upstream's cluster (its `cluster`, else its name) is a cluster below, which holds \
-             its address. Durations are nanoseconds, or strings such as \"10s\"."
-        }
-    };
     comment(out, 24, about);
     out.push_str(
         "                        configuration:
@@ -347,7 +435,7 @@ fn wasm_filter(out: &mut String, d: &Deployment, s: &Settings) {
                           value: |
 ",
     );
-    for line in d.plugin.lines() {
+    for line in plugin.lines() {
         let _ = writeln!(out, "                            {line}");
     }
 }

@@ -102,6 +102,10 @@ struct EnvoyArgs {
     /// Envoy's admin interface; must be a loopback address.
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9901")]
     admin: SocketAddr,
+    /// The status page's own listener; a loopback address unless the input sets
+    /// `status_public`.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9902")]
+    status: SocketAddr,
     /// Path of upcheck.wasm on the load balancer.
     #[arg(long, value_name = "PATH", default_value = "/etc/upcheck/upcheck.wasm")]
     wasm: String,
@@ -200,6 +204,25 @@ fn envoy(args: EnvoyArgs) -> Result<(), Failure> {
         Routing::Cluster => RoutingMode::Cluster,
     });
     let deployment = plan(&source, routing).map_err(|e| invalid(path, e))?;
+    if !args.status.ip().is_loopback() && !deployment.page.public {
+        return Err(Failure::Input(format!(
+            "--status {}: the status page names every backend, so it is served only on \
+             connections made to a loopback address; keep it on loopback (127.0.0.1 or [::1]), \
+             or set \"status_public\": true in the input to serve it on another address",
+            args.status
+        )));
+    }
+    for (flag, other) in [("--listen", args.listen), ("--admin", args.admin)] {
+        let overlap = other.ip() == args.status.ip()
+            || other.ip().is_unspecified()
+            || args.status.ip().is_unspecified();
+        if other.port() == args.status.port() && overlap {
+            return Err(Failure::Input(format!(
+                "--status {}: {flag} {other} takes that port; give the status page another one",
+                args.status
+            )));
+        }
+    }
     let input = match &source.part {
         Some(part) => format!("{} ({part})", name(path)),
         None => name(path),
@@ -207,6 +230,7 @@ fn envoy(args: EnvoyArgs) -> Result<(), Failure> {
     let settings = Settings {
         listen: args.listen,
         admin: args.admin,
+        status: args.status,
         wasm: args.wasm,
         concurrency: args.concurrency,
         input,
@@ -232,9 +256,24 @@ fn check(path: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
-/// One line: the upstreams, the routing, the probes and the ejection rule.
+/// One line: the upstreams, the routing, the probes and the ejection rule; for a status page,
+/// the page and whose it is.
 fn summary(config: &Config) -> String {
     let names: Vec<&str> = config.upstreams.iter().map(|u| u.name.as_str()).collect();
+    if let Some(page) = config.status_page() {
+        return format!(
+            "the status page of {} upstream{} ({}) at {}, on {}; it never probes or routes",
+            names.len(),
+            if names.len() == 1 { "" } else { "s" },
+            names.join(", "),
+            page.path,
+            if page.public {
+                "every connection"
+            } else {
+                "connections made to a loopback address only"
+            },
+        );
+    }
     let routing = match config.routing {
         RoutingMode::Host => "host",
         RoutingMode::Cluster => "cluster",

@@ -2,7 +2,10 @@
 //!
 //! The wasm filter's `configuration` is JSON, and what is embedded there is the input's own
 //! members in its order (not every default spelled out): an operator reads it as the block they
-//! wrote, with `routing` put first and each backend's address added. The module's own parser
+//! wrote, with `routing` put first and each backend's address added. One input makes two
+//! documents: the traffic listener's, and the status page listener's, which is the same with
+//! `"role": "status_page"` first and the page's own members (`status_path`, `status_public`,
+//! which a traffic configuration refuses) last. The module's own parser
 //! checks it, so a broken file gets the message Envoy's log would show (the addresses once the
 //! routing is decided, since what they may be depends on it). The document is held as
 //! serde_json's [`Value`] in document order ([`crate::input`]), and laid out one upstream and one
@@ -65,6 +68,13 @@ pub fn read(bytes: &[u8]) -> Result<Source, ConfigError> {
         }
     };
     let routing = members.get("routing").map(routing).transpose()?;
+    if members.contains_key("role") {
+        return Err(refuse(
+            "role",
+            "upcheck envoy writes both listeners' configurations from the pool's, the traffic \
+             one and the status page's (`\"role\": \"status_page\"`): leave `role` out",
+        ));
+    }
     let document = Document::new(members);
     check(
         document
@@ -102,17 +112,29 @@ pub enum Addresses {
     Drop,
 }
 
-/// A plugin configuration: its members in order, `routing` aside (the command decides it).
+/// The members that configure the status page: only the status page's document has them.
+const PAGE_MEMBERS: [&str; 2] = ["status_path", "status_public"];
+
+/// A plugin configuration: its members in order, `routing` aside (the command decides it), and
+/// the status page's members apart.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Document {
     members: Map<String, Value>,
+    /// `status_path` and `status_public`, if given.
+    page: Map<String, Value>,
 }
 
 impl Document {
     /// The document of `members` (a `routing` member among them is left out).
     pub fn new(mut members: Map<String, Value>) -> Document {
         members.retain(|key, _| key != "routing");
-        Document { members }
+        let page = members
+            .iter()
+            .filter(|(key, _)| PAGE_MEMBERS.contains(&key.as_str()))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect();
+        members.retain(|key, _| !PAGE_MEMBERS.contains(&key.as_str()));
+        Document { members, page }
     }
 
     /// The `address` of the `i`th upstream, as written.
@@ -120,9 +142,25 @@ impl Document {
         self.members.get("upstreams")?.get(i)?.get("address")
     }
 
-    /// The document as JSON text: `routing` first, then the members in order; each upstream on
-    /// a line of its own, each member of `health_checks` too.
+    /// The traffic listener's document as JSON text: `routing` first, then the members in
+    /// order; each upstream on a line of its own, each member of `health_checks` too.
     pub fn text(&self, routing: RoutingMode, addresses: Addresses) -> String {
+        format!("{{{}}}", self.lines(routing, addresses).join(",\n "))
+    }
+
+    /// The status page listener's document: `"role": "status_page"`, then the traffic
+    /// listener's, then the page's members as given.
+    pub fn page_text(&self, routing: RoutingMode, addresses: Addresses) -> String {
+        let role = member("role", &Value::String("status_page".into()));
+        let page = self.page.iter().map(|(key, value)| member(key, value));
+        let lines: Vec<String> = std::iter::once(role)
+            .chain(self.lines(routing, addresses))
+            .chain(page)
+            .collect();
+        format!("{{{}}}", lines.join(",\n "))
+    }
+
+    fn lines(&self, routing: RoutingMode, addresses: Addresses) -> Vec<String> {
         let routing = match routing {
             RoutingMode::Host => "host",
             RoutingMode::Cluster => "cluster",
@@ -137,7 +175,7 @@ impl Document {
                 _ => lines.push(member(key, value)),
             }
         }
-        format!("{{{}}}", lines.join(",\n "))
+        lines
     }
 }
 
@@ -295,7 +333,7 @@ mod tests {
                 "routing": "cluster",
                 "health_checks": {"active": {"path": "/up", "interval": 10000000000, "timeout": "5s"},
                                   "passive": {"fail_duration": 10000000000, "max_fails": 3}},
-                "status_path": null}"#,
+                "jitter": "1s"}"#,
         );
         assert_eq!(
             doc.text(RoutingMode::Host, Addresses::Keep),
@@ -305,7 +343,7 @@ mod tests {
  "health_checks": {
    "active": {"path": "/up", "interval": 10000000000, "timeout": "5s"},
    "passive": {"fail_duration": 10000000000, "max_fails": 3}},
- "status_path": null}"#
+ "jitter": "1s"}"#
         );
         assert_eq!(
             doc.text(RoutingMode::Cluster, Addresses::Drop),
@@ -315,7 +353,60 @@ mod tests {
  "health_checks": {
    "active": {"path": "/up", "interval": 10000000000, "timeout": "5s"},
    "passive": {"fail_duration": 10000000000, "max_fails": 3}},
- "status_path": null}"#
+ "jitter": "1s"}"#
+        );
+    }
+
+    #[test]
+    fn the_status_pages_document_is_the_pools_with_its_role_first_and_its_own_members_last() {
+        let doc = document(
+            r#"{"status_path": "/lb", "upstreams": [{"name": "app1", "address": "127.0.0.1:3001"}],
+                "status_public": false, "max_ejection_percent": 40}"#,
+        );
+        let traffic = doc.text(RoutingMode::Cluster, Addresses::Drop);
+        assert_eq!(
+            traffic,
+            r#"{"routing": "cluster",
+ "upstreams": [{"name": "app1"}],
+ "max_ejection_percent": 40}"#
+        );
+        let page = doc.page_text(RoutingMode::Cluster, Addresses::Drop);
+        assert_eq!(
+            page,
+            r#"{"role": "status_page",
+ "routing": "cluster",
+ "upstreams": [{"name": "app1"}],
+ "max_ejection_percent": 40,
+ "status_path": "/lb",
+ "status_public": false}"#
+        );
+        let page = Config::parse(page.as_bytes()).expect("the module reads it");
+        let traffic = Config::parse(traffic.as_bytes()).expect("the module reads it");
+        assert_eq!(page.status_page().map(|p| p.path.as_str()), Some("/lb"));
+        assert_eq!(
+            (
+                page.upstreams,
+                page.health_checks,
+                page.max_ejection_percent
+            ),
+            (
+                traffic.upstreams,
+                traffic.health_checks,
+                traffic.max_ejection_percent
+            ),
+            "the same pool"
+        );
+    }
+
+    #[test]
+    fn an_input_naming_a_role_is_refused_since_both_documents_are_written_from_it() {
+        let error =
+            read(br#"{"role": "status_page", "upstreams": [{"name": "a"}]}"#).expect_err("a role");
+        assert!(
+            error
+                .to_string()
+                .starts_with("role: upcheck envoy writes both listeners' configurations"),
+            "{error}"
         );
     }
 

@@ -74,6 +74,13 @@ pub fn default_document(scenario: &Scenario) -> serde_json::Value {
 /// `scenario`: the same backends by name, and a probe path apart from the users' page.
 pub fn plan(bytes: &[u8], scenario: &Scenario) -> Result<Plan, ConfigError> {
     let config = crate::plugin::check(bytes)?;
+    if config.status_page().is_some() {
+        return Err(refuse(
+            "role",
+            "a status page configuration only shows the pool's health, so users' requests \
+             have nothing to run through: simulate the pool's configuration (without `role`)",
+        ));
+    }
     let document = serde_json::from_slice(bytes).map_err(|e| refuse("", e.to_string()))?;
     let mut configured: Vec<&str> = config.upstreams.iter().map(|u| u.name.as_str()).collect();
     let mut scripted: Vec<&str> = scenario.backends.iter().map(|b| b.name.as_str()).collect();

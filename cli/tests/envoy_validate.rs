@@ -107,7 +107,8 @@ fn every_mapping_of_a_caddy_import_passes_envoys_validation() {
 }
 
 #[test]
-fn host_names_and_a_route_header_of_ones_own_pass_envoys_validation_in_cluster_routing() {
+fn host_names_a_route_header_and_a_public_status_page_of_ones_own_pass_envoys_validation_in_cluster_routing(
+) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let plugin = dir.path().join("upcheck.json");
     std::fs::write(
@@ -115,13 +116,26 @@ fn host_names_and_a_route_header_of_ones_own_pass_envoys_validation_in_cluster_r
         r#"{"route_header": "X-Pick",
             "upstreams": [{"name": "web-a", "address": "app1.internal:3000"},
                           {"name": "web-b", "cluster": "b", "address": "localhost:3001", "weight": 2}],
-            "status_path": null}"#,
+            "status_path": "/lb", "status_public": true}"#,
     )
     .expect("written");
     let plugin = plugin.to_str().expect("a UTF-8 path");
-    let yaml = written(&["envoy", plugin, "--routing", "cluster"]);
+    let yaml = written(&[
+        "envoy",
+        plugin,
+        "--routing",
+        "cluster",
+        "--status",
+        "0.0.0.0:9902",
+    ]);
     assert!(yaml.contains("type: STRICT_DNS"), "{yaml}");
     assert!(yaml.contains("cluster_header: x-pick"), "{yaml}");
+    assert_eq!(
+        yaml.matches(r#""status_path": "/lb""#).count(),
+        1,
+        "only in the status page's configuration: {yaml}"
+    );
+    assert!(yaml.contains("curl http://0.0.0.0:9902/lb"), "{yaml}");
     if let Err(said) = validate(&yaml) {
         panic!("Envoy refused the configuration of {plugin}:\n{said}");
     }

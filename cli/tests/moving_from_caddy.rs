@@ -2,7 +2,7 @@
 //!
 //! `config/caddy.json` stands for `curl -s localhost:2019/config/` (no Caddy runs here); its copy
 //! dials two fake upstreams on loopback instead of 127.0.0.1:3001 and :3002. The built `upcheck`
-//! writes `envoy.yaml` with the listener and admin on free loopback ports, `envoy --mode validate
+//! writes `envoy.yaml` with the listener, admin and status page listener on free loopback ports, `envoy --mode validate
 //! -c envoy.yaml` accepts it, and Envoy runs it with two workers. Then the README's last two steps:
 //! the status page lists both backends in rotation and healthy, the admin's stats show the probes,
 //! and user requests reach both backends. Envoy comes from `UPCHECK_ENVOY`, the module from
@@ -51,12 +51,15 @@ fn in_and_healthy(page: &str, name: &str) -> bool {
     })
 }
 
-/// `curl -s 127.0.0.1:<listen>/upcheck/status` until both backends are in and healthy: the page.
+/// `curl -s 127.0.0.1:<status>/upcheck/status` until both backends are in and healthy: the page.
 async fn status_page_once_probed(envoy: &Envoy) -> anyhow::Result<String> {
     let http = reqwest::Client::builder().no_proxy().build()?;
     let deadline = Instant::now() + FIRST_PROBES;
     loop {
-        let response = http.get(envoy.url("/upcheck/status")).send().await?;
+        let response = http
+            .get(envoy.status_url("/upcheck/status")?)
+            .send()
+            .await?;
         let status = response.status();
         let page = response.text().await?;
         ensure!(status == 200, "/upcheck/status answered {status}: {page}");
@@ -85,7 +88,12 @@ async fn the_readme_steps_take_caddys_json_to_an_envoy_that_probes_and_serves_bo
     validate(written.dir.path())?;
     let envoy = Envoy::builder()
         .concurrency(2)
-        .start_yaml(&written.yaml()?, written.listen, written.admin)
+        .start_yaml(
+            &written.yaml()?,
+            written.listen,
+            written.admin,
+            written.status,
+        )
         .await?;
     println!("written, validated and ready in {:?}", started.elapsed());
 

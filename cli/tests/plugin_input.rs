@@ -93,6 +93,58 @@ fn an_admin_interface_off_loopback_is_refused() {
 }
 
 #[test]
+fn a_status_page_off_loopback_is_refused_unless_the_input_makes_it_public() {
+    let output = upcheck(
+        &workspace(),
+        &["envoy", "-", "--status", "0.0.0.0:9902"],
+        br#"{"upstreams": [{"name": "app1", "address": "10.0.0.1:80"}]}"#,
+    );
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty());
+    assert!(
+        stderr(&output).starts_with(
+            "upcheck: --status 0.0.0.0:9902: the status page names every backend, so it is \
+             served only on connections made to a loopback address"
+        ),
+        "{}",
+        stderr(&output)
+    );
+    let public = upcheck(
+        &workspace(),
+        &["envoy", "-", "--status", "0.0.0.0:9902"],
+        br#"{"upstreams": [{"name": "app1", "address": "10.0.0.1:80"}], "status_public": true}"#,
+    );
+    assert_eq!(public.status.code(), Some(0), "{}", stderr(&public));
+    let yaml = String::from_utf8(public.stdout).expect("utf-8");
+    assert!(
+        yaml.contains("socket_address: { address: 0.0.0.0, port_value: 9902 }"),
+        "{yaml}"
+    );
+    assert!(yaml.contains(r#""status_public": true}"#), "{yaml}");
+}
+
+#[test]
+fn a_status_page_on_the_users_or_the_admin_port_is_refused() {
+    for (args, taken) in [
+        (["--status", "127.0.0.1:8080"], "--listen 0.0.0.0:8080"),
+        (["--status", "127.0.0.1:9901"], "--admin 127.0.0.1:9901"),
+    ] {
+        let mut all = vec!["envoy", "config/upcheck-host.json"];
+        all.extend(args);
+        let output = upcheck(&workspace(), &all, b"");
+        assert_eq!(output.status.code(), Some(2));
+        assert_eq!(
+            stderr(&output),
+            format!(
+                "upcheck: --status {}: {taken} takes that port; give the status page another \
+                 one\n",
+                args[1]
+            )
+        );
+    }
+}
+
+#[test]
 fn an_input_that_cannot_be_read_is_refused_with_exit_status_2() {
     let output = upcheck(&workspace(), &["envoy", "config/no-such-file.json"], b"");
     assert_eq!(output.status.code(), Some(2));
@@ -170,7 +222,30 @@ fn check_fills_in_every_default_the_configuration_leaves_out() {
     assert_eq!(at("/routing"), json!("cluster"));
     assert_eq!(at("/route_header"), json!("x-upcheck-upstream"));
     assert_eq!(at("/jitter"), json!("1s"));
-    assert_eq!(at("/status_path"), json!("/upcheck/status"));
+    assert_eq!(at("/role"), json!("traffic"));
+    assert_eq!(
+        effective.get("status_path"),
+        None,
+        "a traffic filter serves no page"
+    );
+}
+
+#[test]
+fn check_reads_a_status_page_configuration_and_says_whose_page_it_is() {
+    let output = upcheck(
+        &workspace(),
+        &["check", "-"],
+        br#"{"role": "status_page", "upstreams": [{"name": "app1"}, {"name": "app2"}]}"#,
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        stderr(&output),
+        "ok: the status page of 2 upstreams (app1, app2) at /upcheck/status, on connections \
+         made to a loopback address only; it never probes or routes\n"
+    );
+    let effective: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(effective["status_path"], json!("/upcheck/status"));
+    assert_eq!(effective["status_public"], json!(false));
 }
 
 #[test]

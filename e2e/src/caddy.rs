@@ -45,6 +45,8 @@ pub struct Written {
     pub listen: SocketAddr,
     /// Envoy's admin interface (`--admin`), a free loopback port.
     pub admin: SocketAddr,
+    /// The status page's listener (`--status`), a free loopback port.
+    pub status: SocketAddr,
 }
 
 impl Written {
@@ -62,7 +64,8 @@ impl Written {
 
 /// Writes `caddy_json` as `caddy.json` in a new temporary directory and runs there, with the
 /// `upcheck` binary at `upcheck`, `upcheck envoy --from-caddy caddy.json -o envoy.yaml --wasm
-/// <UPCHECK_WASM> --listen <free> --admin <free>`; an error with what it said unless it exits 0.
+/// <UPCHECK_WASM> --listen <free> --admin <free> --status <free>`; an error with what it said
+/// unless it exits 0.
 pub fn write_envoy_yaml(upcheck: &Path, caddy_json: &str) -> Result<Written> {
     // Absolute: the binary runs in the temporary directory, where a relative path would not lead.
     let upcheck = std::fs::canonicalize(upcheck)
@@ -71,13 +74,14 @@ pub fn write_envoy_yaml(upcheck: &Path, caddy_json: &str) -> Result<Written> {
         .prefix("upcheck-caddy-")
         .tempdir()?;
     std::fs::write(dir.path().join("caddy.json"), caddy_json)?;
-    let (listen, admin) = (free_addr()?, free_addr()?);
+    let (listen, admin, status) = (free_addr()?, free_addr()?, free_addr()?);
     let output = Command::new(&upcheck)
         .args(["envoy", "--from-caddy", "caddy.json", "-o", "envoy.yaml"])
         .arg("--wasm")
         .arg(module()?)
         .args(["--listen", &listen.to_string()])
         .args(["--admin", &admin.to_string()])
+        .args(["--status", &status.to_string()])
         .current_dir(dir.path())
         .output()
         .with_context(|| format!("cannot run {}", upcheck.display()))?;
@@ -87,5 +91,10 @@ pub fn write_envoy_yaml(upcheck: &Path, caddy_json: &str) -> Result<Written> {
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
-    Ok(Written { dir, listen, admin })
+    Ok(Written {
+        dir,
+        listen,
+        admin,
+        status,
+    })
 }

@@ -8,6 +8,11 @@
 //!
 //! The Envoys of one test binary run one at a time: the machine has two cores, and the scenarios
 //! assert timing (probe intervals, ejection windows) that two Envoys side by side would blur.
+//!
+//! As in the shipped configurations, each users' listener with the filter has the status page on
+//! a listener of its own, on a free loopback port (or another address, [`EnvoyBuilder::status_on`]),
+//! whose filter has the pool's plugin configuration with `"role": "status_page"`
+//! ([`Envoy::status_url`]).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -23,6 +28,7 @@ use tokio::sync::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
 use crate::envoy_config::{self, Routing, WasmFilter};
+use crate::plugin::status_page;
 use crate::ports::{free_addr, free_addr_on};
 use crate::upstream::FakeUpstream;
 use crate::xds::XdsFiles;
@@ -44,6 +50,7 @@ pub struct EnvoyBuilder {
     filter: Option<Value>,
     routing: Routing,
     listen_ip: IpAddr,
+    status_ip: IpAddr,
     second: Option<Value>,
     misloaded: bool,
 }
@@ -53,6 +60,9 @@ const FIRST: &str = "web";
 const SECOND: &str = "second";
 /// The name of the listener that loads upcheck.wasm as a network filter.
 const MISLOADED: &str = "misloaded";
+/// The names of their status page listeners.
+const FIRST_STATUS: &str = "status";
+const SECOND_STATUS: &str = "second_status";
 
 /// How an Envoy that was meant to refuse its configuration ended.
 #[derive(Debug)]
@@ -68,6 +78,8 @@ pub struct Envoy {
     child: Child,
     listener: SocketAddr,
     admin: SocketAddr,
+    /// The status page listeners of the first and the second users' listener, if they have one.
+    status: [Option<SocketAddr>; 2],
     /// The temporary directory: config, xDS files, log.
     dir: PathBuf,
     /// Removes `dir` when dropped; taken (and the directory kept) when something went wrong.
@@ -87,6 +99,31 @@ struct Dynamic {
     second: Option<SecondListener>,
     /// The address of the listener that loads upcheck.wasm as a network filter, if any.
     misloaded: Option<SocketAddr>,
+    /// The status page listeners of the first and the second users' listener.
+    pages: [Option<PageListener>; 2],
+}
+
+/// A status page listener: its address and its filter.
+struct PageListener {
+    addr: SocketAddr,
+    filter: WasmFilter,
+}
+
+impl PageListener {
+    /// The status page listener, on a free port of `ip`, of the pool `filter` routes; `None`
+    /// without a filter, or when its configuration is not a JSON object (one meant to be refused).
+    fn of(filter: Option<&WasmFilter>, ip: IpAddr) -> Result<Option<PageListener>> {
+        let Some((filter, config)) = filter.and_then(|f| Some((f, status_page(&f.config)?))) else {
+            return Ok(None);
+        };
+        Ok(Some(PageListener {
+            addr: free_addr_on(ip)?,
+            filter: WasmFilter {
+                module: filter.module.clone(),
+                config,
+            },
+        }))
+    }
 }
 
 /// A second users' listener: its own port and plugin configuration, the first one's routes,
@@ -117,21 +154,47 @@ impl SecondListener {
     }
 }
 
-/// Every listener: the first users' listener on `first` with `filter`, then `second` if any,
-/// then the misloaded one on `misloaded` if any (with `filter`'s module and configuration).
+/// Every listener: the first users' one on `first` with `filter`, then `second` if any, then
+/// their status page listeners, then the misloaded one on `misloaded` if any (with `filter`'s
+/// module and configuration).
 fn listeners(
     first: SocketAddr,
     filter: Option<&WasmFilter>,
     routing: Routing,
     second: Option<&SecondListener>,
+    pages: &[Option<PageListener>; 2],
     misloaded: Option<SocketAddr>,
 ) -> Vec<Value> {
     let users = envoy_config::listener(FIRST, first, filter, routing);
     let second = second.map(|s| envoy_config::listener(SECOND, s.addr, Some(&s.filter), routing));
+    let pages = [FIRST_STATUS, SECOND_STATUS]
+        .iter()
+        .zip(pages)
+        .filter_map(|(name, page)| {
+            let page = page.as_ref()?;
+            Some(envoy_config::status_listener(name, page.addr, &page.filter))
+        });
     let misloaded = misloaded
         .zip(filter)
         .map(|(addr, filter)| envoy_config::misloaded_listener(MISLOADED, addr, filter));
-    [users].into_iter().chain(second).chain(misloaded).collect()
+    [users]
+        .into_iter()
+        .chain(second)
+        .chain(pages)
+        .chain(misloaded)
+        .collect()
+}
+
+/// The status page listeners of the first users' listener (with `filter`) and of `second`.
+fn pages(
+    filter: Option<&WasmFilter>,
+    second: Option<&SecondListener>,
+    ip: IpAddr,
+) -> Result<[Option<PageListener>; 2]> {
+    Ok([
+        PageListener::of(filter, ip)?,
+        PageListener::of(second.map(|s| &s.filter), ip)?,
+    ])
 }
 
 impl EnvoyBuilder {
@@ -165,6 +228,14 @@ impl EnvoyBuilder {
     /// port is picked free on it. Admin stays on 127.0.0.1.
     pub fn listen_on(mut self, ip: IpAddr) -> Self {
         self.listen_ip = ip;
+        self
+    }
+
+    /// Binds the status page listeners to `ip`, an address of this machine, instead of
+    /// 127.0.0.1 (a free port on it); to show the page stays closed on a listener an operator
+    /// bound elsewhere.
+    pub fn status_on(mut self, ip: IpAddr) -> Self {
+        self.status_ip = ip;
         self
     }
 
@@ -216,11 +287,13 @@ impl EnvoyBuilder {
         let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
         let bootstrap = dir.path().join("bootstrap.json");
         let second = SecondListener::new(self.second.as_ref(), self.listen_ip, self.routing)?;
+        let pages = pages(filter.as_ref(), second.as_ref(), self.status_ip)?;
         let listeners = listeners(
             free_addr_on(self.listen_ip)?,
             filter.as_ref(),
             self.routing,
             second.as_ref(),
+            &pages,
             None,
         );
         let clusters = envoy_config::clusters(&self.backends, self.routing);
@@ -273,6 +346,7 @@ impl EnvoyBuilder {
         } else {
             None
         };
+        let pages = pages(filter.as_ref(), second.as_ref(), self.status_ip)?;
         let turn = TURN.lock().await;
         let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
         let xds = XdsFiles::create(&dir.path().join("xds"))?;
@@ -283,8 +357,10 @@ impl EnvoyBuilder {
             filter.as_ref(),
             self.routing,
             second.as_ref(),
+            &pages,
             misloaded,
         ))?;
+        let status = [&pages[0], &pages[1]].map(|page| page.as_ref().map(|p| p.addr));
         let bootstrap = dir.path().join("bootstrap.json");
         std::fs::write(
             &bootstrap,
@@ -296,13 +372,18 @@ impl EnvoyBuilder {
             filter,
             routing: self.routing,
             second,
+            pages,
             misloaded,
         };
         launch(
             self.concurrency,
             dir,
             &bootstrap,
-            (listener, admin),
+            Ports {
+                listener,
+                admin,
+                status,
+            },
             Some(dynamic),
             turn,
         )
@@ -310,38 +391,49 @@ impl EnvoyBuilder {
     }
 
     /// Starts Envoy with a whole configuration file's text (YAML, e.g. `config/envoy.yaml` with
-    /// its addresses and module path replaced) whose listener is on `listener` and admin on
-    /// `admin`, and waits until it serves. Its clusters, backends and plugin configuration are the
-    /// file's: the builder's are ignored, and the running Envoy cannot change them.
+    /// its addresses and module path replaced) whose users' listener is on `listener`, admin on
+    /// `admin` and status page listener on `status`, and waits until it serves. Its clusters,
+    /// backends and plugin configuration are the file's: the builder's are ignored, and the
+    /// running Envoy cannot change them.
     pub async fn start_yaml(
         self,
         config: &str,
         listener: SocketAddr,
         admin: SocketAddr,
+        status: SocketAddr,
     ) -> Result<Envoy> {
         let turn = TURN.lock().await;
         let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
         let bootstrap = dir.path().join("envoy.yaml");
         std::fs::write(&bootstrap, config)?;
-        launch(
-            self.concurrency,
-            dir,
-            &bootstrap,
-            (listener, admin),
-            None,
-            turn,
-        )
-        .await
+        let ports = Ports {
+            listener,
+            admin,
+            status: [Some(status), None],
+        };
+        launch(self.concurrency, dir, &bootstrap, ports, None, turn).await
     }
 }
 
-/// Runs Envoy on `bootstrap` (in `dir`) with `concurrency` workers, serving users on
-/// `addrs.0` and admin on `addrs.1`, and waits until it is ready.
+/// Where an Envoy serves: users, admin, and the status page listeners of the first and the
+/// second users' listener.
+struct Ports {
+    listener: SocketAddr,
+    admin: SocketAddr,
+    status: [Option<SocketAddr>; 2],
+}
+
+/// Runs Envoy on `bootstrap` (in `dir`) with `concurrency` workers, serving on `ports`, and
+/// waits until it is ready.
 async fn launch(
     concurrency: u32,
     dir: TempDir,
     bootstrap: &Path,
-    (listener, admin): (SocketAddr, SocketAddr),
+    Ports {
+        listener,
+        admin,
+        status,
+    }: Ports,
     dynamic: Option<Dynamic>,
     turn: MutexGuard<'static, ()>,
 ) -> Result<Envoy> {
@@ -369,6 +461,7 @@ async fn launch(
         child,
         listener,
         admin,
+        status,
         dir: dir.path().to_owned(),
         cleanup: Some(dir),
         dynamic,
@@ -391,6 +484,7 @@ impl Envoy {
             filter: None,
             routing: Routing::Cluster,
             listen_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            status_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             second: None,
             misloaded: false,
         }
@@ -420,6 +514,25 @@ impl Envoy {
             .and_then(|d| d.second.as_ref())
             .context("this Envoy has no second listener")?;
         Ok(format!("http://{}{path}", second.addr))
+    }
+
+    /// The address of the status page listener of the users' listener; an error if it has none
+    /// (no filter).
+    pub fn status_addr(&self) -> Result<SocketAddr> {
+        self.status[0].context("this Envoy has no status page listener")
+    }
+
+    /// The URL of `path` (e.g. `/upcheck/status.json`) on the status page listener of the users'
+    /// listener; an error if it has none.
+    pub fn status_url(&self, path: &str) -> Result<String> {
+        Ok(format!("http://{}{path}", self.status_addr()?))
+    }
+
+    /// The URL of `path` on the status page listener of the second users' listener; an error if
+    /// there is none ([`EnvoyBuilder::second_listener`]).
+    pub fn second_status_url(&self, path: &str) -> Result<String> {
+        let addr = self.status[1].context("this Envoy has no second status page listener")?;
+        Ok(format!("http://{addr}{path}"))
     }
 
     /// Fails the VM of the worker that accepts a connection to the misloaded listener
@@ -511,7 +624,8 @@ impl Envoy {
 
     /// Replaces the first listener's plugin configuration while Envoy runs (a new listeners file;
     /// a second listener is written unchanged, so Envoy leaves it alone; a misloaded listener
-    /// takes the new configuration too) and waits until the listener uses it.
+    /// takes the new configuration too), and its status page listener's with it, and waits until
+    /// the listener uses it.
     ///
     /// Envoy updates the listener in place and keeps the VMs (same `vm_id` and code), so shared
     /// data survives; each VM gets a new root context and `on_configure`. A keep-alive connection
@@ -525,12 +639,16 @@ impl Envoy {
             .filter
             .as_mut()
             .context("this Envoy runs without the wasm filter")?;
+        if let (Some(page), Some(config)) = (dynamic.pages[0].as_mut(), status_page(&config)) {
+            page.filter.config = config;
+        }
         filter.config = config;
         dynamic.xds.write_listeners(&listeners(
             addr,
             dynamic.filter.as_ref(),
             dynamic.routing,
             dynamic.second.as_ref(),
+            &dynamic.pages,
             dynamic.misloaded,
         ))?;
         self.until_applied("listener_manager.lds", update).await

@@ -5,7 +5,7 @@
 //! `cluster_header` route that removes the header) and `config/envoy.yaml` (a pool cluster whose
 //! override_host load balancer follows the header, a probe cluster per backend, two routes that
 //! retry once on another backend); both with the wasm filter before the router and loopback
-//! admin. Only the addresses, the module path, the plugin configuration and the per-try timeout
+//! admin, and the status page on a listener of its own ([`status_listener`]). Only the addresses, the module path, the plugin configuration and the per-try timeout
 //! vary. Rendering JSON values instead of filling a text template means the plugin configuration,
 //! itself JSON inside a string, needs no escaping.
 //!
@@ -127,6 +127,33 @@ pub fn listener(
     })
 }
 
+/// The status page's listener `name` on `addr`, as the shipped configurations have it: the
+/// filter (the pool's plugin configuration with `"role": "status_page"`) answers every request
+/// itself, and the route behind it answers 404 and routes nowhere.
+pub fn status_listener(name: &str, addr: SocketAddr, filter: &WasmFilter) -> Value {
+    json!({
+        "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
+        "name": name,
+        "address": socket_address(addr),
+        "filter_chains": [{"filters": [{
+            "name": "envoy.filters.network.http_connection_manager",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                "stat_prefix": name,
+                "route_config": {
+                    "name": "status",
+                    "virtual_hosts": [{
+                        "name": "status",
+                        "domains": ["*"],
+                        "routes": [{"match": {"prefix": "/"}, "direct_response": {"status": 404}}],
+                    }],
+                },
+                "http_filters": [named_wasm_filter(filter, "upcheck-status"), router(Routing::Cluster)],
+            },
+        }]}],
+    })
+}
+
 /// The routes of `routing`: one `cluster_header` route that removes the header, or the pool's
 /// two routes (reads retried after any failure, other methods only before reaching a backend).
 fn routes(routing: Routing) -> Value {
@@ -195,12 +222,17 @@ fn router(routing: Routing) -> Value {
 }
 
 fn wasm_filter(filter: &WasmFilter) -> Value {
+    named_wasm_filter(filter, "upcheck")
+}
+
+/// The wasm filter as plugin `name`, in the `upcheck` VM.
+fn named_wasm_filter(filter: &WasmFilter, name: &str) -> Value {
     json!({
         "name": "envoy.filters.http.wasm",
         "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
             "config": {
-                "name": "upcheck",
+                "name": name,
                 "root_id": "upcheck",
                 "vm_config": vm_config(filter),
                 "failure_policy": "FAIL_RELOAD",

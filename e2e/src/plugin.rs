@@ -3,7 +3,8 @@
 //! It is the operators' Caddy block (`config/upcheck.json`) with its times shortened, so that a
 //! scenario needing several probe rounds and an ejection window takes seconds instead of minutes.
 //! The counts stay as the operators wrote them (3 failures eject), because the scenarios assert
-//! counts. [`fast_host_checks`] is the same block for `routing: host` (`config/envoy.yaml`).
+//! counts. [`fast_host_checks`] is the same block for `routing: host` (`config/envoy.yaml`), and
+//! [`status_page`] turns a pool's configuration into its status page listener's.
 
 use std::time::Duration;
 
@@ -40,4 +41,13 @@ pub fn fast_host_checks(upstreams: &[&FakeUpstream]) -> Value {
         config["upstreams"][i]["address"] = json!(upstream.addr().to_string());
     }
     config
+}
+
+/// The status page listener's plugin configuration for the pool configured by `config`: the same
+/// document with `"role": "status_page"`, as `upcheck envoy` writes it; `None` when `config` is
+/// not a JSON object (a configuration meant to be refused).
+pub fn status_page(config: &Value) -> Option<Value> {
+    let mut page = config.as_object()?.clone();
+    page.insert("role".into(), json!("status_page"));
+    Some(Value::Object(page))
 }

@@ -393,7 +393,7 @@ async fn a_backend_answering_garbage_is_counted_failing_and_ejected_after_three_
 async fn status_page(envoy: &Envoy) -> anyhow::Result<Vec<(String, bool)>> {
     let http = reqwest::Client::builder().no_proxy().build()?;
     let text = http
-        .get(envoy.url("/upcheck/status.json"))
+        .get(envoy.status_url("/upcheck/status.json")?)
         .send()
         .await?
         .text()

@@ -46,7 +46,19 @@ async fn a_changed_plugin_configuration_in_the_listeners_file_takes_effect_witho
         envoy
             .stat("listener_manager.listener_in_place_updated")
             .await?,
-        1
+        2,
+        "the users' listener and its status page listener"
     );
+    let page = reqwest::Client::builder()
+        .no_proxy()
+        .build()?
+        .get(envoy.status_url("/upcheck/status.json")?)
+        .send()
+        .await?
+        .text()
+        .await?;
+    let page: serde_json::Value = serde_json::from_str(&page)?;
+    assert_eq!(page["backends"][0]["name"], "app2", "{page}");
+    assert_eq!(page["backends"].as_array().map(Vec::len), Some(1), "{page}");
     Ok(())
 }

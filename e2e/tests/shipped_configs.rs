@@ -1,6 +1,6 @@
 //! The configurations in `config/` run as shipped: each file is booted as written, with only what
 //! an operator edits replaced (the backends' addresses, marked EDIT, and the module path) plus the
-//! listener and admin ports, which must be free loopback ports here.
+//! listener, admin and status page ports, which must be free loopback ports here.
 //!
 //! `config/envoy.yaml` (`routing: host`) keeps users from seeing a backend that starts answering
 //! 502; `config/envoy-simple.yaml` (`routing: cluster`) routes through upcheck.
@@ -33,7 +33,7 @@ fn replace_all(text: &str, from: &str, to: &str) -> anyhow::Result<String> {
 async fn boot(file: &str) -> anyhow::Result<Shipped> {
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let (listener, admin) = (free_addr()?, free_addr()?);
+    let (listener, admin, status) = (free_addr()?, free_addr()?, free_addr()?);
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../config")
         .join(file);
@@ -47,6 +47,7 @@ async fn boot(file: &str) -> anyhow::Result<Shipped> {
             format!("port_value: {}", listener.port()),
         ),
         ("port_value: 9901", format!("port_value: {}", admin.port())),
+        ("port_value: 9902", format!("port_value: {}", status.port())),
         (
             "port_value: 3001",
             format!("port_value: {}", app1.addr().port()),
@@ -70,9 +71,34 @@ async fn boot(file: &str) -> anyhow::Result<Shipped> {
     }
     let envoy = Envoy::builder()
         .concurrency(2)
-        .start_yaml(&text, listener, admin)
+        .start_yaml(&text, listener, admin, status)
         .await?;
     Ok(Shipped { envoy, app1, app2 })
+}
+
+/// The status page listener's JSON page lists both backends, in rotation, as the users' listener
+/// routes; on the users' listener the page's path is routed to a backend like any other.
+async fn shows_the_status_page(shipped: &Shipped, file: &str) -> anyhow::Result<()> {
+    let http = reqwest::Client::builder().no_proxy().build()?;
+    let url = shipped.envoy.status_url("/upcheck/status.json")?;
+    let page: serde_json::Value =
+        serde_json::from_str(&http.get(&url).send().await?.text().await?)?;
+    println!("config/{file}, {url}: {page}");
+    let backends = page["backends"].as_array().cloned().unwrap_or_default();
+    let names: Vec<&str> = backends.iter().filter_map(|b| b["name"].as_str()).collect();
+    assert_eq!(names, ["app1", "app2"], "{page}");
+    let served = shipped.app1.counts().requests + shipped.app2.counts().requests;
+    let traffic = http
+        .get(shipped.envoy.url("/upcheck/status.json"))
+        .send()
+        .await?;
+    assert_eq!(traffic.status(), 200);
+    assert_eq!(
+        shipped.app1.counts().requests + shipped.app2.counts().requests,
+        served + 1,
+        "a backend answered it"
+    );
+    Ok(())
 }
 
 /// One second of users: all answered, both backends used, neither saw the routing header.
@@ -93,7 +119,8 @@ async fn serves_users(shipped: &Shipped, file: &str) -> anyhow::Result<()> {
 #[tokio::test]
 async fn the_simple_config_routes_users_through_upcheck() -> anyhow::Result<()> {
     let shipped = boot("envoy-simple.yaml").await?;
-    serves_users(&shipped, "envoy-simple.yaml").await
+    serves_users(&shipped, "envoy-simple.yaml").await?;
+    shows_the_status_page(&shipped, "envoy-simple.yaml").await
 }
 
 #[tokio::test]
@@ -101,6 +128,7 @@ async fn the_recommended_config_retries_gets_on_the_other_backend_when_one_break
 ) -> anyhow::Result<()> {
     let shipped = boot("envoy.yaml").await?;
     serves_users(&shipped, "envoy.yaml").await?;
+    shows_the_status_page(&shipped, "envoy.yaml").await?;
 
     shipped.app2.set_mode(Mode::Status(502));
     let report = Replay::new(shipped.envoy.url("/"), RATE, Duration::from_secs(2))

@@ -1,6 +1,7 @@
 //! The HTML status page as an operator sees it: Debian's chromium, headless, opens
-//! `/upcheck/status.html` on a real Envoy with upcheck in front of the incident's fleet (app1
-//! healthy, app2's sidecar answering 502 to everything, its probe included). What the browser
+//! `/upcheck/status.html` on the status page's own loopback listener of a real Envoy with upcheck
+//! in front of the incident's fleet (app1 healthy, app2's sidecar answering 502 to everything,
+//! its probe included). What the browser
 //! built from the page (its DOM) must show app2 out with its reason and app1 in; a screenshot is
 //! left at `target/status-page.png` to look at.
 
@@ -24,7 +25,7 @@ async fn until_app2_is_out(envoy: &Envoy) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let body = http
-            .get(envoy.url("/upcheck/status.json"))
+            .get(envoy.status_url("/upcheck/status.json")?)
             .send()
             .await?
             .text()
@@ -65,7 +66,7 @@ async fn a_browser_shows_app2_out_with_its_reason_and_app1_in() -> Result<()> {
         .await?;
     until_app2_is_out(&envoy).await?;
 
-    let url = envoy.url(PAGE);
+    let url = envoy.status_url(PAGE)?;
     let response = reqwest::get(&url).await?;
     let header = |name: &str| {
         response

@@ -6,7 +6,8 @@
 //! probed: its status page still said "not probed yet" after 13 s.)
 //!
 //! Both scenarios run [`fast_checks`] on two workers, users at [`RATE`] on separate connections to
-//! each listener, and print what each listener's users and status page saw.
+//! each listener, and print what each listener's users and status page (each pool's on a
+//! loopback listener of its own) saw.
 
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ use upcheck_e2e::plugin::{fast_checks, INTERVAL, RATE};
 use upcheck_e2e::replay::{Replay, Report};
 use upcheck_e2e::upstream::FakeUpstream;
 
-/// The status page's path (the default `status_path`).
+/// The status page's path (the default `status_path`) on each pool's status page listener.
 const PAGE: &str = "/upcheck/status";
 
 /// Remembered failures that eject a backend, in [`fast_checks`].
@@ -36,7 +37,7 @@ struct Line {
     ejected: bool,
 }
 
-/// The backends on the status page (JSON) of the listener at `base` (`http://addr`).
+/// The backends on the status page (JSON) of the status page listener at `base` (`http://addr`).
 async fn status_page(http: &reqwest::Client, base: &str) -> anyhow::Result<Vec<Line>> {
     let text = http
         .get(format!("{base}{PAGE}.json"))
@@ -58,7 +59,7 @@ async fn status_page(http: &reqwest::Client, base: &str) -> anyhow::Result<Vec<L
         .collect())
 }
 
-/// The status page of the listener at `base` as a person reads it, for the output.
+/// The status page at `base` as a person reads it, for the output.
 async fn status_text(http: &reqwest::Client, base: &str) -> anyhow::Result<String> {
     Ok(http
         .get(format!("{base}{PAGE}"))
@@ -109,7 +110,11 @@ async fn two_listeners_sharing_a_vm_id_each_probe_route_and_report_only_their_ow
         .await?;
     let start = Instant::now();
     let intervals = 10;
-    let (site, api) = (base(&envoy.url("/")), base(&envoy.second_url("/")?));
+    // Each pool's status page, on its own loopback listener.
+    let (site, api) = (
+        base(&envoy.status_url("/")?),
+        base(&envoy.second_status_url("/")?),
+    );
     let site_users = users(envoy.url("/"), 8 * INTERVAL);
     let api_users = users(envoy.second_url("/")?, 8 * INTERVAL);
 
@@ -220,7 +225,11 @@ async fn a_backend_ejected_in_one_pool_leaves_the_other_pools_routing_alone() ->
         .second_listener(fast_checks(&["api1", "api2"]))
         .start()
         .await?;
-    let (site, api) = (base(&envoy.url("/")), base(&envoy.second_url("/")?));
+    // Each pool's status page, on its own loopback listener.
+    let (site, api) = (
+        base(&envoy.status_url("/")?),
+        base(&envoy.second_status_url("/")?),
+    );
     let duration = 6 * INTERVAL;
     let start = Instant::now();
     let site_users = users(envoy.url("/"), duration);

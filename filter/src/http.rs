@@ -5,7 +5,6 @@
 //! says what the backend did; only for a 5xx are Envoy's response flags read, to tell a backend's
 //! own 503 from Envoy's "could not connect" 503.
 
-use crate::status_page;
 use crate::vm::{self, Handle};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -177,10 +176,6 @@ impl Context for Http {}
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
         let id = self.id;
-        if vm::with(&self.vm, status_page::answer) == Some(true) {
-            self.settled = true; // a page upcheck served itself says nothing about a backend
-            return Action::Pause;
-        }
         let picked = vm::with(&self.vm, |v| {
             let backend = match v.pick()? {
                 Pick::Backend(i) => Some(i),

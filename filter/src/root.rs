@@ -4,11 +4,16 @@
 //! Every VM ticks (Envoy ticks the main thread's and each worker's), so every VM tries the lease;
 //! one wins and probes for the whole process. The first tick comes quickly so the first probe
 //! round goes out within 100 ms of start, not one tick period later.
+//!
+//! A configuration whose role is the status page ([`upcheck_policy::Role`]) gets none of that:
+//! no tick, no lease, no announcement, no metrics; its requests go to a [`StatusPage`] context,
+//! which reads the shared tables when the page is asked for.
 
 use crate::http::{self, Http};
 use crate::metrics::{self, BackendMetrics};
 use crate::probes;
 use crate::shared;
+use crate::status_page::StatusPage;
 use crate::vm::{self, Handle, Resumed, Vm};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -34,6 +39,10 @@ pub struct Root {
     config_fingerprint: u64,
     /// Whether the tick period is the steady one.
     steady: bool,
+    /// Whether a tick period was set (and not cleared since).
+    ticking: bool,
+    /// Whether its configuration serves the status page rather than the traffic.
+    serves_page: bool,
 }
 
 impl Root {
@@ -42,6 +51,27 @@ impl Root {
             log::error!("upcheck: the host refused a tick period ({status:?}); probes cannot run");
         }
         self.steady = period == TICK;
+        self.ticking = !period.is_zero();
+    }
+
+    /// Takes a status page configuration: a pool to render, without metric handles, that only
+    /// ever takes in what the traffic filters share. A root context that routed before stops
+    /// ticking, and its lease lapses.
+    fn serve_page(&mut self, config: Config, now: Time) -> bool {
+        log::debug!(
+            "upcheck: serving the status page of {} backends",
+            config.upstreams.len()
+        );
+        let configured = vm::with(&self.vm, |v| {
+            v.flush_requests();
+            v.pool = Some(Pool::new(config, now, |_| BackendMetrics::default()));
+            v.resync();
+        });
+        if self.ticking {
+            self.set_tick(Duration::ZERO);
+        }
+        self.serves_page = true;
+        configured.is_some()
     }
 }
 
@@ -93,11 +123,16 @@ impl RootContext for Root {
             }
         };
         let now = vm::now();
+        if config.status_page().is_some() {
+            return self.serve_page(config, now);
+        }
         if self.id == 0 {
             self.id = shared::vm_id();
         }
         let fingerprint = shared::fingerprint(&bytes);
         self.config_fingerprint = fingerprint;
+        // A pool that served the page has no metric handles: a traffic pool starts afresh.
+        let afresh = std::mem::take(&mut self.serves_page);
         let configured = vm::with(&self.vm, |v| {
             log::debug!(
                 "upcheck: configured with {} backends",
@@ -108,8 +143,8 @@ impl RootContext for Root {
             // Counts for a backend the new configuration drops would go with its record.
             v.flush_requests();
             let effects = match v.pool.as_mut() {
-                Some(pool) => pool.configure(config, now, BackendMetrics::define),
-                None => {
+                Some(pool) if !afresh => pool.configure(config, now, BackendMetrics::define),
+                _ => {
                     v.pool = Some(Pool::new(config, now, BackendMetrics::define));
                     Default::default()
                 }
@@ -128,6 +163,9 @@ impl RootContext for Root {
     }
 
     fn on_tick(&mut self) {
+        if self.serves_page {
+            return;
+        }
         let now = vm::now();
         if !self.steady {
             self.set_tick(TICK);
@@ -164,6 +202,9 @@ impl RootContext for Root {
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
+        if self.serves_page {
+            return Some(Box::new(StatusPage::new(self.vm.clone())));
+        }
         Some(Box::new(Http::new(context_id, self.vm.clone())))
     }
 

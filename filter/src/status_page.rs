@@ -1,69 +1,81 @@
-//! The status page, answered by the filter itself: every backend's health as this VM routes
-//! by it. Closed to connections that did not arrive at a loopback address unless
-//! `status_public` is set, since it names the backends (the rule: [`page::open_to`]).
-//!
-//! Each form has its own path: `<status_path>` (text), `.json`, `.html` (for a browser). Paths,
-//! not content negotiation on `Accept`: `curl` and scripts keep the text page whatever they send,
-//! a link to the HTML page opens the same thing in every browser, and nothing in between has to
-//! honour a `Vary` header.
+//! The status page filter (`"role": "status_page"`): the same module on a listener of its own,
+//! answering every request there itself with the pool's health, so no request of the traffic
+//! listener ever pays for the page. What to answer is the policy's ([`page::answer`]); this reads
+//! the request's path and local address, takes in the tables the pool's traffic filters share,
+//! and sends the answer. It never probes, announces, routes or writes shared data.
 
 use crate::vm::{self, Vm};
 use proxy_wasm::hostcalls;
-use proxy_wasm::types::MapType;
-use upcheck_policy::page;
+use proxy_wasm::traits::{Context, HttpContext};
+use proxy_wasm::types::{Action, MapType};
+use upcheck_policy::page::{self, Answer};
 
-/// Answers the request if it is for the status page; true if it did.
-pub fn answer(v: &mut Vm) -> bool {
-    let Some(pool) = v.pool.as_ref() else {
+/// One request to the status page listener.
+pub struct StatusPage {
+    vm: vm::Handle,
+}
+
+impl StatusPage {
+    /// A context for one request on the status page listener.
+    pub fn new(vm: vm::Handle) -> StatusPage {
+        StatusPage { vm }
+    }
+}
+
+impl Context for StatusPage {}
+
+impl HttpContext for StatusPage {
+    fn on_http_request_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
+        match vm::with(&self.vm, answer) {
+            Some(true) => Action::Pause,
+            // Not configured as a status page: the listener's own route answers (a 404).
+            _ => Action::Continue,
+        }
+    }
+}
+
+/// Answers the current request; false if this VM serves no status page.
+fn answer(v: &mut Vm) -> bool {
+    let Some(page) = v
+        .pool
+        .as_ref()
+        .and_then(|p| p.config().status_page())
+        .cloned()
+    else {
         return false;
     };
-    let Some(page_path) = pool.config().status_path.as_deref() else {
-        return false;
-    };
-    let Ok(Some(path)) = hostcalls::get_map_value(MapType::HttpRequestHeaders, ":path") else {
-        return false;
-    };
-    let path = path.split(['?', '#']).next().unwrap_or_default();
-    let form = match path.strip_prefix(page_path) {
-        Some("") => Form::Text,
-        Some(".json") => Form::Json,
-        Some(".html") => Form::Html,
-        _ => return false,
-    };
-    let now = vm::now();
+    let path = hostcalls::get_map_value(MapType::HttpRequestHeaders, ":path")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
     let local = hostcalls::get_property(vec!["destination", "address"])
         .ok()
         .flatten()
         .and_then(|a| String::from_utf8(a).ok());
-    if !page::open_to(local.as_deref(), pool.config()) {
-        respond(
-            403,
-            "text/plain",
-            "upcheck: the status page is open to loopback clients only\n",
-        );
-    } else {
-        match form {
-            Form::Text => respond(200, "text/plain; charset=utf-8", &page::text(pool, now)),
-            Form::Json => respond(200, "application/json", &page::json(pool, now)),
-            Form::Html => respond(200, "text/html; charset=utf-8", &page::html(pool, now)),
+    let answer = page::answer(&page, &path, local.as_deref());
+    let (content_type, body) = match (answer, answer.refusal(&page)) {
+        (Answer::Page(form), _) => {
+            let now = vm::now();
+            // Both tables read anew, changed or not: with no tick here, that is also what
+            // brings ejections that expired since up to date.
+            v.resync();
+            v.take_in(now);
+            let Some(pool) = v.pool.as_ref() else {
+                return false;
+            };
+            (form.content_type(), form.render(pool, now))
         }
-    }
-    true
-}
-
-/// Which rendering of the page a path asks for.
-enum Form {
-    Text,
-    Json,
-    Html,
-}
-
-fn respond(status: u32, content_type: &str, body: &str) {
+        (_, refusal) => ("text/plain", refusal.unwrap_or_default()),
+    };
     let headers = vec![
         ("content-type", content_type),
         ("cache-control", "no-store"),
     ];
-    if let Err(status) = hostcalls::send_http_response(status, headers, Some(body.as_bytes())) {
-        log::warn!("upcheck: the status page could not be sent ({status:?})");
+    match hostcalls::send_http_response(answer.status(), headers, Some(body.as_bytes())) {
+        Ok(()) => true,
+        Err(status) => {
+            log::warn!("upcheck: the status page could not be sent ({status:?})");
+            false
+        }
     }
 }

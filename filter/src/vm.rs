@@ -134,11 +134,20 @@ impl Vm {
         let Some(pool) = self.pool.as_mut() else {
             return;
         };
-        let mut effects = Effects::default();
         if let Some((table, cas)) = shared::read_announced(self.seen_announced) {
             pool.announced(&table, fingerprint, now);
             self.seen_announced = Some(cas);
         }
+        self.take_in(now);
+    }
+
+    /// Takes in the probe and passive tables if they changed since the last look: all a status
+    /// page needs, which never probes and so has no use for the announcements.
+    pub fn take_in(&mut self, now: Time) {
+        let Some(pool) = self.pool.as_mut() else {
+            return;
+        };
+        let mut effects = Effects::default();
         if let Some((table, cas)) = shared::read_active(self.seen_active) {
             effects.extend(pool.active_published(&table, now));
             self.seen_active = Some(cas);

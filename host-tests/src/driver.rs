@@ -38,7 +38,8 @@ pub struct RequestSpec {
     /// The client's address (`source.address`). Default a remote `203.0.113.7:50000`.
     pub source_address: String,
     /// The address the client connected to (`destination.address`). Default the proxy's
-    /// public `198.51.100.1:8080`.
+    /// public `198.51.100.1:8080`, the users' listener; another listener's address
+    /// ([`crate::Host::listen`]) sends the request to that listener.
     pub destination_address: String,
     /// The client disconnects this long after sending, if it has no answer yet.
     pub give_up_after: Option<Duration>,
@@ -317,6 +318,12 @@ impl Host {
         let spec = self.records[record].request.clone();
         self.records[record].worker = vm;
         let context = self.vms[vm].new_context();
+        let root = self
+            .listeners
+            .iter()
+            .find(|l| l.address == spec.destination_address)
+            .and_then(|l| l.roots.get(vm).copied())
+            .unwrap_or(ROOT_CONTEXT);
         let mut request_headers = vec![
             (":authority".to_string(), spec.authority.clone()),
             (":path".to_string(), spec.path.clone()),
@@ -330,6 +337,7 @@ impl Host {
         );
         let stream = Stream {
             record,
+            root,
             request_headers,
             response_headers: None,
             response_body: None,
@@ -346,12 +354,7 @@ impl Host {
             let event = Event::ClientGivesUp { vm, context };
             self.process.borrow_mut().clock.schedule(after, event);
         }
-        self.callback(
-            vm,
-            "proxy_on_context_create",
-            context,
-            &[ROOT_CONTEXT as i32],
-        )?;
+        self.callback(vm, "proxy_on_context_create", context, &[root as i32])?;
         let action = self.callback(vm, "proxy_on_request_headers", context, &[headers, 1])?;
         if action.is_some_and(|action| action != ACTION_CONTINUE) {
             if let Some(stream) = self.stream(vm, context) {
@@ -369,13 +372,17 @@ impl Host {
     }
 
     /// The route picks the cluster named by the routing header (or, in host routing, the backend
-    /// at the address it names) and sends the request there.
+    /// at the address it names) and sends the request there; on another listener than the
+    /// users' it answers 404 itself.
     fn route(&mut self, vm: usize, context: u32) -> Result<(), HostError> {
         let route_header = self.options.route_header.to_ascii_lowercase();
         let route_timeout = self.options.route_timeout;
         let Some(stream) = self.stream(vm, context) else {
             return Ok(());
         };
+        if stream.root != ROOT_CONTEXT {
+            return self.respond(vm, context, Reply::direct_response(404));
+        }
         stream.phase = Phase::Upstream;
         let header = |name: &str| {
             let found = stream.request_headers.iter().find(|(n, _)| n == name);

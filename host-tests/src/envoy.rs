@@ -99,6 +99,12 @@ impl Reply {
         Reply::new(503, "", Vec::new(), NC, "cluster_not_found")
     }
 
+    /// A route's `direct_response` of `status`, as a listener that routes nowhere answers (the
+    /// status page listener's 404).
+    pub(crate) fn direct_response(status: u16) -> Reply {
+        Reply::new(status, "", Vec::new(), 0, "direct_response")
+    }
+
     /// Envoy's answer on a worker whose VM has crashed (`failure_policy: FAIL_CLOSED`).
     pub(crate) fn wasm_fail_stream() -> Reply {
         Reply::new(503, "", Vec::new(), 0, "wasm_fail_stream")

@@ -6,6 +6,11 @@
 //! start sequence: `proxy_on_context_create(1, 0)`, `proxy_on_vm_start(1, vm_config_size)`,
 //! `proxy_on_configure(1, plugin_config_size)`; then ticks at the period it set. (Envoy makes
 //! N+2 VMs of which N+1 tick; the one that never ticks does nothing observable here.)
+//!
+//! More listeners ([`Host::listen`]) run the same module with a plugin configuration of their
+//! own, as a second root context in every VM (same `vm_id`, so the same shared data): a request
+//! sent to a listener's address goes to its root context, and its route answers 404 itself
+//! (a `direct_response`) if the plugin lets the request through.
 
 use crate::abi::{BufferType, LogLevel, MetricKind};
 use crate::clock::Event;
@@ -166,11 +171,22 @@ pub struct Host {
     linker: Linker<HostState>,
     /// The plugin configuration in force (the latest given to `start` or `reconfigure`).
     plugin_config: Option<String>,
+    /// The other listeners, in the order they were added.
+    pub(crate) listeners: Vec<Listener>,
     pub(crate) vms: Vec<Vm>,
     pub(crate) process: Rc<RefCell<Process>>,
     pub(crate) options: HostOptions,
     pub(crate) records: Vec<RequestRecord>,
     pub(crate) next_worker: usize,
+}
+
+/// A listener besides the users' one, with a plugin of its own.
+pub(crate) struct Listener {
+    /// The address requests are sent to (`destination.address`).
+    pub address: String,
+    pub plugin_config: String,
+    /// Its root context in each VM, by VM id.
+    pub roots: Vec<u32>,
 }
 
 impl Host {
@@ -192,6 +208,7 @@ impl Host {
             module,
             linker,
             plugin_config: None,
+            listeners: Vec::new(),
             vms,
             process,
             options,
@@ -218,28 +235,95 @@ impl Host {
     }
 
     fn start_vm(&mut self, vm: usize, plugin_config: &str) -> Result<(), HostError> {
-        self.callback(vm, "proxy_on_context_create", ROOT_CONTEXT, &[0])?;
+        self.start_root(vm, ROOT_CONTEXT, plugin_config)?;
+        for listener in 0..self.listeners.len() {
+            let root = self.vms[vm].new_context();
+            self.vms[vm].state_mut().listener_roots.push(root);
+            let config = self.listeners[listener].plugin_config.clone();
+            let roots = &mut self.listeners[listener].roots;
+            match roots.get_mut(vm) {
+                Some(slot) => *slot = root,
+                None => roots.push(root),
+            }
+            self.start_root(vm, root, &config)?;
+        }
+        Ok(())
+    }
+
+    /// Envoy's start of one plugin in VM `vm`: its root context, `on_vm_start`, `on_configure`.
+    fn start_root(&mut self, vm: usize, root: u32, plugin_config: &str) -> Result<(), HostError> {
+        self.callback(vm, "proxy_on_context_create", root, &[0])?;
         let vm_config = self.options.vm_config.clone();
         self.configure(
             vm,
+            root,
             "proxy_on_vm_start",
             BufferType::VmConfiguration,
             &vm_config,
         )?;
         self.configure(
             vm,
+            root,
             "proxy_on_configure",
             BufferType::PluginConfiguration,
             plugin_config,
         )
     }
 
-    /// Calls `proxy_on_configure` again on every VM with a new plugin configuration.
+    /// Adds a listener at `address` (e.g. `127.0.0.1:9902`) whose plugin, the same module in
+    /// the same `vm_id`, has `plugin_config`: a request whose `destination_address` is `address`
+    /// goes to it instead of the users' listener. Before [`Host::start`], which starts it in
+    /// every VM after the users' plugin, as Envoy starts the listeners of its configuration.
+    pub fn listen(&mut self, address: &str, plugin_config: &str) -> Result<(), HostError> {
+        if self.plugin_config.is_some() {
+            return Err(HostError::Unsupported(format!(
+                "a listener at {address} added after the host started"
+            )));
+        }
+        self.listeners.push(Listener {
+            address: address.to_string(),
+            plugin_config: plugin_config.to_string(),
+            roots: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// Calls `proxy_on_configure` again on every VM with a new plugin configuration for the
+    /// listener at `address` ([`Host::listen`]).
+    pub fn reconfigure_listener(
+        &mut self,
+        address: &str,
+        plugin_config: &str,
+    ) -> Result<(), HostError> {
+        let listener = self
+            .listeners
+            .iter()
+            .position(|l| l.address == address)
+            .ok_or_else(|| HostError::Unsupported(format!("no listener at {address}")))?;
+        self.listeners[listener].plugin_config = plugin_config.to_string();
+        for vm in 0..self.vms.len() {
+            let Some(&root) = self.listeners[listener].roots.get(vm) else {
+                continue;
+            };
+            self.configure(
+                vm,
+                root,
+                "proxy_on_configure",
+                BufferType::PluginConfiguration,
+                plugin_config,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Calls `proxy_on_configure` again on every VM with a new plugin configuration for the
+    /// users' listener.
     pub fn reconfigure(&mut self, plugin_config: &str) -> Result<(), HostError> {
         self.plugin_config = Some(plugin_config.to_string());
         for vm in 0..self.vms.len() {
             self.configure(
                 vm,
+                ROOT_CONTEXT,
                 "proxy_on_configure",
                 BufferType::PluginConfiguration,
                 plugin_config,
@@ -251,6 +335,7 @@ impl Host {
     fn configure(
         &mut self,
         vm: usize,
+        root: u32,
         callback: &'static str,
         buffer: BufferType,
         text: &str,
@@ -258,7 +343,7 @@ impl Host {
         let logged_before = self.process.borrow().logs.len();
         self.vms[vm].state_mut().configuration = Some((buffer, text.as_bytes().to_vec()));
         let size = text.len() as i32;
-        let accepted = self.callback(vm, callback, ROOT_CONTEXT, &[size]);
+        let accepted = self.callback(vm, callback, root, &[size]);
         self.vms[vm].state_mut().configuration = None;
         if accepted? == Some(0) {
             let log = self.process.borrow().logs[logged_before..]
@@ -314,7 +399,7 @@ impl Host {
                 reply,
             } => {
                 let state = self.vms[vm].state_mut();
-                if context != ROOT_CONTEXT && !state.streams.contains_key(&context) {
+                if !state.is_root(context) && !state.streams.contains_key(&context) {
                     return Ok(()); // Envoy cancels the calls of a finished stream.
                 }
                 let args = [

@@ -17,7 +17,7 @@ use crate::envoy::{self, Reply};
 use crate::memory::{give, read, read_string, write, write_u32, Fault, Hostcall};
 use crate::process::{CallRecord, LogLine, Metric};
 use crate::upstream::Sender;
-use crate::vm::{HostState, Intent, Phase, ROOT_CONTEXT};
+use crate::vm::{HostState, Intent, Phase};
 use std::time::Duration;
 use wasmtime::{Caller, Engine, Linker};
 
@@ -64,10 +64,7 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
     l.func_wrap(
         "env",
         "proxy_set_tick_period_milliseconds",
-        |mut c: Ctx, ms: i32| {
-            set_tick_period(&mut c, ms);
-            status(Ok(()))
-        },
+        |mut c: Ctx, ms: i32| status(set_tick_period(&mut c, ms)),
     )?;
     l.func_wrap(
         "env",
@@ -356,7 +353,7 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
         |mut c: Ctx, context: i32| {
             let state = c.data_mut();
             let context = context as u32;
-            let known = context == ROOT_CONTEXT || state.streams.contains_key(&context);
+            let known = state.is_root(context) || state.streams.contains_key(&context);
             if known {
                 state.effective_context = context;
             }
@@ -531,8 +528,17 @@ fn log(c: &mut Ctx, level: i32, ptr: i32, len: i32) -> Hostcall {
 
 /// Envoy arms the tick timer when a period is first set and re-arms it after every tick; a new
 /// period takes effect from the next tick, and period 0 stops ticking after the pending one.
-fn set_tick_period(c: &mut Ctx, ms: i32) {
+/// Only the users' listener's root context ticks here: a tick set by another listener's plugin
+/// traps, loudly, rather than being mixed up with it.
+fn set_tick_period(c: &mut Ctx, ms: i32) -> Hostcall {
     let state = c.data_mut();
+    if state.listener_roots.contains(&state.effective_context) {
+        return Err(Fault::Trap(wasmtime::Error::msg(format!(
+            "not emulated by this host: a tick period set by root context {} (only the users' \
+             listener's plugin ticks)",
+            state.effective_context
+        ))));
+    }
     state.tick_period = Duration::from_millis(u64::from(ms as u32));
     if !state.tick_period.is_zero() && !state.tick_scheduled {
         state.tick_scheduled = true;
@@ -543,6 +549,7 @@ fn set_tick_period(c: &mut Ctx, ms: i32) {
             .clock
             .schedule(state.tick_period, event);
     }
+    Ok(())
 }
 
 fn get_buffer(

@@ -33,7 +33,9 @@
 //! - [`Host::new`] / [`Host::from_file`] with [`HostOptions`] (workers, route timeout, routing
 //!   header, VM config, log level, [`OnTrap`]); unknown imports fail here ([`HostError::Load`]).
 //! - [`Host::start`] (vm start + configure on every VM; a `false` is [`HostError::Rejected`] with
-//!   the VM's log lines), [`Host::reconfigure`].
+//!   the VM's log lines), [`Host::reconfigure`]; [`Host::listen`] before it adds a listener
+//!   with a plugin configuration of its own (the status page's), reached by its address, and
+//!   [`Host::reconfigure_listener`] changes it.
 //! - [`Host::upstream`] → [`Script`]: `.path("/up", b)`, `.others(b)`, `.from(t, b)`,
 //!   `.all_from(t, b)` with [`Behaviour`] `status(200).after(d).body(..)`, `Hang`, `Refuse`.
 //! - [`Host::advance`], [`Host::now`]: virtual time since start (guests see

@@ -41,6 +41,8 @@ pub(crate) enum Phase {
 pub(crate) struct Stream {
     /// Index of the request's record in the host.
     pub record: usize,
+    /// The root context of the listener it arrived on ([`ROOT_CONTEXT`] for the users' one).
+    pub root: u32,
     pub request_headers: Headers,
     pub response_headers: Option<Headers>,
     /// The response body, readable while `on_response_body` runs.
@@ -75,6 +77,8 @@ pub(crate) struct HostState {
     pub process: Rc<RefCell<Process>>,
     pub log_level: LogLevel,
     pub effective_context: u32,
+    /// The root contexts of the other listeners' plugins ([`crate::Host::listen`]).
+    pub listener_roots: Vec<u32>,
     pub streams: BTreeMap<u32, Stream>,
     /// The http-call response being delivered by `proxy_on_http_call_response`.
     pub call_response: Option<Reply>,
@@ -99,6 +103,7 @@ impl HostState {
             process,
             log_level,
             effective_context: ROOT_CONTEXT,
+            listener_roots: Vec::new(),
             streams: BTreeMap::new(),
             call_response: None,
             configuration: None,
@@ -109,6 +114,11 @@ impl HostState {
             intents: VecDeque::new(),
             random: 0x9E37_79B9_7F4A_7C15 ^ vm as u64,
         }
+    }
+
+    /// Whether `context` is one of this VM's root contexts.
+    pub(crate) fn is_root(&self, context: u32) -> bool {
+        context == ROOT_CONTEXT || self.listener_roots.contains(&context)
     }
 
     /// The HTTP stream of the effective context, if it is one.

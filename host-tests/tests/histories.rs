@@ -45,7 +45,7 @@
 //!   its worker VM). The design promises this even when no backend accepts connections (then
 //!   all are tried), so it is checked always. Exempt: requests held by a VM that stopped before
 //!   routing them (a hung thread answers nobody).
-//! - **(d)** The status page (`/upcheck/status.json`, read from loopback at least once a virtual
+//! - **(d)** The status page (`/upcheck/status.json` on its own listener, read at least once a virtual
 //!   second, from whichever worker's turn it is) lists the configured backends in order, at least
 //!   one of them routable, none both routable and ejected, and at most
 //!   min(⌊`max_ejection_percent` × n / 100⌋, n − 1) ejected, n being the backends the cap applies
@@ -102,6 +102,8 @@ const NAMES: [&str; 6] = ["b0", "b1", "b2", "b3", "b4", "b5"];
 const LAG: Duration = Duration::from_millis(250);
 /// Envoy's route timeout (15 s by default): a hung request fails after this long.
 const ROUTE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Where the status page listens, as the shipped configurations put it.
+const PAGE_LISTENER: &str = "127.0.0.1:9902";
 /// The status page, as JSON.
 const STATUS_PAGE: &str = "/upcheck/status.json";
 /// The status page is read whenever this much virtual time passed since the last reading.
@@ -298,6 +300,14 @@ fn plugin_config(upstreams: &[&str], max_ejection_percent: u8, interval: Duratio
     )
 }
 
+/// The status page's configuration for the pool configured by `config`: the same, with its role.
+fn status_page(config: &str) -> String {
+    format!(
+        r#"{{"role":"status_page",{}"#,
+        config.trim_start_matches('{')
+    )
+}
+
 /// What a history drove.
 #[derive(Debug, Default, Clone, Copy)]
 struct Driven {
@@ -370,6 +380,8 @@ impl<'h> Run<'h> {
             history.max_ejection_percent,
             history.interval,
         );
+        host.listen(PAGE_LISTENER, &status_page(&config))
+            .map_err(host_error)?;
         host.start(&config).map_err(host_error)?;
         Ok(Run {
             history,
@@ -423,6 +435,9 @@ impl<'h> Run<'h> {
                 let now = self.host.now();
                 let config = plugin_config(upstreams, *max_ejection_percent, self.history.interval);
                 self.host.reconfigure(&config).map_err(host_error)?;
+                self.host
+                    .reconfigure_listener(PAGE_LISTENER, &status_page(&config))
+                    .map_err(host_error)?;
                 if !upstreams
                     .iter()
                     .any(|name| self.config().upstreams.contains(name))
@@ -472,7 +487,7 @@ impl<'h> Run<'h> {
             .request(RequestSpec {
                 path: STATUS_PAGE.to_string(),
                 source_address: "127.0.0.1:40000".to_string(),
-                destination_address: "127.0.0.1:8080".to_string(),
+                destination_address: PAGE_LISTENER.to_string(),
                 ..RequestSpec::default()
             })
             .map_err(host_error)?;

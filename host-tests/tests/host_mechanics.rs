@@ -538,3 +538,72 @@ fn a_local_response_reaches_the_user_and_passes_the_filters_response_callbacks()
         Some(1)
     );
 }
+
+/// Writes, from `on_request_headers`, the root context its request was created under into
+/// shared data `root`; sets no routing header.
+fn root_guest() -> String {
+    guest(
+        r#"
+  (data (i32.const 400) "root")
+  (func (export "proxy_on_context_create") (param $context i32) (param $parent i32)
+    (if (i32.ne (local.get $parent) (i32.const 0))
+      (then (i32.store (i32.const 9000) (local.get $parent)))))
+  (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+    (drop (call $set_shared (i32.const 400) (i32.const 4) (i32.const 9000) (i32.const 4) (i32.const 0)))
+    (i32.const 0))"#,
+    )
+}
+
+fn root_of_last_request(host: &Host) -> u32 {
+    let (bytes, _) = host.shared_data("root").expect("on_request_headers ran");
+    u32::from_le_bytes(bytes.try_into().expect("4 bytes"))
+}
+
+#[test]
+fn a_request_to_a_listeners_address_goes_to_its_plugin_and_its_route_answers_404() {
+    let mut host = Host::new(root_guest(), options(2)).unwrap();
+    host.listen("127.0.0.1:9902", "{}").unwrap();
+    host.start("{}").unwrap();
+
+    let users = host.request(RequestSpec::default()).unwrap();
+    assert_eq!(root_of_last_request(&host), 1);
+    assert_eq!((users.outcome, users.flags), (Outcome::Status(503), NC));
+
+    let page = host
+        .request(RequestSpec {
+            destination_address: "127.0.0.1:9902".to_string(),
+            ..RequestSpec::default()
+        })
+        .unwrap();
+    assert_eq!(
+        root_of_last_request(&host),
+        2,
+        "the listener's root context"
+    );
+    assert_eq!(page.outcome, Outcome::Status(404));
+    assert_eq!(page.details, "direct_response");
+
+    let late = host.listen("127.0.0.1:9903", "{}").unwrap_err();
+    assert!(
+        late.to_string().contains("added after the host started"),
+        "{late}"
+    );
+}
+
+#[test]
+fn a_tick_period_set_by_a_listeners_plugin_traps_rather_than_taking_the_users_plugins_timer() {
+    let wasm = guest(
+        r#"
+  (func (export "proxy_on_configure") (param i32 i32) (result i32)
+    (drop (call $tick_period (i32.const 100)))
+    (i32.const 1))"#,
+    );
+    let mut host = Host::new(wasm, options(0)).unwrap();
+    host.listen("127.0.0.1:9902", "{}").unwrap();
+    let error = host.start("{}").unwrap_err().to_string();
+    assert!(
+        error.contains("vm0 trapped in proxy_on_configure")
+            && error.contains("a tick period set by root context 2"),
+        "{error}"
+    );
+}

@@ -71,6 +71,11 @@ fn a_booted_backend_that_loses_its_database_costs_at_most_ten_requests_in_a_minu
         .path("/up", Behaviour::status(200))
         .others(Behaviour::status(200))
         .from(secs(20), Behaviour::status(500));
+    host.listen(
+        "127.0.0.1:9902",
+        r#"{"role":"status_page","upstreams":[{"name":"app1"},{"name":"app2"}]}"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     start(&mut host);
     let traffic = run(&mut host, 40, secs(80));
     let failed = traffic.failures().len();
@@ -81,7 +86,7 @@ fn a_booted_backend_that_loses_its_database_costs_at_most_ten_requests_in_a_minu
         .request(RequestSpec {
             path: "/upcheck/status".to_string(),
             source_address: "127.0.0.1:40000".to_string(),
-            destination_address: "127.0.0.1:8080".to_string(),
+            destination_address: "127.0.0.1:9902".to_string(),
             ..RequestSpec::default()
         })
         .unwrap_or_else(|e| panic!("{e}"));

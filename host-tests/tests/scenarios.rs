@@ -275,22 +275,41 @@ fn a_client_supplied_route_header_never_chooses_the_backend() {
     );
 }
 
+/// [`BOTH`] as the status page's configuration, on its own listener.
+const BOTH_PAGE: &str = r#"{"role":"status_page","upstreams":[{"name":"app1"},{"name":"app2"}]}"#;
+/// Where the shipped configurations put the status page listener.
+const PAGE_LISTENER: &str = "127.0.0.1:9902";
+
+/// A request for `path` made on this machine to the listener at `destination`.
+fn local(destination: &str, path: &str) -> RequestSpec {
+    RequestSpec {
+        path: path.to_string(),
+        source_address: "127.0.0.1:40000".to_string(),
+        destination_address: destination.to_string(),
+        ..RequestSpec::default()
+    }
+}
+
+/// The shared-data key of the probing lease of the plugin configuration `config`: FNV-1a of its
+/// bytes, as the module names it.
+fn lease_key(config: &str) -> String {
+    let fingerprint = config.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("upcheck.lease.{fingerprint:016x}")
+}
+
 #[test]
-fn the_status_page_shows_every_backend_on_loopback_connections_only() {
+fn the_status_page_listener_shows_every_backend_and_the_traffic_listener_never_serves_it() {
     let mut host = host();
     host.upstream("app1");
     host.upstream("app2")
         .others(Behaviour::status(502))
         .path("/up", Behaviour::status(502));
+    ok(host.listen(PAGE_LISTENER, BOTH_PAGE));
     ok(host.start(BOTH));
     ok(host.advance(secs(2)));
-    let local = |path: &str| RequestSpec {
-        path: path.to_string(),
-        source_address: "127.0.0.1:40000".to_string(),
-        destination_address: "127.0.0.1:8080".to_string(),
-        ..RequestSpec::default()
-    };
-    let page = ok(host.request(local("/upcheck/status.json")));
+    let page = ok(host.request(local(PAGE_LISTENER, "/upcheck/status.json")));
     assert_eq!(page.status(), Some(200), "{page:?}");
     assert_eq!(page.upstream, None, "the filter answered it itself");
     let json = String::from_utf8_lossy(&page.body);
@@ -302,19 +321,85 @@ fn the_status_page_shows_every_backend_on_loopback_connections_only() {
         json.contains(r#"{"name":"app2","routable":false,"status":"unhealthy""#),
         "{json}"
     );
-    let text = ok(host.request(local("/upcheck/status?x=1")));
+    let text = ok(host.request(local(PAGE_LISTENER, "/upcheck/status?x=1")));
     assert_eq!(text.status(), Some(200));
     assert!(String::from_utf8_lossy(&text.body).contains("fleet guard: off"));
+    let elsewhere = ok(host.request(local(PAGE_LISTENER, "/")));
+    assert_eq!(elsewhere.status(), Some(404), "{elsewhere:?}");
+    assert_eq!(
+        elsewhere.details, "",
+        "the filter's own 404, not the route's"
+    );
+    assert_eq!(
+        host.requests_routed("app1") + host.requests_routed("app2"),
+        0,
+        "nothing on the page's listener is routed"
+    );
+    let traffic = ok(host.request(local("127.0.0.1:8080", "/upcheck/status.json")));
+    assert_eq!(
+        traffic.upstream.as_deref(),
+        Some("app1"),
+        "on the users' listener the page's path is a path like any other: {traffic:?}"
+    );
+    ok(host.advance(secs(30)));
+    assert!(host.shared_data(&lease_key(BOTH)).is_some());
+    assert_eq!(
+        host.shared_data(&lease_key(BOTH_PAGE)),
+        None,
+        "the status page never takes a probing lease"
+    );
+    assert_eq!(
+        host.probes_sent("app1"),
+        4,
+        "one prober: the first probe, one per 10 s"
+    );
+}
+
+#[test]
+fn a_status_page_reconfigured_with_its_pool_shows_the_pools_new_backends() {
+    let mut host = host();
+    host.upstream("app1");
+    host.upstream("app2");
+    ok(host.listen(PAGE_LISTENER, BOTH_PAGE));
+    ok(host.start(BOTH));
+    ok(host.advance(secs(2)));
+    ok(host.reconfigure(APP1));
+    ok(host.reconfigure_listener(
+        PAGE_LISTENER,
+        r#"{"role":"status_page","upstreams":[{"name":"app1"}]}"#,
+    ));
+    ok(host.advance(secs(1)));
+    let page = ok(host.request(local(PAGE_LISTENER, "/upcheck/status.json")));
+    let json = String::from_utf8_lossy(&page.body);
+    assert!(
+        json.starts_with(r#"{"backends":[{"name":"app1","routable":true,"status":"healthy""#)
+            && !json.contains("app2"),
+        "{json}"
+    );
+    let missing = host
+        .reconfigure_listener("127.0.0.1:1", BOTH_PAGE)
+        .unwrap_err();
+    assert!(
+        missing.to_string().contains("no listener at 127.0.0.1:1"),
+        "{missing}"
+    );
+}
+
+#[test]
+fn a_status_page_listener_bound_to_a_public_address_refuses_every_connection_to_it() {
+    let mut host = host();
+    host.upstream("app1");
+    host.upstream("app2");
+    ok(host.listen("198.51.100.1:9902", BOTH_PAGE));
+    ok(host.start(BOTH));
+    ok(host.advance(secs(2)));
     let remote = ok(host.request(RequestSpec {
         path: "/upcheck/status.json".to_string(),
+        destination_address: "198.51.100.1:9902".to_string(),
         ..RequestSpec::default()
     }));
     assert_eq!(remote.status(), Some(403));
-    let spoofed = ok(host.request(RequestSpec {
-        path: "/upcheck/status.json".to_string(),
-        source_address: "127.0.0.1:0".to_string(),
-        ..RequestSpec::default()
-    }));
+    let spoofed = ok(host.request(local("198.51.100.1:9902", "/upcheck/status.json")));
     assert_eq!(
         spoofed.status(),
         Some(403),
@@ -323,6 +408,41 @@ fn the_status_page_shows_every_backend_on_loopback_connections_only() {
     assert_eq!(
         host.requests_routed("app1") + host.requests_routed("app2"),
         0
+    );
+}
+
+#[test]
+fn a_traffic_plugin_reconfigured_as_the_status_page_stops_probing_and_routes_again_when_set_back() {
+    let mut host = host();
+    host.upstream("app1");
+    host.upstream("app2");
+    ok(host.start(BOTH));
+    run(&mut host, 40, secs(2));
+    ok(host.reconfigure(BOTH_PAGE));
+    let probes = host.probes_sent("app1");
+    ok(host.advance(secs(30)));
+    assert_eq!(host.probes_sent("app1"), probes, "no tick, no probe");
+    let page = ok(host.request(local("127.0.0.1:8080", "/upcheck/status")));
+    assert_eq!(page.status(), Some(200), "{page:?}");
+    assert!(
+        String::from_utf8_lossy(&page.body).contains("app2"),
+        "{page:?}"
+    );
+
+    ok(host.reconfigure(BOTH));
+    let (counted, routed) = (
+        host.metric("upcheck.app1.requests").unwrap_or(0),
+        host.requests_routed("app1"),
+    );
+    let traffic = run(&mut host, 40, secs(12));
+    assert!(traffic.failures().is_empty(), "{traffic}");
+    ok(host.advance(Duration::from_millis(250)));
+    assert!(host.probes_sent("app1") > probes, "probing again");
+    assert!(host.requests_routed("app1") > routed);
+    assert_eq!(
+        host.metric("upcheck.app1.requests").unwrap_or(0) - counted,
+        host.requests_routed("app1") - routed,
+        "its requests are counted again"
     );
 }
 

@@ -129,7 +129,12 @@ async fn main() -> anyhow::Result<()> {
     let written = write_envoy_yaml(&args.upcheck, &caddy)?;
     let envoy = Envoy::builder()
         .concurrency(2)
-        .start_yaml(&written.yaml()?, written.listen, written.admin)
+        .start_yaml(
+            &written.yaml()?,
+            written.listen,
+            written.admin,
+            written.status,
+        )
         .await?;
     let start = Instant::now();
 
@@ -152,7 +157,10 @@ async fn main() -> anyhow::Result<()> {
     println!();
     println!("Send requests:  curl -si {}", envoy.url("/"));
     println!("                (the x-fake-upstream header says which backend answered)");
-    println!("Status page:    curl -s {}", envoy.url("/upcheck/status"));
+    println!(
+        "Status page:    curl -s {}  (its own listener, loopback only)",
+        envoy.status_url("/upcheck/status")?
+    );
     println!(
         "Envoy stats:    curl -s '{}'",
         envoy.admin_url("/stats?filter=wasmcustom.upcheck")

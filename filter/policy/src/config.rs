@@ -16,7 +16,7 @@
 //!
 //! - **Unknown and repeated fields are errors**: a config with two `max_fails` is a mistake, not a
 //!   choice. Probe header names repeat when they differ only in case.
-//! - **`null` turns off a field that can be off**: `status_path`, `min_healthy_percent`,
+//! - **`null` turns off a field that can be off**: `min_healthy_percent`,
 //!   `upstreams[].address`, `health_checks.active.expect_body` and
 //!   `health_checks.passive.unhealthy_latency`. On any other field `null` is an error naming the
 //!   field; leave the field out for its default. `jitter` cannot be off (backends probed in
@@ -26,6 +26,11 @@
 //!   `health_checks.active.headers` (five levels of brackets). A list or object where the schema has something else is
 //!   refused at once or skipped without recursion, and serde_json's recursion limit (128) stands
 //!   behind that, so hostile input cannot exhaust the stack (which would kill the VM).
+//! - **One document, two roles**: a configuration routes the pool's traffic (the default) or,
+//!   with `"role": "status_page"`, serves the pool's status page on a listener of its own and
+//!   does nothing else ([`Role`]). The page's fields (`status_path`, `status_public`) belong to
+//!   the second and are refused in the first, so a page that used to be on the traffic listener
+//!   is not silently gone.
 //! - **Limits** ([`MAX_UPSTREAMS`], [`MAX_NAME_LEN`], [`MAX_VALUE_LEN`], …) bound what one document
 //!   can make every worker hold, and every check is linear in the size of the document.
 
@@ -68,12 +73,52 @@ pub struct Config {
     /// Default: 10% of the active interval, which [`Config::parse`] fills in; cannot be off.
     #[serde(serialize_with = "duration::optional::serialize")]
     pub jitter: Option<Duration>,
-    /// Path the filter answers itself with every backend's health: plain text there, JSON at the
-    /// same path plus `.json`; `null` turns it off. Default `/upcheck/status`.
-    pub status_path: Option<String>,
-    /// Whether clients other than loopback may read the status page. Default false: others get
-    /// 403.
-    pub status_public: bool,
+    /// What the filter does with the pool: route its traffic, or serve its status page. Default
+    /// [`Role::Traffic`]. In JSON `role` is a member of the top level, and so are the page's
+    /// `status_path` and `status_public`.
+    #[serde(flatten)]
+    pub role: Role,
+}
+
+/// What a filter configured with a pool does with it.
+///
+/// The page is not served where the traffic goes: a traffic filter that answered it would read
+/// every request's `:path` to find the few asking for it. A second listener (on loopback, which
+/// also closes the page to other machines) runs the same module in the same `vm_id` with the
+/// pool's configuration and `"role": "status_page"`; it shows what the traffic filters share.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Role {
+    /// Picks a backend for each request, watches its answer, probes (the VM holding the lease)
+    /// and shares what it learns. Serves no page. The default (`"role": "traffic"`).
+    #[default]
+    Traffic,
+    /// Answers the status page and nothing else (404 for any other path): it reads the tables
+    /// the pool's traffic filters share each time the page is asked for, and never probes,
+    /// announces, routes or writes shared data (`"role": "status_page"`).
+    StatusPage(StatusPage),
+}
+
+/// The status page, as a [`Role::StatusPage`] configuration serves it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StatusPage {
+    /// Where it is: plain text at this path, JSON at the path plus `.json`, HTML plus `.html`
+    /// (JSON `status_path`). Default `/upcheck/status`.
+    #[serde(rename = "status_path")]
+    pub path: String,
+    /// Whether connections made to an address other than loopback may read it (JSON
+    /// `status_public`). Default false: they get 403.
+    #[serde(rename = "status_public")]
+    pub public: bool,
+}
+
+impl Default for StatusPage {
+    fn default() -> Self {
+        StatusPage {
+            path: "/upcheck/status".into(),
+            public: false,
+        }
+    }
 }
 
 /// How the pick reaches the proxy.
@@ -353,13 +398,21 @@ impl Config {
         }
         let mut reader = serde_json::Deserializer::from_slice(json);
         let trail = Trail::default();
-        let mut config = Config::defaults();
-        let read = Expect(Fill::new(Object::Config(&mut config), &trail))
+        let mut draft = Draft::default();
+        let read = Expect(Fill::new(Object::Config(&mut draft), &trail))
             .deserialize(&mut reader)
             .and_then(|()| reader.end());
         match read {
-            Ok(()) => config.checked(),
+            Ok(()) => draft.config()?.checked(),
             Err(e) => Err(read_error(&e, trail)),
+        }
+    }
+
+    /// The status page this configuration serves, if its role is to serve one.
+    pub fn status_page(&self) -> Option<&StatusPage> {
+        match &self.role {
+            Role::StatusPage(page) => Some(page),
+            Role::Traffic => None,
         }
     }
 
@@ -757,7 +810,7 @@ trait Members {
 /// An object of the configuration being read. One reader serves them all, so serde_json's
 /// value parser is compiled into the module once for every object rather than once per type.
 enum Object<'a> {
-    Config(&'a mut Config),
+    Config(&'a mut Draft),
     Upstream(&'a mut Upstream),
     HealthChecks(&'a mut HealthChecks),
     Active(&'a mut Active),
@@ -768,7 +821,7 @@ enum Object<'a> {
 impl Object<'_> {
     fn names(&self) -> &'static [&'static str] {
         match self {
-            Object::Config(_) => Config::NAMES,
+            Object::Config(_) => Draft::NAMES,
             Object::Upstream(_) => Upstream::NAMES,
             Object::HealthChecks(_) => HealthChecks::NAMES,
             Object::Active(_) => Active::NAMES,
@@ -990,24 +1043,73 @@ fn routing(found: Found) -> Result<RoutingMode, String> {
     }
 }
 
-impl Config {
-    /// The configuration before any member is read.
-    fn defaults() -> Self {
-        Config {
-            upstreams: Vec::new(),
-            health_checks: HealthChecks::default(),
-            routing: RoutingMode::default(),
-            route_header: "x-upcheck-upstream".into(),
-            max_ejection_percent: 50,
-            min_healthy_percent: None,
-            jitter: None,
-            status_path: Some("/upcheck/status".into()),
-            status_public: false,
+/// The top level as it is read: the configuration over its defaults, and the members whose
+/// meaning depends on `role`, as given, until the whole document is read (`role` may come last).
+struct Draft {
+    config: Config,
+    /// `role` as given: whether it serves the status page.
+    status_page: Option<bool>,
+    /// `status_path` as given.
+    path: Option<String>,
+    /// `status_public` as given.
+    public: Option<bool>,
+}
+
+impl Default for Draft {
+    fn default() -> Self {
+        Draft {
+            config: Config {
+                upstreams: Vec::new(),
+                health_checks: HealthChecks::default(),
+                routing: RoutingMode::default(),
+                route_header: "x-upcheck-upstream".into(),
+                max_ejection_percent: 50,
+                min_healthy_percent: None,
+                jitter: None,
+                role: Role::Traffic,
+            },
+            status_page: None,
+            path: None,
+            public: None,
         }
     }
 }
 
-impl Members for Config {
+impl Draft {
+    /// The configuration with its role: the page's fields are the status page's, and refused in
+    /// a traffic configuration.
+    fn config(self) -> Result<Config, ConfigError> {
+        let Draft {
+            mut config,
+            status_page,
+            path,
+            public,
+        } = self;
+        if status_page == Some(true) {
+            let defaults = StatusPage::default();
+            config.role = Role::StatusPage(StatusPage {
+                path: path.unwrap_or(defaults.path),
+                public: public.unwrap_or(defaults.public),
+            });
+            return Ok(config);
+        }
+        let given = [
+            ("status_path", path.is_some()),
+            ("status_public", public.is_some()),
+        ];
+        match given.iter().find(|(_, given)| *given) {
+            Some((field, _)) => Err(fail(
+                *field,
+                "only a configuration with \"role\": \"status_page\" serves the status page, \
+                 on a listener of its own; the traffic filter never serves it, so remove this \
+                 field here",
+            )),
+            None => Ok(config),
+        }
+    }
+}
+
+impl Members for Draft {
     const NAMES: &'static [&'static str] = &[
         "upstreams",
         "health_checks",
@@ -1016,6 +1118,7 @@ impl Members for Config {
         "max_ejection_percent",
         "min_healthy_percent",
         "jitter",
+        "role",
         "status_path",
         "status_public",
     ];
@@ -1027,31 +1130,33 @@ impl Members for Config {
         map: &mut A,
         trail: &Trail,
     ) -> Result<(), A::Error> {
+        let config = &mut self.config;
         match name {
             "upstreams" => {
-                self.upstreams = map.next_value_seed(Expect(ListOf {
+                config.upstreams = map.next_value_seed(Expect(ListOf {
                     item: UpstreamItem(trail),
                     max: MAX_UPSTREAMS,
                     too_many: format!("at most {MAX_UPSTREAMS} upstreams are allowed"),
                     trail,
                 }))?;
-                if self.upstreams.is_empty() {
+                if config.upstreams.is_empty() {
                     return Err(de::Error::custom("needs at least one upstream"));
                 }
             }
             "health_checks" => map.next_value_seed(Expect(Fill::new(
-                Object::HealthChecks(&mut self.health_checks),
+                Object::HealthChecks(&mut config.health_checks),
                 trail,
             )))?,
-            "routing" => self.routing = value(map, routing)?,
-            "route_header" => self.route_header = value(map, route_header)?,
-            "max_ejection_percent" => self.max_ejection_percent = value(map, percent_of)?,
+            "routing" => config.routing = value(map, routing)?,
+            "route_header" => config.route_header = value(map, route_header)?,
+            "max_ejection_percent" => config.max_ejection_percent = value(map, percent_of)?,
             "min_healthy_percent" => {
-                self.min_healthy_percent = value(map, |found| or_off(found, percent_of))?
+                config.min_healthy_percent = value(map, |found| or_off(found, percent_of))?
             }
-            "jitter" => self.jitter = value(map, |found| duration::positive(found).map(Some))?,
-            "status_path" => self.status_path = value(map, status_path)?,
-            "status_public" => self.status_public = value(map, flag)?,
+            "jitter" => config.jitter = value(map, |found| duration::positive(found).map(Some))?,
+            "role" => self.status_page = Some(value(map, role)?),
+            "status_path" => self.path = Some(value(map, status_path)?),
+            "status_public" => self.public = Some(value(map, flag)?),
             _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
         }
         Ok(())
@@ -1257,16 +1362,34 @@ fn route_header(found: Found) -> Result<String, String> {
     word(&header, is_tchar, MAX_NAME_LEN).map(|()| header)
 }
 
-fn status_path(found: Found) -> Result<Option<String>, String> {
-    or_off(found, |found| {
-        let path = text(found)?;
-        if !path.starts_with('/') || path.contains(['?', '#']) {
-            return Err(format!(
-                "must be a path like \"/upcheck/status\", got {path:?}"
-            ));
-        }
-        request_path(path)
-    })
+/// `role`: whether the configuration serves the status page.
+fn role(found: Found) -> Result<bool, String> {
+    match text(found)?.as_str() {
+        "traffic" => Ok(false),
+        "status_page" => Ok(true),
+        other => Err(format!(
+            "expected \"traffic\" or \"status_page\", got {other:?}"
+        )),
+    }
+}
+
+fn status_path(found: Found) -> Result<String, String> {
+    if let Found::Null = found {
+        return Err(
+            "the status page cannot be turned off here: it is served only by a \
+                    configuration with \"role\": \"status_page\", on a listener of its own, \
+                    so leave that listener out to have none, and leave this field out for \
+                    its default (/upcheck/status)"
+                .into(),
+        );
+    }
+    let path = text(found)?;
+    if !path.starts_with('/') || path.contains(['?', '#']) {
+        return Err(format!(
+            "must be a path like \"/upcheck/status\", got {path:?}"
+        ));
+    }
+    request_path(path)
 }
 
 /// A port as digits alone: 1-65535, no sign, no leading zeros.

@@ -37,7 +37,7 @@ pub mod tables;
 pub type Time = std::time::Duration;
 
 pub use active::{ActiveHealth, Down, Health, Pages, ProbeOutcome, Transition};
-pub use config::{Config, ConfigError, RoutingMode};
+pub use config::{Config, ConfigError, Role, RoutingMode, StatusPage};
 pub use events::{Effects, Event, Level};
 pub use fleet::{Evidence, Guard, Routing};
 pub use passive::{Outstanding, PassiveHealth, ProxyFailure, RequestOutcome};

@@ -1,13 +1,19 @@
 //! The status page: every backend's health as the policy sees it, for a person (text, or HTML in
-//! a browser) and for a machine (JSON), rendered from a [`Pool`] with no I/O.
+//! a browser) and for a machine (JSON), rendered from a [`Pool`] with no I/O; and what a status
+//! page filter (`"role": "status_page"`) answers each request with ([`answer`]).
 //!
 //! The HTML page says, per backend, why it takes traffic or not. It shows the last probe only:
 //! any worker may answer the page, but only the one holding the probing lease sees probes go out
 //! and come back, and what the workers share is each backend's latest probe, so a probe history
 //! (or a probe's latency) would be on the page only when the prober happened to answer it.
+//!
+//! Each form has its own path: `<status_path>` (text), `.json`, `.html` (for a browser). Paths,
+//! not content negotiation on `Accept`: `curl` and scripts keep the text page whatever they send,
+//! a link to the HTML page opens the same thing in every browser, and nothing in between has to
+//! honour a `Vary` header.
 
 use crate::active::{Health, ProbeOutcome};
-use crate::config::Config;
+use crate::config::StatusPage;
 use crate::duration;
 use crate::fleet::Guard;
 use crate::pool::{Member, Pool};
@@ -19,12 +25,97 @@ use std::fmt::Write;
 /// made to a loopback address may: Linux never delivers a packet for 127.0.0.0/8 or ::1 from
 /// another machine, so such a connection comes from this one. The client's own address is no
 /// help: Envoy takes it from `X-Forwarded-For` unless `use_remote_address` is set, so a client
-/// can claim to be 127.0.0.1.
-pub fn open_to(local_address: Option<&str>, config: &Config) -> bool {
-    config.status_public
+/// can claim to be 127.0.0.1. (The shipped listener is bound to 127.0.0.1, so this holds by
+/// construction there; the rule keeps the page closed on a listener bound elsewhere.)
+pub fn open_to(local_address: Option<&str>, page: &StatusPage) -> bool {
+    page.public
         || local_address
             .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
             .is_some_and(|a| a.ip().is_loopback())
+}
+
+/// One rendering of the page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// Plain text, at `status_path`.
+    Text,
+    /// JSON, at `status_path` + `.json`.
+    Json,
+    /// HTML for a browser, at `status_path` + `.html`.
+    Html,
+}
+
+impl Form {
+    /// The `content-type` it is sent with.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Form::Text => "text/plain; charset=utf-8",
+            Form::Json => "application/json",
+            Form::Html => "text/html; charset=utf-8",
+        }
+    }
+
+    /// The page in this form.
+    pub fn render<H>(self, pool: &Pool<H>, now: Time) -> String {
+        match self {
+            Form::Text => text(pool, now),
+            Form::Json => json(pool, now),
+            Form::Html => html(pool, now),
+        }
+    }
+}
+
+/// What a status page filter answers a request with: it answers every request itself, so
+/// nothing that reaches its listener is ever routed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// 200 with the page in this form.
+    Page(Form),
+    /// 403: the connection was not made to a loopback address ([`open_to`]).
+    Forbidden,
+    /// 404: not one of the page's paths.
+    NotFound,
+}
+
+impl Answer {
+    /// The status code it is sent with.
+    pub fn status(self) -> u32 {
+        match self {
+            Answer::Page(_) => 200,
+            Answer::Forbidden => 403,
+            Answer::NotFound => 404,
+        }
+    }
+
+    /// The plain-text body of a refusal (`None` for the page, which is rendered).
+    pub fn refusal(self, page: &StatusPage) -> Option<String> {
+        match self {
+            Answer::Page(_) => None,
+            Answer::Forbidden => {
+                Some("upcheck: the status page is open to loopback clients only\n".to_owned())
+            }
+            Answer::NotFound => Some(format!(
+                "upcheck: this listener serves only the status page: {0}, {0}.json, {0}.html\n",
+                page.path
+            )),
+        }
+    }
+}
+
+/// What to answer a request for `path` (`:path`, query and fragment included) that arrived at
+/// `local_address` (see [`open_to`]). The address is judged first, so a client the page is closed
+/// to learns nothing, not even its paths.
+pub fn answer(page: &StatusPage, path: &str, local_address: Option<&str>) -> Answer {
+    if !open_to(local_address, page) {
+        return Answer::Forbidden;
+    }
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    match path.strip_prefix(page.path.as_str()) {
+        Some("") => Answer::Page(Form::Text),
+        Some(".json") => Answer::Page(Form::Json),
+        Some(".html") => Answer::Page(Form::Html),
+        _ => Answer::NotFound,
+    }
 }
 
 /// One backend's line, shared by both renderings.
@@ -413,21 +504,83 @@ mod tests {
 
     #[test]
     fn only_a_connection_to_a_loopback_address_reads_the_page_unless_it_is_public() {
-        let config = pool().config().clone();
-        assert!(open_to(Some("127.0.0.1:8080"), &config));
-        assert!(open_to(Some("127.0.0.9:8080"), &config));
-        assert!(open_to(Some("[::1]:8080"), &config));
-        assert!(!open_to(Some("10.0.0.1:8080"), &config));
+        let page = StatusPage::default();
+        assert!(open_to(Some("127.0.0.1:8080"), &page));
+        assert!(open_to(Some("127.0.0.9:8080"), &page));
+        assert!(open_to(Some("[::1]:8080"), &page));
+        assert!(!open_to(Some("10.0.0.1:8080"), &page));
         assert!(
-            !open_to(Some("127.0.0.1"), &config),
+            !open_to(Some("127.0.0.1"), &page),
             "no port: not Envoy's form"
         );
-        assert!(!open_to(None, &config), "a host that does not say");
-        let public = Config {
-            status_public: true,
-            ..config
+        assert!(!open_to(None, &page), "a host that does not say");
+        let public = StatusPage {
+            public: true,
+            ..page
         };
         assert!(open_to(Some("10.0.0.1:8080"), &public));
+    }
+
+    #[test]
+    fn each_form_has_its_own_path_and_a_query_does_not_change_it() {
+        let page = StatusPage::default();
+        let local = Some("127.0.0.1:9902");
+        for (path, form) in [
+            ("/upcheck/status", Form::Text),
+            ("/upcheck/status?x=1", Form::Text),
+            ("/upcheck/status.json", Form::Json),
+            ("/upcheck/status.json#top", Form::Json),
+            ("/upcheck/status.html", Form::Html),
+        ] {
+            assert_eq!(answer(&page, path, local), Answer::Page(form), "{path}");
+        }
+        let moved = StatusPage {
+            path: "/lb".into(),
+            ..page
+        };
+        assert_eq!(answer(&moved, "/lb.json", local), Answer::Page(Form::Json));
+        assert_eq!(answer(&moved, "/upcheck/status", local), Answer::NotFound);
+    }
+
+    #[test]
+    fn any_other_path_is_not_found_and_never_routed() {
+        let page = StatusPage::default();
+        let local = Some("127.0.0.1:9902");
+        for path in [
+            "/",
+            "/up",
+            "/upcheck/status/",
+            "/upcheck/statuses",
+            "/upcheck/status.xml",
+            "",
+        ] {
+            let answer = answer(&page, path, local);
+            assert_eq!(answer, Answer::NotFound, "{path}");
+            assert_eq!(answer.status(), 404);
+            let body = answer.refusal(&page).unwrap_or_default();
+            assert!(body.contains("/upcheck/status.json"), "{body}");
+        }
+    }
+
+    #[test]
+    fn a_connection_the_page_is_closed_to_is_refused_before_its_path_is_looked_at() {
+        let page = StatusPage::default();
+        for path in ["/upcheck/status", "/anything"] {
+            let answer = answer(&page, path, Some("10.0.0.1:9902"));
+            assert_eq!(answer, Answer::Forbidden, "{path}");
+            assert_eq!(answer.status(), 403);
+            let body = answer.refusal(&page).unwrap_or_default();
+            assert!(!body.contains("/upcheck/status"), "{body}");
+        }
+    }
+
+    #[test]
+    fn each_form_is_sent_as_its_own_content_type() {
+        assert_eq!(Form::Text.content_type(), "text/plain; charset=utf-8");
+        assert_eq!(Form::Json.content_type(), "application/json");
+        assert_eq!(Form::Html.content_type(), "text/html; charset=utf-8");
+        let now = Duration::from_secs(1);
+        assert_eq!(Form::Json.render(&pool(), now), json(&pool(), now));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 use upcheck_policy::status_match::StatusMatch;
-use upcheck_policy::Config;
+use upcheck_policy::{Config, Role, StatusPage};
 
 const CADDY: &str = r#"{"upstreams":[{"name":"app1"},{"name":"app2"}],"health_checks":{"active":{"path":"/up","interval":10000000000,"timeout":5000000000},"passive":{"fail_duration":10000000000,"max_fails":3}}}"#;
 
@@ -461,27 +461,60 @@ fn a_name_that_cannot_be_an_authority_needs_one_given() {
 }
 
 #[test]
-fn the_status_page_is_on_at_its_default_path_closed_to_others_and_can_be_moved_or_turned_off() {
+fn a_configuration_routes_traffic_and_serves_no_page_unless_its_role_is_the_status_page() {
     let c = Config::parse(CADDY.as_bytes()).expect("parses");
+    assert_eq!((c.role.clone(), c.status_page()), (Role::Traffic, None));
+    let c = Config::parse(br#"{"upstreams":[{"name":"a"}],"role":"traffic"}"#).expect("parses");
+    assert_eq!(c.role, Role::Traffic);
+    let c = Config::parse(br#"{"role":"status_page","upstreams":[{"name":"a"}]}"#).expect("parses");
     assert_eq!(
-        (c.status_path.as_deref(), c.status_public),
-        (Some("/upcheck/status"), false)
+        c.status_page(),
+        Some(&StatusPage {
+            path: "/upcheck/status".into(),
+            public: false
+        })
     );
-    let c = Config::parse(br#"{"upstreams":[{"name":"a"}],"status_path":null}"#).expect("parses");
-    assert_eq!(c.status_path, None);
-    let json = br#"{"upstreams":[{"name":"a"}],"status_path":"/lb","status_public":true}"#;
+    // The page's fields may come before the role that gives them their meaning.
+    let json = br#"{"status_path":"/lb","status_public":true,"upstreams":[{"name":"a"}],"role":"status_page"}"#;
     let c = Config::parse(json).expect("parses");
     assert_eq!(
-        (c.status_path.as_deref(), c.status_public),
-        (Some("/lb"), true)
+        c.role,
+        Role::StatusPage(StatusPage {
+            path: "/lb".into(),
+            public: true
+        })
     );
-    assert_eq!(
-        error(r#"{"upstreams":[{"name":"a"}],"status_path":"lb?x"}"#),
-        "status_path: must be a path like \"/upcheck/status\", got \"lb?x\""
-    );
-    assert_eq!(
-        error(r#"{"upstreams":[{"name":"a"}],"status_public":"yes"}"#),
-        "status_public: expected true or false, got the string \"yes\""
+}
+
+#[test]
+fn a_traffic_configuration_refuses_the_status_pages_fields_naming_where_the_page_went() {
+    for (field, value) in [
+        ("status_path", r#""/upcheck/status""#),
+        ("status_public", "false"),
+    ] {
+        let traffic = error(&top(&format!(r#""{field}": {value}"#)));
+        assert_eq!(
+            traffic,
+            format!("{field}: only a configuration with \"role\": \"status_page\" serves the status page, on a listener of its own; the traffic filter never serves it, so remove this field here")
+        );
+        let explicit = error(&top(&format!(r#""role": "traffic", "{field}": {value}"#)));
+        assert_eq!(explicit, traffic);
+    }
+}
+
+#[test]
+fn the_status_pages_fields_are_checked_where_they_stand() {
+    let page = |member: &str| top(&format!(r#""role": "status_page", {member}"#));
+    refused(&[
+        (page(r#""status_path": "lb?x""#), "status_path: must be a path like \"/upcheck/status\", got \"lb?x\""),
+        (page(r#""status_public": "yes""#), "status_public: expected true or false, got the string \"yes\""),
+        (top(r#""role": "status""#), "role: expected \"traffic\" or \"status_page\", got \"status\""),
+        (top(r#""role": null"#), "role: expected a string, got null; null turns off only a field that can be off, so leave this one out for its default"),
+    ]);
+    let off = error(&page(r#""status_path": null"#));
+    assert!(
+        off.starts_with("status_path: the status page cannot be turned off here: it is served only by a configuration with \"role\": \"status_page\""),
+        "{off}"
     );
 }
 
@@ -578,9 +611,9 @@ fn every_top_level_field_refuses_bad_values_with_its_path_and_reason() {
         (top(r#""min_healthy_percent": "30""#), "min_healthy_percent: expected a whole number, got the string \"30\""),
         (top(r#""jitter": "0s""#), "jitter: must be greater than zero, got the string \"0s\""),
         (top(r#""jitter": "10s""#), "jitter: must be shorter than health_checks.active.interval (10s), got 10s"),
-        (top(r#""status_path": "/a b""#), "status_path: \"/a b\" contains ' ', which is not allowed in a path (percent-encode it)"),
-        (top(r#""status_path": "/a\u0000""#), "status_path: contains the control character '\\0'"),
-        (top(r#""status_public": null"#), "status_public: expected true or false, got null; null turns off only a field that can be off, so leave this one out for its default"),
+        (top(r#""role": "status_page", "status_path": "/a b""#), "status_path: \"/a b\" contains ' ', which is not allowed in a path (percent-encode it)"),
+        (top(r#""role": "status_page", "status_path": "/a\u0000""#), "status_path: contains the control character '\\0'"),
+        (top(r#""role": "status_page", "status_public": null"#), "status_public: expected true or false, got null; null turns off only a field that can be off, so leave this one out for its default"),
         (top(r#""health_checks": null"#), "health_checks: expected an object, got null; null turns off only a field that can be off, so leave this one out for its default"),
         (top(r#""health_checks": {"passive": 3}"#), "health_checks.passive: expected an object, got the number 3"),
         (top(r#""health_checks": {"outlier": []}"#), "health_checks.outlier: expected an object, got a list"),
@@ -680,12 +713,11 @@ fn a_probe_timeout_is_rounded_up_to_whole_milliseconds_as_envoy_takes_it() {
 
 #[test]
 fn null_turns_off_only_what_can_be_off() {
-    let json = r#"{"upstreams":[{"name":"a","address":null}],"min_healthy_percent":null,"status_path":null,
+    let json = r#"{"upstreams":[{"name":"a","address":null}],"min_healthy_percent":null,
         "health_checks":{"active":{"expect_body":null},"passive":{"unhealthy_latency":null}}}"#;
     let c = Config::parse(json.as_bytes()).expect("parses");
     assert_eq!(c.upstreams[0].address, None);
     assert_eq!(c.min_healthy_percent, None);
-    assert_eq!(c.status_path, None);
     assert_eq!(c.health_checks.active.expect_body, None);
     assert_eq!(c.health_checks.passive.unhealthy_latency, None);
     for (json, path) in [
@@ -814,14 +846,15 @@ fn the_effective_json_reads_back_to_an_equal_config() {
       "routing": "host",
       "upstreams": [{"name": "app1", "address": "[0:0::1]:3001", "weight": 2},
                     {"name": "app2", "cluster": "c2", "authority": "app2.internal:8080", "address": "10.0.0.2:80"}],
-      "route_header": "X-Pick", "min_healthy_percent": 30, "status_path": null,
+      "route_header": "X-Pick", "min_healthy_percent": 30,
       "health_checks": {
         "active": {"uri": "/healthz", "headers": {"X-Env": ["a", "b"], "X-Probe": "1"},
                    "interval": "1m30s", "timeout": "1.2ms", "expect_status": 204,
                    "expect_body": "ok", "max_size": 1024, "passes": 2, "fails": 3},
         "passive": {"fail_duration": 30000000001, "unhealthy_status": [500, "5xx"], "unhealthy_latency": "419.139ms"},
         "outlier": {"enabled": false, "max_ejection": "1h0m5s"}}}"#;
-    for text in [json, CADDY, r#"{"upstreams":[{"name":"a"}]}"#] {
+    let page = r#"{"upstreams":[{"name":"a"}],"role":"status_page","status_path":"/lb"}"#;
+    for text in [json, CADDY, r#"{"upstreams":[{"name":"a"}]}"#, page] {
         let c = Config::parse(text.as_bytes()).expect("parses");
         let effective = c.effective_json();
         let again =
@@ -853,6 +886,21 @@ fn the_effective_json_reads_back_to_an_equal_config() {
     assert_eq!(v["upstreams"][0]["address"], "[::1]:3001");
     assert_eq!(v["upstreams"][0]["cluster"], "app1");
     assert_eq!(v["routing"], "host");
-    assert_eq!(v["status_path"], serde_json::Value::Null);
+    assert_eq!(v["role"], "traffic");
+    assert_eq!(v.get("status_path"), None);
     assert_eq!(v["max_ejection_percent"], 50);
+    let page: serde_json::Value = serde_json::from_str(
+        &Config::parse(page.as_bytes())
+            .expect("parses")
+            .effective_json(),
+    )
+    .expect("JSON");
+    assert_eq!(
+        (&page["role"], &page["status_path"], &page["status_public"]),
+        (
+            &serde_json::json!("status_page"),
+            &serde_json::json!("/lb"),
+            &serde_json::json!(false)
+        )
+    );
 }

@@ -6,7 +6,7 @@ mod support;
 
 use support::*;
 use upcheck_policy::tables::{ActiveTable, AnnounceTable};
-use upcheck_policy::{Health, Pool};
+use upcheck_policy::{Health, Pool, ProbeOutcome};
 
 fn prober(names: &[&str]) -> Pool {
     let mut pool = Pool::new(config(names, ""), secs(0), |_| ());
@@ -72,4 +72,44 @@ fn a_pool_takes_probe_state_only_for_its_own_backends() {
     b.active_published(&published, secs(1));
     assert_eq!(b.members()[0].evidence.active.status, Health::Healthy);
     assert_eq!(b.members().len(), 1, "api1 is another pool's");
+}
+
+#[test]
+fn a_status_page_pool_shows_what_the_traffic_pool_shares_and_asks_for_nothing() {
+    let names = ["app1", "app2", "app3"];
+    let mut traffic = pool(&names);
+    for name in names {
+        let outcome = match name {
+            "app2" => ProbeOutcome::Soft(Some(502)),
+            _ => ProbeOutcome::Pass,
+        };
+        traffic.probe(name, outcome, secs(0));
+    }
+    for at in [1, 2, 3] {
+        traffic.request("app1", answered(503), secs(at));
+    }
+    assert_eq!(
+        traffic.routable(),
+        ["app3"],
+        "app2 fails its probe, app1 ejected"
+    );
+
+    let mut page = Pool::new(config(&names, r#""role":"status_page""#), secs(0), |_| ());
+    for now in [secs(4), secs(12)] {
+        traffic.tick(now);
+        // As the module's status page does on every request: both tables read anew.
+        let mut effects = page.active_published(&traffic.active_table(), now);
+        effects.extend(page.passive_published(&traffic.table, now));
+        assert!(effects.is_empty(), "at {now:?}: {effects:?}");
+        assert_eq!(
+            upcheck_policy::page::json(&page, now),
+            upcheck_policy::page::json(&traffic.pool, now),
+            "at {now:?}"
+        );
+    }
+    assert_eq!(
+        traffic.routable(),
+        ["app1", "app3"],
+        "app1's failures expired by 12 s, on both"
+    );
 }
