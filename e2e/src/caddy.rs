@@ -13,8 +13,7 @@ use std::process::Command;
 use anyhow::{ensure, Context, Result};
 use tempfile::TempDir;
 
-use crate::envoy::module;
-use crate::ports::free_addr;
+use crate::envoy::{module, ConfigPorts};
 
 /// The addresses the operators' backends dial in `config/caddy.json`, app1's then app2's.
 pub const OPERATORS_DIALS: [&str; 2] = ["127.0.0.1:3001", "127.0.0.1:3002"];
@@ -41,12 +40,8 @@ pub fn dialling(text: &str, backends: [SocketAddr; 2]) -> Result<String> {
 pub struct Written {
     /// Holds `caddy.json` (the input) and `envoy.yaml` (the output).
     pub dir: TempDir,
-    /// The users' listener (`--listen`), a free loopback port.
-    pub listen: SocketAddr,
-    /// Envoy's admin interface (`--admin`), a free loopback port.
-    pub admin: SocketAddr,
-    /// The status page's listener (`--status`), a free loopback port.
-    pub status: SocketAddr,
+    /// Where it serves: `--listen`, `--admin` and `--status`.
+    pub ports: ConfigPorts,
 }
 
 impl Written {
@@ -64,9 +59,9 @@ impl Written {
 
 /// Writes `caddy_json` as `caddy.json` in a new temporary directory and runs there, with the
 /// `upcheck` binary at `upcheck`, `upcheck envoy --from-caddy caddy.json -o envoy.yaml --wasm
-/// <UPCHECK_WASM> --listen <free> --admin <free> --status <free>`; an error with what it said
+/// <UPCHECK_WASM> --listen --admin --status` with `ports`; an error with what it said
 /// unless it exits 0.
-pub fn write_envoy_yaml(upcheck: &Path, caddy_json: &str) -> Result<Written> {
+pub fn write_envoy_yaml(upcheck: &Path, caddy_json: &str, ports: &ConfigPorts) -> Result<Written> {
     // Absolute: the binary runs in the temporary directory, where a relative path would not lead.
     let upcheck = std::fs::canonicalize(upcheck)
         .with_context(|| format!("no upcheck binary at {}", upcheck.display()))?;
@@ -74,14 +69,13 @@ pub fn write_envoy_yaml(upcheck: &Path, caddy_json: &str) -> Result<Written> {
         .prefix("upcheck-caddy-")
         .tempdir()?;
     std::fs::write(dir.path().join("caddy.json"), caddy_json)?;
-    let (listen, admin, status) = (free_addr()?, free_addr()?, free_addr()?);
     let output = Command::new(&upcheck)
         .args(["envoy", "--from-caddy", "caddy.json", "-o", "envoy.yaml"])
         .arg("--wasm")
         .arg(module()?)
-        .args(["--listen", &listen.to_string()])
-        .args(["--admin", &admin.to_string()])
-        .args(["--status", &status.to_string()])
+        .args(["--listen", &ports.listener.to_string()])
+        .args(["--admin", &ports.admin.to_string()])
+        .args(["--status", &ports.status.to_string()])
         .current_dir(dir.path())
         .output()
         .with_context(|| format!("cannot run {}", upcheck.display()))?;
@@ -91,10 +85,5 @@ pub fn write_envoy_yaml(upcheck: &Path, caddy_json: &str) -> Result<Written> {
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
-    Ok(Written {
-        dir,
-        listen,
-        admin,
-        status,
-    })
+    Ok(Written { dir, ports: *ports })
 }

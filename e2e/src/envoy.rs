@@ -42,6 +42,21 @@ const PATIENCE: Duration = Duration::from_secs(30);
 /// One Envoy at a time per test binary.
 static TURN: Mutex<()> = Mutex::const_new(());
 
+/// How many times [`EnvoyBuilder::start`] starts Envoy when a port it picked was taken meanwhile.
+const PORT_ATTEMPTS: u32 = 3;
+
+/// Envoy could not bind a port picked for it: something else took it after it was picked.
+#[derive(Debug)]
+struct PortTaken;
+
+impl std::fmt::Display for PortTaken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a port picked for Envoy was taken before Envoy bound it")
+    }
+}
+
+impl std::error::Error for PortTaken {}
+
 /// How an Envoy is to be started.
 #[derive(Clone, Debug)]
 pub struct EnvoyBuilder {
@@ -334,7 +349,24 @@ impl EnvoyBuilder {
     }
 
     /// Starts Envoy and waits until it serves on its listeners.
+    ///
+    /// Its ports are picked free just before it starts, but another process (any outgoing
+    /// connection takes an ephemeral port from the same range) can take one in between: Envoy then
+    /// rejects that listener, and it is started again on other ports, up to [`PORT_ATTEMPTS`]
+    /// times in all.
     pub async fn start(self) -> Result<Envoy> {
+        let mut attempt = 1;
+        loop {
+            match self.clone().start_once().await {
+                Err(error) if again_on_other_ports(&mut attempt, &error) => {}
+                result => return result,
+            }
+        }
+    }
+
+    /// Picks the ports, writes the configuration and starts Envoy, once.
+    async fn start_once(self) -> Result<Envoy> {
+        let turn = TURN.lock().await;
         let filter = self.wasm()?;
         let second = SecondListener::new(self.second.as_ref(), self.listen_ip, self.routing)?;
         ensure!(
@@ -347,7 +379,6 @@ impl EnvoyBuilder {
             None
         };
         let pages = pages(filter.as_ref(), second.as_ref(), self.status_ip)?;
-        let turn = TURN.lock().await;
         let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
         let xds = XdsFiles::create(&dir.path().join("xds"))?;
         let (listener, admin) = (free_addr_on(self.listen_ip)?, free_addr()?);
@@ -391,28 +422,59 @@ impl EnvoyBuilder {
     }
 
     /// Starts Envoy with a whole configuration file's text (YAML, e.g. `config/envoy.yaml` with
-    /// its addresses and module path replaced) whose users' listener is on `listener`, admin on
-    /// `admin` and status page listener on `status`, and waits until it serves. Its clusters,
-    /// backends and plugin configuration are the file's: the builder's are ignored, and the
-    /// running Envoy cannot change them.
+    /// its addresses and module path replaced), which `config` writes for the free loopback ports
+    /// it is given, and waits until it serves. Its clusters, backends and plugin configuration are
+    /// the file's: the builder's are ignored, and the running Envoy cannot change them. As
+    /// [`EnvoyBuilder::start`], started again on other ports if one was taken meanwhile.
     pub async fn start_yaml(
         self,
-        config: &str,
-        listener: SocketAddr,
-        admin: SocketAddr,
-        status: SocketAddr,
+        mut config: impl FnMut(&ConfigPorts) -> Result<String>,
     ) -> Result<Envoy> {
-        let turn = TURN.lock().await;
-        let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
-        let bootstrap = dir.path().join("envoy.yaml");
-        std::fs::write(&bootstrap, config)?;
-        let ports = Ports {
-            listener,
-            admin,
-            status: [Some(status), None],
-        };
-        launch(self.concurrency, dir, &bootstrap, ports, None, turn).await
+        let mut attempt = 1;
+        loop {
+            let turn = TURN.lock().await;
+            let ports = ConfigPorts {
+                listener: free_addr()?,
+                admin: free_addr()?,
+                status: free_addr()?,
+            };
+            let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
+            let bootstrap = dir.path().join("envoy.yaml");
+            std::fs::write(&bootstrap, config(&ports)?)?;
+            let serving = Ports {
+                listener: ports.listener,
+                admin: ports.admin,
+                status: [Some(ports.status), None],
+            };
+            match launch(self.concurrency, dir, &bootstrap, serving, None, turn).await {
+                Err(error) if again_on_other_ports(&mut attempt, &error) => {}
+                result => return result,
+            }
+        }
     }
+}
+
+/// Whether to start Envoy again after `error` on attempt `attempt` (counted up if so): when a
+/// port was taken, up to [`PORT_ATTEMPTS`] in all.
+fn again_on_other_ports(attempt: &mut u32, error: &anyhow::Error) -> bool {
+    if *attempt >= PORT_ATTEMPTS || !error.is::<PortTaken>() {
+        return false;
+    }
+    eprintln!("attempt {attempt}: {error:#}; starting Envoy on other ports");
+    *attempt += 1;
+    true
+}
+
+/// The ports a whole configuration file is to serve on ([`EnvoyBuilder::start_yaml`]), free on
+/// 127.0.0.1.
+#[derive(Clone, Copy, Debug)]
+pub struct ConfigPorts {
+    /// The users' listener.
+    pub listener: SocketAddr,
+    /// Envoy's admin interface.
+    pub admin: SocketAddr,
+    /// The status page's listener.
+    pub status: SocketAddr,
 }
 
 /// Where an Envoy serves: users, admin, and the status page listeners of the first and the
@@ -471,7 +533,12 @@ async fn launch(
             .build()?,
         _turn: turn,
     };
-    envoy.until_ready().await?;
+    if let Err(error) = envoy.until_ready().await {
+        if envoy.log().contains("Address already in use") {
+            return Err(error.context(PortTaken));
+        }
+        return Err(error);
+    }
     Ok(envoy)
 }
 

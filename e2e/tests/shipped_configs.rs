@@ -8,10 +8,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use upcheck_e2e::envoy::{self, Envoy};
+use upcheck_e2e::envoy::{self, ConfigPorts, Envoy};
 use upcheck_e2e::mode::Mode;
 use upcheck_e2e::plugin::RATE;
-use upcheck_e2e::ports::free_addr;
 use upcheck_e2e::replay::Replay;
 use upcheck_e2e::upstream::FakeUpstream;
 
@@ -33,46 +32,52 @@ fn replace_all(text: &str, from: &str, to: &str) -> anyhow::Result<String> {
 async fn boot(file: &str) -> anyhow::Result<Shipped> {
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let (listener, admin, status) = (free_addr()?, free_addr()?, free_addr()?);
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../config")
         .join(file);
-    let mut text = std::fs::read_to_string(&path)?;
+    let original = std::fs::read_to_string(&path)?;
     let module = envoy::module()?;
-    let edits = [
-        ("/etc/upcheck/upcheck.wasm", module.display().to_string()),
-        ("address: 0.0.0.0", "address: 127.0.0.1".to_owned()),
-        (
-            "port_value: 8080",
-            format!("port_value: {}", listener.port()),
-        ),
-        ("port_value: 9901", format!("port_value: {}", admin.port())),
-        ("port_value: 9902", format!("port_value: {}", status.port())),
-        (
-            "port_value: 3001",
-            format!("port_value: {}", app1.addr().port()),
-        ),
-        (
-            "port_value: 3002",
-            format!("port_value: {}", app2.addr().port()),
-        ),
-    ];
-    for (from, to) in &edits {
-        text = replace_all(&text, from, to)?;
-    }
-    if file == "envoy.yaml" {
-        // The plugin configuration names the same backends by address.
-        for (from, to) in [
-            ("127.0.0.1:3001", app1.addr()),
-            ("127.0.0.1:3002", app2.addr()),
-        ] {
-            text = replace_all(&text, from, &to.to_string())?;
+    let config = |ports: &ConfigPorts| {
+        let edits = [
+            ("/etc/upcheck/upcheck.wasm", module.display().to_string()),
+            ("address: 0.0.0.0", "address: 127.0.0.1".to_owned()),
+            (
+                "port_value: 8080",
+                format!("port_value: {}", ports.listener.port()),
+            ),
+            (
+                "port_value: 9901",
+                format!("port_value: {}", ports.admin.port()),
+            ),
+            (
+                "port_value: 9902",
+                format!("port_value: {}", ports.status.port()),
+            ),
+            (
+                "port_value: 3001",
+                format!("port_value: {}", app1.addr().port()),
+            ),
+            (
+                "port_value: 3002",
+                format!("port_value: {}", app2.addr().port()),
+            ),
+        ];
+        let mut text = original.clone();
+        for (from, to) in &edits {
+            text = replace_all(&text, from, to)?;
         }
-    }
-    let envoy = Envoy::builder()
-        .concurrency(2)
-        .start_yaml(&text, listener, admin, status)
-        .await?;
+        if file == "envoy.yaml" {
+            // The plugin configuration names the same backends by address.
+            for (from, to) in [
+                ("127.0.0.1:3001", app1.addr()),
+                ("127.0.0.1:3002", app2.addr()),
+            ] {
+                text = replace_all(&text, from, &to.to_string())?;
+            }
+        }
+        Ok(text)
+    };
+    let envoy = Envoy::builder().concurrency(2).start_yaml(config).await?;
     Ok(Shipped { envoy, app1, app2 })
 }
 

@@ -126,16 +126,15 @@ async fn main() -> anyhow::Result<()> {
     let app2 = FakeUpstream::start("app2", Mode::Status(502)).await?;
     let caddy = dialling(&caddy, [app1.addr(), app2.addr()])
         .with_context(|| args.caddy.display().to_string())?;
-    let written = write_envoy_yaml(&args.upcheck, &caddy)?;
+    let mut written = None;
     let envoy = Envoy::builder()
         .concurrency(2)
-        .start_yaml(
-            &written.yaml()?,
-            written.listen,
-            written.admin,
-            written.status,
-        )
+        .start_yaml(|ports| {
+            let yaml = written.insert(write_envoy_yaml(&args.upcheck, &caddy, ports)?);
+            yaml.yaml()
+        })
         .await?;
+    let written = written.context("Envoy started without its configuration written")?;
     let start = Instant::now();
 
     println!("upcheck demo: the incident, with upcheck in front (all on 127.0.0.1)");
