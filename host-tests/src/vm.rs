@@ -232,6 +232,12 @@ impl Vm {
         })
     }
 
+    /// The size of the module's linear memory `memory`, in 64 KiB pages (0 if it exports none).
+    pub(crate) fn memory_pages(&mut self) -> u64 {
+        let memory = self.state().exports.memory;
+        memory.map_or(0, |memory| memory.size(&self.store))
+    }
+
     pub(crate) fn state(&self) -> &HostState {
         self.store.data()
     }
