@@ -3,7 +3,8 @@
 #   make build       upcheck.wasm (target/upcheck.wasm)
 #   make test        everything: unit, host-test, e2e
 #   make unit        the policy core, natively
-#   make host-test   the real upcheck.wasm in a wasmtime proxy-wasm host, on a virtual clock
+#   make host-test   the real upcheck.wasm in a wasmtime proxy-wasm host, on a virtual clock,
+#                    including a soak of a day of virtual time (about 2.5 min)
 #   make e2e         the real upcheck.wasm in a real Envoy 1.40
 #   make run         the incident, live: app1 healthy, app2 answering 502, Envoy with upcheck
 #   make bench       what upcheck costs, side by side with a floor filter and Envoy's own checks
@@ -40,8 +41,10 @@ include mk/bench.mk
 unit:
 	$(CARGO) test -p upcheck-policy
 
+# In the host-test profile (see Cargo.toml), with the day-long soak the dev profile leaves out.
 host-test: $(WASM)
-	$(CARGO) test -p upcheck-host-tests
+	$(CARGO) test --profile host-test -p upcheck-host-tests
+	$(CARGO) test --profile host-test -p upcheck-host-tests --test soak -- --ignored --nocapture
 
 test: unit host-test e2e
 

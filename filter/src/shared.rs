@@ -3,9 +3,12 @@
 //! Envoy runs one VM per worker plus the main thread's; shared data (per `vm_id`) is what they
 //! have in common, and several plugin configurations can share a `vm_id` (two listeners, or an
 //! old configuration draining after an update). The keys:
-//! - `upcheck.lease.<fingerprint>`: which VM probes for a configuration (holder id, expiry),
-//!   taken and renewed by compare-and-swap, so exactly one prober runs per configuration
-//!   whatever the worker count, in any host;
+//! - `upcheck.leases`: for each configuration running (by fingerprint), which VM probes for it
+//!   and until when, taken and renewed by compare-and-swap, so exactly one prober runs per
+//!   configuration whatever the worker count, in any host. One key for all configurations,
+//!   because a key cannot be deleted: leases of configurations gone are dropped from the table
+//!   instead ([`upcheck_policy::lease`]), so shared data stays bounded however often the
+//!   configuration changes;
 //! - `upcheck.announce`: for each backend, the newest configuration that lists it, whose prober
 //!   probes it ([`upcheck_policy::tables`]);
 //! - `upcheck.active`: every backend's probe state, each entry merged in by its prober;
@@ -22,12 +25,13 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
 use std::time::Duration;
 use upcheck_policy::config::HealthChecks;
-use upcheck_policy::lease;
+use upcheck_policy::lease::{self, LeaseTable};
 use upcheck_policy::tables::{
     self, ActiveTable, AnnounceTable, Applied, PassiveChange, PassiveTable, TableError,
 };
 use upcheck_policy::Time;
 
+const LEASES: &str = "upcheck.leases";
 const ANNOUNCE: &str = "upcheck.announce";
 const ACTIVE: &str = "upcheck.active";
 const PASSIVE: &str = "upcheck.passive";
@@ -95,20 +99,10 @@ pub fn fingerprint(config: &[u8]) -> u64 {
 
 /// Takes or renews the probing lease of the configuration whose fingerprint is `config`, for
 /// root context `me`, until `now + ttl` (the rule is [`lease::claim`]); true if it holds it.
+/// Only a grant is written: VMs refused the lease read the table and leave it alone.
 pub fn hold_lease(me: u64, config: u64, now: Time, ttl: Duration) -> bool {
-    let key = format!("upcheck.lease.{config:016x}");
-    // Created empty, then taken by compare-and-swap like any other time: two VMs creating it
-    // at once cannot both win.
-    let Some((bytes, cas)) = get(&key).or_else(|| {
-        ensure(&key, &[0; 16]);
-        get(&key)
-    }) else {
-        return false;
-    };
-    match lease::claim(Some(&bytes), me, now, ttl) {
-        Some(lease) => swap(&key, &lease, cas),
-        None => false,
-    }
+    let claim = |table: &mut LeaseTable| lease::claim(table, config, me, now, ttl).then_some(());
+    update_if(LEASES, tables::decode_leases, tables::encode_leases, claim).is_some()
 }
 
 /// Applies `change` to the table at `key`, atomically with respect to other VMs; returns the
@@ -119,6 +113,17 @@ fn update<T: Default, R>(
     encode: fn(&T) -> Vec<u8>,
     mut change: impl FnMut(&mut T) -> R,
 ) -> Option<(T, R)> {
+    update_if(key, decode, encode, |table| Some(change(table)))
+}
+
+/// [`update`] with a change that may decline (`None`): then nothing is written and the result
+/// is `None`.
+fn update_if<T: Default, R>(
+    key: &str,
+    decode: fn(&[u8]) -> Result<T, TableError>,
+    encode: fn(&T) -> Vec<u8>,
+    mut change: impl FnMut(&mut T) -> Option<R>,
+) -> Option<(T, R)> {
     for _ in 0..CAS_ATTEMPTS {
         let Some((bytes, cas)) = get(key) else {
             ensure(key, &encode(&T::default()));
@@ -126,7 +131,7 @@ fn update<T: Default, R>(
         };
         // A table that does not decode is replaced rather than trusted.
         let mut table = decode(&bytes).unwrap_or_default();
-        let result = change(&mut table);
+        let result = change(&mut table)?;
         if swap(key, &encode(&table), cas) {
             return Some((table, result));
         }

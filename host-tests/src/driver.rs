@@ -225,46 +225,86 @@ impl Host {
 
     /// Sends `load`, then lets its requests finish (see [`Host::traffic`]).
     pub fn load(&mut self, load: Load) -> Result<Traffic, HostError> {
+        let batch = self.send_load(&load)?;
+        self.advance(load.duration)?;
+        self.drain(batch.clone())?;
+        Ok(Traffic {
+            requests: self.kept(batch).to_vec(),
+        })
+    }
+
+    /// Schedules the requests of `load` from now on without moving the clock, for a test that
+    /// moves it itself ([`Host::advance`]) and collects the requests with
+    /// [`Host::take_finished_records`]. Returns the indexes of the requests, counted from the
+    /// first request the host sent.
+    pub fn send_load(&mut self, load: &Load) -> Result<Range<usize>, HostError> {
         if load.rate == 0 {
             return Err(HostError::Unsupported("a load of 0 requests/s".to_string()));
         }
         let interval = Duration::from_secs(1) / load.rate;
-        let first = self.records.len();
+        let first = self.records_taken + self.records.len();
         let mut offset = Duration::ZERO;
         while offset < load.duration {
             self.schedule_request(offset, load.request.clone());
             offset += interval;
         }
-        let batch = first..self.records.len();
-        self.advance(load.duration)?;
-        self.drain(batch.clone())?;
-        Ok(Traffic {
-            requests: self.records[batch].to_vec(),
-        })
+        Ok(first..self.records_taken + self.records.len())
     }
 
     /// Sends one request now and lets it finish.
     pub fn request(&mut self, request: RequestSpec) -> Result<RequestRecord, HostError> {
-        let record = self.records.len();
+        let record = self.records_taken + self.records.len();
         self.schedule_request(Duration::ZERO, request);
         self.drain(record..record + 1)?;
-        Ok(self.records[record].clone())
+        self.kept(record..record + 1)
+            .first()
+            .cloned()
+            .ok_or_else(|| HostError::Unsupported("a request taken before it finished".into()))
     }
 
     /// Sends one request `after` from now without waiting for it: it arrives as the clock
-    /// passes that instant. Returns its index in [`Host::records`].
+    /// passes that instant. Returns its index, counted from the first request the host sent
+    /// (its index in [`Host::records`] unless [`Host::take_finished_records`] took some).
     pub fn send(&mut self, after: Duration, request: RequestSpec) -> usize {
         self.schedule_request(after, request);
-        self.records.len() - 1
+        self.records_taken + self.records.len() - 1
     }
 
-    /// Every request sent so far.
+    /// Every request sent so far, less those taken by [`Host::take_finished_records`].
     pub fn records(&self) -> &[RequestRecord] {
         &self.records
     }
 
+    /// Removes and returns the finished requests at the front of [`Host::records`], in sending
+    /// order up to the first one not finished, so that a long run keeps only the requests in
+    /// flight in memory.
+    pub fn take_finished_records(&mut self) -> Traffic {
+        let finished = self
+            .records
+            .iter()
+            .take_while(|r| r.outcome != Outcome::Pending)
+            .count();
+        self.records_taken += finished;
+        Traffic {
+            requests: self.records.drain(..finished).collect(),
+        }
+    }
+
+    /// The kept records of the requests with indexes `batch` (those not taken yet).
+    fn kept(&self, batch: Range<usize>) -> &[RequestRecord] {
+        let start = batch.start.saturating_sub(self.records_taken);
+        let end = batch.end.saturating_sub(self.records_taken);
+        self.records.get(start..end).unwrap_or_default()
+    }
+
+    /// The record of the request with index `index`, unless it was taken.
+    pub(crate) fn record_mut(&mut self, index: usize) -> Option<&mut RequestRecord> {
+        let kept = index.checked_sub(self.records_taken)?;
+        self.records.get_mut(kept)
+    }
+
     fn schedule_request(&mut self, after: Duration, request: RequestSpec) {
-        let record = self.records.len();
+        let record = self.records_taken + self.records.len();
         self.records.push(RequestRecord {
             request,
             sent: self.now() + after,
@@ -284,9 +324,10 @@ impl Host {
 
     /// Runs the clock until every request in `batch` has finished, or the drain limit.
     fn drain(&mut self, batch: Range<usize>) -> Result<(), HostError> {
-        let last_sent = self.records[batch.clone()].iter().map(|r| r.sent).max();
+        let last_sent = self.kept(batch.clone()).iter().map(|r| r.sent).max();
         let limit = last_sent.unwrap_or_default() + self.options.route_timeout + DRAIN_MARGIN;
-        while self.records[batch.clone()]
+        while self
+            .kept(batch.clone())
             .iter()
             .any(|r| r.outcome == Outcome::Pending)
         {
@@ -315,8 +356,11 @@ impl Host {
             .find(|&vm| self.vms[vm].status != VmStatus::Stopped)
             .ok_or_else(|| HostError::Unsupported("a request with no running worker".into()))?;
         self.next_worker = vm % workers;
-        let spec = self.records[record].request.clone();
-        self.records[record].worker = vm;
+        let Some(arriving) = self.record_mut(record) else {
+            return Ok(());
+        };
+        arriving.worker = vm;
+        let spec = arriving.request.clone();
         let context = self.vms[vm].new_context();
         let root = self
             .listeners
@@ -417,8 +461,10 @@ impl Host {
             process.clock.schedule(after, event);
         }
         drop(process);
-        self.records[record].upstream = Some(cluster.clone());
-        self.records[record].routed = Some(now);
+        if let Some(routed) = self.record_mut(record) {
+            routed.upstream = Some(cluster.clone());
+            routed.routed = Some(now);
+        }
         if let Some(stream) = self.stream(vm, context) {
             stream.info.upstream = Some((cluster, address));
         }
@@ -503,12 +549,13 @@ impl Host {
             stream.info.details.clone(),
         );
         let body = stream.response_body.clone().unwrap_or_default();
-        let record = &mut self.records[index];
-        record.outcome = outcome;
-        record.body = body;
-        record.completed = Some(now);
-        record.flags = flags;
-        record.details = details;
+        if let Some(record) = self.record_mut(index) {
+            record.outcome = outcome;
+            record.body = body;
+            record.completed = Some(now);
+            record.flags = flags;
+            record.details = details;
+        }
         for callback in ["proxy_on_log", "proxy_on_done", "proxy_on_delete"] {
             self.callback(vm, callback, context, &[])?;
         }

@@ -16,7 +16,7 @@ use crate::abi::{BufferType, LogLevel, MetricKind};
 use crate::clock::Event;
 use crate::driver::RequestRecord;
 use crate::imports;
-use crate::process::{CallRecord, LogLine, Process};
+use crate::process::{CallRecord, LogLine, Process, SharedDataUsage};
 use crate::upstream::{Counts, Script, Upstream};
 use crate::vm::{Fuel, HostState, Vm, VmStatus, ROOT_CONTEXT};
 use std::cell::{RefCell, RefMut};
@@ -176,7 +176,9 @@ pub struct Host {
     pub(crate) vms: Vec<Vm>,
     pub(crate) process: Rc<RefCell<Process>>,
     pub(crate) options: HostOptions,
+    /// The requests sent, less the first `records_taken` (see [`Host::take_finished_records`]).
     pub(crate) records: Vec<RequestRecord>,
+    pub(crate) records_taken: usize,
     pub(crate) next_worker: usize,
 }
 
@@ -213,6 +215,7 @@ impl Host {
             process,
             options,
             records: Vec::new(),
+            records_taken: 0,
             next_worker: 0,
         })
     }
@@ -465,8 +468,9 @@ impl Host {
         match instance.invoke(name, args) {
             Ok(None) => Ok(None),
             Ok(Some(called)) => {
-                if let Some(stream) = instance.state().streams.get(&context) {
-                    self.records[stream.record].fuel += called.fuel;
+                let record = instance.state().streams.get(&context).map(|s| s.record);
+                if let Some(record) = record.and_then(|record| self.record_mut(record)) {
+                    record.fuel += called.fuel;
                 }
                 Ok(Some(called.results))
             }
@@ -596,6 +600,11 @@ impl Host {
     /// The value and CAS stored under shared-data `key`.
     pub fn shared_data(&self, key: &str) -> Option<(Vec<u8>, u32)> {
         self.process.borrow().get_shared(key).cloned()
+    }
+
+    /// How many shared-data keys the process holds, and their bytes (keys and values).
+    pub fn shared_data_usage(&self) -> SharedDataUsage {
+        self.process.borrow().shared_data_usage()
     }
 
     /// The size of VM `vm`'s linear memory, in 64 KiB wasm pages.

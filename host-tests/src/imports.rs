@@ -596,15 +596,16 @@ fn set_buffer(c: &mut Ctx, kind: i32, start: i32, size: i32, ptr: i32, len: i32)
     Ok(())
 }
 
-/// A copy of header map `kind` of the effective context.
-fn map(state: &HostState, kind: i32) -> Hostcall<Headers> {
+/// Header map `kind` of the effective context.
+fn map(state: &HostState, kind: i32) -> Hostcall<&Headers> {
+    const NO_TRAILERS: &Headers = &Vec::new();
     let kind = MapType::from_raw(kind).ok_or(Status::BadArgument)?;
     let stream = state.stream();
     let found = match kind {
-        MapType::RequestHeaders => stream.map(|s| s.request_headers.clone()),
-        MapType::ResponseHeaders => stream.and_then(|s| s.response_headers.clone()),
-        MapType::CallResponseHeaders => state.call_response.as_ref().map(|r| r.headers.clone()),
-        MapType::CallResponseTrailers => state.call_response.as_ref().map(|_| Headers::new()),
+        MapType::RequestHeaders => stream.map(|s| &s.request_headers),
+        MapType::ResponseHeaders => stream.and_then(|s| s.response_headers.as_ref()),
+        MapType::CallResponseHeaders => state.call_response.as_ref().map(|r| &r.headers),
+        MapType::CallResponseTrailers => state.call_response.as_ref().map(|_| NO_TRAILERS),
         MapType::Absent => None,
     };
     // Envoy: a map that does not exist (yet) is BadArgument, except while logging (NotFound).
@@ -630,7 +631,7 @@ fn map_mut(state: &mut HostState, kind: i32) -> Hostcall<&mut Headers> {
 }
 
 fn get_map_pairs(c: &mut Ctx, kind: i32, ptr_ptr: i32, size_ptr: i32) -> Hostcall {
-    let bytes = serialize_map(&map(c.data(), kind)?);
+    let bytes = serialize_map(map(c.data(), kind)?);
     give(c, &bytes, ptr_ptr, size_ptr)
 }
 
@@ -643,10 +644,10 @@ fn get_map_value(
     size_ptr: i32,
 ) -> Hostcall {
     let key = read_string(c, key_ptr, key_len)?.to_ascii_lowercase();
-    let headers = map(c.data(), kind)?;
-    let (_, value) = headers
+    let value = map(c.data(), kind)?
         .iter()
         .find(|(name, _)| *name == key)
+        .map(|(_, value)| value.clone())
         .ok_or(Status::NotFound)?;
     give(c, value.as_bytes(), ptr_ptr, size_ptr)
 }
@@ -698,9 +699,14 @@ fn get_property(
 ) -> Hostcall {
     let raw = read(c, path_ptr, path_len)?;
     let state = c.data();
-    let set = state
-        .properties
-        .get(&(state.effective_context, raw.clone()));
+    // Most guests never set a property: no key to build and hash then.
+    let set = if state.properties.is_empty() {
+        None
+    } else {
+        state
+            .properties
+            .get(&(state.effective_context, raw.clone()))
+    };
     let value = match set {
         Some(value) => Some(value.clone()),
         None => {

@@ -42,12 +42,13 @@
 //!   [`clock::EPOCH_NANOS`] + that).
 //! - [`Host::traffic`] / [`Host::load`] / [`Host::request`] → [`Traffic`] / [`RequestRecord`]
 //!   (outcome, upstream, flags, details, fuel, times) with summaries; [`Host::send`] to send
-//!   without waiting, [`Host::records`] for every request so far.
+//!   one request without waiting, [`Host::records`] for every request so far; for long runs,
+//!   [`Host::send_load`] then [`Host::take_finished_records`].
 //! - Observation: [`Host::metric`], [`Host::histogram`], [`Host::metrics`], [`Host::logs`],
 //!   [`Host::counts`], [`Host::probes_sent`], [`Host::requests_routed`], [`Host::shared_data`],
-//!   [`Host::fuel`], [`Host::vm_fuel`], [`Host::vm_status`], [`Host::memory_pages`],
-//!   [`Host::calls`] (every probe as a [`CallRecord`]: sent when, by which VM, answered what,
-//!   delivered when).
+//!   [`Host::shared_data_usage`], [`Host::memory_pages`], [`Host::fuel`], [`Host::vm_fuel`],
+//!   [`Host::vm_status`], [`Host::calls`] (every probe as a [`CallRecord`]: sent when, by which
+//!   VM, answered what, delivered when).
 //! - Faults: [`Host::stop_vm`], [`Host::restart_vm`]; guest traps per [`OnTrap`].
 //! - [`Host::call`]: call any export, for tests of the host itself with hand-written guests.
 
@@ -68,7 +69,7 @@ mod vm;
 pub use abi::{Headers, LogLevel};
 pub use driver::{Load, Outcome, RequestRecord, RequestSpec, Traffic};
 pub use host::{Host, HostError, HostOptions, OnTrap};
-pub use process::{CallRecord, LogLine};
+pub use process::{CallRecord, LogLine, SharedDataUsage};
 pub use upstream::{Behaviour, Counts, Script};
 pub use vm::{Fuel, VmStatus};
 pub use wasmtime::Val;

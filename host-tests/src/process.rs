@@ -74,6 +74,15 @@ pub(crate) struct Metric {
     pub samples: Vec<u64>,
 }
 
+/// How much the process holds in shared data, summed over all keys.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SharedDataUsage {
+    /// Number of keys.
+    pub keys: usize,
+    /// Bytes of the keys and their values together.
+    pub bytes: usize,
+}
+
 struct Queue {
     owner_vm: usize,
     owner_context: u32,
@@ -100,6 +109,18 @@ impl Process {
     /// The value and CAS stored under `key`.
     pub(crate) fn get_shared(&self, key: &str) -> Option<&(Vec<u8>, u32)> {
         self.shared_data.get(key)
+    }
+
+    /// The number of keys and the bytes they and their values take.
+    pub(crate) fn shared_data_usage(&self) -> SharedDataUsage {
+        SharedDataUsage {
+            keys: self.shared_data.len(),
+            bytes: self
+                .shared_data
+                .iter()
+                .map(|(key, (value, _))| key.len() + value.len())
+                .sum(),
+        }
     }
 
     /// Stores `value` under `key` unless `cas` is non-zero and stale.

@@ -290,13 +290,21 @@ fn local(destination: &str, path: &str) -> RequestSpec {
     }
 }
 
-/// The shared-data key of the probing lease of the plugin configuration `config`: FNV-1a of its
-/// bytes, as the module names it.
-fn lease_key(config: &str) -> String {
-    let fingerprint = config.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+/// The configurations whose probing lease is held, by fingerprint: the module's lease table
+/// (`upcheck.leases` in shared data) as the module's own decoder reads it.
+fn leased_configs(host: &Host) -> Vec<u64> {
+    let (bytes, _cas) = host.shared_data("upcheck.leases").unwrap_or_default();
+    let leases = upcheck_policy::tables::decode_leases(&bytes);
+    let leases = leases.unwrap_or_else(|e| panic!("the lease table does not decode: {e:?}"));
+    leases.iter().map(|lease| lease.config).collect()
+}
+
+/// The fingerprint of the plugin configuration `config`, as the module computes it: FNV-1a of
+/// its bytes.
+fn fingerprint(config: &str) -> u64 {
+    config.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    format!("upcheck.lease.{fingerprint:016x}")
+    })
 }
 
 #[test]
@@ -342,11 +350,10 @@ fn the_status_page_listener_shows_every_backend_and_the_traffic_listener_never_s
         "on the users' listener the page's path is a path like any other: {traffic:?}"
     );
     ok(host.advance(secs(30)));
-    assert!(host.shared_data(&lease_key(BOTH)).is_some());
     assert_eq!(
-        host.shared_data(&lease_key(BOTH_PAGE)),
-        None,
-        "the status page never takes a probing lease"
+        leased_configs(&host),
+        [fingerprint(BOTH)],
+        "one lease, the users' plugin's: the status page never takes one"
     );
     assert_eq!(
         host.probes_sent("app1"),

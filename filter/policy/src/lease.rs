@@ -1,45 +1,63 @@
-//! Who probes for a configuration: a lease in shared data, taken and renewed by compare-and-swap.
+//! Who probes for a configuration: one lease per plugin configuration, all in one table in shared
+//! data, taken and renewed by compare-and-swap.
 //!
 //! Envoy ticks every VM (one per worker plus the main thread's); probes must go out once per
 //! backend per interval whatever their number, so for each plugin configuration one VM holds a
-//! lease and probes for all of them. The lease is 16 bytes: the holder's id and its expiry in
-//! nanoseconds, little-endian. A VM may take it when it is free, expired or already its own.
-//! Which backends a configuration's prober probes is the business of [`crate::tables`]'s
-//! announcements: each backend is probed for the newest configuration that lists it. The adapter
-//! reads the lease, asks [`claim`], and swaps in what it returns.
+//! lease and probes for all of them. Which backends a configuration's prober probes is the
+//! business of [`crate::tables`]'s announcements: each backend is probed for the newest
+//! configuration that lists it. The adapter reads the table, asks [`claim`], and swaps in the
+//! table it leaves when it grants the lease.
+//!
+//! Why one table and not a key per configuration: proxy-wasm cannot delete a shared-data key, so
+//! a key per configuration would outlive its configuration, and an Envoy whose configuration
+//! keeps changing (every listener update has a new fingerprint) would gain a key per change for
+//! as long as it runs. In the table, a lease is stale once it has expired: its holder stopped
+//! renewing it because its configuration was replaced or removed (or its VM died). Every grant
+//! drops the stale leases, which changes no decision, since a lease that expired may be taken
+//! exactly as one that is missing. So the table holds the configurations running now, plus those
+//! that stopped within the last `ttl`, however many came before.
+//!
+//! Staleness is decided by expiry, not by the announcements: a configuration that is no longer
+//! the newest for any backend but still runs (an old listener draining) keeps its lease until it
+//! stops, then it goes like any other.
 
 use crate::Time;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// The lease's bytes: (holder, expiry in ns).
-fn decode(bytes: &[u8]) -> (u64, u64) {
-    let word = |at: usize| {
-        bytes
-            .get(at..at + 8)
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_le_bytes)
-            .unwrap_or(0)
-    };
-    (word(0), word(8))
+/// One configuration's probing lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The fingerprint of the plugin configuration it is for.
+    pub config: u64,
+    /// The root context that holds it (a process-unique id).
+    pub holder: u64,
+    /// When it expires unless its holder renews it.
+    pub until: Time,
 }
 
-fn nanos(t: Time) -> u64 {
-    u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
-}
+/// Every running configuration's lease, at most one per configuration.
+pub type LeaseTable = Vec<Lease>;
 
-/// The bytes to swap in for VM `me` to hold the lease until `now + ttl`, or `None` if another
-/// VM holds it. `current` is the lease as read (`None` if there is none yet).
-pub fn claim(current: Option<&[u8]>, me: u64, now: Time, ttl: Duration) -> Option<[u8; 16]> {
-    let (holder, expiry) = current.map(decode).unwrap_or((0, 0));
-    if holder != me && holder != 0 && expiry > nanos(now) {
-        return None;
+/// Whether root context `me` may hold the lease of configuration `config` from `now` until
+/// `now + ttl`: it may when nobody else holds it or the holder's lease expired. If so, `table`
+/// now says so, without its stale leases, and must be written back; if not, `table` is left as
+/// it was and there is nothing to write.
+pub fn claim(table: &mut LeaseTable, config: u64, me: u64, now: Time, ttl: Duration) -> bool {
+    let live = |lease: &Lease| lease.until > now;
+    if table
+        .iter()
+        .any(|lease| lease.config == config && lease.holder != me && live(lease))
+    {
+        return false;
     }
-    let until = nanos(now).saturating_add(nanos(ttl));
-    let mut lease = [0u8; 16];
-    let (id, time) = lease.split_at_mut(8);
-    id.copy_from_slice(&me.to_le_bytes());
-    time.copy_from_slice(&until.to_le_bytes());
-    Some(lease)
+    table.retain(|lease| lease.config != config && live(lease));
+    table.push(Lease {
+        config,
+        holder: me,
+        until: now.saturating_add(ttl),
+    });
+    true
 }
 
 #[cfg(test)]
@@ -47,21 +65,79 @@ mod tests {
     use super::*;
 
     const S: Duration = Duration::from_secs(1);
+    const TTL: Duration = Duration::from_millis(400);
+    const TICK: Duration = Duration::from_millis(200);
 
     #[test]
     fn a_free_lease_is_taken_and_renewed_by_its_holder_only_until_it_expires() {
-        let mine = claim(None, 1, S, S).unwrap_or_default();
-        assert!(claim(Some(&mine), 2, S, S).is_none(), "held by 1");
-        assert!(claim(Some(&mine), 1, S, S).is_some(), "renewed");
-        let later = 2 * S + Duration::from_nanos(1);
-        assert!(claim(Some(&mine), 2, later, S).is_some(), "expired");
+        let mut table = LeaseTable::new();
+        assert!(claim(&mut table, 7, 1, S, S), "free");
+        assert!(!claim(&mut table, 7, 2, S, S), "held by 1");
+        assert!(!claim(&mut table, 7, 2, 2 * S - TICK, S), "held by 1");
+        assert!(claim(&mut table, 7, 1, S, S), "renewed");
+        assert!(claim(&mut table, 7, 2, 2 * S, S), "expired");
+        assert_eq!(
+            table,
+            [Lease {
+                config: 7,
+                holder: 2,
+                until: 3 * S
+            }]
+        );
     }
 
     #[test]
-    fn lease_bytes_of_any_length_are_read_without_panicking() {
-        for len in 0..20 {
-            let bytes = vec![0xff; len];
-            let _ = claim(Some(&bytes), 1, S, S);
+    fn each_configuration_has_a_lease_of_its_own() {
+        let mut table = LeaseTable::new();
+        assert!(claim(&mut table, 7, 1, S, TTL));
+        assert!(claim(&mut table, 8, 2, S, TTL), "8 is not 7's");
+        assert!(!claim(&mut table, 8, 1, S, TTL), "8 is held by 2");
+        assert_eq!(table.len(), 2);
+    }
+
+    #[test]
+    fn a_refused_claim_leaves_the_table_as_it_was() {
+        let mut table = LeaseTable::new();
+        assert!(claim(&mut table, 7, 1, S, TTL));
+        assert!(claim(&mut table, 8, 2, S + TTL - TICK, TTL));
+        let before = table.clone();
+        let expired = S + TTL;
+        assert!(!claim(&mut table, 8, 3, expired, TTL));
+        assert_eq!(table, before, "7's stale lease stays until a grant");
+    }
+
+    #[test]
+    fn a_lease_nobody_renews_is_dropped_by_the_next_grant_once_it_expired() {
+        let mut table = LeaseTable::new();
+        assert!(claim(&mut table, 7, 1, S, TTL));
+        assert!(claim(&mut table, 8, 2, S + TTL - TICK, TTL));
+        assert_eq!(table.len(), 2, "7's lease has not expired yet");
+        assert!(claim(&mut table, 8, 2, S + TTL, TTL));
+        assert_eq!(
+            table.iter().map(|l| l.config).collect::<Vec<_>>(),
+            [8],
+            "7's lease expired"
+        );
+        assert!(claim(&mut table, 7, 3, S + TTL, TTL), "and 7 may come back");
+    }
+
+    #[test]
+    fn configurations_that_keep_changing_leave_only_the_running_ones_in_the_table() {
+        // Two listeners: one steady (fingerprint 1), one whose configuration changes every
+        // 10 s, 10,000 times; each held by its own VM, renewed every tick.
+        let mut table = LeaseTable::new();
+        let mut longest = 0;
+        let mut now = Duration::ZERO;
+        for change in 0..10_000u64 {
+            let changing = 100 + change;
+            for _ in 0..50 {
+                assert!(claim(&mut table, 1, 1, now, TTL));
+                assert!(claim(&mut table, changing, 2, now, TTL));
+                longest = longest.max(table.len());
+                now += TICK;
+            }
         }
+        assert_eq!(longest, 3, "the steady, the new and the one just replaced");
+        assert_eq!(table.len(), 2);
     }
 }

@@ -1,9 +1,10 @@
 //! The tables every VM of a process shares, their byte form, and the changes made to them.
 //!
 //! proxy-wasm shared data holds bytes, per `vm_id`; several plugin configurations (listeners,
-//! or an old one draining after an update) can share one. Every table is keyed by a backend's
-//! [`Upstream::key`](crate::config::Upstream::key), so a pool only ever reads its own backends.
-//! Three tables live there:
+//! or an old one draining after an update) can share one. The backend tables are keyed by a
+//! backend's [`Upstream::key`](crate::config::Upstream::key), so a pool only ever reads its own
+//! backends; the lease table ([`LeaseTable`], see [`crate::lease`]) is keyed by configuration.
+//! Besides the leases, three tables live there:
 //! - the announcements ([`AnnounceTable`]): for each backend, the newest configuration that lists
 //!   it, written when a configuration is taken; that configuration's prober probes it, so a
 //!   backend is probed once however many configurations list it, and an update's new backends
@@ -25,6 +26,7 @@
 
 use crate::active::ActiveHealth;
 use crate::config::{HealthChecks, MAX_FAILS_LIMIT};
+use crate::lease::LeaseTable;
 use crate::outlier::{Ejection, FailureKind, RunRule, Traffic, Verdict};
 use crate::passive::{Failure, PassiveHealth, Recorded};
 use crate::Time;
@@ -37,6 +39,7 @@ const VERSION: u8 = 4;
 const ACTIVE: u8 = b'a';
 const PASSIVE: u8 = b'p';
 const ANNOUNCE: u8 = b'n';
+const LEASES: u8 = b'l';
 
 /// Probe state by backend key.
 pub type ActiveTable = Vec<(String, ActiveHealth)>;
@@ -109,6 +112,16 @@ pub fn encode_announce(table: &AnnounceTable) -> Vec<u8> {
 /// Reads what [`encode_announce`] wrote.
 pub fn decode_announce(bytes: &[u8]) -> Result<AnnounceTable, TableError> {
     decode(ANNOUNCE, bytes)
+}
+
+/// The lease table's bytes.
+pub fn encode_leases(table: &LeaseTable) -> Vec<u8> {
+    encode(LEASES, table)
+}
+
+/// Reads what [`encode_leases`] wrote.
+pub fn decode_leases(bytes: &[u8]) -> Result<LeaseTable, TableError> {
+    decode(LEASES, bytes)
 }
 
 /// The passive table's bytes.
@@ -393,6 +406,18 @@ mod tests {
         let mut trailing = good;
         trailing.push(0);
         assert!(decode_passive(&trailing).is_err());
+    }
+
+    #[test]
+    fn a_lease_table_survives_the_round_trip_and_no_other_table_reads_as_one() {
+        let mut leases = LeaseTable::new();
+        for (config, holder) in [(u64::MAX, 1), (0, u64::MAX), (7, 3)] {
+            crate::lease::claim(&mut leases, config, holder, secs(1), secs(1));
+        }
+        assert_eq!(decode_leases(&encode_leases(&leases)), Ok(leases));
+        let announce = encode_announce(&vec![("app1".to_owned(), 7)]);
+        assert!(decode_leases(&announce).is_err());
+        assert!(decode_leases(&[0; 16]).is_err(), "a lease of the old form");
     }
 
     #[test]
