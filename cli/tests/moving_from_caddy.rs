@@ -81,19 +81,15 @@ async fn the_readme_steps_take_caddys_json_to_an_envoy_that_probes_and_serves_bo
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
     let started = Instant::now();
     let caddy = std::fs::read_to_string(operators_caddy_json())?;
-    let written = write_envoy_yaml(
-        Path::new(env!("CARGO_BIN_EXE_upcheck")),
-        &dialling(&caddy, [app1.addr(), app2.addr()])?,
-    )?;
-    validate(written.dir.path())?;
+    let dialled = dialling(&caddy, [app1.addr(), app2.addr()])?;
     let envoy = Envoy::builder()
         .concurrency(2)
-        .start_yaml(
-            &written.yaml()?,
-            written.listen,
-            written.admin,
-            written.status,
-        )
+        .start_yaml(|ports| {
+            let written =
+                write_envoy_yaml(Path::new(env!("CARGO_BIN_EXE_upcheck")), &dialled, ports)?;
+            validate(written.dir.path())?;
+            written.yaml()
+        })
         .await?;
     println!("written, validated and ready in {:?}", started.elapsed());
 
