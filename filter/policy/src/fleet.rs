@@ -7,9 +7,11 @@
 //!    and not passively ejected: for a full failure window, or as an outlier among its peers
 //!    ([`crate::outlier`]), which passing probes do not lift either.
 //! 3. If nothing is left, the answer is never "no backend". When the last backends went down
-//!    within one probe round (interval + timeout) of each other, that is a correlated failure of
+//!    less than one probe round (interval + timeout) apart, that is a correlated failure of
 //!    something they share (a database behind `/up`), not a dead fleet: those of them that accept
-//!    connections stay in rotation, and a backend that was already out before stays out.
+//!    connections stay in rotation, and a backend that was already out before stays out. Exactly
+//!    one round apart is a round apart: a probe that timed out, and the next round's probe of
+//!    another backend failing at once, go down exactly interval + timeout apart.
 //!    A shared cause need not strike at once: a slow database times probes out one backend after
 //!    another, rounds apart. So when those that went down last all went down alike (timed out,
 //!    or answered the same status) while their pages were answering, every backend that went
@@ -175,7 +177,7 @@ pub fn route<B: Borrow<Evidence>>(backends: &[B], now: Time, config: &Config) ->
                 base = backends
                     .iter()
                     .zip(&usable)
-                    .map(|(b, u)| *u && b.active.down_since().is_some_and(|t| t >= cutoff))
+                    .map(|(b, u)| *u && b.active.down_since().is_some_and(|t| t > cutoff))
                     .collect();
                 shared_cause = spread_out_cause(backends, &usable, &base, now, config);
                 if let Some(cause) = &shared_cause {

@@ -91,6 +91,22 @@ fn a_blip_after_app2_already_went_down_keeps_app2_out() {
 }
 
 #[test]
+fn a_blip_exactly_one_probe_round_after_app2_timed_out_keeps_app2_out() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", TIMEOUT, secs(5) + ms(10));
+    probe(&mut pool, "app1", SOFT_503, secs(20) + ms(10));
+    assert_eq!(routable(&pool), ["app1"], "interval + timeout apart: two rounds");
+    assert_eq!(pool.guard(), Guard::LastDown);
+
+    let mut together = support::pool(&["app1", "app2"]);
+    probe(&mut together, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut together, "app2", TIMEOUT, secs(5) + ms(10));
+    probe(&mut together, "app1", SOFT_503, secs(20) + ms(9));
+    assert_eq!(routable(&together), ["app1", "app2"], "just inside one round");
+}
+
+#[test]
 fn backends_that_went_down_together_but_refuse_connections_are_left_out() {
     let mut pool = pool(&["app1", "app2"]);
     probe(&mut pool, "app1", SOFT_503, ms(10));
