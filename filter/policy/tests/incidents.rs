@@ -96,14 +96,22 @@ fn a_blip_exactly_one_probe_round_after_app2_timed_out_keeps_app2_out() {
     probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
     probe(&mut pool, "app2", TIMEOUT, secs(5) + ms(10));
     probe(&mut pool, "app1", SOFT_503, secs(20) + ms(10));
-    assert_eq!(routable(&pool), ["app1"], "interval + timeout apart: two rounds");
+    assert_eq!(
+        routable(&pool),
+        ["app1"],
+        "interval + timeout apart: two rounds"
+    );
     assert_eq!(pool.guard(), Guard::LastDown);
 
     let mut together = support::pool(&["app1", "app2"]);
     probe(&mut together, "app1", ProbeOutcome::Pass, ms(10));
     probe(&mut together, "app2", TIMEOUT, secs(5) + ms(10));
     probe(&mut together, "app1", SOFT_503, secs(20) + ms(9));
-    assert_eq!(routable(&together), ["app1", "app2"], "just inside one round");
+    assert_eq!(
+        routable(&together),
+        ["app1", "app2"],
+        "just inside one round"
+    );
 }
 
 #[test]
