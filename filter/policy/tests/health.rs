@@ -210,3 +210,24 @@ fn latency_counts_only_when_unhealthy_latency_is_set_and_reached() {
         .failure(p)
         .is_none());
 }
+
+#[test]
+fn a_probe_the_host_never_answers_counts_as_timed_out_after_twice_its_timeout_and_its_late_answer_is_ignored(
+) {
+    let mut proxy = pool(&["app1", "app2"]);
+    probe(&mut proxy, "app1", ProbeOutcome::Pass, ms(10));
+    let app2 = proxy.index_of("app2").expect("configured");
+    let status = |proxy: &Proxy| proxy.members()[app2].evidence.active.status;
+    proxy.probe_sent(app2, 999, ms(20));
+    proxy.tick(secs(10) + ms(19));
+    assert_eq!(status(&proxy), Health::Unknown, "still waited for");
+    proxy.tick(secs(10) + ms(20));
+    assert_eq!(status(&proxy), Health::Unhealthy, "given up as timed out");
+    let late = proxy.probe_answered(999, Some(200), false, b"", secs(11));
+    proxy.carry_out(late, secs(11));
+    assert_eq!(
+        status(&proxy),
+        Health::Unhealthy,
+        "the probe was forgotten: its answer is nobody's"
+    );
+}
