@@ -215,6 +215,9 @@ fn report(pool: &Pool<BackendMetrics>, fleet_guard: Option<u32>, events: &[Event
                     metrics::increment(m.and_then(|m| m.outliers.of(verdict)));
                 }
             }
+            Event::CapLifted { index, .. } => {
+                metrics::increment(handles(*index).and_then(|m| m.ejections));
+            }
             Event::InService {
                 index, in_service, ..
             } => {

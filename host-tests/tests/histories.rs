@@ -57,8 +57,7 @@
 //!   probing (a stretch ends at each "now probes for the process" log line), and probes sent
 //!   while the backend may be passively ejected (`max_fails` of its requests failed within
 //!   `fail_duration` + `LAG`) or within two `LAG`s of a logged ejection (an outlier ejection
-//!   shows only there), or within `max_ejection` of a log line saying the cap kept it in (the
-//!   ejection then takes effect whenever the cap lets it, and that is not logged), since a
+//!   shows only there; an ejection the cap held back is logged when it takes effect), since a
 //!   backend is probed at once when it is ejected.
 //!
 //! # Defects found, kept as replays
@@ -110,8 +109,6 @@ const STATUS_PAGE: &str = "/upcheck/status.json";
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 /// `health_checks.passive.fail_duration`, the default the histories keep.
 const FAIL_DURATION: Duration = Duration::from_secs(10);
-/// `health_checks.outlier.max_ejection`, the default: the longest an outlier ejection lasts.
-const MAX_EJECTION: Duration = Duration::from_secs(300);
 /// `health_checks.passive.max_fails`, the default the histories keep.
 const MAX_FAILS: usize = 3;
 /// Steps each test drives at least, over as many histories as that takes.
@@ -646,9 +643,6 @@ struct Checks<'r> {
     takeovers: Vec<Duration>,
     /// When the module logged an ejection of the backend (passive or as an outlier), by time.
     ejections: BTreeMap<String, Vec<Duration>>,
-    /// When the module logged that the cap kept the backend in rotation though it earned an
-    /// ejection: the ejection takes effect, unlogged, whenever the cap lets it.
-    capped_ejections: BTreeMap<String, Vec<Duration>>,
 }
 
 /// How many of sorted `times` fall in [from, to].
@@ -719,7 +713,6 @@ impl<'r> Checks<'r> {
         }
         let takeovers = probers.iter().map(|(at, _)| *at).collect();
         let mut ejections: BTreeMap<String, Vec<Duration>> = BTreeMap::new();
-        let mut capped_ejections: BTreeMap<String, Vec<Duration>> = BTreeMap::new();
         for line in run.host.logs() {
             let ejected = line
                 .message
@@ -727,16 +720,6 @@ impl<'r> Checks<'r> {
                 .and_then(|m| m.split_once(" ejected for "));
             if let Some((name, _)) = ejected {
                 ejections.entry(name.to_owned()).or_default().push(line.at);
-            }
-            let capped = line
-                .message
-                .strip_prefix("upcheck: ")
-                .and_then(|m| m.split_once(" stays in rotation although "));
-            if let Some((name, _)) = capped {
-                capped_ejections
-                    .entry(name.to_owned())
-                    .or_default()
-                    .push(line.at);
             }
         }
         Checks {
@@ -749,7 +732,6 @@ impl<'r> Checks<'r> {
             served,
             takeovers,
             ejections,
-            capped_ejections,
         }
     }
 
@@ -801,11 +783,7 @@ impl<'r> Checks<'r> {
             .ejections
             .get(name)
             .is_some_and(|times| count_within(times, t.saturating_sub(LAG + LAG), t) > 0);
-        let capped = self
-            .capped_ejections
-            .get(name)
-            .is_some_and(|times| count_within(times, t.saturating_sub(MAX_EJECTION), t) > 0);
-        failed || logged || capped
+        failed || logged
     }
 
     /// Whether VM `vm` stopped within [from, to].

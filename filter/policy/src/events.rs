@@ -124,6 +124,16 @@ pub enum Event {
         /// Why it would have been ejected.
         reason: EjectionReason,
     },
+    /// A backend whose ejection the cap held back ([`Event::CapReached`]) goes out now, its
+    /// ejection still earned: a backend that was out came back, or the fleet changed.
+    CapLifted {
+        /// Backend position.
+        index: usize,
+        /// Backend name.
+        name: String,
+        /// How long the ejection lasts from now, as far as is known now.
+        length: Duration,
+    },
     /// A backend's ejection ended.
     EjectionEnded {
         /// Backend name.
@@ -182,6 +192,7 @@ impl Event {
             | Event::ProbeContradicted { .. }
             | Event::HealthChanged { .. }
             | Event::EjectionStarted { .. }
+            | Event::CapLifted { .. }
             | Event::EjectionEnded { .. }
             | Event::ContactChanged { .. }
             | Event::Guard(_) => Level::Info,
@@ -216,6 +227,11 @@ impl fmt::Display for Event {
             Event::CapReached { name, reason } => write!(
                 f,
                 "{name} stays in rotation although {reason}: max_ejection_percent reached"
+            ),
+            Event::CapLifted { name, length, .. } => write!(
+                f,
+                "{name} ejected for {}: the ejection max_ejection_percent held back takes effect",
+                duration::display(*length)
             ),
             Event::EjectionEnded {
                 name,

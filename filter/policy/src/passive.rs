@@ -232,6 +232,15 @@ impl PassiveHealth {
         }
     }
 
+    /// When the full failure window ejecting it ends, if it is full at `now`.
+    pub fn window_ends(&self, now: Time, config: &PassiveConfig) -> Option<Time> {
+        if self.full(now, config) {
+            self.ejected_until(config)
+        } else {
+            None
+        }
+    }
+
     /// When the oldest counted failure expires, if the window is full.
     fn ejected_until(&self, config: &PassiveConfig) -> Option<Time> {
         self.failures.front().map(|t| *t + config.fail_duration)

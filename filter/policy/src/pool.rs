@@ -88,6 +88,9 @@ pub struct Member<H> {
     /// `Some(false)` for a full failure window. An ejection ends when it is no longer earned,
     /// not when the backend leaves the set the cap counts (failing its probes meanwhile).
     ejection: Option<bool>,
+    /// Whether it earned an ejection that the cap keeps in rotation, as last refreshed: when
+    /// the cap lets that ejection take effect, the prober reports it ([`Event::CapLifted`]).
+    held_back: bool,
     /// This VM's request outcomes not yet added to the process-wide counts (at the next tick).
     traffic: Traffic,
     /// The adapter's own data about it (its metric handles).
@@ -219,6 +222,7 @@ impl<H> Pool<H> {
                     unprobeable: false,
                     newest_probe: None,
                     ejection: None,
+                    held_back: false,
                     traffic: Traffic::default(),
                     handles: handles(upstream),
                 },
@@ -892,6 +896,10 @@ impl<H> Pool<H> {
         let Some(m) = self.members.get(index) else {
             return;
         };
+        let lifted = |e: &Event| matches!(e, Event::CapLifted { index: i, .. } if *i == index);
+        if effects.events.iter().any(lifted) {
+            return; // the refresh before this report told already
+        }
         effects.events.push(if m.ejected {
             Event::EjectionStarted {
                 index,
@@ -1006,6 +1014,23 @@ impl<H> Pool<H> {
             }
             let outlier = m.evidence.passive.outlier.is_ejected(now);
             let earned = outlier || m.evidence.passive.ejected_since(now, passive).is_some();
+            if reporting && ejected && m.held_back {
+                let until = [
+                    m.evidence.passive.outlier.in_force(now).map(|(_, t)| t),
+                    m.evidence.passive.window_ends(now, passive),
+                ];
+                effects.events.push(Event::CapLifted {
+                    index: i,
+                    name: m.name().to_owned(),
+                    length: until
+                        .into_iter()
+                        .flatten()
+                        .max()
+                        .unwrap_or(now)
+                        .saturating_sub(now),
+                });
+            }
+            m.held_back = earned && !ejected;
             if ejected {
                 m.ejection = Some(outlier);
             }

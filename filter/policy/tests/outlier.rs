@@ -1184,6 +1184,43 @@ fn through_the_pool_an_outlier_ejection_counts_toward_the_cap() {
 }
 
 #[test]
+fn an_ejection_the_cap_held_back_is_reported_once_when_it_takes_effect() {
+    // One of three may be out: app3 is, so app2's ejection is held back until app3 is back.
+    let mut proxy = fleet(&["app1", "app2", "app3"], r#""max_ejection_percent":34"#);
+    proxy.serve(ms(20), secs(90), 60, |to, at| {
+        let status = match to {
+            "app3" if at >= secs(10) && at < secs(25) => 502,
+            "app2" if at >= secs(20) => 500,
+            _ => 200,
+        };
+        Some(answered(status))
+    });
+    let app2: Vec<String> = proxy
+        .events
+        .iter()
+        .filter(|e| {
+            matches!(e,
+                Event::CapReached { name, .. }
+                | Event::CapLifted { name, .. }
+                | Event::EjectionStarted { name, .. } if name == "app2")
+        })
+        .map(ToString::to_string)
+        .collect();
+    println!("{app2:#?}");
+    let held = app2
+        .iter()
+        .position(|l| l.contains(" stays in rotation although "));
+    let lifted: Vec<&String> = app2
+        .iter()
+        .filter(|l| l.contains("the ejection max_ejection_percent held back takes effect"))
+        .collect();
+    assert!(held.is_some(), "the cap held app2 back: {app2:#?}");
+    assert_eq!(lifted.len(), 1, "reported once: {app2:#?}");
+    assert!(lifted[0].starts_with("app2 ejected for "), "{}", lifted[0]);
+    assert!(!proxy.routable().contains(&"app2"), "app2 went out");
+}
+
+#[test]
 fn a_success_at_a_backend_on_no_run_of_failures_reads_no_clock_and_shares_nothing_until_the_tick() {
     let mut proxy = fleet(&["app1", "app2"], "");
     proxy.tick(secs(1));
