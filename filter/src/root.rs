@@ -19,7 +19,7 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
 use std::time::Duration;
-use upcheck_policy::{Config, Pick, Pool, Time};
+use upcheck_policy::{nanos, Config, Pick, Pool, Time};
 
 /// The steady tick: a worker sees another's change within this long.
 const TICK: Duration = Duration::from_millis(200);
@@ -211,10 +211,6 @@ impl RootContext for Root {
     fn get_type(&self) -> Option<ContextType> {
         Some(ContextType::HttpContext)
     }
-}
-
-fn nanos(t: Time) -> u64 {
-    u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Resumes requests parked at cold start once a backend can be picked.

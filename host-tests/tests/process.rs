@@ -117,6 +117,42 @@ fn a_request_and_a_probe_round_cost_a_bounded_number_of_instructions() {
 }
 
 #[test]
+fn at_a_thousand_backends_a_quiet_tick_and_a_passing_probe_cost_no_work_per_backend_each() {
+    let mut host = host(2);
+    let upstreams: Vec<String> = (1..=1000)
+        .map(|i| {
+            host.upstream(&format!("app{i}"));
+            format!(r#"{{"name":"app{i}"}}"#)
+        })
+        .collect();
+    ok(host.start(&format!(r#"{{"upstreams":[{}]}}"#, upstreams.join(","))));
+    ok(host.advance(Duration::from_secs(1)));
+    let spent = |before: &Host, export: &str| {
+        let fuel = before.fuel().get(export).copied().unwrap_or_default();
+        (fuel.calls, fuel.fuel)
+    };
+    // Between the first round (answered at start) and the second (due 9-11 s after it).
+    let (calls, fuel) = spent(&host, "proxy_on_tick");
+    ok(host.advance(Duration::from_millis(7_500)));
+    let (calls_after, fuel_after) = spent(&host, "proxy_on_tick");
+    let per_tick = (fuel_after - fuel) / (calls_after - calls).max(1);
+    // The second round: every backend passes again.
+    let (answers, answer_fuel) = spent(&host, "proxy_on_http_call_response");
+    ok(host.advance(Duration::from_secs(10)));
+    let (answers_after, answer_fuel_after) = spent(&host, "proxy_on_http_call_response");
+    let per_answer = (answer_fuel_after - answer_fuel) / (answers_after - answers).max(1);
+    println!(
+        "1,000 backends: {per_tick} instructions per quiet tick, {per_answer} per passing probe"
+    );
+    assert_eq!(answers_after - answers, 1000, "one round");
+    // About 210 per backend per tick, and a pass that changes nothing routes nothing anew
+    // (4.8 million per tick and 2.0 million per answer when every tick weighed every backend's
+    // window with a 128-bit division and every answer worked the routing out again).
+    assert!(per_tick < 1_000_000, "{per_tick} per quiet tick");
+    assert!(per_answer < 500_000, "{per_answer} per passing probe");
+}
+
+#[test]
 fn the_first_probe_round_goes_out_within_100_ms_of_start() {
     let mut host = host(2);
     host.upstream("app1");

@@ -36,6 +36,15 @@ pub mod tables;
 /// A point in time: the host's clock since its epoch.
 pub type Time = std::time::Duration;
 
+/// `t` in whole nanoseconds, saturating past about 584 years. In u64, which wasm divides in one
+/// instruction, where `Duration::as_nanos` gives a u128 whose division is a library routine of
+/// hundreds of instructions: this runs per request and per backend per tick.
+pub fn nanos(t: Time) -> u64 {
+    t.as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(t.subsec_nanos()))
+}
+
 pub use active::{ActiveHealth, Down, Health, Pages, ProbeOutcome, Transition};
 pub use config::{Config, ConfigError, Role, RoutingMode, StatusPage};
 pub use events::{Effects, Event, Level};

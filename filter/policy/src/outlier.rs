@@ -60,7 +60,7 @@
 use crate::config::Outlier as OutlierConfig;
 use crate::duration;
 use crate::passive::ProxyFailure;
-use crate::Time;
+use crate::{nanos, Time};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
@@ -245,13 +245,35 @@ pub struct Traffic {
 }
 
 /// Half of `window`, never zero.
-fn half_window(window: Duration) -> u128 {
-    (window.as_nanos() / 2).max(1)
+fn half_window(window: Duration) -> u64 {
+    (nanos(window) / 2).max(1)
+}
+
+/// Where a time falls among the half-windows of a window: worked out once, for a tick that
+/// weighs every backend's traffic at the same time.
+#[derive(Debug, Clone, Copy)]
+pub struct WindowClock {
+    /// The half-window it falls in.
+    half: u64,
+    /// The share of that half-window still to come, 0 to 1.
+    still_to_come: f64,
+}
+
+impl WindowClock {
+    /// Where `now` falls among the half-windows of `window`.
+    pub fn new(now: Time, window: Duration) -> WindowClock {
+        let half = half_window(window);
+        let at = nanos(now);
+        WindowClock {
+            half: at / half,
+            still_to_come: 1.0 - (at % half) as f64 / half as f64,
+        }
+    }
 }
 
 /// The half-window `at` falls in.
 fn half_index(at: Time, window: Duration) -> u64 {
-    u64::try_from(at.as_nanos() / half_window(window)).unwrap_or(u64::MAX)
+    nanos(at) / half_window(window)
 }
 
 impl Traffic {
@@ -305,12 +327,21 @@ impl Traffic {
         self.half = half;
     }
 
+    /// Whether it holds no outcome at all.
+    pub fn is_empty(&self) -> bool {
+        self.previous.requests == 0 && self.current.requests == 0
+    }
+
     /// How much each bucket counts at `now`: the current one fully, the previous one by the share
     /// of the current half-window still to come.
     fn weights(&self, now: Time, window: Duration) -> Weights {
-        let half = half_window(window);
-        let still_to_come = 1.0 - (now.as_nanos() % half) as f64 / half as f64;
-        match half_index(now, window).checked_sub(self.half) {
+        self.weights_at(WindowClock::new(now, window))
+    }
+
+    /// [`Traffic::weights`] with the clock worked out already.
+    fn weights_at(&self, clock: WindowClock) -> Weights {
+        let still_to_come = clock.still_to_come;
+        match clock.half.checked_sub(self.half) {
             Some(0) => Weights {
                 previous: still_to_come,
                 current: 1.0,
@@ -384,7 +415,12 @@ impl Traffic {
 
     /// Requests that ended in the window at `now` (estimated).
     pub fn requests(&self, now: Time, window: Duration) -> f64 {
-        self.tally(self.weights(now, window)).requests
+        self.requests_at(WindowClock::new(now, window))
+    }
+
+    /// [`Traffic::requests`] at a clock worked out once for many backends.
+    pub fn requests_at(&self, clock: WindowClock) -> f64 {
+        self.tally(self.weights_at(clock)).requests
     }
 
     /// Requests that failed in the window at `now` (estimated).

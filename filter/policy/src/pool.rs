@@ -26,7 +26,7 @@ use crate::active::{Health, Pages, ProbeOutcome, Transition};
 use crate::config::{Config, Upstream};
 use crate::events::{Effects, EjectionReason, Event};
 use crate::fleet::{route, Evidence, Guard};
-use crate::outlier::{judge, run_rule, FailureKind, Traffic};
+use crate::outlier::{judge, run_rule, FailureKind, Traffic, WindowClock};
 use crate::passive::{Outstanding, Recorded, RequestOutcome};
 use crate::schedule::{ProbeSlot, Schedule};
 use crate::select::Rotation;
@@ -402,7 +402,7 @@ impl<H> Pool<H> {
         let deltas: Vec<(String, Traffic)> = self
             .members
             .iter_mut()
-            .filter(|m| m.traffic != Traffic::default())
+            .filter(|m| !m.traffic.is_empty())
             .map(|m| (m.key.clone(), std::mem::take(&mut m.traffic)))
             .collect();
         if !deltas.is_empty() {
@@ -417,14 +417,12 @@ impl<H> Pool<H> {
         // between them (every rule needs the peers to have had that many): a quiet pool, of any
         // size, costs a sum per tick, not a comparison per backend.
         let config = &self.config.health_checks.outlier;
+        let clock = WindowClock::new(now, config.window);
         let requests: f64 = self
             .members
             .iter()
             .filter(|m| m.routable)
-            .map(|m| {
-                m.evidence.passive.traffic.requests(now, config.window)
-                    + m.traffic.requests(now, config.window)
-            })
+            .map(|m| m.evidence.passive.traffic.requests_at(clock) + m.traffic.requests_at(clock))
             .sum();
         if requests < f64::from(config.min_requests) {
             return;
@@ -631,8 +629,18 @@ impl<H> Pool<H> {
             prober.unpublished = true;
         }
         self.heard = true;
-        self.changed = true;
+        // A pass on a healthy backend whose last probe passed too (the steady state) changes
+        // nothing the routing reads, so the routing is not worked out again: at 1,000 backends
+        // that would be 1,000 backends' worth of work for each of the 1,000 answers of a round.
+        let before = m.evidence.active;
+        let accepting = m.evidence.accepting();
         let transition = m.evidence.active.observe(outcome, now, active, pages);
+        let steady = before.status == Health::Healthy
+            && before.contradicted.is_none()
+            && before.last.is_some_and(|(_, last)| last.passed())
+            && outcome.passed()
+            && m.evidence.accepting() == accepting;
+        self.changed |= !steady;
         effects.events.push(Event::Probed {
             index,
             name: m.name().to_owned(),
