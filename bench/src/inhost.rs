@@ -233,7 +233,7 @@ pub struct MemoryRun {
 /// The probe interval of the memory runs: the shortest the tick (200 ms) serves, so that many
 /// rounds fit; with jitter a backend is due every second tick.
 const MEMORY_INTERVAL: &str = "200ms";
-/// Virtual time per batch of a memory run.
+/// Virtual time per batch of a memory run, and of its warm-up: the outlier window (10 s).
 const MEMORY_BATCH: Duration = Duration::from_secs(10);
 
 /// Runs the instrumented `wasm` with `backends` backends until at least `rounds` probe rounds
@@ -246,8 +246,13 @@ pub fn memory_run(
 ) -> Result<MemoryRun> {
     let config = fleet(backends, MEMORY_INTERVAL, "100ms");
     let mut host = started(&instrumented.wasm, backends, &config, Routing::Cluster)?;
-    host.traffic(RATE, Duration::from_secs(1))
-        .map_err(host_error)?;
+    // A round every other 200 ms tick: rounds × 400 ms of traffic.
+    let seconds = (rounds * 2).div_ceil(5).max(1);
+    let rate = u32::try_from(requests.div_ceil(seconds))?.max(1);
+    // Warm-up: one batch at the run's rate, as long as the outlier window, so that every
+    // backend has had requests and the shared tables hold every backend's full window (at
+    // 1,000 backends, a second at a few hundred requests reached only some of them).
+    host.traffic(rate, MEMORY_BATCH).map_err(host_error)?;
     let warm_pages = pages(&mut host)?;
     let probes = |host: &Host| -> u64 {
         (1..=backends)
@@ -256,9 +261,6 @@ pub fn memory_run(
             / backends as u64
     };
     let first_rounds = probes(&host);
-    // A round every other 200 ms tick: rounds × 400 ms of traffic.
-    let seconds = (rounds * 2).div_ceil(5).max(1);
-    let rate = u32::try_from(requests.div_ceil(seconds))?.max(1);
     let mut sent = 0;
     while sent < requests || probes(&host) - first_rounds < rounds {
         let traffic = host.traffic(rate, MEMORY_BATCH).map_err(host_error)?;
