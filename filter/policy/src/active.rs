@@ -266,8 +266,19 @@ impl ActiveHealth {
         }
     }
 
-    /// When it went down, if it is down.
+    /// When it went down, if it is down: when the probe that took it down was sent, as near as
+    /// is known. A probe that times out tells at send + timeout what was already true when it
+    /// was sent, so the timeout it waited for is taken off. Then two backends struck by one
+    /// cause lie within a probe round of each other, and one that went down rounds before lies
+    /// rounds before, however late the proxy's timer fired.
     pub fn down_since(&self) -> Option<Time> {
-        (self.status == Health::Unhealthy).then_some(self.since)
+        if self.status != Health::Unhealthy {
+            return None;
+        }
+        let waited = match self.down.map(|d| d.outcome) {
+            Some(ProbeOutcome::Timeout(after)) => after,
+            _ => Duration::ZERO,
+        };
+        Some(self.since.saturating_sub(waited))
     }
 }

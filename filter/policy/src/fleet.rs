@@ -9,9 +9,10 @@
 //! 3. If nothing is left, the answer is never "no backend". When the last backends went down
 //!    less than one probe round (interval + timeout) apart, that is a correlated failure of
 //!    something they share (a database behind `/up`), not a dead fleet: those of them that accept
-//!    connections stay in rotation, and a backend that was already out before stays out. Exactly
-//!    one round apart is a round apart: a probe that timed out, and the next round's probe of
-//!    another backend failing at once, go down exactly interval + timeout apart.
+//!    connections stay in rotation, and a backend that was already out before stays out. A
+//!    backend went down when the probe that took it down was sent
+//!    ([`crate::ActiveHealth::down_since`]): a probe that timed out is not dated by its timeout,
+//!    which would put a backend that hung a round before the others next to them.
 //!    A shared cause need not strike at once: a slow database times probes out one backend after
 //!    another, rounds apart. So when those that went down last all went down alike (timed out,
 //!    or answered the same status) while their pages were answering, every backend that went

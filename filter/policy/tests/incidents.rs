@@ -91,26 +91,35 @@ fn a_blip_after_app2_already_went_down_keeps_app2_out() {
 }
 
 #[test]
-fn a_blip_exactly_one_probe_round_after_app2_timed_out_keeps_app2_out() {
+fn a_probe_that_timed_out_dates_a_backends_fall_from_when_it_was_sent() {
+    // app2's probe, sent at 10 ms, times out 5 s later, the proxy's timer half a millisecond
+    // late; app1's probe two rounds later answers 503 at once. app2 went down 20 s before app1,
+    // more than a round (15 s): it stays out.
     let mut pool = pool(&["app1", "app2"]);
     probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
-    probe(&mut pool, "app2", TIMEOUT, secs(5) + ms(10));
+    probe(
+        &mut pool,
+        "app2",
+        TIMEOUT,
+        secs(5) + ms(10) + Duration::from_micros(500),
+    );
     probe(&mut pool, "app1", SOFT_503, secs(20) + ms(10));
     assert_eq!(
         routable(&pool),
         ["app1"],
-        "interval + timeout apart: two rounds"
+        "app2 went down two rounds before"
     );
     assert_eq!(pool.guard(), Guard::LastDown);
 
+    // The same timeout, and app1 failing at its next probe, one round later: 10 s apart.
     let mut together = support::pool(&["app1", "app2"]);
     probe(&mut together, "app1", ProbeOutcome::Pass, ms(10));
     probe(&mut together, "app2", TIMEOUT, secs(5) + ms(10));
-    probe(&mut together, "app1", SOFT_503, secs(20) + ms(9));
+    probe(&mut together, "app1", SOFT_503, secs(10) + ms(10));
     assert_eq!(
         routable(&together),
         ["app1", "app2"],
-        "just inside one round"
+        "within a round of each other"
     );
 }
 
