@@ -168,27 +168,8 @@ fn listener(out: &mut String, d: &Deployment, s: &Settings) {
         "  address:\n    socket_address: {}\n\n",
         socket(&Endpoint::Ip(s.admin))
     );
-    let _ = write!(
-        out,
-        "static_resources:
-  listeners:
-    - name: web
-      address:
-        socket_address: {listen}
-      filter_chains:
-        - filters:
-            - name: envoy.filters.network.http_connection_manager
-              typed_config:
-                \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-                stat_prefix: web
-                route_config:
-                  name: upcheck
-                  virtual_hosts:
-                    - name: apps
-                      domains: [\"*\"]
-",
-        listen = socket(&Endpoint::Ip(s.listen)),
-    );
+    out.push_str("static_resources:\n  listeners:\n");
+    listener_head(out, "web", s.listen, "upcheck", "apps");
     match d.routing {
         RoutingMode::Host => host_routes(out, d),
         RoutingMode::Cluster => cluster_route(out, d),
@@ -234,25 +215,7 @@ fn status_listener(out: &mut String, d: &Deployment, s: &Settings) {
             path = d.page.path
         ),
     );
-    let _ = write!(
-        out,
-        "    - name: status
-      address:
-        socket_address: {status}
-      filter_chains:
-        - filters:
-            - name: envoy.filters.network.http_connection_manager
-              typed_config:
-                \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-                stat_prefix: status
-                route_config:
-                  name: status
-                  virtual_hosts:
-                    - name: status
-                      domains: [\"*\"]
-",
-        status = socket(&Endpoint::Ip(s.status)),
-    );
+    listener_head(out, "status", s.status, "status", "status");
     comment(
         out,
         22,
@@ -283,6 +246,30 @@ fn status_listener(out: &mut String, d: &Deployment, s: &Settings) {
 }
 
 /// The header the filter writes, lowercase as Envoy keeps header names.
+/// A listener `name` on `addr` with an HTTP connection manager, up to its one virtual host's
+/// domains: the users' listener and the status page's differ only in names, routes and filters.
+fn listener_head(out: &mut String, name: &str, addr: SocketAddr, route: &str, host: &str) {
+    let _ = write!(
+        out,
+        "    - name: {name}
+      address:
+        socket_address: {socket}
+      filter_chains:
+        - filters:
+            - name: envoy.filters.network.http_connection_manager
+              typed_config:
+                \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+                stat_prefix: {name}
+                route_config:
+                  name: {route}
+                  virtual_hosts:
+                    - name: {host}
+                      domains: [\"*\"]
+",
+        socket = socket(&Endpoint::Ip(addr)),
+    );
+}
+
 fn route_header(d: &Deployment) -> String {
     scalar(&d.config.route_header.to_ascii_lowercase())
 }

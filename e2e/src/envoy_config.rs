@@ -104,6 +104,22 @@ pub fn listener(
         .into_iter()
         .chain([router(routing)])
         .collect();
+    http_listener(
+        name,
+        addr,
+        ("upcheck", "apps", routes(routing)),
+        http_filters,
+    )
+}
+
+/// A listener `name` on `addr` whose HTTP connection manager has one virtual host for every
+/// domain, `(route config name, virtual host name, routes)`, and `http_filters`.
+fn http_listener(
+    name: &str,
+    addr: SocketAddr,
+    (route_config, virtual_host, routes): (&str, &str, Value),
+    http_filters: Vec<Value>,
+) -> Value {
     json!({
         "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
         "name": name,
@@ -114,11 +130,11 @@ pub fn listener(
                 "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
                 "stat_prefix": name,
                 "route_config": {
-                    "name": "upcheck",
+                    "name": route_config,
                     "virtual_hosts": [{
-                        "name": "apps",
+                        "name": virtual_host,
                         "domains": ["*"],
-                        "routes": routes(routing),
+                        "routes": routes,
                     }],
                 },
                 "http_filters": http_filters,
@@ -131,27 +147,16 @@ pub fn listener(
 /// filter (the pool's plugin configuration with `"role": "status_page"`) answers every request
 /// itself, and the route behind it answers 404 and routes nowhere.
 pub fn status_listener(name: &str, addr: SocketAddr, filter: &WasmFilter) -> Value {
-    json!({
-        "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
-        "name": name,
-        "address": socket_address(addr),
-        "filter_chains": [{"filters": [{
-            "name": "envoy.filters.network.http_connection_manager",
-            "typed_config": {
-                "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-                "stat_prefix": name,
-                "route_config": {
-                    "name": "status",
-                    "virtual_hosts": [{
-                        "name": "status",
-                        "domains": ["*"],
-                        "routes": [{"match": {"prefix": "/"}, "direct_response": {"status": 404}}],
-                    }],
-                },
-                "http_filters": [named_wasm_filter(filter, "upcheck-status"), router(Routing::Cluster)],
-            },
-        }]}],
-    })
+    let not_found = json!([{"match": {"prefix": "/"}, "direct_response": {"status": 404}}]);
+    http_listener(
+        name,
+        addr,
+        ("status", "status", not_found),
+        vec![
+            named_wasm_filter(filter, "upcheck-status"),
+            router(Routing::Cluster),
+        ],
+    )
 }
 
 /// The routes of `routing`: one `cluster_header` route that removes the header, or the pool's

@@ -413,12 +413,8 @@ impl Traffic {
         Some(LATENCY_BUCKETS - 1)
     }
 
-    /// Requests that ended in the window at `now` (estimated).
-    pub fn requests(&self, now: Time, window: Duration) -> f64 {
-        self.requests_at(WindowClock::new(now, window))
-    }
-
-    /// [`Traffic::requests`] at a clock worked out once for many backends.
+    /// Requests that ended in the window at `clock` (estimated), with the clock worked out once
+    /// for many backends.
     pub fn requests_at(&self, clock: WindowClock) -> f64 {
         self.tally(self.weights_at(clock)).requests
     }

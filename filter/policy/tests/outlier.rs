@@ -13,7 +13,9 @@ use std::time::Duration;
 use support::{answered, ms, secs, Proxy, Served};
 use upcheck_policy::config::Outlier;
 use upcheck_policy::events::EjectionReason;
-use upcheck_policy::outlier::{judge, run_rule, FailureKind, Standing, Traffic, Verdict};
+use upcheck_policy::outlier::{
+    judge, run_rule, FailureKind, Standing, Traffic, Verdict, WindowClock,
+};
 use upcheck_policy::{Event, ProbeOutcome, ProxyFailure, RequestOutcome, Time};
 
 const WINDOW: Duration = Duration::from_secs(10);
@@ -1243,7 +1245,9 @@ fn a_success_at_a_backend_on_no_run_of_failures_reads_no_clock_and_shares_nothin
         table
             .iter()
             .find(|(key, _)| key == "app1@app1")
-            .map_or(0.0, |(_, h)| h.traffic.requests(secs(2), WINDOW))
+            .map_or(0.0, |(_, h)| {
+                h.traffic.requests_at(WindowClock::new(secs(2), WINDOW))
+            })
     };
     assert_eq!((counted(&before), counted(&proxy.table)), (0.0, 1.0));
     let idle = proxy.pool.tick(secs(1) + ms(400));
