@@ -413,6 +413,9 @@ pub struct HostFigures {
     /// upcheck per request with the deployed configuration (outlier detection on), 2 backends,
     /// in cluster routing, then in host routing.
     pub routed: [PerRequest; 2],
+    /// upcheck per request with the deployed configuration and outlier detection off, 2
+    /// backends, cluster routing: the request path as it was before detection.
+    pub detection_off: RequestFuel,
     /// The floor per request (2 backends; it routes every request to one).
     pub floor: PerRequest,
     /// upcheck's probing fuel, by [`BACKENDS`].
@@ -467,6 +470,7 @@ pub fn figures(upcheck: &[u8], floor: &[u8], memory: bool) -> Result<HostFigures
     let mut figures = HostFigures {
         requests: Vec::new(),
         routed: [per_request(Routing::Cluster)?, per_request(Routing::Host)?],
+        detection_off: request_fuel(upcheck, 2, &detection_off(&deployed)?, Routing::Cluster)?,
         floor: PerRequest {
             fuel: request_fuel(floor, 2, "{}", Routing::Cluster)?,
             hostcalls: hostcalls_per_request(
@@ -487,6 +491,13 @@ pub fn figures(upcheck: &[u8], floor: &[u8], memory: bool) -> Result<HostFigures
     }
     figures.elapsed = started.elapsed();
     Ok(figures)
+}
+
+/// `config` with `health_checks.outlier.enabled` false.
+fn detection_off(config: &str) -> Result<String> {
+    let mut config: serde_json::Value = serde_json::from_str(config)?;
+    config["health_checks"]["outlier"] = serde_json::json!({"enabled": false});
+    Ok(config.to_string())
 }
 
 /// Gives the calling thread the lowest CPU priority (nice 19; on Linux, per thread).

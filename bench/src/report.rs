@@ -245,6 +245,14 @@ impl Report {
             "",
             String::new(),
         );
+        let off = host.detection_off.total;
+        t.row(
+            "2",
+            "fuel per request, upcheck, cluster routing, outlier detection off (2 backends)",
+            n(off),
+            "≤ 5,684 (the request path before the pipeline and detection)",
+            verdict(off <= 5_684, n(off.saturating_sub(5_684))),
+        );
         t.row("2", "fuel per request, floor", n(floor), "", String::new());
         let ratio = *cluster as f64 / floor.max(1) as f64;
         t.row(
