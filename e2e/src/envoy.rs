@@ -28,7 +28,7 @@ use tokio::sync::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
 use crate::envoy_config::{self, Routing, WasmFilter};
-use crate::plugin::status_page;
+use crate::plugin::{fast_checks, fast_host_checks, status_page};
 use crate::ports::{free_addr, free_addr_on};
 use crate::upstream::FakeUpstream;
 use crate::xds::XdsFiles;
@@ -543,6 +543,26 @@ async fn launch(
 }
 
 impl Envoy {
+    /// A builder for the scenarios' Envoy: two workers in front of `upstreams` (each a cluster),
+    /// in `routing`, with the operators' block shortened ([`fast_checks`], or
+    /// [`fast_host_checks`] in host routing).
+    pub fn scenario(routing: Routing, upstreams: &[&FakeUpstream]) -> EnvoyBuilder {
+        let plugin = match routing {
+            Routing::Cluster => {
+                let names: Vec<&str> = upstreams.iter().map(|u| u.name()).collect();
+                fast_checks(&names)
+            }
+            Routing::Host { .. } => fast_host_checks(upstreams),
+        };
+        upstreams
+            .iter()
+            .fold(Envoy::builder().concurrency(2), |envoy, up| {
+                envoy.upstream(up)
+            })
+            .routing(routing)
+            .wasm_filter(plugin)
+    }
+
     /// A builder for an Envoy with one worker and no clusters yet.
     pub fn builder() -> EnvoyBuilder {
         EnvoyBuilder {

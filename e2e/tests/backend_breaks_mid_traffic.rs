@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use tokio::time::sleep;
 use upcheck_e2e::envoy::Envoy;
+use upcheck_e2e::envoy_config::Routing;
 use upcheck_e2e::mode::Mode;
-use upcheck_e2e::plugin::{fast_checks, INTERVAL, RATE};
+use upcheck_e2e::plugin::{INTERVAL, RATE};
 use upcheck_e2e::replay::{Outcome, Replay, Report};
 use upcheck_e2e::upstream::FakeUpstream;
 
@@ -28,11 +29,7 @@ struct Breakage {
 async fn app2_breaks_mid_traffic() -> anyhow::Result<Breakage> {
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let envoy = Envoy::builder()
-        .concurrency(2)
-        .upstream(&app1)
-        .upstream(&app2)
-        .wasm_filter(fast_checks(&["app1", "app2"]))
+    let envoy = Envoy::scenario(Routing::Cluster, &[&app1, &app2])
         .start()
         .await?;
     let replay = Replay::new(envoy.url("/"), RATE, Duration::from_secs(8)).connection_per_request();

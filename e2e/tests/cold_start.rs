@@ -8,8 +8,9 @@
 use std::time::Duration;
 
 use upcheck_e2e::envoy::Envoy;
+use upcheck_e2e::envoy_config::Routing;
 use upcheck_e2e::mode::Mode;
-use upcheck_e2e::plugin::{fast_checks, RATE};
+use upcheck_e2e::plugin::RATE;
 use upcheck_e2e::replay::Replay;
 use upcheck_e2e::upstream::FakeUpstream;
 
@@ -17,11 +18,7 @@ use upcheck_e2e::upstream::FakeUpstream;
 async fn users_arriving_at_cold_start_never_reach_a_hanging_backend() -> anyhow::Result<()> {
     let app1 = FakeUpstream::start("app1", Mode::Slow(Duration::from_millis(200))).await?;
     let app2 = FakeUpstream::start("app2", Mode::Hang).await?;
-    let envoy = Envoy::builder()
-        .concurrency(2)
-        .upstream(&app1)
-        .upstream(&app2)
-        .wasm_filter(fast_checks(&["app1", "app2"]))
+    let envoy = Envoy::scenario(Routing::Cluster, &[&app1, &app2])
         .start()
         .await?;
 

@@ -14,7 +14,7 @@ use tokio::time::sleep;
 use upcheck_e2e::envoy::Envoy;
 use upcheck_e2e::envoy_config::Routing;
 use upcheck_e2e::mode::Mode;
-use upcheck_e2e::plugin::{fast_checks, fast_host_checks, INTERVAL, RATE};
+use upcheck_e2e::plugin::{INTERVAL, RATE};
 use upcheck_e2e::replay::{Outcome, Replay, Report};
 use upcheck_e2e::upstream::FakeUpstream;
 
@@ -29,26 +29,6 @@ const HOST: Routing = Routing::Host {
 /// What a retried request may cost beyond `PER_TRY_TIMEOUT`: Envoy's retry back-off (at most
 /// 25 ms for the first retry), the answer from the other backend, a busy two-core machine.
 const MARGIN: Duration = Duration::from_millis(300);
-
-/// Envoy with 2 workers in front of `app1` and `app2`, in `routing`, checking every second.
-async fn envoy_for(
-    routing: Routing,
-    app1: &FakeUpstream,
-    app2: &FakeUpstream,
-) -> anyhow::Result<Envoy> {
-    let plugin = match routing {
-        Routing::Cluster => fast_checks(&[app1.name(), app2.name()]),
-        Routing::Host { .. } => fast_host_checks(&[app1, app2]),
-    };
-    Envoy::builder()
-        .concurrency(2)
-        .upstream(app1)
-        .upstream(app2)
-        .routing(routing)
-        .wasm_filter(plugin)
-        .start()
-        .await
-}
 
 /// One run of app2 breaking under traffic, kept for the assertions.
 struct Break {
@@ -65,7 +45,7 @@ struct Break {
 async fn app2_breaks(routing: Routing, mode: Mode, methods: &[Method]) -> anyhow::Result<Break> {
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let envoy = envoy_for(routing, &app1, &app2).await?;
+    let envoy = Envoy::scenario(routing, &[&app1, &app2]).start().await?;
     let rate = RATE / methods.len() as u32;
     let traffic: Vec<_> = methods
         .iter()
@@ -205,7 +185,7 @@ async fn two_hundred_concurrent_gets_during_a_break_all_succeed() -> anyhow::Res
     // timed out would be retried at the second address, chosen before app2 broke.
     let app1 = FakeUpstream::start("app1", Mode::Slow(Duration::from_millis(100))).await?;
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let envoy = envoy_for(HOST, &app1, &app2).await?;
+    let envoy = Envoy::scenario(HOST, &[&app1, &app2]).start().await?;
     let warm_up = Replay::new(envoy.url("/"), RATE, Duration::from_secs(1))
         .run()
         .await?;
@@ -263,7 +243,7 @@ async fn from_the_first_request_on_users_go_where_upcheck_sends_them() -> anyhow
     // app2's count shows it.
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Status(502)).await?;
-    let envoy = envoy_for(HOST, &app1, &app2).await?;
+    let envoy = Envoy::scenario(HOST, &[&app1, &app2]).start().await?;
     let report = Replay::new(envoy.url("/"), RATE, Duration::from_secs(1))
         .connection_per_request()
         .run()
@@ -288,13 +268,7 @@ async fn a_retry_goes_to_the_backend_upcheck_names_never_to_one_it_took_out() ->
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
     let app3 = FakeUpstream::start("app3", Mode::Status(502)).await?;
-    let envoy = Envoy::builder()
-        .concurrency(2)
-        .upstream(&app1)
-        .upstream(&app2)
-        .upstream(&app3)
-        .routing(HOST)
-        .wasm_filter(fast_host_checks(&[&app1, &app2, &app3]))
+    let envoy = Envoy::scenario(HOST, &[&app1, &app2, &app3])
         .start()
         .await?;
     let replay = Replay::new(envoy.url("/"), RATE, Duration::from_secs(6)).connection_per_request();

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use tokio::time::{sleep, sleep_until, Instant};
 use upcheck_e2e::envoy::Envoy;
+use upcheck_e2e::envoy_config::Routing;
 use upcheck_e2e::mode::Mode;
-use upcheck_e2e::plugin::{fast_checks, RATE};
+use upcheck_e2e::plugin::RATE;
 use upcheck_e2e::replay::Replay;
 use upcheck_e2e::upstream::FakeUpstream;
 
@@ -19,21 +20,13 @@ const BLIP: Mode = Mode::Blip {
     to: Duration::MAX,
 };
 
-async fn envoy_for(app1: &FakeUpstream, app2: &FakeUpstream) -> anyhow::Result<Envoy> {
-    Envoy::builder()
-        .concurrency(2)
-        .upstream(app1)
-        .upstream(app2)
-        .wasm_filter(fast_checks(&["app1", "app2"]))
-        .start()
-        .await
-}
-
 #[tokio::test]
 async fn a_blip_failing_every_probe_at_once_costs_users_nothing() -> anyhow::Result<()> {
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let envoy = envoy_for(&app1, &app2).await?;
+    let envoy = Envoy::scenario(Routing::Cluster, &[&app1, &app2])
+        .start()
+        .await?;
     let replay =
         Replay::new(envoy.url("/"), RATE, Duration::from_secs(10)).connection_per_request();
     let traffic = tokio::spawn(async move { replay.run().await });
@@ -69,7 +62,9 @@ async fn a_blip_failing_every_probe_at_once_costs_users_nothing() -> anyhow::Res
 async fn the_log_says_when_the_fleet_guard_engages_and_when_it_releases() -> anyhow::Result<()> {
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let envoy = envoy_for(&app1, &app2).await?;
+    let envoy = Envoy::scenario(Routing::Cluster, &[&app1, &app2])
+        .start()
+        .await?;
 
     sleep(Duration::from_secs(1)).await;
     app1.set_mode(BLIP);
@@ -100,7 +95,9 @@ async fn the_log_says_when_the_fleet_guard_engages_and_when_it_releases() -> any
 async fn a_backend_down_before_the_blip_gets_no_user_request_during_it() -> anyhow::Result<()> {
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let envoy = envoy_for(&app1, &app2).await?;
+    let envoy = Envoy::scenario(Routing::Cluster, &[&app1, &app2])
+        .start()
+        .await?;
     let replay =
         Replay::new(envoy.url("/"), RATE, Duration::from_secs(13)).connection_per_request();
     let start = Instant::now();

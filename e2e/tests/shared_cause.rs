@@ -32,7 +32,7 @@ use tokio::time::{sleep, sleep_until, Instant};
 use upcheck_e2e::envoy::Envoy;
 use upcheck_e2e::envoy_config::Routing;
 use upcheck_e2e::mode::Mode;
-use upcheck_e2e::plugin::{fast_checks, fast_host_checks, INTERVAL, RATE};
+use upcheck_e2e::plugin::{INTERVAL, RATE};
 use upcheck_e2e::replay::{Replay, Report};
 use upcheck_e2e::upstream::FakeUpstream;
 
@@ -51,27 +51,6 @@ const BLIP: Mode = Mode::Blip {
 /// `ms` milliseconds into the users.
 fn at(ms: u64) -> Duration {
     Duration::from_millis(ms)
-}
-
-/// Envoy with 2 workers in front of `app1` and `app2`, in `routing`, with the operators' block
-/// shortened ([`fast_checks`]).
-async fn envoy_for(
-    routing: Routing,
-    app1: &FakeUpstream,
-    app2: &FakeUpstream,
-) -> anyhow::Result<Envoy> {
-    let plugin = match routing {
-        Routing::Cluster => fast_checks(&[app1.name(), app2.name()]),
-        Routing::Host { .. } => fast_host_checks(&[app1, app2]),
-    };
-    Envoy::builder()
-        .concurrency(2)
-        .upstream(app1)
-        .upstream(app2)
-        .routing(routing)
-        .wasm_filter(plugin)
-        .start()
-        .await
 }
 
 /// The routing mode's name, for the printed figures.
@@ -141,7 +120,7 @@ async fn slow_dependency(
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
     app1.set_capacity(capacity);
     app2.set_capacity(capacity);
-    let envoy = envoy_for(routing, &app1, &app2).await?;
+    let envoy = Envoy::scenario(routing, &[&app1, &app2]).start().await?;
     let (start, traffic) = users(&envoy, rate, Duration::from_secs(9));
 
     sleep_until(start + at(2000)).await;
@@ -271,7 +250,7 @@ async fn a_blip_after_a_backend_hung_from_the_start_sends_it_nothing(
 ) -> anyhow::Result<()> {
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Hang).await?;
-    let envoy = envoy_for(routing, &app1, &app2).await?;
+    let envoy = Envoy::scenario(routing, &[&app1, &app2]).start().await?;
     let (start, traffic) = users(&envoy, RATE, Duration::from_secs(6));
 
     sleep_until(start + at(2000)).await;
@@ -391,7 +370,7 @@ async fn a_real_failure_that_spreads_keeps_the_first_broken_backend_out(
 ) -> anyhow::Result<()> {
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let envoy = envoy_for(routing, &app1, &app2).await?;
+    let envoy = Envoy::scenario(routing, &[&app1, &app2]).start().await?;
     let (start, traffic) = users(&envoy, RATE, Duration::from_secs(9));
 
     sleep_until(start + at(2000)).await;
