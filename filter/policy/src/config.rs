@@ -6,8 +6,9 @@
 //! Errors name the JSON path and the reason (`health_checks.passive.max_fails: must be at least 1,
 //! got 0`, `upstreams[1].name: "app1" is listed twice`), because the operator reading Envoy's log
 //! has nothing else to go on. The document is read by serde_json member by member, each field
-//! through a reader that checks it where it stands; an error records the member or item it
-//! leaves on its way out, so it knows its path. What spans fields (a timeout shorter than its
+//! through a reader that checks it where it stands (one list of arms per object, `members!`,
+//! which is also where the names an object takes come from); an error records the member or item
+//! it leaves on its way out, so it knows its path. What spans fields (a timeout shorter than its
 //! interval, names unique) is checked once the document is read, and then every default is
 //! filled in, so a parsed [`Config`] holds what is in force ([`Config::effective_json`] prints
 //! it). Every object, every list of values and every scalar is read by one reader each: each
@@ -807,6 +808,37 @@ trait Members {
     ) -> Result<(), A::Error>;
 }
 
+/// Implements [`Members`] for a type from one list of arms, `"name" => how it is read`: the
+/// names it takes are the arms' names, so the list an unknown field's error offers cannot drift
+/// from what is read. `$this` is the object, `$earlier` the members read before, `$map` and
+/// `$trail` as in [`Members::member`].
+macro_rules! members {
+    ($type:ty, |$this:ident, $earlier:pat_param, $map:ident, $trail:pat_param| {
+        $($($name:literal)|+ => $read:expr,)+
+    }) => {
+        impl Members for $type {
+            const NAMES: &'static [&'static str] = &[$($($name),+),+];
+
+            fn member<'de, A: MapAccess<'de>>(
+                &mut self,
+                name: &'static str,
+                $earlier: &[&'static str],
+                $map: &mut A,
+                $trail: &Trail,
+            ) -> Result<(), A::Error> {
+                let $this = self;
+                match name {
+                    $($($name)|+ => {
+                        $read;
+                    })+
+                    _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
+                }
+                Ok(())
+            }
+        }
+    };
+}
+
 /// An object of the configuration being read. One reader serves them all, so serde_json's
 /// value parser is compiled into the module once for every object rather than once per type.
 enum Object<'a> {
@@ -1109,189 +1141,91 @@ impl Draft {
     }
 }
 
-impl Members for Draft {
-    const NAMES: &'static [&'static str] = &[
-        "upstreams",
-        "health_checks",
-        "routing",
-        "route_header",
-        "max_ejection_percent",
-        "min_healthy_percent",
-        "jitter",
-        "role",
-        "status_path",
-        "status_public",
-    ];
-
-    fn member<'de, A: MapAccess<'de>>(
-        &mut self,
-        name: &'static str,
-        _: &[&'static str],
-        map: &mut A,
-        trail: &Trail,
-    ) -> Result<(), A::Error> {
-        let config = &mut self.config;
-        match name {
-            "upstreams" => {
-                config.upstreams = map.next_value_seed(Expect(ListOf {
-                    item: UpstreamItem(trail),
-                    max: MAX_UPSTREAMS,
-                    too_many: format!("at most {MAX_UPSTREAMS} upstreams are allowed"),
-                    trail,
-                }))?;
-                if config.upstreams.is_empty() {
-                    return Err(de::Error::custom("needs at least one upstream"));
-                }
-            }
-            "health_checks" => map.next_value_seed(Expect(Fill::new(
-                Object::HealthChecks(&mut config.health_checks),
-                trail,
-            )))?,
-            "routing" => config.routing = value(map, routing)?,
-            "route_header" => config.route_header = value(map, route_header)?,
-            "max_ejection_percent" => config.max_ejection_percent = value(map, percent_of)?,
-            "min_healthy_percent" => {
-                config.min_healthy_percent = value(map, |found| or_off(found, percent_of))?
-            }
-            "jitter" => config.jitter = value(map, |found| duration::positive(found).map(Some))?,
-            "role" => self.status_page = Some(value(map, role)?),
-            "status_path" => self.path = Some(value(map, status_path)?),
-            "status_public" => self.public = Some(value(map, flag)?),
-            _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
+members!(Draft, |draft, _, map, trail| {
+    "upstreams" => {
+        draft.config.upstreams = map.next_value_seed(Expect(ListOf {
+            item: UpstreamItem(trail),
+            max: MAX_UPSTREAMS,
+            too_many: format!("at most {MAX_UPSTREAMS} upstreams are allowed"),
+            trail,
+        }))?;
+        if draft.config.upstreams.is_empty() {
+            return Err(de::Error::custom("needs at least one upstream"));
         }
-        Ok(())
-    }
-}
+    },
+    "health_checks" => map.next_value_seed(Expect(Fill::new(
+        Object::HealthChecks(&mut draft.config.health_checks),
+        trail,
+    )))?,
+    "routing" => draft.config.routing = value(map, routing)?,
+    "route_header" => draft.config.route_header = value(map, route_header)?,
+    "max_ejection_percent" => draft.config.max_ejection_percent = value(map, percent_of)?,
+    "min_healthy_percent" => {
+        draft.config.min_healthy_percent = value(map, |found| or_off(found, percent_of))?
+    },
+    "jitter" => draft.config.jitter = value(map, |found| duration::positive(found).map(Some))?,
+    "role" => draft.status_page = Some(value(map, role)?),
+    "status_path" => draft.path = Some(value(map, status_path)?),
+    "status_public" => draft.public = Some(value(map, flag)?),
+});
 
-impl Members for Upstream {
-    const NAMES: &'static [&'static str] = &["name", "cluster", "authority", "weight", "address"];
+members!(Upstream, |upstream, _, map, _| {
+    "name" => upstream.name = value(map, upstream_name)?,
+    "cluster" => upstream.cluster = value(map, |found| upstream_name(found).map(Some))?,
+    "authority" => upstream.authority = value(map, |found| authority(text(found)?).map(Some))?,
+    "weight" => upstream.weight = value(map, |found| count(found, 1, MAX_WEIGHT))?,
+    "address" => {
+        upstream.address = value(map, |found| or_off(found, |found| ip_port(text(found)?)))?
+    },
+});
 
-    fn member<'de, A: MapAccess<'de>>(
-        &mut self,
-        name: &'static str,
-        _: &[&'static str],
-        map: &mut A,
-        _: &Trail,
-    ) -> Result<(), A::Error> {
-        match name {
-            "name" => self.name = value(map, upstream_name)?,
-            "cluster" => self.cluster = value(map, |found| upstream_name(found).map(Some))?,
-            "authority" => self.authority = value(map, |found| authority(text(found)?).map(Some))?,
-            "weight" => self.weight = value(map, |found| count(found, 1, MAX_WEIGHT))?,
-            "address" => {
-                self.address = value(map, |found| or_off(found, |found| ip_port(text(found)?)))?
-            }
-            _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
-        }
-        Ok(())
-    }
-}
+members!(HealthChecks, |checks, _, map, trail| {
+    "active" => {
+        map.next_value_seed(Expect(Fill::new(Object::Active(&mut checks.active), trail)))?
+    },
+    "passive" => {
+        map.next_value_seed(Expect(Fill::new(Object::Passive(&mut checks.passive), trail)))?
+    },
+    "outlier" => {
+        map.next_value_seed(Expect(Fill::new(Object::Outlier(&mut checks.outlier), trail)))?
+    },
+});
 
-impl Members for HealthChecks {
-    const NAMES: &'static [&'static str] = &["active", "passive", "outlier"];
+members!(Passive, |passive, _, map, trail| {
+    "fail_duration" => passive.fail_duration = value(map, duration::positive)?,
+    "max_fails" => passive.max_fails = value(map, |found| count(found, 1, MAX_FAILS_LIMIT))?,
+    "unhealthy_status" => {
+        let mut statuses = Vec::new();
+        map.next_value_seed(Expect(Values {
+            each: &mut |found| {
+                statuses.push(StatusMatch::from_found(found)?);
+                Ok(())
+            },
+            one: false,
+            expected: "a list",
+            max: MAX_UNHEALTHY_STATUSES,
+            too_many: format!("at most {MAX_UNHEALTHY_STATUSES} statuses are allowed"),
+            trail,
+        }))?;
+        passive.unhealthy_status = statuses;
+    },
+    "unhealthy_latency" => {
+        passive.unhealthy_latency = value(map, |found| or_off(found, duration::positive))?
+    },
+});
 
-    fn member<'de, A: MapAccess<'de>>(
-        &mut self,
-        name: &'static str,
-        _: &[&'static str],
-        map: &mut A,
-        trail: &Trail,
-    ) -> Result<(), A::Error> {
-        match name {
-            "active" => {
-                map.next_value_seed(Expect(Fill::new(Object::Active(&mut self.active), trail)))?
-            }
-            "passive" => {
-                map.next_value_seed(Expect(Fill::new(Object::Passive(&mut self.passive), trail)))?
-            }
-            "outlier" => {
-                map.next_value_seed(Expect(Fill::new(Object::Outlier(&mut self.outlier), trail)))?
-            }
-            _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
-        }
-        Ok(())
-    }
-}
-
-impl Members for Passive {
-    const NAMES: &'static [&'static str] = &[
-        "fail_duration",
-        "max_fails",
-        "unhealthy_status",
-        "unhealthy_latency",
-    ];
-
-    fn member<'de, A: MapAccess<'de>>(
-        &mut self,
-        name: &'static str,
-        _: &[&'static str],
-        map: &mut A,
-        trail: &Trail,
-    ) -> Result<(), A::Error> {
-        match name {
-            "fail_duration" => self.fail_duration = value(map, duration::positive)?,
-            "max_fails" => self.max_fails = value(map, |found| count(found, 1, MAX_FAILS_LIMIT))?,
-            "unhealthy_status" => {
-                let mut statuses = Vec::new();
-                map.next_value_seed(Expect(Values {
-                    each: &mut |found| {
-                        statuses.push(StatusMatch::from_found(found)?);
-                        Ok(())
-                    },
-                    one: false,
-                    expected: "a list",
-                    max: MAX_UNHEALTHY_STATUSES,
-                    too_many: format!("at most {MAX_UNHEALTHY_STATUSES} statuses are allowed"),
-                    trail,
-                }))?;
-                self.unhealthy_status = statuses;
-            }
-            "unhealthy_latency" => {
-                self.unhealthy_latency = value(map, |found| or_off(found, duration::positive))?
-            }
-            _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
-        }
-        Ok(())
-    }
-}
-
-impl Members for Outlier {
-    const NAMES: &'static [&'static str] = &[
-        "enabled",
-        "window",
-        "min_failures",
-        "min_requests",
-        "failure_gap",
-        "latency_factor",
-        "min_latency",
-        "stall_after",
-        "ejection",
-        "max_ejection",
-    ];
-
-    fn member<'de, A: MapAccess<'de>>(
-        &mut self,
-        name: &'static str,
-        _: &[&'static str],
-        map: &mut A,
-        _: &Trail,
-    ) -> Result<(), A::Error> {
-        match name {
-            "enabled" => self.enabled = value(map, flag)?,
-            "window" => self.window = value(map, duration::positive)?,
-            "min_failures" => self.min_failures = value(map, |found| count(found, 1, 1000))?,
-            "min_requests" => self.min_requests = value(map, |found| count(found, 1, 100_000))?,
-            "failure_gap" => self.failure_gap = value(map, |found| count(found, 1, 100))?,
-            "latency_factor" => self.latency_factor = value(map, |found| count(found, 2, 1000))?,
-            "min_latency" => self.min_latency = value(map, duration::positive)?,
-            "stall_after" => self.stall_after = value(map, duration::positive)?,
-            "ejection" => self.ejection = value(map, duration::positive)?,
-            "max_ejection" => self.max_ejection = value(map, duration::positive)?,
-            _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
-        }
-        Ok(())
-    }
-}
+members!(Outlier, |outlier, _, map, _| {
+    "enabled" => outlier.enabled = value(map, flag)?,
+    "window" => outlier.window = value(map, duration::positive)?,
+    "min_failures" => outlier.min_failures = value(map, |found| count(found, 1, 1000))?,
+    "min_requests" => outlier.min_requests = value(map, |found| count(found, 1, 100_000))?,
+    "failure_gap" => outlier.failure_gap = value(map, |found| count(found, 1, 100))?,
+    "latency_factor" => outlier.latency_factor = value(map, |found| count(found, 2, 1000))?,
+    "min_latency" => outlier.min_latency = value(map, duration::positive)?,
+    "stall_after" => outlier.stall_after = value(map, duration::positive)?,
+    "ejection" => outlier.ejection = value(map, duration::positive)?,
+    "max_ejection" => outlier.max_ejection = value(map, duration::positive)?,
+});
 
 /// RFC 9110 `tchar`: what a header name may hold.
 fn is_tchar(c: char) -> bool {
@@ -1540,55 +1474,30 @@ fn expect_body(found: Found) -> Result<String, String> {
     Ok(body)
 }
 
-/// Caddy's `uri` is another name for `path`, and giving both must say so at the second.
-impl Members for Active {
-    const NAMES: &'static [&'static str] = &[
-        "path",
-        "uri",
-        "headers",
-        "interval",
-        "timeout",
-        "expect_status",
-        "expect_body",
-        "max_size",
-        "passes",
-        "fails",
-    ];
-
-    fn member<'de, A: MapAccess<'de>>(
-        &mut self,
-        name: &'static str,
-        earlier: &[&'static str],
-        map: &mut A,
-        trail: &Trail,
-    ) -> Result<(), A::Error> {
-        match name {
-            "path" | "uri" => {
-                let both = earlier.iter().any(|n| matches!(*n, "path" | "uri"));
-                self.path = value(map, |found| {
-                    let path = text(found)?;
-                    if both {
-                        return Err("give `path` or `uri`, not both".into());
-                    }
-                    if !path.starts_with('/') {
-                        return Err(format!("must start with '/', got {path:?}"));
-                    }
-                    request_path(path)
-                })?
+members!(Active, |active, earlier, map, trail| {
+    // Caddy's `uri` is another name for `path`, and giving both must say so at the second.
+    "path" | "uri" => {
+        let both = earlier.iter().any(|n| matches!(*n, "path" | "uri"));
+        active.path = value(map, |found| {
+            let path = text(found)?;
+            if both {
+                return Err("give `path` or `uri`, not both".into());
             }
-            "headers" => self.headers = map.next_value_seed(Expect(Headers { trail }))?,
-            "interval" => self.interval = value(map, probe_duration)?,
-            "timeout" => self.timeout = value(map, probe_timeout)?,
-            "expect_status" => self.expect_status = map.next_value()?,
-            "expect_body" => self.expect_body = value(map, |found| or_off(found, expect_body))?,
-            "max_size" => self.max_size = value(map, |found| count(found, 1, MAX_PROBE_BODY))?,
-            "passes" => self.passes = value(map, |found| count(found, 1, MAX_STREAK))?,
-            "fails" => self.fails = value(map, |found| count(found, 1, MAX_STREAK))?,
-            _ => return Err(de::Error::unknown_field(name, Self::NAMES)),
-        }
-        Ok(())
-    }
-}
+            if !path.starts_with('/') {
+                return Err(format!("must start with '/', got {path:?}"));
+            }
+            request_path(path)
+        })?
+    },
+    "headers" => active.headers = map.next_value_seed(Expect(Headers { trail }))?,
+    "interval" => active.interval = value(map, probe_duration)?,
+    "timeout" => active.timeout = value(map, probe_timeout)?,
+    "expect_status" => active.expect_status = map.next_value()?,
+    "expect_body" => active.expect_body = value(map, |found| or_off(found, expect_body))?,
+    "max_size" => active.max_size = value(map, |found| count(found, 1, MAX_PROBE_BODY))?,
+    "passes" => active.passes = value(map, |found| count(found, 1, MAX_STREAK))?,
+    "fails" => active.fails = value(map, |found| count(found, 1, MAX_STREAK))?,
+});
 
 /// `headers`: names to a value or a list of values (Caddy's form), read into (lowercase name,
 /// value) pairs in document order. A name is checked as its values are read, so an error names
