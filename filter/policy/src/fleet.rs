@@ -127,13 +127,6 @@ pub struct SharedCause {
     pub back: Vec<bool>,
 }
 
-impl Routing {
-    /// How many backends may take traffic.
-    pub fn count(&self) -> usize {
-        self.routable.iter().filter(|r| **r).count()
-    }
-}
-
 /// Applies the rules to `backends` at `now`.
 pub fn route<B: Borrow<Evidence>>(backends: &[B], now: Time, config: &Config) -> Routing {
     // References only: the pool routes by its members' evidence in place, never by copies.

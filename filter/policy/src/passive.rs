@@ -340,11 +340,6 @@ impl Outstanding {
         late
     }
 
-    /// Requests in flight.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
     /// Whether none is in flight.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
