@@ -200,7 +200,7 @@ impl PassiveHealth {
         let live = self
             .failures
             .iter()
-            .filter(|t| now < **t + config.fail_duration)
+            .filter(|t| now < t.saturating_add(config.fail_duration))
             .count();
         u32::try_from(live).unwrap_or(u32::MAX)
     }
@@ -209,7 +209,7 @@ impl PassiveHealth {
     pub fn next_expiry(&self, now: Time, config: &PassiveConfig) -> Option<Time> {
         self.failures
             .iter()
-            .map(|t| *t + config.fail_duration)
+            .map(|t| t.saturating_add(config.fail_duration))
             .find(|expiry| *expiry > now)
     }
 
@@ -243,7 +243,9 @@ impl PassiveHealth {
 
     /// When the oldest counted failure expires, if the window is full.
     fn ejected_until(&self, config: &PassiveConfig) -> Option<Time> {
-        self.failures.front().map(|t| *t + config.fail_duration)
+        self.failures
+            .front()
+            .map(|t| t.saturating_add(config.fail_duration))
     }
 
     /// Remembers whether the latest request found the backend serving.
@@ -332,7 +334,7 @@ impl Outstanding {
                 p.late = true;
                 late.push(Late {
                     backend: p.backend,
-                    at: p.started + latency,
+                    at: p.started.saturating_add(latency),
                     waited,
                 });
             }

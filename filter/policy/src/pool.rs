@@ -520,7 +520,7 @@ impl<H> Pool<H> {
         if now < prober.earliest {
             return;
         }
-        let mut earliest = now + interval;
+        let mut earliest = now.saturating_add(interval);
         for (i, m) in self.members.iter_mut().enumerate() {
             if !m.probed_here {
                 continue;
@@ -1130,7 +1130,9 @@ impl<H> Pool<H> {
     /// Picks the backend for one request. `now` matters only at cold start, so a caller may
     /// pass a recent time (its last tick) rather than read the clock per request.
     pub fn pick(&mut self, now: Time) -> Pick {
-        let wait_until = self.started + self.config.health_checks.active.timeout;
+        let wait_until = self
+            .started
+            .saturating_add(self.config.health_checks.active.timeout);
         if !self.heard && now < wait_until {
             return Pick::Wait(wait_until);
         }

@@ -71,15 +71,16 @@ impl Schedule {
             return early;
         }
         slot.early = false;
-        let mut nominal = slot.slot + interval;
+        let mut nominal = slot.slot.saturating_add(interval);
         if nominal <= now {
-            nominal = now + interval; // first probe, or far behind: start again from now
+            nominal = now.saturating_add(interval); // first probe, or far behind: start again from now
         }
         let shift = self.jitter(jitter);
         slot.slot = nominal;
-        slot.next = (nominal + jitter)
+        slot.next = nominal
+            .saturating_add(jitter)
             .saturating_sub(shift)
-            .max(now + interval / 2);
+            .max(now.saturating_add(interval / 2));
         true
     }
 

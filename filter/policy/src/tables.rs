@@ -497,4 +497,29 @@ mod tests {
         success.apply(&mut table, &checks);
         assert_eq!(table.first().map(|(_, h)| h.run), Some(0));
     }
+
+    #[test]
+    fn failures_dated_at_the_end_of_time_are_taken_in_without_a_panic() {
+        // Another plugin in the same vm_id can write a table of this version with any times.
+        let config = Config::parse(br#"{"upstreams":[{"name":"app1"},{"name":"app2"}]}"#)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let checks = config.health_checks.clone();
+        let mut table = PassiveTable::new();
+        for before_the_end in [2, 1, 0] {
+            news("app2", Duration::MAX - secs(before_the_end), &checks).apply(&mut table, &checks);
+        }
+        let table = decode_passive(&encode_passive(&table)).expect("a table of this version");
+        let now = secs(10);
+        let mut pool = crate::Pool::new(config, now, |_| ());
+        pool.passive_published(&table, now);
+        // Past the cold start's wait for a first probe: unknown backends serve.
+        let later = now + secs(6);
+        pool.tick(later);
+        let app1 = pool.index_of("app1");
+        assert_eq!(
+            pool.pick(later),
+            crate::Pick::Backend(app1.expect("configured")),
+            "app2's failures are in force, app1 serves"
+        );
+    }
 }
