@@ -169,12 +169,15 @@ pub enum Event {
         outcome: ProbeOutcome,
     },
     /// A backend that went down on its probes while its pages answered is back in rotation:
-    /// the backends that went down last fail their probes the same way, pages answering.
+    /// the backends that went down last fail their probes the same way, pages answering, or
+    /// fail their pages.
     BackAlike {
         /// Backend name.
         name: String,
         /// Those that went down last, alike.
         peers: Vec<String>,
+        /// Those that went down last with their pages failing, left out.
+        failing: Vec<String>,
         /// How their probes fail.
         outcome: ProbeOutcome,
     },
@@ -266,18 +269,33 @@ impl fmt::Display for Event {
             Event::BackAlike {
                 name,
                 peers,
+                failing,
                 outcome,
             } => {
                 let kind = match outcome {
                     ProbeOutcome::Timeout(_) => "timeout".to_owned(),
                     other => other.to_string(),
                 };
-                let peers: Vec<String> = peers.iter().map(|p| format!("{p}'s")).collect();
-                write!(
-                    f,
-                    "{name} back in rotation: its probes and {} fail alike ({kind}) while pages answer",
-                    peers.join(" and ")
-                )
+                let whose = |names: &[String]| {
+                    let names: Vec<String> = names.iter().map(|p| format!("{p}'s")).collect();
+                    names.join(" and ")
+                };
+                if peers.is_empty() {
+                    write!(
+                        f,
+                        "{name} back in rotation: its probes failed ({kind}) while its pages answered"
+                    )?;
+                } else {
+                    write!(
+                        f,
+                        "{name} back in rotation: its probes and {} fail alike ({kind}) while pages answer",
+                        whose(peers)
+                    )?;
+                }
+                if !failing.is_empty() {
+                    write!(f, "; {} pages fail", whose(failing))?;
+                }
+                Ok(())
             }
         }
     }

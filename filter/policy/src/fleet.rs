@@ -14,11 +14,15 @@
 //!    ([`crate::ActiveHealth::down_since`]): a probe that timed out is not dated by its timeout,
 //!    which would put a backend that hung a round before the others next to them.
 //!    A shared cause need not strike at once: a slow database times probes out one backend after
-//!    another, rounds apart. So when those that went down last all went down alike (timed out,
-//!    or answered the same status) while their pages were answering, every backend that went
-//!    down the same way while its own pages answered is back too, however long ago; one that
-//!    went down for its own reasons (its pages failing, or another kind of probe failure) stays
-//!    out, and so does one ejected by its requests (rule 4 still applies).
+//!    another, rounds apart. So the backend whose probes failed last while its pages answered
+//!    sets how they fail (timed out, or answered the same status); when each of those that went
+//!    down last went down that way with its pages answering, or has failed pages since, every
+//!    backend that went down that way while its own pages answered is back too, however long
+//!    ago, and those that went down last with failing pages are left out. A backend that went
+//!    down for its own reasons (its pages failing, or another kind of probe failure) stays out,
+//!    and so does one ejected by its requests (rule 4 still applies). Pages answering beat pages
+//!    failing: when the last to go down broke for its own reasons, the backends an earlier
+//!    shared cause took out serve instead of it.
 //! 4. Passive ejections are capped: one more may go while (ejected + 1) / N stays within
 //!    `max_ejection_percent` of the backends that rule 2 or 3 left, and never the last one.
 //! 5. With `min_healthy_percent` set and fewer routable than that share of the fleet, traffic is
@@ -119,12 +123,14 @@ pub struct Routing {
 /// pages answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SharedCause {
-    /// How the probes fail (the last of those that went down last).
+    /// How the probes fail: as the last probe to fail while its backend's pages answered.
     pub outcome: ProbeOutcome,
     /// Per backend: went down last, together, alike.
     pub last: Vec<bool>,
     /// Per backend: went down earlier the same way while its pages answered, and is back.
     pub back: Vec<bool>,
+    /// Per backend: went down last, but its pages failed; left out.
+    pub failing: Vec<bool>,
 }
 
 /// Applies the rules to `backends` at `now`.
@@ -175,8 +181,9 @@ pub fn route<B: Borrow<Evidence>>(backends: &[B], now: Time, config: &Config) ->
                     .collect();
                 shared_cause = spread_out_cause(backends, &usable, &base, now, config);
                 if let Some(cause) = &shared_cause {
-                    for (b, back) in base.iter_mut().zip(&cause.back) {
-                        *b |= *back;
+                    for ((b, back), failing) in base.iter_mut().zip(&cause.back).zip(&cause.failing)
+                    {
+                        *b = (*b && !failing) || *back;
                     }
                 }
             }
@@ -209,10 +216,12 @@ pub fn route<B: Borrow<Evidence>>(backends: &[B], now: Time, config: &Config) ->
     }
 }
 
-/// Rule 3's shared cause spread over time: if every backend in `last` (those that went down
-/// last, together) went down alike while its pages answered, the backends that went down the
-/// same way with their pages answering, earlier, come back too. A backend whose pages failed
-/// since (a request failure on record, a run of them, an outlier ejection) is no longer alike:
+/// Rule 3's shared cause spread over time. The backend whose probes failed last while its pages
+/// answered sets how the probes fail; if each backend in `last` (those that went down last,
+/// together) went down that way with its pages answering, or has failed pages since, the
+/// backends that went down the same way with their pages answering, earlier, come back, and
+/// those in `last` whose pages failed are left out. A backend whose pages failed since it went
+/// down (a request failure on record, a run of them, an outlier ejection) is no longer alike:
 /// brought back, the first page it fails takes it out again.
 fn spread_out_cause(
     backends: &[&Evidence],
@@ -222,33 +231,40 @@ fn spread_out_cause(
     config: &Config,
 ) -> Option<SharedCause> {
     let passive = &config.health_checks.passive;
+    let pages_failed = |b: &Evidence| {
+        b.passive.run > 0 || b.passive.count(now, passive) > 0 || b.passive.outlier.is_ejected(now)
+    };
     let down = |i: usize| {
         let b = backends.get(i)?;
-        let pages_failed = b.passive.run > 0
-            || b.passive.count(now, passive) > 0
-            || b.passive.outlier.is_ejected(now);
-        b.active.down.filter(|d| d.pages && !pages_failed)
+        b.active.down.filter(|d| d.pages && !pages_failed(b))
     };
-    let latest = (0..backends.len())
-        .filter(|i| last.get(*i) == Some(&true))
+    let outcome = (0..backends.len())
+        .filter(|i| usable.get(*i) == Some(&true))
         .filter_map(|i| Some((backends.get(i)?.active.since, down(i)?)))
-        .max_by_key(|(since, _)| *since)?;
-    let outcome = latest.1.outcome;
+        .max_by_key(|(since, _)| *since)?
+        .1
+        .outcome;
     let alike = |i: usize| down(i).is_some_and(|d| d.outcome.alike(outcome));
-    let all_alike = last
-        .iter()
-        .enumerate()
-        .all(|(i, in_last)| !in_last || alike(i));
-    if !all_alike {
+    let in_last = |i: usize| last.get(i) == Some(&true);
+    let failing: Vec<bool> = (0..backends.len())
+        .map(|i| in_last(i) && backends.get(i).is_some_and(|b| pages_failed(b)))
+        .collect();
+    let explained = (0..backends.len())
+        .filter(|i| in_last(*i))
+        .all(|i| alike(i) || failing.get(i) == Some(&true));
+    if !explained {
         return None;
     }
     let back: Vec<bool> = (0..backends.len())
-        .map(|i| usable.get(i) == Some(&true) && last.get(i) == Some(&false) && alike(i))
+        .map(|i| usable.get(i) == Some(&true) && !in_last(i) && alike(i))
         .collect();
     Some(SharedCause {
         outcome,
-        last: last.to_vec(),
+        last: (0..backends.len())
+            .map(|i| in_last(i) && alike(i))
+            .collect(),
         back,
+        failing,
     })
 }
 

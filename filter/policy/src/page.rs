@@ -160,7 +160,7 @@ fn lines<H>(pool: &Pool<H>, now: Time) -> impl Iterator<Item = Line<'_>> {
 fn overruled(line: &Line<'_>, now: Time) -> Option<String> {
     if line.back {
         return Some(
-            "back in rotation: its probes fail like those of the backends that went down last, while pages answer"
+            "back in rotation: every backend fails its probes, and its own failed alike while its pages answered"
                 .to_owned(),
         );
     }

@@ -1083,6 +1083,7 @@ impl<H> Pool<H> {
                 .collect()
         };
         let last = cause.map(|c| names(&c.last)).unwrap_or_default();
+        let failing = cause.map(|c| names(&c.failing)).unwrap_or_default();
         for (i, m) in self.members.iter_mut().enumerate() {
             let back = cause.is_some_and(|c| c.back.get(i) == Some(&true));
             if let (true, false, Some(cause)) = (back, m.back, cause) {
@@ -1090,6 +1091,7 @@ impl<H> Pool<H> {
                     effects.events.push(Event::BackAlike {
                         name: m.name().to_owned(),
                         peers: last.clone(),
+                        failing: failing.clone(),
                         outcome: cause.outcome,
                     });
                 }

@@ -390,6 +390,53 @@ fn a_backend_whose_pages_failed_when_it_went_down_stays_out_when_the_rest_fail_a
     );
 }
 
+/// Pages served at 20 requests a second from `from` until `until`: `name`'s answered 500, the
+/// others' 200.
+fn pages_fail_at(pool: &mut Proxy, name: &str, from: Duration, until: Duration) {
+    pool.serve(from, until, 20, |to, _| {
+        Some(answered(if to == name { 500 } else { 200 }))
+    });
+}
+
+#[test]
+fn a_backend_back_with_its_peers_gives_way_to_them_when_its_own_pages_start_failing() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    serve_pages(&mut pool, ms(20), secs(1), &[]);
+    timed_out(&mut pool, "app1", secs(8));
+    serve_pages(&mut pool, secs(40), secs(41), &[]);
+    timed_out(&mut pool, "app2", secs(48));
+    assert_eq!(routable(&pool), ["app1", "app2"], "a shared cause");
+    pages_fail_at(&mut pool, "app2", secs(50), secs(51));
+    assert_eq!(
+        routable(&pool),
+        ["app1"],
+        "app2, the last to go down, now fails for its own reasons; app1's pages answer"
+    );
+}
+
+#[test]
+fn when_the_last_backend_to_go_down_fails_its_pages_those_a_shared_cause_took_out_earlier_serve() {
+    let mut pool = pool(&["app1", "app2"]);
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
+    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    serve_pages(&mut pool, ms(20), secs(1), &[]);
+    timed_out(&mut pool, "app1", secs(8));
+    assert_eq!(routable(&pool), ["app2"]);
+    pages_fail_at(&mut pool, "app2", secs(40), secs(41));
+    timed_out(&mut pool, "app2", secs(48));
+    assert_eq!(routable(&pool), ["app1"]);
+    assert_eq!(
+        pool.events
+            .iter()
+            .filter(|e| matches!(e, Event::BackAlike { .. }))
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        ["app1 back in rotation: its probes failed (timeout) while its pages answered; app2's pages fail"]
+    );
+}
+
 #[test]
 fn backends_that_went_down_differently_are_not_a_shared_cause() {
     let mut pool = pool(&["app1", "app2"]);
