@@ -2,39 +2,39 @@
 //!
 //! Envoy runs one VM per worker plus the main thread's; shared data (per `vm_id`) is what they
 //! have in common, and several plugin configurations can share a `vm_id` (two listeners, or an
-//! old configuration draining after an update). The keys:
-//! - `upcheck.leases`: for each configuration running (by fingerprint), which VM probes for it
+//! old configuration draining after an update). The keys, named with the tables' format version
+//! ([`upcheck_policy::tables::keys`], `upcheck.v4.…`) so that two builds of upcheck sharing a
+//! `vm_id` keep apart:
+//! - `leases`: for each configuration running (by fingerprint), which VM probes for it
 //!   and until when, taken and renewed by compare-and-swap, so exactly one prober runs per
 //!   configuration whatever the worker count, in any host. One key for all configurations,
 //!   because a key cannot be deleted: leases of configurations gone are dropped from the table
 //!   instead ([`upcheck_policy::lease`]), so shared data stays bounded however often the
 //!   configuration changes;
-//! - `upcheck.announce`: for each backend, the newest configuration that lists it, whose prober
+//! - `announce`: for each backend, the newest configuration that lists it, whose prober
 //!   probes it ([`upcheck_policy::tables`]);
-//! - `upcheck.active`: every backend's probe state, each entry merged in by its prober;
-//! - `upcheck.passive`: every backend's remembered request failures and outlier record, updated
+//! - `active`: every backend's probe state, each entry merged in by its prober;
+//! - `passive`: every backend's remembered request failures and outlier record, updated
 //!   by compare-and-swap from whichever worker saw the failure (and by each worker's tick, with
 //!   its request counts), so 1 failure on worker A and 2 on worker B are 3.
 //!
 //! Every table is keyed by backend (name, cluster and address), so a pool never reads another
-//! pool's backends. Values that do not decode (another version of upcheck sharing the `vm_id`)
-//! are reported and ignored rather than trusted; a table that does not decode is replaced when
-//! written.
+//! pool's backends. Values that do not decode (corrupt, or written by something else under
+//! these keys) are reported and ignored rather than trusted; a table that does not decode is
+//! replaced when written.
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
 use std::time::Duration;
 use upcheck_policy::config::HealthChecks;
 use upcheck_policy::lease::{self, LeaseTable};
+use upcheck_policy::tables::keys::{ACTIVE, ANNOUNCE, LEASES, PASSIVE};
 use upcheck_policy::tables::{
     self, ActiveTable, AnnounceTable, Applied, PassiveChange, PassiveTable, TableError,
 };
 use upcheck_policy::Time;
 
-const LEASES: &str = "upcheck.leases";
-const ANNOUNCE: &str = "upcheck.announce";
-const ACTIVE: &str = "upcheck.active";
-const PASSIVE: &str = "upcheck.passive";
+/// Numbers VMs apart, whatever their version: a plain counter.
 const VM_SEQUENCE: &str = "upcheck.vm_sequence";
 
 /// How often a compare-and-swap is retried against other workers' writes.

@@ -291,9 +291,11 @@ fn local(destination: &str, path: &str) -> RequestSpec {
 }
 
 /// The configurations whose probing lease is held, by fingerprint: the module's lease table
-/// (`upcheck.leases` in shared data) as the module's own decoder reads it.
+/// (`upcheck.v4.leases` in shared data) as the module's own decoder reads it.
 fn leased_configs(host: &Host) -> Vec<u64> {
-    let (bytes, _cas) = host.shared_data("upcheck.leases").unwrap_or_default();
+    let (bytes, _cas) = host
+        .shared_data(upcheck_policy::tables::keys::LEASES)
+        .unwrap_or_default();
     let leases = upcheck_policy::tables::decode_leases(&bytes);
     let leases = leases.unwrap_or_else(|e| panic!("the lease table does not decode: {e:?}"));
     leases.iter().map(|lease| lease.config).collect()

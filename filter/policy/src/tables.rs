@@ -34,8 +34,24 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::fmt;
 
-/// The format version; bump it whenever a table's types change.
+/// The format version; bump it whenever a table's types change, with the keys in [`keys`].
 const VERSION: u8 = 4;
+
+/// The shared-data keys of the tables, named with the format version: a build of another
+/// version reads and writes keys of its own, so two builds that share a `vm_id` (an upgrade
+/// while the old listener drains) never overwrite each other's tables or leases; each runs its
+/// own prober for its own VMs. Shared data has no delete, so a version leaves at most these four
+/// keys behind.
+pub mod keys {
+    /// Probing leases by configuration ([`crate::lease`]).
+    pub const LEASES: &str = "upcheck.v4.leases";
+    /// By backend, the newest configuration that lists it.
+    pub const ANNOUNCE: &str = "upcheck.v4.announce";
+    /// Probe state by backend.
+    pub const ACTIVE: &str = "upcheck.v4.active";
+    /// Request failures and outlier records by backend.
+    pub const PASSIVE: &str = "upcheck.v4.passive";
+}
 const ACTIVE: u8 = b'a';
 const PASSIVE: u8 = b'p';
 const ANNOUNCE: u8 = b'n';
@@ -521,5 +537,16 @@ mod tests {
             crate::Pick::Backend(app1.expect("configured")),
             "app2's failures are in force, app1 serves"
         );
+    }
+
+    #[test]
+    fn every_shared_data_key_names_the_format_version_its_tables_are_written_in() {
+        let prefix = format!("upcheck.v{VERSION}.");
+        for key in [keys::LEASES, keys::ANNOUNCE, keys::ACTIVE, keys::PASSIVE] {
+            assert!(
+                key.starts_with(&prefix),
+                "{key} is not named for version {VERSION}"
+            );
+        }
     }
 }
