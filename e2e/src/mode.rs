@@ -10,6 +10,7 @@
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
+use upcheck_policy::duration;
 
 /// The path of the health probe, as in the operators' config and Rails' stock health controller.
 pub const PROBE_PATH: &str = "/up";
@@ -136,7 +137,7 @@ impl fmt::Display for ModeError {
 impl std::error::Error for ModeError {}
 
 fn duration(spec: &str, text: &str) -> Result<Duration, ModeError> {
-    humantime::parse_duration(text.trim())
+    duration::parse(text)
         .map_err(|e| ModeError(format!("{spec:?}: {text:?} is not a duration ({e})")))
 }
 
@@ -213,7 +214,7 @@ impl FromStr for Mode {
 
 impl fmt::Display for Mode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let d = humantime::format_duration;
+        let d = duration::exact;
         match self {
             Mode::Ok => write!(f, "ok"),
             Mode::Status(status) => write!(f, "status:{status}"),

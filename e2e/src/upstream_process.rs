@@ -41,7 +41,7 @@ impl UpstreamProcess {
             .args(["--name", name, "--port", &port.to_string()])
             .args(["--mode", &schedule.first.to_string()]);
         for switch in &schedule.switches {
-            let at = humantime::format_duration(switch.at);
+            let at = upcheck_policy::duration::exact(switch.at);
             command.args(["--then", &format!("{at}={}", switch.mode)]);
         }
         let mut child = command

@@ -21,10 +21,10 @@ struct Args {
     #[arg(long, default_value_t = 40)]
     rate: u32,
     /// How long to send (e.g. 20s).
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = upcheck_policy::duration::parse)]
     duration: Duration,
     /// How long a user waits for a response (e.g. 2s).
-    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = upcheck_policy::duration::parse)]
     timeout: Duration,
     /// A request header, NAME:VALUE; repeatable.
     #[arg(long = "header", value_parser = header)]
