@@ -19,15 +19,7 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
 use std::time::Duration;
-use upcheck_policy::{nanos, Config, Pick, Pool, Time};
-
-/// The steady tick: a worker sees another's change within this long.
-const TICK: Duration = Duration::from_millis(200);
-/// The first tick after (re)configuration, so probing starts at once.
-const FIRST_TICK: Duration = Duration::from_millis(20);
-
-/// How long a VM may hold the probing lease without renewing it.
-const LEASE_TTL: Duration = Duration::from_millis(400);
+use upcheck_policy::{lease, nanos, Config, Pick, Pool, Time, FIRST_TICK, TICK};
 
 /// One VM's root context.
 #[derive(Default)]
@@ -170,7 +162,7 @@ impl RootContext for Root {
         if !self.steady {
             self.set_tick(TICK);
         }
-        let held = shared::hold_lease(self.id, self.config_fingerprint, now, LEASE_TTL);
+        let held = shared::hold_lease(self.id, self.config_fingerprint, now, lease::TTL);
         let seed = self.id ^ nanos(now);
         let fingerprint = self.config_fingerprint;
         vm::with(&self.vm, |v| {

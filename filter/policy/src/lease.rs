@@ -25,6 +25,10 @@ use crate::Time;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+/// How long a VM may hold the probing lease without renewing it: two ticks ([`crate::TICK`]),
+/// so a holder late by one tick keeps it, and a holder gone is replaced within two.
+pub const TTL: Duration = Duration::from_millis(400);
+
 /// One configuration's probing lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {

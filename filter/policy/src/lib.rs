@@ -36,6 +36,13 @@ pub mod tables;
 /// A point in time: the host's clock since its epoch.
 pub type Time = std::time::Duration;
 
+/// How often every VM is to call [`Pool::tick`]: a worker sees another's change within this
+/// long, latencies are known to within it, and the probing lease ([`lease::TTL`]) outlasts two.
+pub const TICK: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The first tick after a (re)configuration, so probing starts at once.
+pub const FIRST_TICK: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// `t` in whole nanoseconds, saturating past about 584 years. In u64, which wasm divides in one
 /// instruction, where `Duration::as_nanos` gives a u128 whose division is a library routine of
 /// hundreds of instructions: this runs per request and per backend per tick.

@@ -57,7 +57,7 @@ pub struct Served {
 }
 
 /// The module's tick period.
-pub const TICK: Duration = Duration::from_millis(200);
+pub use upcheck_policy::TICK;
 
 impl Deref for Proxy {
     type Target = Pool;
