@@ -6,9 +6,8 @@
 //! would be the dearest part of routing one. The stat lags by at most a tick (200 ms).
 //!
 //! A metric the host refuses to define, with a status the SDK hands back, is not reported and
-//! never stops routing. (The SDK itself panics on any status but `Ok` from `define_metric`;
-//! Envoy 1.40 returns another only for an unknown metric type, and upcheck defines counters and
-//! gauges.)
+//! never stops routing. (The SDK itself panics on any status but `Ok` from `define_metric`; Envoy
+//! 1.40 has defined every counter and gauge upcheck asks for in every end-to-end run.)
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
