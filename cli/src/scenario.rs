@@ -24,8 +24,9 @@
 //! `added` (it joins the configuration at that time; default: from the start), `up` and `pages`
 //! (how it answers at first, default `"200"`), `changes` (in time order, each with `at` and `up`,
 //! `pages` or both). An answer is a status (`"502"`), a status after a delay (`"200 after 3s"`),
-//! `"hang"` (holds the connection and never answers) or `"refuse"` (nothing listens). Durations
-//! are Go's (`"20s"`, `"1m30s"`, `"500ms"`). Anything else is refused with the JSON path.
+//! `"hang"` (holds the connection and never answers), `"refuse"` (nothing listens) or
+//! `"overflow"` (the proxy's circuit breaker for it is full: the proxy answers 503 itself).
+//! Durations are Go's (`"20s"`, `"1m30s"`, `"500ms"`). Anything else is refused with the JSON path.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -207,10 +208,10 @@ fn some_answer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Behaviou
     answer(d).map(Some)
 }
 
-/// Reads an answer: `"502"`, `"200 after 3s"`, `"hang"` or `"refuse"`.
+/// Reads an answer: `"502"`, `"200 after 3s"`, `"hang"`, `"refuse"` or `"overflow"`.
 fn parse_answer(text: &str) -> Result<Behaviour, String> {
     let expected = "expected a status (\"502\"), a status after a delay (\"200 after 3s\"), \
-                    \"hang\" or \"refuse\"";
+                    \"hang\", \"refuse\" or \"overflow\"";
     let words: Vec<&str> = text.split_whitespace().collect();
     let status = |word: &str| match word.parse::<u16>() {
         Ok(status) if (100..=599).contains(&status) => Ok(Behaviour::status(status)),
@@ -219,6 +220,7 @@ fn parse_answer(text: &str) -> Result<Behaviour, String> {
     match words.as_slice() {
         ["hang"] => Ok(Behaviour::Hang),
         ["refuse"] => Ok(Behaviour::Refuse),
+        ["overflow"] => Ok(Behaviour::Overflow),
         [code] => status(code),
         [code, "after", delay] => {
             let delay = duration::parse(delay).map_err(|e| format!("{text:?}: {e}"))?;
@@ -228,7 +230,7 @@ fn parse_answer(text: &str) -> Result<Behaviour, String> {
     }
 }
 
-/// How an answer reads in a timeline: `502`, `200 after 3s`, `hang`, `refuse`.
+/// How an answer reads in a timeline: `502`, `200 after 3s`, `hang`, `refuse`, `overflow`.
 pub fn describe(behaviour: &Behaviour) -> String {
     match behaviour {
         Behaviour::Answer { status, delay, .. } if *delay > Duration::from_millis(1) => {
@@ -237,6 +239,7 @@ pub fn describe(behaviour: &Behaviour) -> String {
         Behaviour::Answer { status, .. } => status.to_string(),
         Behaviour::Hang => "hang".to_string(),
         Behaviour::Refuse => "refuse".to_string(),
+        Behaviour::Overflow => "overflow".to_string(),
     }
 }
 

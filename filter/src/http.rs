@@ -3,7 +3,8 @@
 //! The client's copy of the route header is removed whatever its case or count, the pick is set,
 //! and Envoy's `cluster_header` route sends the request there. When the answer comes, its status
 //! says what the backend did; only for a 5xx are Envoy's response flags read, to tell a backend's
-//! own 503 from Envoy's "could not connect" 503.
+//! own 503 from Envoy's "could not connect" 503, and from the 503 Envoy answers for itself when
+//! it never sent the request (its circuit breaker full, or no healthy host).
 
 use crate::vm::{self, Handle};
 use proxy_wasm::hostcalls;
@@ -12,8 +13,11 @@ use proxy_wasm::types::{Action, MapType};
 use std::time::Duration;
 use upcheck_policy::{Pick, Pool, ProxyFailure, RequestOutcome, Routed, RoutingMode, Time};
 
-/// Envoy's response flags (`response.flags`), the bits that say the backend failed.
+/// Envoy's response flags (`response.flags`), the bits that say the backend failed, or that the
+/// request never reached it.
 mod flags {
+    /// UH: no healthy host in the upstream cluster.
+    pub const NO_HEALTHY_UPSTREAM: u64 = 1 << 1;
     /// UT: the upstream request timed out.
     pub const UPSTREAM_TIMEOUT: u64 = 1 << 2;
     /// UR: the upstream reset the stream.
@@ -22,6 +26,8 @@ mod flags {
     pub const UPSTREAM_CONNECT_FAILURE: u64 = 1 << 5;
     /// UC: the upstream connection was terminated.
     pub const UPSTREAM_TERMINATION: u64 = 1 << 6;
+    /// UO: the upstream cluster's circuit breaker was full.
+    pub const UPSTREAM_OVERFLOW: u64 = 1 << 7;
     /// SI: the stream idle timeout fired.
     pub const STREAM_IDLE_TIMEOUT: u64 = 1 << 16;
 }
@@ -158,14 +164,18 @@ fn response_flags() -> u64 {
         .unwrap_or(0)
 }
 
-/// The proxy's own failure, if the flags name one.
-fn proxy_failure(flags: u64) -> Option<ProxyFailure> {
+/// What the flags say happened instead of the backend answering, if they say: the proxy's own
+/// failure to reach it, or a request the proxy never sent.
+fn proxy_outcome(flags: u64) -> Option<RequestOutcome> {
+    let failed = RequestOutcome::Failed;
     if flags & flags::UPSTREAM_CONNECT_FAILURE != 0 {
-        Some(ProxyFailure::Refused)
+        Some(failed(ProxyFailure::Refused))
     } else if flags & (flags::UPSTREAM_TIMEOUT | flags::STREAM_IDLE_TIMEOUT) != 0 {
-        Some(ProxyFailure::Timeout)
+        Some(failed(ProxyFailure::Timeout))
     } else if flags & (flags::UPSTREAM_RESET | flags::UPSTREAM_TERMINATION) != 0 {
-        Some(ProxyFailure::Reset)
+        Some(failed(ProxyFailure::Reset))
+    } else if flags & (flags::UPSTREAM_OVERFLOW | flags::NO_HEALTHY_UPSTREAM) != 0 {
+        Some(RequestOutcome::NotSent)
     } else {
         None
     }
@@ -210,15 +220,14 @@ impl HttpContext for Http {
         let Some(status) = status else {
             return Action::Continue;
         };
-        let failure = if status >= 500 {
-            proxy_failure(response_flags())
+        let instead = if status >= 500 {
+            proxy_outcome(response_flags())
         } else {
             None
         };
         let retry = self.retry();
-        self.settle(retry, |latency| match failure {
-            Some(f) => RequestOutcome::Failed(f),
-            None => RequestOutcome::Answered { status, latency },
+        self.settle(retry, |latency| {
+            instead.unwrap_or(RequestOutcome::Answered { status, latency })
         });
         Action::Continue
     }
@@ -238,9 +247,8 @@ impl HttpContext for Http {
         } else {
             Retry::No
         };
-        self.settle(retry, |_| match proxy_failure(flags) {
-            Some(f) => RequestOutcome::Failed(f),
-            None => RequestOutcome::ClientGone,
+        self.settle(retry, |_| {
+            proxy_outcome(flags).unwrap_or(RequestOutcome::ClientGone)
         });
     }
 }

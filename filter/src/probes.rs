@@ -54,7 +54,7 @@ pub fn answer(pool: &mut Pool<BackendMetrics>, token: u32, body_size: usize, now
     let proxy_made = headers
         .iter()
         .all(|(n, _)| PROXY_MADE_HEADERS.contains(&n.to_ascii_lowercase().as_str()));
-    let wanted = pool.probe_body_wanted(body_size);
+    let wanted = pool.probe_body_wanted(body_size, proxy_made);
     let body = if wanted > 0 {
         hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, wanted)
             .ok()

@@ -18,6 +18,8 @@ use std::time::Duration;
 pub const UT: u64 = 0x4;
 /// Response flag UF: upstream connection failure (`UpstreamConnectionFailure = 0x20`).
 pub const UF: u64 = 0x20;
+/// Response flag UO: upstream overflow, the circuit breaker full (`UpstreamOverflow = 0x80`).
+pub const UO: u64 = 0x80;
 /// Response flag DC: downstream connection termination (`DownstreamConnectionTermination = 0x4000`).
 pub const DC: u64 = 0x4000;
 /// Response flag NC: no cluster found (`NoClusterFound = 0x1000000`).
@@ -83,6 +85,18 @@ impl Reply {
         )
     }
 
+    /// Envoy's answer when the upstream cluster's circuit breaker is full: the request is never
+    /// sent.
+    pub(crate) fn overflow() -> Reply {
+        Reply::new(
+            503,
+            "upstream connect error or disconnect/reset before headers. reset reason: overflow",
+            Vec::new(),
+            UO,
+            "upstream_reset_before_response_started{overflow}",
+        )
+    }
+
     /// Envoy's answer when the upstream did not answer within the route or call timeout.
     pub(crate) fn timeout() -> Reply {
         Reply::new(
@@ -127,6 +141,7 @@ pub(crate) fn exchange(
 ) -> Option<(Duration, Reply)> {
     let answer = match behaviour {
         Behaviour::Refuse => return Some((Duration::ZERO, Reply::connection_failure())),
+        Behaviour::Overflow => return Some((Duration::ZERO, Reply::overflow())),
         Behaviour::Answer {
             status,
             body,

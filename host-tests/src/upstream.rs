@@ -23,6 +23,9 @@ pub enum Behaviour {
     Hang,
     /// Refuses the connection (nothing listens on the port).
     Refuse,
+    /// Never reached: the proxy's circuit breaker for the upstream is full, and the proxy
+    /// answers 503 itself.
+    Overflow,
 }
 
 impl Behaviour {
@@ -35,7 +38,7 @@ impl Behaviour {
         }
     }
 
-    /// The same answer, after `delay` instead. No effect on `Hang` and `Refuse`.
+    /// The same answer, after `delay` instead. No effect on `Hang`, `Refuse` and `Overflow`.
     pub fn after(self, delay: Duration) -> Behaviour {
         match self {
             Behaviour::Answer { status, body, .. } => Behaviour::Answer {
@@ -47,7 +50,7 @@ impl Behaviour {
         }
     }
 
-    /// The same answer, with `body`. No effect on `Hang` and `Refuse`.
+    /// The same answer, with `body`. No effect on `Hang`, `Refuse` and `Overflow`.
     pub fn body(self, body: &str) -> Behaviour {
         match self {
             Behaviour::Answer { status, delay, .. } => Behaviour::Answer {

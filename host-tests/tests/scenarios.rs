@@ -142,6 +142,39 @@ fn a_backend_breaking_with_502_mid_traffic_costs_at_most_three_requests_and_come
     );
 }
 
+/// Envoy's circuit breaker for app2 full from 20 s to 40 s: every page sent to app2 meets Envoy's
+/// own 503 (flag UO), the request never sent. That says nothing about app2, so it is neither
+/// ejected nor judged an outlier; taking it out would only pile its traffic onto app1.
+#[test]
+fn a_backend_behind_a_full_circuit_breaker_is_not_taken_out_for_the_proxys_own_503s() {
+    let mut host = host();
+    host.upstream("app1");
+    host.upstream("app2")
+        .others(Behaviour::status(200))
+        .from(secs(20), Behaviour::Overflow)
+        .from(secs(40), Behaviour::status(200));
+    ok(host.start(BOTH));
+    let traffic = run(&mut host, 40, secs(60));
+    let during = traffic
+        .requests
+        .iter()
+        .filter(|r| (secs(20)..secs(40)).contains(&r.sent))
+        .filter(|r| r.upstream.as_deref() == Some("app2"))
+        .count();
+    assert!(
+        during >= 350,
+        "app2 kept its half while the breaker was full: {during}"
+    );
+    let out: Vec<String> = host
+        .logs()
+        .into_iter()
+        .map(|l| l.message)
+        .filter(|m| m.contains("ejected") || m.contains("outlier"))
+        .collect();
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(host.metric("upcheck.app2.ejections"), Some(0));
+}
+
 /// app2 healthy, then hangs from 20 s on; `extra` adds passive settings.
 fn app2_hangs_mid_traffic(extra: &str) -> (Host, Traffic) {
     let mut host = host();

@@ -26,6 +26,19 @@ pub enum ProbeOutcome {
     Refused,
 }
 
+/// How much of an answer the proxy made itself is read: its reason is in its first line.
+pub const PROXY_REASON_BYTES: usize = 256;
+
+/// What Envoy's 503 says when its circuit breaker shed the request, which never reached the
+/// backend (`upstream connect error or disconnect/reset before headers. reset reason:
+/// overflow`).
+pub const SHED: &[u8] = b"reset reason: overflow";
+
+/// Whether `needle` occurs in `body`.
+pub(crate) fn contains(body: &[u8], needle: &[u8]) -> bool {
+    body.windows(needle.len()).any(|w| w == needle)
+}
+
 impl ProbeOutcome {
     /// Classifies a probe's answer.
     ///
@@ -47,8 +60,7 @@ impl ProbeOutcome {
             return ProbeOutcome::Soft(Some(status));
         }
         if let Some(expected) = &config.expect_body {
-            let needle = expected.as_bytes();
-            if !body.windows(needle.len()).any(|w| w == needle) {
+            if !contains(body, expected.as_bytes()) {
                 return ProbeOutcome::Soft(None);
             }
         }

@@ -44,6 +44,11 @@ pub enum RequestOutcome {
     RetriedElsewhere,
     /// The client went away first: says nothing about the backend.
     ClientGone,
+    /// The proxy answered for itself and never sent the request: its circuit breaker was full
+    /// (overflow) or it had no healthy host for the backend. Says nothing about the backend; a
+    /// backend slow enough to fill the breaker is the outlier rules' business, by the latency of
+    /// the requests it does answer.
+    NotSent,
 }
 
 /// Why a request counted against its backend.
@@ -60,7 +65,7 @@ impl RequestOutcome {
             }
             RequestOutcome::Failed(_) | RequestOutcome::RetriedElsewhere => true,
             RequestOutcome::StillWaiting(waited) => late(waited),
-            RequestOutcome::ClientGone => false,
+            RequestOutcome::ClientGone | RequestOutcome::NotSent => false,
         };
         counts.then_some(Failure(self))
     }
@@ -78,16 +83,17 @@ impl RequestOutcome {
             RequestOutcome::RetriedElsewhere => Some(FailureKind::Retried),
             RequestOutcome::Answered { .. }
             | RequestOutcome::StillWaiting(_)
-            | RequestOutcome::ClientGone => None,
+            | RequestOutcome::ClientGone
+            | RequestOutcome::NotSent => None,
         }
     }
 
     /// Whether the outcome says how the backend did, for the outlier rules: everything but a
-    /// request still waiting and one whose client left first.
+    /// request still waiting, one whose client left first and one the proxy never sent.
     pub fn judged(self) -> bool {
         !matches!(
             self,
-            RequestOutcome::StillWaiting(_) | RequestOutcome::ClientGone
+            RequestOutcome::StillWaiting(_) | RequestOutcome::ClientGone | RequestOutcome::NotSent
         )
     }
 
@@ -100,7 +106,8 @@ impl RequestOutcome {
             RequestOutcome::Failed(failure) => Some(failure == ProxyFailure::Refused),
             RequestOutcome::StillWaiting(_)
             | RequestOutcome::RetriedElsewhere
-            | RequestOutcome::ClientGone => None,
+            | RequestOutcome::ClientGone
+            | RequestOutcome::NotSent => None,
         }
     }
 }
@@ -131,6 +138,7 @@ impl fmt::Display for Failure {
                 f.write_str("a request's attempt failed and was retried on another backend")
             }
             RequestOutcome::ClientGone => f.write_str("the client went away"),
+            RequestOutcome::NotSent => f.write_str("the proxy never sent a request"),
         }
     }
 }

@@ -22,7 +22,7 @@
 //! cluster (Envoy's `cluster_header`), in `host` routing its address (the `override_host` load
 //! balancing policy), and then [`Pool::retry_choice`] names where a retry goes.
 
-use crate::active::{Health, Pages, ProbeOutcome, Transition};
+use crate::active::{contains, Health, Pages, ProbeOutcome, Transition, PROXY_REASON_BYTES, SHED};
 use crate::config::{Config, Upstream};
 use crate::events::{Effects, EjectionReason, Event};
 use crate::fleet::{route, Evidence, Guard};
@@ -587,6 +587,11 @@ impl<H> Pool<H> {
         let Some(index) = self.index_of_key(&probe.key) else {
             return effects; // removed by a reconfiguration meanwhile
         };
+        if proxy_made && status == Some(503) && contains(body, SHED) {
+            // Shed by the proxy's circuit breaker, never sent: no word on the backend, whose
+            // next probe goes out at its time.
+            return effects;
+        }
         let active = &self.config.health_checks.active;
         let outcome = match status {
             Some(status) => ProbeOutcome::classify(status, proxy_made, body, active),
@@ -598,13 +603,17 @@ impl<H> Pool<H> {
         effects
     }
 
-    /// How many bytes of a probe's body the policy needs (none unless `expect_body` is set).
-    pub fn probe_body_wanted(&self, body_size: usize) -> usize {
+    /// How many bytes of a probe's body the policy needs: of an answer the proxy made itself,
+    /// enough to read its reason ([`PROXY_REASON_BYTES`]); of the backend's, none unless
+    /// `expect_body` is set.
+    pub fn probe_body_wanted(&self, body_size: usize, proxy_made: bool) -> usize {
         let active = &self.config.health_checks.active;
-        match active.expect_body {
-            Some(_) => body_size.min(usize::try_from(active.max_size).unwrap_or(usize::MAX)),
-            None => 0,
-        }
+        let wanted = match (proxy_made, &active.expect_body) {
+            (true, _) => PROXY_REASON_BYTES,
+            (false, Some(_)) => usize::try_from(active.max_size).unwrap_or(usize::MAX),
+            (false, None) => 0,
+        };
+        body_size.min(wanted)
     }
 
     /// Takes a probe sent at `sent` that settled with `outcome` at `now`.
