@@ -1,7 +1,7 @@
 # upcheck: every target installs what it needs, so a fresh clone works.
 #
 #   make build       upcheck.wasm (target/upcheck.wasm)
-#   make test        everything: unit, host-test, e2e
+#   make test        everything: lint, unit, host-test, e2e
 #   make unit        the policy core, natively
 #   make host-test   the real upcheck.wasm in a wasmtime proxy-wasm host, on a virtual clock,
 #                    including a soak of a day of virtual time (about 2.5 min)
@@ -46,9 +46,11 @@ host-test: $(WASM)
 	$(CARGO) test --profile host-test -p upcheck-host-tests
 	$(CARGO) test --profile host-test -p upcheck-host-tests --test soak -- --ignored --nocapture
 
-test: unit host-test e2e
+# The lint first: clippy enforces the filter's no-panic rules (no unwrap, expect or indexing).
+test: lint unit host-test e2e
 
 lint: tools
+	@rustup component list --installed | grep -q '^clippy' || rustup component add clippy rustfmt
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy -p upcheck-policy -p upcheck-host-tests -p upcheck-e2e -p upcheck-bench -p upcheck-cli --all-targets -- -D warnings
 	$(CARGO) clippy -p upcheck -p upcheck-bench-floor --target $(WASM_TARGET) -- -D warnings
