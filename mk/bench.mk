@@ -15,7 +15,7 @@
 # targets are printed beside the figures.
 #
 # The runner is built for speed: the workspace's release profile is tuned for the wasm module
-# (opt-level z, LTO, one codegen unit), which would make wasmtime slow to build and to run. The
+# (LTO, one codegen unit, panic abort), which would make wasmtime slow to build and to run. The
 # overrides go through the environment, for this build only; the wasm builds keep the profile.
 
 SHELL := /bin/bash
@@ -58,3 +58,11 @@ bench-build:
 bench: bench-build
 	@test -x "$(ENVOY)" || { echo "no Envoy under $(VENV)" >&2; exit 1; }
 	$(BENCH_RUNNER) --envoy "$(ENVOY)" --upcheck $(WASM) --floor $(FLOOR_WASM) $(BENCH_ARGS)
+
+# The opt-level table of docs/build-profile.md: upcheck.wasm built at opt-level z, s, 2 and 3
+# (each into target/opt-LEVEL, wasm-opt'ed), Envoy's start-up and the instructions per request
+# measured on each in one run, side by side (bench/opt-levels.sh; about 4 minutes once built).
+.PHONY: bench-opt-levels
+bench-opt-levels: bench-build
+	@test -x "$(ENVOY)" || { echo "no Envoy under $(VENV)" >&2; exit 1; }
+	WASM_FEATURES="$(WASM_FEATURES)" bench/opt-levels.sh "$(ENVOY)"
