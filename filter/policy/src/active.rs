@@ -7,7 +7,7 @@
 
 use crate::config::Active as ActiveConfig;
 use crate::duration;
-use crate::Time;
+use crate::time::Time;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;

@@ -26,14 +26,15 @@ use crate::active::{contains, Health, Pages, ProbeOutcome, Transition, PROXY_REA
 use crate::config::{Config, Upstream};
 use crate::events::{Effects, EjectionReason, Event};
 use crate::fleet::{route, Evidence, Guard};
-use crate::outlier::{judge, run_rule, FailureKind, Traffic, WindowClock};
-use crate::passive::{Outstanding, Recorded, RequestOutcome};
+use crate::outcome::{FailureKind, RequestOutcome};
+use crate::outlier::{judge, run_rule, Traffic, WindowClock};
+use crate::passive::{Outstanding, Recorded};
 use crate::schedule::{ProbeSlot, Schedule};
 use crate::select::Rotation;
 use crate::tables::{
     ActiveTable, AnnounceTable, Applied, OutlierNews, PassiveChange, PassiveTable, RequestNews,
 };
-use crate::Time;
+use crate::time::Time;
 use std::time::Duration;
 
 /// Where a request should go.
