@@ -141,7 +141,7 @@ fn lines<H>(pool: &Pool<H>, now: Time) -> impl Iterator<Item = Line<'_>> {
         name: m.name(),
         routable: m.routable,
         status: m.evidence.active.status,
-        ejected: m.ejected,
+        ejected: m.ejected(),
         failures: m.evidence.passive.count(now, passive),
         last_probe: m.evidence.active.last,
         accepting: m.evidence.accepting(),

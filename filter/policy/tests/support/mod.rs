@@ -218,7 +218,7 @@ impl Proxy {
 
     /// Per backend, whether it is ejected.
     pub fn ejected(&self) -> Vec<bool> {
-        self.pool.members().iter().map(|m| m.ejected).collect()
+        self.pool.members().iter().map(|m| m.ejected()).collect()
     }
 }
 
