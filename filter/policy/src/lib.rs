@@ -23,6 +23,7 @@ pub mod config;
 pub mod duration;
 pub mod events;
 pub mod fleet;
+pub mod host;
 pub mod lease;
 pub mod outcome;
 pub mod outlier;

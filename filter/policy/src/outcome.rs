@@ -51,6 +51,61 @@ pub enum RequestOutcome {
     NotSent,
 }
 
+/// Envoy's response flags (`response.flags`): the bits that say the backend failed, or that
+/// the request never reached it.
+pub mod response_flags {
+    /// UH: no healthy host in the upstream cluster.
+    pub const NO_HEALTHY_UPSTREAM: u64 = 1 << 1;
+    /// UT: the upstream request timed out.
+    pub const UPSTREAM_TIMEOUT: u64 = 1 << 2;
+    /// UR: the upstream reset the stream.
+    pub const UPSTREAM_RESET: u64 = 1 << 4;
+    /// UF: the upstream connection failed.
+    pub const UPSTREAM_CONNECT_FAILURE: u64 = 1 << 5;
+    /// UC: the upstream connection was terminated.
+    pub const UPSTREAM_TERMINATION: u64 = 1 << 6;
+    /// UO: the upstream cluster's circuit breaker was full.
+    pub const UPSTREAM_OVERFLOW: u64 = 1 << 7;
+    /// SI: the stream idle timeout fired.
+    pub const STREAM_IDLE_TIMEOUT: u64 = 1 << 16;
+}
+
+impl RequestOutcome {
+    /// How a request ended, as the proxy tells it: the status of the response headers that
+    /// reached the client (`None`: none did), how long they took (zero when not measured), and
+    /// the proxy's response flags, read only where they matter. A status below 500 is the
+    /// backend's answer. For a 5xx, or no answer at all, the flags tell the proxy's own failure
+    /// to reach the backend (Envoy's "could not connect" 503) and the request it never sent
+    /// (its circuit breaker full, or no healthy host) from the backend's own 5xx, or from a
+    /// client that went away first.
+    pub fn ended(status: Option<u16>, latency: Duration, flags: impl FnOnce() -> u64) -> Self {
+        match status {
+            Some(status) if status < 500 => RequestOutcome::Answered { status, latency },
+            Some(status) => RequestOutcome::flagged(flags())
+                .unwrap_or(RequestOutcome::Answered { status, latency }),
+            None => RequestOutcome::flagged(flags()).unwrap_or(RequestOutcome::ClientGone),
+        }
+    }
+
+    /// What Envoy's response `flags` say happened instead of the backend answering, if they
+    /// say: a connection failure first, then a timeout, a reset, and a request never sent.
+    pub fn flagged(flags: u64) -> Option<Self> {
+        use response_flags::*;
+        let failed = RequestOutcome::Failed;
+        if flags & UPSTREAM_CONNECT_FAILURE != 0 {
+            Some(failed(ProxyFailure::Refused))
+        } else if flags & (UPSTREAM_TIMEOUT | STREAM_IDLE_TIMEOUT) != 0 {
+            Some(failed(ProxyFailure::Timeout))
+        } else if flags & (UPSTREAM_RESET | UPSTREAM_TERMINATION) != 0 {
+            Some(failed(ProxyFailure::Reset))
+        } else if flags & (UPSTREAM_OVERFLOW | NO_HEALTHY_UPSTREAM) != 0 {
+            Some(RequestOutcome::NotSent)
+        } else {
+            None
+        }
+    }
+}
+
 /// Why a request counted against its backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Failure(RequestOutcome);
@@ -178,5 +233,93 @@ impl fmt::Display for FailureKind {
             FailureKind::Timeout => f.write_str("timeout"),
             FailureKind::Retried => f.write_str("retried elsewhere"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::response_flags::*;
+    use super::*;
+
+    const REFUSED: RequestOutcome = RequestOutcome::Failed(ProxyFailure::Refused);
+    const TIMEOUT: RequestOutcome = RequestOutcome::Failed(ProxyFailure::Timeout);
+    const RESET: RequestOutcome = RequestOutcome::Failed(ProxyFailure::Reset);
+
+    fn answered(status: u16) -> RequestOutcome {
+        RequestOutcome::Answered {
+            status,
+            latency: Duration::from_millis(7),
+        }
+    }
+
+    #[test]
+    fn each_response_flag_says_how_the_proxy_failed_or_that_it_never_sent() {
+        let table = [
+            (0, None),
+            (UPSTREAM_CONNECT_FAILURE, Some(REFUSED)),
+            (UPSTREAM_TIMEOUT, Some(TIMEOUT)),
+            (STREAM_IDLE_TIMEOUT, Some(TIMEOUT)),
+            (UPSTREAM_RESET, Some(RESET)),
+            (UPSTREAM_TERMINATION, Some(RESET)),
+            (UPSTREAM_OVERFLOW, Some(RequestOutcome::NotSent)),
+            (NO_HEALTHY_UPSTREAM, Some(RequestOutcome::NotSent)),
+            // Flags that say nothing about the backend (DC, LH, NR).
+            (1 << 0 | 1 << 3 | 1 << 8, None),
+            // A connection failure outranks every other flag, then a timeout, then a reset.
+            (
+                UPSTREAM_CONNECT_FAILURE | UPSTREAM_TIMEOUT | UPSTREAM_RESET,
+                Some(REFUSED),
+            ),
+            (
+                UPSTREAM_TIMEOUT | UPSTREAM_RESET | UPSTREAM_OVERFLOW,
+                Some(TIMEOUT),
+            ),
+            (UPSTREAM_TERMINATION | NO_HEALTHY_UPSTREAM, Some(RESET)),
+        ];
+        for (flags, outcome) in table {
+            assert_eq!(RequestOutcome::flagged(flags), outcome, "flags {flags:#x}");
+        }
+    }
+
+    #[test]
+    fn a_status_below_500_is_the_backends_answer_whatever_the_flags_and_they_are_not_read() {
+        for status in [200, 302, 404, 499] {
+            let outcome = RequestOutcome::ended(Some(status), Duration::from_millis(7), || {
+                panic!("flags read for {status}")
+            });
+            assert_eq!(outcome, answered(status));
+        }
+    }
+
+    #[test]
+    fn a_5xx_is_the_proxys_failure_when_its_flags_say_so_and_the_backends_otherwise() {
+        let latency = Duration::from_millis(7);
+        let table = [
+            (503, UPSTREAM_CONNECT_FAILURE, REFUSED),
+            (504, UPSTREAM_TIMEOUT, TIMEOUT),
+            (503, UPSTREAM_RESET, RESET),
+            (503, UPSTREAM_OVERFLOW, RequestOutcome::NotSent),
+            (503, NO_HEALTHY_UPSTREAM, RequestOutcome::NotSent),
+            (503, 0, answered(503)),
+            (502, 0, answered(502)),
+            (500, 1 << 0, answered(500)),
+        ];
+        for (status, flags, outcome) in table {
+            assert_eq!(
+                RequestOutcome::ended(Some(status), latency, || flags),
+                outcome,
+                "{status} with flags {flags:#x}"
+            );
+        }
+    }
+
+    #[test]
+    fn no_answer_is_the_proxys_failure_when_its_flags_say_so_and_the_client_gone_otherwise() {
+        let ended = |flags| RequestOutcome::ended(None, Duration::ZERO, || flags);
+        assert_eq!(ended(UPSTREAM_CONNECT_FAILURE), REFUSED);
+        assert_eq!(ended(UPSTREAM_RESET), RESET);
+        assert_eq!(ended(STREAM_IDLE_TIMEOUT), TIMEOUT);
+        assert_eq!(ended(UPSTREAM_OVERFLOW), RequestOutcome::NotSent);
+        assert_eq!(ended(0), RequestOutcome::ClientGone);
     }
 }

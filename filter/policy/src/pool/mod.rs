@@ -30,6 +30,7 @@ use crate::outlier::Traffic;
 use crate::passive::Outstanding;
 use crate::schedule::{ProbeSlot, Schedule};
 use crate::select::Rotation;
+use crate::tables::PassiveTable;
 use crate::time::Time;
 
 mod peers;
@@ -429,6 +430,34 @@ impl<H> Pool<H> {
         self.members.get(index).is_some_and(|m| {
             m.evidence.passive.count(now, passive) > 0 || m.evidence.passive.run > 0
         })
+    }
+
+    /// Picks the backend for one request, checking a suspect pick against the process-wide
+    /// passive table first ([`Pool::suspect`]), so a backend another VM just ejected is not sent
+    /// one more request: `latest` reads that table (`None` when it did not change since this VM
+    /// last took it in), and only for a suspect pick, so a clean backend costs no shared-data
+    /// read. What taking the table in asks for goes to `carry_out` (only then, so the common
+    /// pick carries nothing); returns the final pick.
+    pub fn pick_checked(
+        &mut self,
+        now: Time,
+        latest: impl FnOnce() -> Option<PassiveTable>,
+        carry_out: impl FnOnce(&mut Self, Effects),
+    ) -> Pick {
+        let pick = self.pick(now);
+        let Pick::Backend(i) = pick else {
+            return pick;
+        };
+        if !self.suspect(i, now) {
+            return pick;
+        }
+        let Some(table) = latest() else {
+            return pick;
+        };
+        let effects = self.passive_published(&table, now);
+        let pick = self.pick(now);
+        carry_out(self, effects);
+        pick
     }
 
     /// Picks the backend for one request. `now` matters only at cold start, so a caller may
