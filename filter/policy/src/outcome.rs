@@ -7,6 +7,10 @@
 //! ([`crate::outlier`]) count others ([`RequestOutcome::outlier_failure`]: any 5xx and every
 //! proxy failure, as a [`FailureKind`]). Both families import this module and neither imports
 //! the other for it.
+//!
+//! How a request ended is read from what the proxy reports ([`RequestOutcome::ended`]): its
+//! status, and for a 5xx or no answer at all Envoy's response flags, which tell the proxy's own
+//! failure to reach the backend, and the request it never sent, from the backend's own 5xx.
 
 use crate::config::Passive as PassiveConfig;
 use crate::duration;
