@@ -14,9 +14,13 @@
 //! - [`Pool::active_published`], [`Pool::passive_written`]: tables another VM (or this one)
 //!   wrote to shared data.
 //!
-//! The pool never calls the host. The adapter carries out the effects (compare-and-swap, probes,
-//! log lines, metrics) and hands back what came of them through the same entry points, so the
-//! tests drive exactly the path that ships.
+//! The pool never calls the host. The effects are carried out by [`crate::host::carry_out`]
+//! (compare-and-swap, probes, log lines, metrics), which hands back what came of them through the
+//! same entry points, in the adapter and the tests alike, so the tests drive the path that ships.
+//!
+//! The entry points are split by observation: `probes` (active checks), `requests` (real
+//! requests), `peers` (the outlier comparison), `tables` (the process-wide tables in and out),
+//! and every one of them ends in `refresh`, which works the routing out again in named steps.
 //!
 //! Both routing modes share all of this: in `cluster` routing the pick names the backend's
 //! cluster (Envoy's `cluster_header`), in `host` routing its address (the `override_host` load
