@@ -57,8 +57,8 @@ fn code(text: &str) -> String {
     kept
 }
 
-/// The top-level modules `code` names through `crate::` paths, groups (`crate::{a::X, b}`)
-/// included.
+/// The first segments of the `crate::` paths in `code` (the top-level modules they name, or a
+/// name lib.rs re-exports), groups (`crate::{a::X, b}`) included.
 fn imports(code: &str) -> BTreeSet<String> {
     let ident = |s: &str| -> String {
         s.trim_start()
@@ -77,7 +77,7 @@ fn imports(code: &str) -> BTreeSet<String> {
             names.insert(ident(item));
         }
     }
-    names.retain(|n| !n.is_empty() && n.chars().next().is_some_and(char::is_lowercase));
+    names.remove("");
     names
 }
 
@@ -104,7 +104,8 @@ fn split_top_level(group: &str) -> Vec<&str> {
     items
 }
 
-/// The crate's import graph between its top-level modules.
+/// The crate's import graph between its top-level modules (a name that is no module is an
+/// import from the crate root).
 fn graph() -> Graph {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut found = Vec::new();
@@ -184,6 +185,17 @@ fn the_core_modules_import_one_another_without_a_cycle() {
 }
 
 #[test]
+fn every_module_imports_from_the_module_that_defines_a_name_not_from_the_crate_root() {
+    let graph = graph();
+    let upward: Vec<(&String, &String)> = graph
+        .iter()
+        .flat_map(|(module, names)| names.iter().map(move |name| (module, name)))
+        .filter(|(_, name)| !graph.contains_key(*name))
+        .collect();
+    assert!(upward.is_empty(), "imports from lib.rs: {upward:?}");
+}
+
+#[test]
 fn a_cycle_is_found_and_a_chain_is_not() {
     let graph = |edges: &[(&str, &str)]| {
         let mut g = Graph::new();
@@ -206,4 +218,8 @@ fn imports_are_read_from_paths_and_groups_but_not_comments_or_tests() {
                   fn f() { crate::g::h() }\n#[cfg(test)]\nmod tests {\n    use crate::i::J;\n}\n";
     let found: Vec<String> = imports(&code(source)).into_iter().collect();
     assert_eq!(found, ["a", "b", "c", "d", "g"]);
+    let root: Vec<String> = imports("use crate::{Pool, time::Time};")
+        .into_iter()
+        .collect();
+    assert_eq!(root, ["Pool", "time"]);
 }
