@@ -2,35 +2,16 @@
 //!
 //! The client's copy of the route header is removed whatever its case or count, the pick is set,
 //! and Envoy's `cluster_header` route sends the request there. When the answer comes, its status
-//! says what the backend did; only for a 5xx are Envoy's response flags read, to tell a backend's
-//! own 503 from Envoy's "could not connect" 503, and from the 503 Envoy answers for itself when
-//! it never sent the request (its circuit breaker full, or no healthy host).
+//! and, where the policy asks for them ([`RequestOutcome::ended`]), Envoy's response flags go to
+//! the policy, which tells a backend's own 503 from Envoy's "could not connect" 503, and from
+//! the 503 Envoy answers for itself when it never sent the request.
 
 use crate::vm::{self, Handle};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, MapType};
 use std::time::Duration;
-use upcheck_policy::{Pick, Pool, ProxyFailure, RequestOutcome, Routed, RoutingMode, Time};
-
-/// Envoy's response flags (`response.flags`), the bits that say the backend failed, or that the
-/// request never reached it.
-mod flags {
-    /// UH: no healthy host in the upstream cluster.
-    pub const NO_HEALTHY_UPSTREAM: u64 = 1 << 1;
-    /// UT: the upstream request timed out.
-    pub const UPSTREAM_TIMEOUT: u64 = 1 << 2;
-    /// UR: the upstream reset the stream.
-    pub const UPSTREAM_RESET: u64 = 1 << 4;
-    /// UF: the upstream connection failed.
-    pub const UPSTREAM_CONNECT_FAILURE: u64 = 1 << 5;
-    /// UC: the upstream connection was terminated.
-    pub const UPSTREAM_TERMINATION: u64 = 1 << 6;
-    /// UO: the upstream cluster's circuit breaker was full.
-    pub const UPSTREAM_OVERFLOW: u64 = 1 << 7;
-    /// SI: the stream idle timeout fired.
-    pub const STREAM_IDLE_TIMEOUT: u64 = 1 << 16;
-}
+use upcheck_policy::{Pick, Pool, RequestOutcome, Routed, RoutingMode, Time};
 
 /// Whether the proxy retried a request: if so, the address that gave the final answer.
 enum Retry {
@@ -164,23 +145,6 @@ fn response_flags() -> u64 {
         .unwrap_or(0)
 }
 
-/// What the flags say happened instead of the backend answering, if they say: the proxy's own
-/// failure to reach it, or a request the proxy never sent.
-fn proxy_outcome(flags: u64) -> Option<RequestOutcome> {
-    let failed = RequestOutcome::Failed;
-    if flags & flags::UPSTREAM_CONNECT_FAILURE != 0 {
-        Some(failed(ProxyFailure::Refused))
-    } else if flags & (flags::UPSTREAM_TIMEOUT | flags::STREAM_IDLE_TIMEOUT) != 0 {
-        Some(failed(ProxyFailure::Timeout))
-    } else if flags & (flags::UPSTREAM_RESET | flags::UPSTREAM_TERMINATION) != 0 {
-        Some(failed(ProxyFailure::Reset))
-    } else if flags & (flags::UPSTREAM_OVERFLOW | flags::NO_HEALTHY_UPSTREAM) != 0 {
-        Some(RequestOutcome::NotSent)
-    } else {
-        None
-    }
-}
-
 impl Context for Http {}
 
 impl HttpContext for Http {
@@ -220,14 +184,9 @@ impl HttpContext for Http {
         let Some(status) = status else {
             return Action::Continue;
         };
-        let instead = if status >= 500 {
-            proxy_outcome(response_flags())
-        } else {
-            None
-        };
         let retry = self.retry();
         self.settle(retry, |latency| {
-            instead.unwrap_or(RequestOutcome::Answered { status, latency })
+            RequestOutcome::ended(Some(status), latency, response_flags)
         });
         Action::Continue
     }
@@ -236,7 +195,8 @@ impl HttpContext for Http {
         if self.settled {
             return;
         }
-        // No response headers reached the client: the backend failed, or the client left.
+        // No response headers reached the client: the backend failed, or the client left. A
+        // request still parked when it ended reached no backend, so the proxy has no flags for it.
         let flags = if self.pick.is_some() {
             response_flags()
         } else {
@@ -248,7 +208,7 @@ impl HttpContext for Http {
             Retry::No
         };
         self.settle(retry, |_| {
-            proxy_outcome(flags).unwrap_or(RequestOutcome::ClientGone)
+            RequestOutcome::ended(None, Duration::ZERO, || flags)
         });
     }
 }

@@ -1,47 +1,39 @@
 //! Active checks on the wire: sending the probes the policy asks for and reading their answers.
 //!
 //! Probes go out through `dispatch_http_call` to each backend's cluster. An answer is read as
-//! its status, whether the proxy made it itself (Envoy's bare 503 when nothing accepts the
-//! connection, 504 when the probe timed out: they carry only `:status`, `content-length` and
-//! `content-type`) and as much of the body as the policy needs; the policy classifies it.
+//! its status, its header names (which tell the policy whether the proxy made it itself,
+//! [`active::proxy_made`]) and as much of the body as the policy needs; the policy classifies
+//! it.
 
 use crate::metrics::{self, BackendMetrics};
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, Status};
-use upcheck_policy::{Effects, Pool, Time};
+use upcheck_policy::active;
+use upcheck_policy::host::Dispatch;
+use upcheck_policy::{Config, Effects, Member, Pool, Time};
 
-/// Headers a proxy-made answer carries; a backend's own answer has more (`date`, `server`, …).
-const PROXY_MADE_HEADERS: [&str; 3] = [":status", "content-length", "content-type"];
-
-/// Sends a probe to each of `due` (backend positions).
-pub fn send(pool: &mut Pool<BackendMetrics>, due: &[usize], now: Time) -> Effects {
-    let mut effects = Effects::default();
-    for &i in due {
-        let Some(m) = pool.members().get(i) else {
-            continue;
-        };
-        let active = &pool.config().health_checks.active;
-        let mut headers: Vec<(&str, &str)> = vec![
-            (":method", "GET"),
-            (":path", active.path.as_str()),
-            (":authority", m.upstream.authority()),
-            ("user-agent", "upcheck"),
-        ];
-        headers.extend(active.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())));
-        metrics::increment(m.handles.probes);
-        let call = hostcalls::dispatch_http_call(
-            m.upstream.cluster(),
-            headers,
-            None,
-            vec![],
-            active.timeout,
-        );
-        match call {
-            Ok(token) => pool.probe_sent(i, token, now),
-            Err(status) => effects.extend(pool.probe_refused(i, describe(status), now)),
-        }
+/// Sends a probe, by `config`, to `member`: its token, or what the proxy said in refusing it.
+pub fn dispatch(config: &Config, member: &Member<BackendMetrics>) -> Dispatch {
+    let active = &config.health_checks.active;
+    let mut headers: Vec<(&str, &str)> = vec![
+        (":method", "GET"),
+        (":path", active.path.as_str()),
+        (":authority", member.upstream.authority()),
+        ("user-agent", "upcheck"),
+    ];
+    headers.extend(active.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+    metrics::increment(member.handles.probes);
+    let call = hostcalls::dispatch_http_call(
+        member.upstream.cluster(),
+        headers,
+        None,
+        vec![],
+        active.timeout,
+    );
+    match call {
+        Ok(token) => Dispatch::Sent(token),
+        Err(status) => Dispatch::Refused(describe(status)),
     }
-    effects
 }
 
 /// Reads the answer to probe `token` (its body is `body_size` bytes) and hands it to the policy.
@@ -51,9 +43,7 @@ pub fn answer(pool: &mut Pool<BackendMetrics>, token: u32, body_size: usize, now
         .iter()
         .find(|(n, _)| n == ":status")
         .and_then(|(_, v)| v.trim().parse::<u16>().ok());
-    let proxy_made = headers
-        .iter()
-        .all(|(n, _)| PROXY_MADE_HEADERS.contains(&n.to_ascii_lowercase().as_str()));
+    let proxy_made = active::proxy_made(headers.iter().map(|(n, _)| n.as_str()));
     let wanted = pool.probe_body_wanted(body_size, proxy_made);
     let body = if wanted > 0 {
         hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, wanted)

@@ -14,8 +14,11 @@ use proxy_wasm::hostcalls;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
+use upcheck_policy::config::HealthChecks;
 use upcheck_policy::events::EjectionReason;
-use upcheck_policy::{Effects, Event, Level, Pick, Pool, Routed, Time};
+use upcheck_policy::host::{self, Dispatch, Host};
+use upcheck_policy::tables::{ActiveTable, Applied, PassiveChange, PassiveTable};
+use upcheck_policy::{Config, Effects, Event, Level, Member, Pick, Pool, Routed, Time};
 
 /// The handle a VM's root and HTTP contexts share.
 pub type Handle = Rc<RefCell<Vm>>;
@@ -75,27 +78,23 @@ pub struct Vm {
 }
 
 impl Vm {
-    /// Picks the backend for one request. A pick of a backend with failures on record (this
-    /// VM's or another's, as of the last sync) is checked against the process-wide table
-    /// first, so a backend another worker just ejected is not sent one more request; a clean
-    /// backend costs no shared-data read.
+    /// Picks the backend for one request: the policy checks a suspect pick against the
+    /// process-wide table first ([`Pool::pick_checked`]), read here only when it asks.
     pub fn pick(&mut self) -> Option<Pick> {
         let now = self.last_tick;
         let pool = self.pool.as_mut()?;
-        let pick = pool.pick(now);
-        let Pick::Backend(i) = pick else {
-            return Some(pick);
+        let seen = &mut self.seen_passive;
+        let mut envoy = Envoy {
+            fleet_guard: self.fleet_guard,
         };
-        if !pool.suspect(i, now) {
-            return Some(pick);
-        }
-        let Some((table, cas)) = shared::read_passive(self.seen_passive) else {
-            return Some(pick);
+        let latest = || {
+            let (table, cas) = shared::read_passive(*seen)?;
+            *seen = Some(cas);
+            Some(table)
         };
-        self.seen_passive = Some(cas);
-        let effects = pool.passive_published(&table, now);
-        let pick = pool.pick(now);
-        self.carry_out(effects, now);
+        let pick = pool.pick_checked(now, latest, |pool, effects| {
+            host::carry_out(pool, &mut envoy, effects, now);
+        });
         Some(pick)
     }
 
@@ -166,74 +165,90 @@ impl Vm {
         self.seen_passive = None;
     }
 
-    /// Carries out what the policy asked for.
+    /// Carries out what the policy asked for ([`host::carry_out`]).
     pub fn carry_out(&mut self, effects: Effects, now: Time) {
+        if effects.is_empty() {
+            return;
+        }
         let Some(pool) = self.pool.as_mut() else {
             return;
         };
-        let Effects {
-            events,
-            share,
-            probes,
-            publish_active,
-        } = effects;
-        report(pool, self.fleet_guard, &events);
-        let checks = pool.config().health_checks.clone();
-        let mut more = Effects::default();
-        for change in share {
-            if let Some((table, applied)) = shared::update_passive(&change, &checks) {
-                more.extend(pool.passive_written(&table, Some((&change, applied)), now));
-            }
-        }
-        if !probes.is_empty() {
-            more.extend(probes::send(pool, &probes, now));
-        }
-        if publish_active {
-            shared::write_active(&pool.active_table());
-        }
-        if !more.is_empty() {
-            self.carry_out(more, now);
-        }
+        let mut envoy = Envoy {
+            fleet_guard: self.fleet_guard,
+        };
+        host::carry_out(pool, &mut envoy, effects, now);
     }
 }
 
-/// Turns events into log lines and metrics.
-fn report(pool: &Pool<BackendMetrics>, fleet_guard: Option<u32>, events: &[Event]) {
+/// The host the policy's effects are carried out on: shared data by compare-and-swap, probes
+/// by `dispatch_http_call`, events as log lines and metrics.
+struct Envoy {
+    /// The fleet guard's gauge.
+    fleet_guard: Option<u32>,
+}
+
+impl Host<BackendMetrics> for Envoy {
+    fn report(&mut self, pool: &Pool<BackendMetrics>, event: &Event) {
+        report(pool, self.fleet_guard, event);
+    }
+
+    fn share(
+        &mut self,
+        change: &PassiveChange,
+        checks: &HealthChecks,
+    ) -> Option<(PassiveTable, Applied)> {
+        shared::update_passive(change, checks)
+    }
+
+    fn probe(
+        &mut self,
+        config: &Config,
+        _index: usize,
+        member: &Member<BackendMetrics>,
+    ) -> Dispatch {
+        probes::dispatch(config, member)
+    }
+
+    fn publish_active(&mut self, table: ActiveTable) {
+        shared::write_active(&table);
+    }
+}
+
+/// Turns an event into a log line and metrics.
+fn report(pool: &Pool<BackendMetrics>, fleet_guard: Option<u32>, event: &Event) {
     let handles = |index: usize| pool.members().get(index).map(|m| &m.handles);
-    for event in events {
-        match event {
-            Event::Probed { index, outcome, .. } if !outcome.passed() => {
-                metrics::increment(handles(*index).and_then(|m| m.probe_failures));
-            }
-            Event::RequestFailed { index, .. } => {
-                metrics::increment(handles(*index).and_then(|m| m.request_failures));
-            }
-            Event::EjectionStarted { index, reason, .. } => {
-                let m = handles(*index);
-                metrics::increment(m.and_then(|m| m.ejections));
-                if let EjectionReason::Outlier(verdict) = reason {
-                    metrics::increment(m.and_then(|m| m.outliers.of(verdict)));
-                }
-            }
-            Event::CapLifted { index, .. } => {
-                metrics::increment(handles(*index).and_then(|m| m.ejections));
-            }
-            Event::InService {
-                index, in_service, ..
-            } => {
-                metrics::set(
-                    handles(*index).and_then(|m| m.healthy),
-                    u64::from(*in_service),
-                );
-            }
-            Event::Guard(guard) => metrics::set(fleet_guard, u64::from(guard.engaged())),
-            _ => {}
+    match event {
+        Event::Probed { index, outcome, .. } if !outcome.passed() => {
+            metrics::increment(handles(*index).and_then(|m| m.probe_failures));
         }
-        match event.level() {
-            Level::Error => log::error!("upcheck: {event}"),
-            Level::Warn => log::warn!("upcheck: {event}"),
-            Level::Info => log::info!("upcheck: {event}"),
-            Level::Debug => log::debug!("upcheck: {event}"),
+        Event::RequestFailed { index, .. } => {
+            metrics::increment(handles(*index).and_then(|m| m.request_failures));
         }
+        Event::EjectionStarted { index, reason, .. } => {
+            let m = handles(*index);
+            metrics::increment(m.and_then(|m| m.ejections));
+            if let EjectionReason::Outlier(verdict) = reason {
+                metrics::increment(m.and_then(|m| m.outliers.of(verdict)));
+            }
+        }
+        Event::CapLifted { index, .. } => {
+            metrics::increment(handles(*index).and_then(|m| m.ejections));
+        }
+        Event::InService {
+            index, in_service, ..
+        } => {
+            metrics::set(
+                handles(*index).and_then(|m| m.healthy),
+                u64::from(*in_service),
+            );
+        }
+        Event::Guard(guard) => metrics::set(fleet_guard, u64::from(guard.engaged())),
+        _ => {}
+    }
+    match event.level() {
+        Level::Error => log::error!("upcheck: {event}"),
+        Level::Warn => log::warn!("upcheck: {event}"),
+        Level::Info => log::info!("upcheck: {event}"),
+        Level::Debug => log::debug!("upcheck: {event}"),
     }
 }

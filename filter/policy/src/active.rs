@@ -7,7 +7,7 @@
 
 use crate::config::Active as ActiveConfig;
 use crate::duration;
-use crate::Time;
+use crate::time::Time;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
@@ -33,6 +33,23 @@ pub const PROXY_REASON_BYTES: usize = 256;
 /// backend (`upstream connect error or disconnect/reset before headers. reset reason:
 /// overflow`).
 pub const SHED: &[u8] = b"reset reason: overflow";
+
+/// The headers an answer the proxy made itself carries (Envoy's bare 503 when nothing accepts
+/// the connection, 504 when the probe timed out); a backend's own answer has more (`date`,
+/// `server`, …).
+pub const PROXY_MADE_HEADERS: [&str; 3] = [":status", "content-length", "content-type"];
+
+/// Whether a probe's answer, whose response headers are named `names`, was made by the proxy
+/// itself rather than the backend: it carries no header but [`PROXY_MADE_HEADERS`] (in any
+/// case). This is what turns Envoy's 503 for a refused connection into
+/// [`ProbeOutcome::Refused`], where a backend's own bare 503 would be a soft failure.
+pub fn proxy_made<'a>(names: impl IntoIterator<Item = &'a str>) -> bool {
+    names.into_iter().all(|name| {
+        PROXY_MADE_HEADERS
+            .iter()
+            .any(|made| made.eq_ignore_ascii_case(name))
+    })
+}
 
 /// Whether `needle` occurs in `body`.
 pub(crate) fn contains(body: &[u8], needle: &[u8]) -> bool {
@@ -292,5 +309,34 @@ impl ActiveHealth {
             _ => Duration::ZERO,
         };
         Some(self.since.saturating_sub(waited))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_is_the_proxys_own_only_when_it_carries_no_header_but_the_proxys_three() {
+        let table: [(&[&str], bool); 9] = [
+            (&[":status", "content-length", "content-type"], true),
+            (&[":status", "content-length"], true),
+            (&[":status"], true),
+            (&[], true),
+            (&[":Status", "Content-Length", "CONTENT-TYPE"], true),
+            (
+                &[":status", "content-length", "content-type", "date"],
+                false,
+            ),
+            (&[":status", "server"], false),
+            (
+                &[":status", "content-length", "x-envoy-upstream-service-time"],
+                false,
+            ),
+            (&["date", "server", "content-type"], false),
+        ];
+        for (names, made) in table {
+            assert_eq!(proxy_made(names.iter().copied()), made, "{names:?}");
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! What an observation did, as values: the adapter logs and counts these and decides nothing.
 //!
-//! Every entry point of [`crate::Pool`] returns [`Effects`]: the events it caused, each complete
+//! Every entry point of [`crate::pool::Pool`] returns [`Effects`]: the events it caused, each complete
 //! with its reason, the changes the process-wide tables must take, and the probes to send. The
 //! core also decides which VM reports what, so each change is logged once per process: the VM
 //! holding the probing lease reports what probes and the passage of time change (health,
@@ -10,8 +10,8 @@
 use crate::active::{Health, ProbeOutcome, Reason};
 use crate::duration;
 use crate::fleet::Guard;
+use crate::outcome::Failure;
 use crate::outlier::Verdict;
-use crate::passive::Failure;
 use crate::tables::PassiveChange;
 use std::fmt;
 use std::time::Duration;
@@ -307,7 +307,7 @@ pub struct Effects {
     /// What happened, in order.
     pub events: Vec<Event>,
     /// Changes for the process-wide passive table, to apply by compare-and-swap in order; each
-    /// written table goes back in through [`crate::Pool::passive_written`].
+    /// written table goes back in through [`crate::pool::Pool::passive_written`].
     pub share: Vec<PassiveChange>,
     /// Backends (by position) to probe now.
     pub probes: Vec<usize>,

@@ -11,7 +11,7 @@
 //!    something they share (a database behind `/up`), not a dead fleet: those of them that accept
 //!    connections stay in rotation, and a backend that was already out before stays out. A
 //!    backend went down when the probe that took it down was sent
-//!    ([`crate::ActiveHealth::down_since`]): a probe that timed out is not dated by its timeout,
+//!    ([`crate::active::ActiveHealth::down_since`]): a probe that timed out is not dated by its timeout,
 //!    which would put a backend that hung a round before the others next to them.
 //!    A shared cause need not strike at once: a slow database times probes out one backend after
 //!    another, rounds apart. So the backend whose probes failed last while its pages answered
@@ -31,7 +31,7 @@
 use crate::active::{ActiveHealth, Health, ProbeOutcome};
 use crate::config::Config;
 use crate::passive::PassiveHealth;
-use crate::Time;
+use crate::time::Time;
 use std::borrow::Borrow;
 use std::fmt;
 
@@ -59,7 +59,7 @@ impl Evidence {
         let probe = self
             .active
             .last
-            .map(|(t, outcome)| (t, outcome == crate::ProbeOutcome::Refused));
+            .map(|(t, outcome)| (t, outcome == ProbeOutcome::Refused));
         match (probe, self.passive.last_contact) {
             (Some(p), Some(r)) => !if r.0 >= p.0 { r.1 } else { p.1 },
             (Some((_, refused)), None) | (None, Some((_, refused))) => !refused,

@@ -21,11 +21,11 @@
 //! the newest for any backend but still runs (an old listener draining) keeps its lease until it
 //! stops, then it goes like any other.
 
-use crate::Time;
+use crate::time::Time;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// How long a VM may hold the probing lease without renewing it: two ticks ([`crate::TICK`]),
+/// How long a VM may hold the probing lease without renewing it: two ticks ([`crate::time::TICK`]),
 /// so a holder late by one tick keeps it, and a holder gone is replaced within two.
 pub const TTL: Duration = Duration::from_millis(400);
 

@@ -23,7 +23,9 @@ pub mod config;
 pub mod duration;
 pub mod events;
 pub mod fleet;
+pub mod host;
 pub mod lease;
+pub mod outcome;
 pub mod outlier;
 pub mod page;
 pub mod passive;
@@ -32,29 +34,13 @@ pub mod schedule;
 pub mod select;
 pub mod status_match;
 pub mod tables;
-
-/// A point in time: the host's clock since its epoch.
-pub type Time = std::time::Duration;
-
-/// How often every VM is to call [`Pool::tick`]: a worker sees another's change within this
-/// long, latencies are known to within it, and the probing lease ([`lease::TTL`]) outlasts two.
-pub const TICK: std::time::Duration = std::time::Duration::from_millis(200);
-
-/// The first tick after a (re)configuration, so probing starts at once.
-pub const FIRST_TICK: std::time::Duration = std::time::Duration::from_millis(20);
-
-/// `t` in whole nanoseconds, saturating past about 584 years. In u64, which wasm divides in one
-/// instruction, where `Duration::as_nanos` gives a u128 whose division is a library routine of
-/// hundreds of instructions: this runs per request and per backend per tick.
-pub fn nanos(t: Time) -> u64 {
-    t.as_secs()
-        .saturating_mul(1_000_000_000)
-        .saturating_add(u64::from(t.subsec_nanos()))
-}
+pub mod time;
 
 pub use active::{ActiveHealth, Down, Health, Pages, ProbeOutcome, Transition};
 pub use config::{Config, ConfigError, Role, RoutingMode, StatusPage};
 pub use events::{Effects, Event, Level};
 pub use fleet::{Evidence, Guard, Routing};
-pub use passive::{Outstanding, PassiveHealth, ProxyFailure, RequestOutcome};
+pub use outcome::{ProxyFailure, RequestOutcome};
+pub use passive::{Outstanding, PassiveHealth};
 pub use pool::{Member, Pick, Pool, Routed};
+pub use time::{nanos, Time, FIRST_TICK, TICK};

@@ -59,8 +59,8 @@
 
 use crate::config::Outlier as OutlierConfig;
 use crate::duration;
-use crate::passive::ProxyFailure;
-use crate::{nanos, Time};
+pub use crate::outcome::FailureKind;
+use crate::time::{nanos, Time};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
@@ -75,44 +75,6 @@ pub const PROBATION_FAILURES: u32 = 2;
 /// Requests in flight that must have waited too long before a backend is judged stalled: one
 /// slow request is a slow page, three at once are a backend that stopped answering.
 pub const STALLED_REQUESTS: u32 = 3;
-
-/// How a request failed, for the log line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum FailureKind {
-    /// The backend answered with this 5xx status.
-    Status(u16),
-    /// The connection could not be made.
-    ConnectionFailed,
-    /// The backend reset the connection or stream.
-    Reset,
-    /// The backend did not answer in time.
-    Timeout,
-    /// The proxy retried the request on another backend (how this attempt failed, it does not
-    /// say).
-    Retried,
-}
-
-impl From<ProxyFailure> for FailureKind {
-    fn from(failure: ProxyFailure) -> Self {
-        match failure {
-            ProxyFailure::Refused => FailureKind::ConnectionFailed,
-            ProxyFailure::Reset => FailureKind::Reset,
-            ProxyFailure::Timeout => FailureKind::Timeout,
-        }
-    }
-}
-
-impl fmt::Display for FailureKind {
-    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        match self {
-            FailureKind::Status(status) => write!(f, "{status}"),
-            FailureKind::ConnectionFailed => f.write_str("connection failed"),
-            FailureKind::Reset => f.write_str("reset"),
-            FailureKind::Timeout => f.write_str("timeout"),
-            FailureKind::Retried => f.write_str("retried elsewhere"),
-        }
-    }
-}
 
 /// A latency known to within its histogram bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -17,7 +17,7 @@ use crate::config::StatusPage;
 use crate::duration;
 use crate::fleet::Guard;
 use crate::pool::{Member, Pool};
-use crate::Time;
+use crate::time::Time;
 use std::fmt::Write;
 
 /// Whether a request that arrived at `local_address` (the connection's local `ip:port`, Envoy's
@@ -141,7 +141,7 @@ fn lines<H>(pool: &Pool<H>, now: Time) -> impl Iterator<Item = Line<'_>> {
         name: m.name(),
         routable: m.routable,
         status: m.evidence.active.status,
-        ejected: m.ejected,
+        ejected: m.ejected(),
         failures: m.evidence.passive.count(now, passive),
         last_probe: m.evidence.active.last,
         accepting: m.evidence.accepting(),
@@ -472,7 +472,7 @@ fn escaped(s: &str) -> String {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::passive::{ProxyFailure, RequestOutcome};
+    use crate::outcome::{ProxyFailure, RequestOutcome};
     use crate::pool::Routed;
     use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! generator: the same seed gives the same schedule, which keeps tests and probe counts
 //! deterministic.
 
-use crate::Time;
+use crate::time::Time;
 use std::time::Duration;
 
 /// One backend's place in the probe schedule.

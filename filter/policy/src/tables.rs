@@ -27,9 +27,10 @@
 use crate::active::ActiveHealth;
 use crate::config::{HealthChecks, MAX_FAILS_LIMIT};
 use crate::lease::LeaseTable;
-use crate::outlier::{Ejection, FailureKind, RunRule, Traffic, Verdict};
-use crate::passive::{Failure, PassiveHealth, Recorded};
-use crate::Time;
+use crate::outcome::{Failure, FailureKind};
+use crate::outlier::{Ejection, RunRule, Traffic, Verdict};
+use crate::passive::{PassiveHealth, Recorded};
+use crate::time::Time;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::fmt;
@@ -303,7 +304,7 @@ mod tests {
     use super::*;
     use crate::active::{Pages, ProbeOutcome};
     use crate::config::Config;
-    use crate::passive::RequestOutcome;
+    use crate::outcome::RequestOutcome;
     use proptest::prelude::*;
     use std::time::Duration;
 
@@ -526,7 +527,7 @@ mod tests {
         }
         let table = decode_passive(&encode_passive(&table)).expect("a table of this version");
         let now = secs(10);
-        let mut pool = crate::Pool::new(config, now, |_| ());
+        let mut pool = crate::pool::Pool::new(config, now, |_| ());
         pool.passive_published(&table, now);
         // Past the cold start's wait for a first probe: unknown backends serve.
         let later = now + secs(6);
@@ -534,7 +535,7 @@ mod tests {
         let app1 = pool.index_of("app1");
         assert_eq!(
             pool.pick(later),
-            crate::Pick::Backend(app1.expect("configured")),
+            crate::pool::Pick::Backend(app1.expect("configured")),
             "app2's failures are in force, app1 serves"
         );
     }

@@ -555,3 +555,39 @@ fn a_backend_back_with_its_peers_leaves_again_at_its_first_failed_page() {
     request(&mut pool, "app1", answered(502), secs(41));
     assert_eq!(routable(&pool), ["app2"]);
 }
+
+/// The re-pick the module makes per request: a backend with a failure on record here may just
+/// have been ejected by another VM, so its pick is checked against the process-wide table first,
+/// and only such a pick reads it.
+#[test]
+fn a_pick_of_a_backend_another_vm_just_ejected_is_checked_and_goes_elsewhere() {
+    let (mut here, mut there) = (pool(&["app1", "app2"]), pool(&["app1", "app2"]));
+    for proxy in [&mut here, &mut there] {
+        probe(proxy, "app1", ProbeOutcome::Pass, ms(10));
+        probe(proxy, "app2", ProbeOutcome::Pass, ms(10));
+    }
+    request(&mut here, "app2", answered(502), secs(1));
+    for t in 1..=3 {
+        request(&mut there, "app2", answered(502), secs(1) + ms(t));
+    }
+    assert_eq!(there.ejected(), [false, true]);
+    assert_eq!(here.ejected(), [false, false], "one failure here");
+    let mut reads = 0;
+    let mut carried = Vec::new();
+    let picks: Vec<Pick> = (0..4)
+        .map(|_| {
+            here.pool.pick_checked(
+                secs(2),
+                || {
+                    reads += 1;
+                    Some(there.table.clone())
+                },
+                |_, effects| carried.push(effects),
+            )
+        })
+        .collect();
+    assert_eq!(picks, [Pick::Backend(0); 4], "never the ejected backend");
+    assert_eq!(reads, 1, "only the suspect pick reads the table");
+    assert_eq!(carried.len(), 1);
+    assert!(here.ejected()[1], "taken in from the table");
+}

@@ -11,9 +11,11 @@
 
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
-use upcheck_policy::tables::PassiveTable;
+use upcheck_policy::config::HealthChecks;
+use upcheck_policy::host::{self, Dispatch, Host};
+use upcheck_policy::tables::{ActiveTable, Applied, PassiveChange, PassiveTable};
 use upcheck_policy::{
-    Config, Effects, Event, Pick, Pool, ProbeOutcome, ProxyFailure, RequestOutcome, Routed,
+    Config, Effects, Event, Member, Pick, Pool, ProbeOutcome, ProxyFailure, RequestOutcome, Routed,
 };
 
 pub fn ms(n: u64) -> Duration {
@@ -41,8 +43,46 @@ pub struct Proxy {
     pub table: PassiveTable,
     /// Every event so far, in order.
     pub events: Vec<Event>,
+    /// Every backend (by position) the pool asked to probe, in order; the tests send and answer
+    /// probes themselves ([`Proxy::probe`]).
+    pub probes_asked: Vec<usize>,
+    /// How many times the pool asked for the probe table to be published.
+    pub publications: usize,
     next_token: u32,
     next_request: u32,
+}
+
+/// The host the pool's effects are carried out on ([`host::carry_out`], as in the module): it
+/// applies each change to the proxy's table in memory and records everything else it is asked.
+struct Recorder<'a> {
+    table: &'a mut PassiveTable,
+    events: &'a mut Vec<Event>,
+    probes_asked: &'a mut Vec<usize>,
+    publications: &'a mut usize,
+}
+
+impl Host<()> for Recorder<'_> {
+    fn report(&mut self, _pool: &Pool, event: &Event) {
+        self.events.push(event.clone());
+    }
+
+    fn share(
+        &mut self,
+        change: &PassiveChange,
+        checks: &HealthChecks,
+    ) -> Option<(PassiveTable, Applied)> {
+        let applied = change.apply(self.table, checks);
+        Some((self.table.clone(), applied))
+    }
+
+    fn probe(&mut self, _config: &Config, index: usize, _member: &Member<()>) -> Dispatch {
+        self.probes_asked.push(index);
+        Dispatch::Left
+    }
+
+    fn publish_active(&mut self, _table: ActiveTable) {
+        *self.publications += 1;
+    }
 }
 
 /// One request [`Proxy::serve`] sent.
@@ -89,6 +129,8 @@ impl Proxy {
             pool,
             table: PassiveTable::new(),
             events: Vec::new(),
+            probes_asked: Vec::new(),
+            publications: 0,
             next_token: 1,
             next_request: 1,
         };
@@ -96,17 +138,16 @@ impl Proxy {
         proxy
     }
 
-    /// Carries out what the pool asked for: shares its changes, records its events.
+    /// Carries out what the pool asked for, as the module does: shares its changes, records its
+    /// events and the probes it asked for.
     pub fn carry_out(&mut self, effects: Effects, now: Duration) {
-        self.events.extend(effects.events);
-        let checks = self.pool.config().health_checks.clone();
-        for change in effects.share {
-            let applied = change.apply(&mut self.table, &checks);
-            let more = self
-                .pool
-                .passive_written(&self.table, Some((&change, applied)), now);
-            self.carry_out(more, now);
-        }
+        let mut recorder = Recorder {
+            table: &mut self.table,
+            events: &mut self.events,
+            probes_asked: &mut self.probes_asked,
+            publications: &mut self.publications,
+        };
+        host::carry_out(&mut self.pool, &mut recorder, effects, now);
     }
 
     /// Takes a new configuration, and wins its lease.
@@ -120,9 +161,9 @@ impl Proxy {
     /// Time passes to `now`; returns the backends (by position) the prober must probe now.
     pub fn tick(&mut self, now: Duration) -> Vec<usize> {
         let effects = self.pool.tick(now);
-        let probes = effects.probes.clone();
+        let asked = self.probes_asked.len();
         self.carry_out(effects, now);
-        probes
+        self.probes_asked.split_off(asked)
     }
 
     /// A probe of `name` settles at `at` with `outcome`, answered as a backend or Envoy would.
@@ -218,7 +259,7 @@ impl Proxy {
 
     /// Per backend, whether it is ejected.
     pub fn ejected(&self) -> Vec<bool> {
-        self.pool.members().iter().map(|m| m.ejected).collect()
+        self.pool.members().iter().map(|m| m.ejected()).collect()
     }
 }
 

@@ -1,0 +1,89 @@
+//! What the policy asks of its host, and the one loop that carries it out.
+//!
+//! Every entry point of [`Pool`] returns [`Effects`]; what they ask for is always done the same
+//! way, so it is written once, here: events are reported, changes are shared by
+//! compare-and-swap and each written table goes back in ([`Pool::passive_written`]), probes are
+//! sent and each send goes back in ([`Pool::probe_sent`], [`Pool::probe_refused`]), the probe
+//! table is published, and whatever that asked for in turn is carried out after. The host
+//! ([`Host`]) only does each thing: the proxy-wasm adapter with host calls, the tests by
+//! recording what they were asked.
+
+use crate::config::{Config, HealthChecks};
+use crate::events::{Effects, Event};
+use crate::pool::{Member, Pool};
+use crate::tables::{ActiveTable, Applied, PassiveChange, PassiveTable};
+use crate::time::Time;
+
+/// What a host does for the policy, one thing at a time. `H` is the adapter's data per backend
+/// (see [`Pool::new`]).
+pub trait Host<H> {
+    /// Reports one event: a log line, and the metrics it moves.
+    fn report(&mut self, pool: &Pool<H>, event: &Event);
+
+    /// Applies `change` to the process-wide passive table: the table as written and what the
+    /// change did, or `None` if it could not be written (it is then lost, as a failure the
+    /// host could not share).
+    fn share(
+        &mut self,
+        change: &PassiveChange,
+        checks: &HealthChecks,
+    ) -> Option<(PassiveTable, Applied)>;
+
+    /// Sends a probe, by `config`, to `member` (backend `index`).
+    fn probe(&mut self, config: &Config, index: usize, member: &Member<H>) -> Dispatch;
+
+    /// Publishes the probe table of the backends this VM probes.
+    fn publish_active(&mut self, table: ActiveTable);
+}
+
+/// What came of asking the host for a probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dispatch {
+    /// On the wire as this token; its answer comes back through [`Pool::probe_answered`].
+    Sent(u32),
+    /// The proxy refused to send it, and said this.
+    Refused(&'static str),
+    /// Left to the host, which sends and answers probes itself when it chooses (through
+    /// [`Pool::probe_sent`] and [`Pool::probe_answered`]), as the tests' proxy does.
+    Left,
+}
+
+/// Carries out `effects` on `host`, and what carrying them out asks for in turn, until nothing
+/// is left.
+pub fn carry_out<H>(pool: &mut Pool<H>, host: &mut impl Host<H>, effects: Effects, now: Time) {
+    let mut effects = effects;
+    while !effects.is_empty() {
+        let Effects {
+            events,
+            share,
+            probes,
+            publish_active,
+        } = effects;
+        for event in &events {
+            host.report(pool, event);
+        }
+        let mut more = Effects::default();
+        if !share.is_empty() {
+            let checks = pool.config().health_checks.clone();
+            for change in share {
+                if let Some((table, applied)) = host.share(&change, &checks) {
+                    more.extend(pool.passive_written(&table, Some((&change, applied)), now));
+                }
+            }
+        }
+        for index in probes {
+            let Some(member) = pool.members().get(index) else {
+                continue;
+            };
+            match host.probe(pool.config(), index, member) {
+                Dispatch::Sent(token) => pool.probe_sent(index, token, now),
+                Dispatch::Refused(why) => more.extend(pool.probe_refused(index, why, now)),
+                Dispatch::Left => {}
+            }
+        }
+        if publish_active {
+            host.publish_active(pool.active_table());
+        }
+        effects = more;
+    }
+}

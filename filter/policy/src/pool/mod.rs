@@ -1,0 +1,482 @@
+//! One VM's view of the fleet, and the one way in for everything it observes.
+//!
+//! Each kind of observation enters through one method, and each returns its [`Effects`]:
+//! - [`Pool::configure`]: a (re)configuration; backends that stay keep their state, by name;
+//! - [`Pool::lease`]: whether this VM holds the probing lease (it then schedules and reports);
+//! - [`Pool::tick`]: time passing: probes due, probes never answered, requests overdue,
+//!   failures expiring; with outlier detection on, this VM's request counts shared in one change
+//!   and every backend in rotation judged against its peers (a stall shows only here);
+//! - [`Pool::probe_sent`], [`Pool::probe_refused`], [`Pool::probe_answered`]: active checks;
+//! - [`Pool::request_routed`], [`Pool::request_settled`]: real requests, including a retried
+//!   attempt and a client gone. Each outcome is counted in this VM's traffic; a failure is also
+//!   shared at once with this VM's verdict on its backend and the run rule as it sees the peers,
+//!   so a broken backend goes out within a few requests, not at the next tick;
+//! - [`Pool::active_published`], [`Pool::passive_written`]: tables another VM (or this one)
+//!   wrote to shared data.
+//!
+//! The pool never calls the host. The effects are carried out by [`crate::host::carry_out`]
+//! (compare-and-swap, probes, log lines, metrics), which hands back what came of them through the
+//! same entry points, in the adapter and the tests alike, so the tests drive the path that ships.
+//!
+//! The entry points are split by observation: `probes` (active checks), `requests` (real
+//! requests), `peers` (the outlier comparison), `tables` (the process-wide tables in and out),
+//! and every one of them ends in `refresh`, which works the routing out again in named steps.
+//!
+//! Both routing modes share all of this: in `cluster` routing the pick names the backend's
+//! cluster (Envoy's `cluster_header`), in `host` routing its address (the `override_host` load
+//! balancing policy), and then [`Pool::retry_choice`] names where a retry goes.
+
+use crate::config::{Config, Upstream};
+use crate::events::{Effects, Event};
+use crate::fleet::{Evidence, Guard};
+use crate::outcome::RequestOutcome;
+use crate::outlier::Traffic;
+use crate::passive::Outstanding;
+use crate::schedule::{ProbeSlot, Schedule};
+use crate::select::Rotation;
+use crate::tables::PassiveTable;
+use crate::time::Time;
+
+mod peers;
+mod probes;
+mod refresh;
+mod requests;
+mod tables;
+
+/// Where a request should go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pick {
+    /// To this backend (position in the configuration).
+    Backend(usize),
+    /// Nowhere yet: nothing at all is known about any backend (cold start). Ask again once a
+    /// probe has answered, or at this time at the latest (one probe timeout after start).
+    Wait(Time),
+}
+
+/// The backend a request was sent to, as the pool numbered it then: positions change when a
+/// configuration adds, removes or reorders backends while requests are in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Routed {
+    /// Its position in the configuration of `generation`.
+    pub index: usize,
+    /// Which configuration that was (see [`Pool::generation`]).
+    pub generation: u32,
+}
+
+/// Everything this VM keeps about one backend.
+#[derive(Debug, Clone)]
+pub struct Member<H> {
+    /// Its configuration: name, weight, cluster, address.
+    pub upstream: Upstream,
+    /// Its key in the process-wide tables ([`Upstream::key`]).
+    pub key: String,
+    /// Whether this configuration is the newest that lists it, so its prober probes it.
+    probed_here: bool,
+    /// Back in rotation with the backends whose probes fail alike (fleet rule 3).
+    pub back: bool,
+    /// What probes and requests say about it.
+    pub evidence: Evidence,
+    /// Whether it takes traffic now.
+    pub routable: bool,
+    /// Whether anything accepted its latest contact, as last reported.
+    accepting: bool,
+    /// Passing probes and not ejected, as last reported (`None`: not yet).
+    in_service: Option<bool>,
+    /// When it is probed next.
+    probe: ProbeSlot,
+    /// Whether a probe the proxy refused to send was reported.
+    unprobeable: bool,
+    /// When the newest probe whose answer was taken was sent: an answer to an older one, late
+    /// (a slow answer overtaken by a newer probe's), says less and is dropped.
+    newest_probe: Option<Time>,
+    /// Where it stands in its passive ejection's lifecycle, as last refreshed.
+    ejection: EjectionState,
+    /// This VM's request outcomes not yet added to the process-wide counts (at the next tick).
+    traffic: Traffic,
+    /// The adapter's own data about it (its metric handles).
+    pub handles: H,
+}
+
+impl<H> Member<H> {
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.upstream.name
+    }
+
+    /// Whether it is passively ejected now (within the cap).
+    pub fn ejected(&self) -> bool {
+        matches!(self.ejection, EjectionState::Ejected { .. })
+    }
+
+    /// Where it stands in its passive ejection's lifecycle.
+    pub fn ejection(&self) -> EjectionState {
+        self.ejection
+    }
+}
+
+/// Where a backend stands in its passive ejection's lifecycle (a full failure window or an
+/// outlier ejection), as last refreshed. An ejection ends when it is no longer earned, not when
+/// the backend leaves the set the cap counts (failing its probes meanwhile).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EjectionState {
+    /// No ejection earned.
+    None,
+    /// It earned an ejection that the cap keeps in rotation: when the cap lets that ejection take
+    /// effect, the prober reports it ([`Event::CapLifted`]).
+    HeldBack,
+    /// Out of rotation (within the cap).
+    Ejected {
+        /// As an outlier among its peers, rather than for a full failure window.
+        outlier: bool,
+    },
+    /// Taken out, then kept in rotation by the cap while its ejection is still earned: the
+    /// ejection is not over (its end is reported once it is no longer earned), and the cap
+    /// letting it take effect again is reported as lifted.
+    HeldBackAfterEjection {
+        /// As an outlier among its peers, rather than for a full failure window.
+        outlier: bool,
+    },
+}
+
+impl EjectionState {
+    /// Whether an ejection took effect and is not over.
+    fn taken_out(self) -> bool {
+        matches!(
+            self,
+            EjectionState::Ejected { .. } | EjectionState::HeldBackAfterEjection { .. }
+        )
+    }
+
+    /// Whether the cap keeps an earned ejection from taking effect.
+    fn held_back(self) -> bool {
+        matches!(
+            self,
+            EjectionState::HeldBack | EjectionState::HeldBackAfterEjection { .. }
+        )
+    }
+}
+
+/// A probe on the wire.
+#[derive(Debug, Clone)]
+struct SentProbe {
+    token: u32,
+    key: String,
+    sent: Time,
+}
+
+/// What the VM holding the probing lease keeps.
+#[derive(Debug, Clone)]
+struct Prober {
+    schedule: Schedule,
+    sent: Vec<SentProbe>,
+    /// The earliest time a probe is due, so an idle tick costs nothing per backend.
+    earliest: Time,
+    /// Whether probe results are waiting to be published (at the next tick at the latest).
+    unpublished: bool,
+}
+
+/// The fleet as one VM sees it.
+#[derive(Debug, Clone)]
+pub struct Pool<H = ()> {
+    config: Config,
+    members: Vec<Member<H>>,
+    guard: Guard,
+    rotation: Rotation,
+    started: Time,
+    /// Whether anything was heard from any backend (then there is no cold-start wait).
+    heard: bool,
+    /// Whether an observation changed a backend since the routing was last worked out.
+    changed: bool,
+    /// When a remembered failure next expires (the routing can change by time alone then).
+    expires: Option<Time>,
+    prober: Option<Prober>,
+    /// Counts configurations taken.
+    generation: u32,
+    /// Whether the rotation must be laid out again though no backend's routability changed:
+    /// a configuration renumbered the backends.
+    relayout: bool,
+    /// Per position in the previous configuration, the backend's position now.
+    renumbered: Vec<Option<usize>>,
+    /// This VM's requests in flight, tracked while `unhealthy_latency` is set or outliers are
+    /// detected.
+    outstanding: Outstanding,
+    /// The time of the latest tick: when outliers are detected without `unhealthy_latency`, what
+    /// a request's start and end are taken to be, so no request reads the clock. Starts and
+    /// latencies are then known to within one tick (200 ms in the module): a request may count as
+    /// stalled up to one tick early, which is why `stall_after` is 500 ms or more, and a latency
+    /// is a whole number of ticks, which `min_latency` (250 ms) and the factor of 4 absorb.
+    ticked: Time,
+}
+
+impl<H> Pool<H> {
+    /// A pool that knows nothing yet about `config`'s backends, as of `now`; `handles` makes the
+    /// adapter's data for each.
+    pub fn new(config: Config, now: Time, handles: impl FnMut(&Upstream) -> H) -> Pool<H> {
+        let mut pool = Pool {
+            config: config.clone(),
+            members: Vec::new(),
+            guard: Guard::Off,
+            rotation: Rotation::default(),
+            started: now,
+            heard: false,
+            changed: true,
+            expires: None,
+            prober: None,
+            generation: 0,
+            relayout: true,
+            renumbered: Vec::new(),
+            outstanding: Outstanding::default(),
+            ticked: now,
+        };
+        pool.configure(config, now, handles);
+        pool
+    }
+
+    /// Takes a (new) configuration. Backends that stay (by name) keep what is known about them
+    /// and their handles; new ones are unknown. Probing stops until this VM holds the new
+    /// configuration's lease ([`Pool::lease`]); the VM that does probes every backend at once.
+    pub fn configure(
+        &mut self,
+        config: Config,
+        now: Time,
+        mut handles: impl FnMut(&Upstream) -> H,
+    ) -> Effects {
+        let mut old: Vec<Option<Member<H>>> = self.members.drain(..).map(Some).collect();
+        let mut kept = Vec::with_capacity(config.upstreams.len());
+        for upstream in &config.upstreams {
+            let key = upstream.key();
+            let previous = old
+                .iter()
+                .position(|m| m.as_ref().is_some_and(|m| m.key == key));
+            let member = match previous.and_then(|at| old.get_mut(at).and_then(Option::take)) {
+                Some(mut member) => {
+                    member.upstream = upstream.clone();
+                    member
+                }
+                None => Member {
+                    upstream: upstream.clone(),
+                    key,
+                    probed_here: true,
+                    back: false,
+                    evidence: Evidence::new(now),
+                    routable: false,
+                    accepting: true,
+                    in_service: None,
+                    probe: ProbeSlot::due_at(now),
+                    unprobeable: false,
+                    newest_probe: None,
+                    ejection: EjectionState::None,
+                    traffic: Traffic::default(),
+                    handles: handles(upstream),
+                },
+            };
+            kept.push(previous);
+            self.members.push(member);
+        }
+        if kept.iter().all(Option::is_none) {
+            self.started = now;
+        }
+        self.outstanding.remap(&kept);
+        self.renumbered = vec![None; old.len()];
+        for (new, previous) in kept.iter().enumerate() {
+            if let Some(slot) = previous.and_then(|p| self.renumbered.get_mut(p)) {
+                *slot = Some(new);
+            }
+        }
+        self.generation = self.generation.wrapping_add(1);
+        self.relayout = true;
+        if config.health_checks.outlier.window != self.config.health_checks.outlier.window {
+            // Counts keyed by the old window's halves mean nothing under the new one.
+            for m in &mut self.members {
+                m.traffic = Traffic::default();
+            }
+        }
+        self.config = config;
+        self.heard = self.members.iter().any(|m| m.evidence.heard_from());
+        self.changed = true;
+        // The new configuration has a lease of its own, which another VM may win: until this
+        // one wins it (at its next tick, see `lease`), it neither probes nor publishes, so two
+        // VMs never write the same backends' probe state at once, and the answers of probes sent
+        // under the old lease are left out.
+        self.prober = None;
+        let mut effects = Effects::default();
+        self.refresh(now, &mut effects);
+        effects
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Every backend, in configuration order.
+    pub fn members(&self) -> &[Member<H>] {
+        &self.members
+    }
+
+    /// The adapter's own data about backend `index` (its handles), to update in place.
+    pub fn handles_mut(&mut self, index: usize) -> Option<&mut H> {
+        self.members.get_mut(index).map(|m| &mut m.handles)
+    }
+
+    /// The position of the backend named `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.members.iter().position(|m| m.name() == name)
+    }
+
+    /// The position of the backend whose key is `key`.
+    fn index_of_key(&self, key: &str) -> Option<usize> {
+        self.members.iter().position(|m| m.key == key)
+    }
+
+    /// The backend whose address (what `host` routing names) is `address`.
+    pub fn index_at(&self, address: &str) -> Option<usize> {
+        self.members
+            .iter()
+            .position(|m| m.upstream.address.as_deref() == Some(address))
+    }
+
+    /// Whether, and why, the fleet guard widens the routable set.
+    pub fn guard(&self) -> Guard {
+        self.guard
+    }
+
+    /// Whether this VM holds the probing lease.
+    pub fn probing(&self) -> bool {
+        self.prober.is_some()
+    }
+
+    /// Whether requests are timed (only when `unhealthy_latency` is set: then a request counts
+    /// the moment it is late, and the clock is read for each).
+    pub fn times_requests(&self) -> bool {
+        self.config
+            .health_checks
+            .passive
+            .unhealthy_latency
+            .is_some()
+    }
+
+    /// Whether outliers are detected: then every request is tracked while in flight, started at
+    /// the latest tick unless it is timed.
+    pub fn detects_outliers(&self) -> bool {
+        self.config.health_checks.outlier.enabled
+    }
+
+    /// Whether this VM holds the probing lease: a VM that gains it probes every backend at once
+    /// and from then on reports what probes and time change; one that loses it stops.
+    pub fn lease(&mut self, held: bool, now: Time, seed: u64) -> Effects {
+        let mut effects = Effects::default();
+        match (held, self.prober.is_some()) {
+            (true, false) => {
+                for m in &mut self.members {
+                    m.probe = ProbeSlot::due_at(now);
+                    // Report every gauge and contact afresh from this VM.
+                    m.in_service = None;
+                }
+                self.prober = Some(Prober {
+                    schedule: Schedule::new(seed),
+                    sent: Vec::new(),
+                    earliest: now,
+                    unpublished: true,
+                });
+                effects.events.push(Event::Probing);
+                self.changed = true;
+                self.refresh(now, &mut effects);
+            }
+            (false, true) => self.prober = None,
+            _ => {}
+        }
+        effects
+    }
+
+    /// Time passing: on the prober, the probes due and those never answered; on every VM,
+    /// requests that just became `unhealthy_latency` late, and failures that expired.
+    pub fn tick(&mut self, now: Time) -> Effects {
+        let mut effects = Effects::default();
+        self.ticked = now;
+        if let Some(latency) = self.config.health_checks.passive.unhealthy_latency {
+            for late in self.outstanding.overdue(now, latency) {
+                let outcome = RequestOutcome::StillWaiting(late.waited);
+                self.settle(late.backend, outcome, true, None, late.at, &mut effects);
+            }
+        }
+        if self.detects_outliers() {
+            self.judge_outliers(now, &mut effects);
+            self.share_traffic(&mut effects);
+        }
+        self.abandon_probes(now, &mut effects);
+        self.refresh(now, &mut effects);
+        self.schedule_probes(now, &mut effects);
+        if let Some(prober) = self.prober.as_mut() {
+            effects.publish_active |= std::mem::take(&mut prober.unpublished);
+        }
+        effects
+    }
+
+    /// The configuration in force: a request routed now carries it.
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// Where a retry of a request picked for `first` should go: another routable backend, the
+    /// one whose turn is next, or `first` again when it is the only one. A retry never goes to a
+    /// backend out of rotation: in host routing, a header naming one address would let the
+    /// proxy's fallback balancer pick any backend of the pool for the retry.
+    pub fn retry_choice(&self, first: usize) -> usize {
+        self.rotation.next_other_than(first).unwrap_or(first)
+    }
+
+    /// Whether a pick of backend `index` should be checked against the process-wide table
+    /// first: it has failures on record or is on a run of them, so another VM may just have
+    /// ejected it.
+    pub fn suspect(&self, index: usize, now: Time) -> bool {
+        let passive = &self.config.health_checks.passive;
+        self.members.get(index).is_some_and(|m| {
+            m.evidence.passive.count(now, passive) > 0 || m.evidence.passive.run > 0
+        })
+    }
+
+    /// Picks the backend for one request, checking a suspect pick against the process-wide
+    /// passive table first ([`Pool::suspect`]), so a backend another VM just ejected is not sent
+    /// one more request: `latest` reads that table (`None` when it did not change since this VM
+    /// last took it in), and only for a suspect pick, so a clean backend costs no shared-data
+    /// read. What taking the table in asks for goes to `carry_out` (only then, so the common
+    /// pick carries nothing); returns the final pick.
+    pub fn pick_checked(
+        &mut self,
+        now: Time,
+        latest: impl FnOnce() -> Option<PassiveTable>,
+        carry_out: impl FnOnce(&mut Self, Effects),
+    ) -> Pick {
+        let pick = self.pick(now);
+        let Pick::Backend(i) = pick else {
+            return pick;
+        };
+        if !self.suspect(i, now) {
+            return pick;
+        }
+        let Some(table) = latest() else {
+            return pick;
+        };
+        let effects = self.passive_published(&table, now);
+        let pick = self.pick(now);
+        carry_out(self, effects);
+        pick
+    }
+
+    /// Picks the backend for one request. `now` matters only at cold start, so a caller may
+    /// pass a recent time (its last tick) rather than read the clock per request.
+    pub fn pick(&mut self, now: Time) -> Pick {
+        let wait_until = self
+            .started
+            .saturating_add(self.config.health_checks.active.timeout);
+        if !self.heard && now < wait_until {
+            return Pick::Wait(wait_until);
+        }
+        match self.rotation.advance() {
+            Some(i) => Pick::Backend(i),
+            // The guard never leaves the set empty; this is only reachable with no backends.
+            None => Pick::Backend(0),
+        }
+    }
+}

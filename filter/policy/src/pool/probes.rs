@@ -1,0 +1,229 @@
+//! Active checks: the probes the prober schedules, sends and gives up on, and what their
+//! answers do to a backend's probe state (read beside what its pages say meanwhile).
+
+use super::peers::view;
+use super::{Pool, SentProbe};
+use crate::active::{contains, Health, Pages, ProbeOutcome, Transition, PROXY_REASON_BYTES, SHED};
+use crate::events::{Effects, Event};
+use crate::time::Time;
+
+/// How long a probe may go unanswered, past its timeout, before it is given up on: the host
+/// answers every call by its timeout, so only a broken host needs this, but nothing may grow
+/// without bound.
+fn abandon_after(timeout: std::time::Duration) -> std::time::Duration {
+    timeout.saturating_mul(2)
+}
+
+impl<H> Pool<H> {
+    /// Marks probe results published when `effects` publishes them.
+    pub(super) fn published(&mut self, effects: &Effects) {
+        if let (Some(prober), true) = (self.prober.as_mut(), effects.publish_active) {
+            prober.unpublished = false;
+        }
+    }
+
+    /// Gives up on probes the host never answered, as timed out.
+    pub(super) fn abandon_probes(&mut self, now: Time, effects: &mut Effects) {
+        let timeout = self.config.health_checks.active.timeout;
+        let Some(prober) = self.prober.as_mut() else {
+            return;
+        };
+        let (gone, kept): (Vec<SentProbe>, Vec<SentProbe>) = prober
+            .sent
+            .drain(..)
+            .partition(|p| now.saturating_sub(p.sent) >= abandon_after(timeout));
+        prober.sent = kept;
+        for probe in gone {
+            if let Some(i) = self.index_of_key(&probe.key) {
+                self.observe_probe(i, ProbeOutcome::Timeout(timeout), probe.sent, now, effects);
+            }
+        }
+    }
+
+    pub(super) fn schedule_probes(&mut self, now: Time, effects: &mut Effects) {
+        let interval = self.config.health_checks.active.interval;
+        let jitter = self.config.jitter();
+        let Some(prober) = self.prober.as_mut() else {
+            return;
+        };
+        if now < prober.earliest {
+            return;
+        }
+        let mut earliest = now.saturating_add(interval);
+        for (i, m) in self.members.iter_mut().enumerate() {
+            if !m.probed_here {
+                continue;
+            }
+            if prober.schedule.take(&mut m.probe, now, interval, jitter) {
+                effects.probes.push(i);
+            }
+            earliest = earliest.min(m.probe.next());
+        }
+        prober.earliest = earliest;
+    }
+
+    /// A probe to backend `index` is on the wire as `token`.
+    pub fn probe_sent(&mut self, index: usize, token: u32, now: Time) {
+        let (Some(prober), Some(m)) = (self.prober.as_mut(), self.members.get(index)) else {
+            return;
+        };
+        prober.sent.push(SentProbe {
+            token,
+            key: m.key.clone(),
+            sent: now,
+        });
+    }
+
+    /// The proxy refused to send a probe to backend `index` (`why`: what it said): the backend
+    /// is treated as not serving, and the refusal is reported once.
+    pub fn probe_refused(&mut self, index: usize, why: &str, now: Time) -> Effects {
+        let mut effects = Effects::default();
+        if let Some(m) = self.members.get_mut(index) {
+            if !m.unprobeable {
+                m.unprobeable = true;
+                effects.events.push(Event::Unprobeable {
+                    name: m.name().to_owned(),
+                    cluster: m.upstream.cluster().to_owned(),
+                    why: why.to_owned(),
+                });
+            }
+        }
+        self.observe_probe(index, ProbeOutcome::Refused, now, now, &mut effects);
+        self.refresh(now, &mut effects);
+        self.published(&effects);
+        effects
+    }
+
+    /// The answer to probe `token`: its status (none if the call was reset before any answer),
+    /// whether the proxy made the answer itself rather than the backend, and the first
+    /// `max_size` bytes of its body. A token that is not one of this VM's is ignored.
+    pub fn probe_answered(
+        &mut self,
+        token: u32,
+        status: Option<u16>,
+        proxy_made: bool,
+        body: &[u8],
+        now: Time,
+    ) -> Effects {
+        let mut effects = Effects::default();
+        let Some(prober) = self.prober.as_mut() else {
+            return effects;
+        };
+        let Some(at) = prober.sent.iter().position(|p| p.token == token) else {
+            return effects;
+        };
+        let probe = prober.sent.swap_remove(at);
+        let Some(index) = self.index_of_key(&probe.key) else {
+            return effects; // removed by a reconfiguration meanwhile
+        };
+        if proxy_made && status == Some(503) && contains(body, SHED) {
+            // Shed by the proxy's circuit breaker, never sent: no word on the backend, whose
+            // next probe goes out at its time.
+            return effects;
+        }
+        let active = &self.config.health_checks.active;
+        let outcome = match status {
+            Some(status) => ProbeOutcome::classify(status, proxy_made, body, active),
+            None => ProbeOutcome::Refused,
+        };
+        self.observe_probe(index, outcome, probe.sent, now, &mut effects);
+        self.refresh(now, &mut effects);
+        self.published(&effects);
+        effects
+    }
+
+    /// How many bytes of a probe's body the policy needs: of an answer the proxy made itself,
+    /// enough to read its reason ([`PROXY_REASON_BYTES`]); of the backend's, none unless
+    /// `expect_body` is set.
+    pub fn probe_body_wanted(&self, body_size: usize, proxy_made: bool) -> usize {
+        let active = &self.config.health_checks.active;
+        let wanted = match (proxy_made, &active.expect_body) {
+            (true, _) => PROXY_REASON_BYTES,
+            (false, Some(_)) => usize::try_from(active.max_size).unwrap_or(usize::MAX),
+            (false, None) => 0,
+        };
+        body_size.min(wanted)
+    }
+
+    /// Takes a probe sent at `sent` that settled with `outcome` at `now`.
+    pub(super) fn observe_probe(
+        &mut self,
+        index: usize,
+        outcome: ProbeOutcome,
+        sent: Time,
+        now: Time,
+        effects: &mut Effects,
+    ) {
+        let active = &self.config.health_checks.active;
+        let pages = self.pages(index, sent, now);
+        let Some(m) = self.members.get_mut(index) else {
+            return;
+        };
+        if m.newest_probe.is_some_and(|newest| sent < newest) {
+            return;
+        }
+        m.newest_probe = Some(sent);
+        if let Some(prober) = self.prober.as_mut() {
+            prober.unpublished = true;
+        }
+        self.heard = true;
+        // A pass on a healthy backend whose last probe passed too (the steady state) changes
+        // nothing the routing reads, so the routing is not worked out again: at 1,000 backends
+        // that would be 1,000 backends' worth of work for each of the 1,000 answers of a round.
+        let before = m.evidence.active;
+        let accepting = m.evidence.accepting();
+        let transition = m.evidence.active.observe(outcome, now, active, pages);
+        let steady = before.status == Health::Healthy
+            && before.contradicted.is_none()
+            && before.last.is_some_and(|(_, last)| last.passed())
+            && outcome.passed()
+            && m.evidence.accepting() == accepting;
+        self.changed |= !steady;
+        effects.events.push(Event::Probed {
+            index,
+            name: m.name().to_owned(),
+            outcome,
+        });
+        if transition == (Transition::Contradicted { first: true }) {
+            effects.events.push(Event::ProbeContradicted {
+                name: m.name().to_owned(),
+                outcome,
+            });
+            effects.publish_active = true;
+        }
+        if let Transition::Changed { from, to, reason } = transition {
+            effects.events.push(Event::HealthChanged {
+                name: m.name().to_owned(),
+                from,
+                to,
+                reason,
+            });
+            effects.publish_active = true;
+        }
+        if m.accepting != m.evidence.accepting() {
+            effects.publish_active = true;
+        }
+    }
+
+    /// What backend `index`'s real requests say, process-wide, against a probe sent at `sent`
+    /// that failed at `now` (see [`Pages`]). Requests are counted only with outlier detection on.
+    pub(super) fn pages(&self, index: usize, sent: Time, now: Time) -> Pages {
+        let Some(m) = self.members.get(index) else {
+            return Pages::Unknown;
+        };
+        let passive = &m.evidence.passive;
+        let failing = passive.run > 0
+            || passive.outlier.is_ejected(now)
+            || passive.full(now, &self.config.health_checks.passive);
+        match view(m).last_served() {
+            _ if failing || !self.detects_outliers() => Pages::Unknown,
+            Some(served) if served >= sent => Pages::AnsweredMeanwhile,
+            Some(served)
+                if now.saturating_sub(served) <= self.config.health_checks.outlier.window =>
+            {
+                Pages::Answering
+            }
+            _ => Pages::Unknown,
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! Working out the routing again, in steps, after every observation.
+//!
+//! When something changed, or a remembered failure or outlier ejection expired, the routing is
+//! worked out anew from every backend's evidence, and each backend's part in it is followed in
+//! turn: a probe at once when it is newly ejected, its ejection's lifecycle ([`EjectionState`]:
+//! held back by the cap, taken out, over), whether anything accepts its connections, whether it
+//! is in service; then which backends are back in rotation with peers whose probes fail alike,
+//! the rotation laid out again, and the fleet guard. Only the VM probing a backend reports its
+//! changes, so each is logged once per process.
+
+use super::{EjectionState, Member, Pool, Prober};
+use crate::active::Health;
+use crate::config::Passive as PassiveConfig;
+use crate::events::{Effects, Event};
+use crate::fleet::{route, Evidence, Guard, Routing};
+use crate::select::Rotation;
+use crate::time::Time;
+
+impl<H> Pool<H> {
+    /// Works out the routing again if anything changed or a failure expired, and reports what
+    /// changed: on the prober, everything process-wide (so it is logged once per process).
+    pub(super) fn refresh(&mut self, now: Time, effects: &mut Effects) {
+        if !self.changed && self.expires.is_none_or(|e| now < e) {
+            return;
+        }
+        self.changed = false;
+        self.expires = self.next_expiry(now);
+        let evidence: Vec<&Evidence> = self.members.iter().map(|m| &m.evidence).collect();
+        let routing = route(&evidence, now, &self.config);
+        let routable_changed = self.follow_members(&routing, now, effects);
+        self.follow_back_alike(&routing, effects);
+        self.lay_out(routable_changed);
+        self.follow_guard(routing.guard, effects);
+    }
+
+    /// When a remembered failure or an outlier ejection next expires: the routing can change by
+    /// time alone then.
+    fn next_expiry(&self, now: Time) -> Option<Time> {
+        let passive = &self.config.health_checks.passive;
+        self.members
+            .iter()
+            .flat_map(|m| {
+                let outlier = m.evidence.passive.outlier.in_force(now).map(|(_, t)| t);
+                [m.evidence.passive.next_expiry(now, passive), outlier]
+            })
+            .flatten()
+            .min()
+    }
+
+    /// Follows each backend's part in `routing`; returns whether any backend's routability
+    /// changed.
+    fn follow_members(&mut self, routing: &Routing, now: Time, effects: &mut Effects) -> bool {
+        let passive = &self.config.health_checks.passive;
+        let probing = self.prober.is_some();
+        let mut routable_changed = false;
+        for (i, m) in self.members.iter_mut().enumerate() {
+            // Each backend's changes are reported by its own prober, so once per process.
+            let reporting = probing && m.probed_here;
+            let routable = routing.routable.get(i).copied().unwrap_or(false);
+            let ejected = routing.ejected.get(i).copied().unwrap_or(false);
+            routable_changed |= routable != m.routable;
+            if reporting && ejected {
+                m.probe_on_ejection(self.prober.as_mut(), now, passive);
+            }
+            m.follow_ejection(i, ejected, reporting, now, passive, effects);
+            m.follow_contact(reporting, effects);
+            m.follow_service(i, ejected, reporting, effects);
+            m.routable = routable;
+        }
+        routable_changed
+    }
+
+    /// Reports each backend newly back in rotation with the backends whose probes fail alike
+    /// (fleet rule 3), and remembers which are.
+    fn follow_back_alike(&mut self, routing: &Routing, effects: &mut Effects) {
+        let probing = self.prober.is_some();
+        let cause = routing.shared_cause.as_ref();
+        let names = |pick: &[bool]| -> Vec<String> {
+            self.members
+                .iter()
+                .zip(pick)
+                .filter(|(_, p)| **p)
+                .map(|(m, _)| m.name().to_owned())
+                .collect()
+        };
+        let last = cause.map(|c| names(&c.last)).unwrap_or_default();
+        let failing = cause.map(|c| names(&c.failing)).unwrap_or_default();
+        for (i, m) in self.members.iter_mut().enumerate() {
+            let back = cause.is_some_and(|c| c.back.get(i) == Some(&true));
+            if let (true, false, Some(cause)) = (back, m.back, cause) {
+                if probing && m.probed_here {
+                    effects.events.push(Event::BackAlike {
+                        name: m.name().to_owned(),
+                        peers: last.clone(),
+                        failing: failing.clone(),
+                        outcome: cause.outcome,
+                    });
+                }
+            }
+            m.back = back;
+        }
+    }
+
+    /// Lays the rotation out again when a backend's routability changed or a configuration
+    /// renumbered the backends.
+    fn lay_out(&mut self, routable_changed: bool) {
+        if routable_changed || std::mem::take(&mut self.relayout) {
+            let routable: Vec<bool> = self.members.iter().map(|m| m.routable).collect();
+            let weights: Vec<u32> = self.members.iter().map(|m| m.upstream.weight).collect();
+            self.rotation = Rotation::new(&routable, &weights);
+        }
+    }
+
+    /// Follows the fleet guard, reported by the prober.
+    fn follow_guard(&mut self, guard: Guard, effects: &mut Effects) {
+        if guard != self.guard {
+            self.guard = guard;
+            if self.prober.is_some() {
+                effects.events.push(Event::Guard(guard));
+            }
+        }
+    }
+}
+
+impl<H> Member<H> {
+    /// Probes an ejected backend at once, once per ejection (not again when the cap lets it back
+    /// and takes it out anew), unless a probe sent since the ejection began, answered or on its
+    /// way, says already whether it is still broken (a backend re-added with failures on record,
+    /// probed as it joined): by the time its failures expire, a probe has said.
+    fn probe_on_ejection(
+        &mut self,
+        prober: Option<&mut Prober>,
+        now: Time,
+        passive: &PassiveConfig,
+    ) {
+        if self.ejection.taken_out() {
+            return;
+        }
+        let since = self.evidence.passive.ejected_since(now, passive);
+        let probed_since = since.is_some_and(|since| {
+            self.newest_probe.is_some_and(|sent| sent >= since)
+                || prober.as_ref().is_some_and(|p| {
+                    p.sent
+                        .iter()
+                        .any(|probe| probe.key == self.key && probe.sent >= since)
+                })
+        });
+        if probed_since {
+            return;
+        }
+        self.probe.due_now();
+        if let Some(prober) = prober {
+            prober.earliest = now;
+        }
+    }
+
+    /// Moves its ejection along (`ejected`: whether the routing takes it out now, within the
+    /// cap): reports the cap letting an ejection it held back take effect, and an ejection over.
+    fn follow_ejection(
+        &mut self,
+        index: usize,
+        ejected: bool,
+        reporting: bool,
+        now: Time,
+        passive: &PassiveConfig,
+        effects: &mut Effects,
+    ) {
+        let outlier = self.evidence.passive.outlier.is_ejected(now);
+        let earned = outlier || self.evidence.passive.ejected_since(now, passive).is_some();
+        if reporting && ejected && self.ejection.held_back() {
+            let until = [
+                self.evidence.passive.outlier.in_force(now).map(|(_, t)| t),
+                self.evidence.passive.window_ends(now, passive),
+            ];
+            effects.events.push(Event::CapLifted {
+                index,
+                name: self.name().to_owned(),
+                length: until
+                    .into_iter()
+                    .flatten()
+                    .max()
+                    .unwrap_or(now)
+                    .saturating_sub(now),
+            });
+        }
+        self.ejection = match (ejected, earned, self.ejection) {
+            (true, _, _) => EjectionState::Ejected { outlier },
+            (
+                false,
+                true,
+                EjectionState::Ejected { outlier: was }
+                | EjectionState::HeldBackAfterEjection { outlier: was },
+            ) => EjectionState::HeldBackAfterEjection { outlier: was },
+            (false, true, _) => EjectionState::HeldBack,
+            (
+                false,
+                false,
+                EjectionState::Ejected { outlier: was }
+                | EjectionState::HeldBackAfterEjection { outlier: was },
+            ) => {
+                if reporting {
+                    effects.events.push(Event::EjectionEnded {
+                        name: self.name().to_owned(),
+                        outlier: was,
+                    });
+                }
+                EjectionState::None
+            }
+            (false, false, _) => EjectionState::None,
+        };
+    }
+
+    /// Follows whether anything accepts its connections, reported when it changes.
+    fn follow_contact(&mut self, reporting: bool, effects: &mut Effects) {
+        let accepting = self.evidence.accepting();
+        if accepting != self.accepting {
+            self.accepting = accepting;
+            if reporting {
+                effects.events.push(Event::ContactChanged {
+                    name: self.name().to_owned(),
+                    accepting,
+                });
+            }
+        }
+    }
+
+    /// Follows whether it is in service (passing probes and not ejected), reported by its prober
+    /// when it changes (its gauge).
+    fn follow_service(
+        &mut self,
+        index: usize,
+        ejected: bool,
+        reporting: bool,
+        effects: &mut Effects,
+    ) {
+        let in_service = self.evidence.active.status == Health::Healthy && !ejected;
+        if reporting && self.in_service != Some(in_service) {
+            self.in_service = Some(in_service);
+            effects.events.push(Event::InService {
+                index,
+                name: self.name().to_owned(),
+                in_service,
+            });
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! Real requests: each routed one tracked while in flight, each outcome counted in this VM's
+//! traffic, and shared (for the passive checks and the outlier rules) only when it changes
+//! something, so the common success costs no clock read and no shared-data write.
+
+use super::{Pool, Routed};
+use crate::events::{Effects, Event};
+use crate::outcome::{FailureKind, RequestOutcome};
+use crate::tables::{PassiveChange, RequestNews};
+use crate::time::Time;
+use std::time::Duration;
+
+impl<H> Pool<H> {
+    /// A request `id` was sent to backend `index` at `now` (when requests are timed; otherwise,
+    /// when outliers are detected, it is taken to have started at the latest tick).
+    pub fn request_routed(&mut self, id: u32, index: usize, now: Option<Time>) {
+        let started = now.or_else(|| self.detects_outliers().then_some(self.ticked));
+        if let Some(started) = started {
+            self.outstanding.begin(id, index, started);
+        }
+    }
+
+    /// Request `id`, sent to backend `picked`, ended with `outcome`. When the proxy retried it,
+    /// `retried` names the backend that gave the final answer (if the proxy says which): the
+    /// picked backend's attempt failed, and `outcome` belongs to the other. `now` is read only
+    /// if the outcome changes anything.
+    pub fn request_settled(
+        &mut self,
+        id: u32,
+        picked: Routed,
+        retried: Option<Option<usize>>,
+        outcome: RequestOutcome,
+        now: impl Fn() -> Time,
+    ) -> Effects {
+        let mut effects = Effects::default();
+        let ended = self.outstanding.end(id);
+        // A backend removed meanwhile, or a request from two configurations ago: its outcome
+        // belongs to no backend this pool knows by that position.
+        let Some(picked) = self.current(picked) else {
+            return effects;
+        };
+        // A request counted when it became late is not counted again when it ends (though the
+        // outlier rules take its outcome).
+        let counted_late = ended.is_some_and(|(_, late)| late);
+        let first = match retried {
+            Some(_) => RequestOutcome::RetriedElsewhere,
+            None => outcome,
+        };
+        let latency = match first {
+            RequestOutcome::Answered { latency, .. } if self.times_requests() => Some(latency),
+            RequestOutcome::Answered { .. } => {
+                ended.map(|(started, _)| self.ticked.saturating_sub(started))
+            }
+            _ => None,
+        };
+        self.settle_lazily(picked, first, !counted_late, latency, &now, &mut effects);
+        if let Some(Some(other)) = retried.filter(|o| *o != Some(picked)) {
+            self.settle_lazily(other, outcome, true, None, &now, &mut effects);
+        }
+        effects
+    }
+
+    /// Where the backend a request was routed to is now, if it is still configured.
+    pub(super) fn current(&self, routed: Routed) -> Option<usize> {
+        if routed.generation == self.generation {
+            Some(routed.index)
+        } else if routed.generation.wrapping_add(1) == self.generation {
+            self.renumbered.get(routed.index).copied().flatten()
+        } else {
+            None
+        }
+    }
+
+    /// Settles one outcome unless it changes nothing shared (a success at a backend known to
+    /// be serving and not on a run of failures): the common case costs no clock read and no
+    /// shared-data write, only this VM's count. `passive`: whether the passive checks still take
+    /// it (not if it was counted late); `latency`: how long its answer took, if known.
+    pub(super) fn settle_lazily(
+        &mut self,
+        index: usize,
+        outcome: RequestOutcome,
+        passive: bool,
+        latency: Option<Duration>,
+        now: &impl Fn() -> Time,
+        effects: &mut Effects,
+    ) {
+        let outlier = self.count_outcome(index, outcome, latency);
+        let Some(m) = self.members.get(index) else {
+            return;
+        };
+        let counts = passive
+            && outcome
+                .failure(&self.config.health_checks.passive)
+                .is_some();
+        let changes_contact = passive
+            && outcome
+                .contact()
+                .is_some_and(|refused| refused == m.evidence.accepting());
+        if counts || changes_contact || outlier.is_some() {
+            self.settle(index, outcome, passive, outlier, now(), effects);
+        }
+    }
+
+    /// Counts an outcome in this VM's traffic for backend `index`; returns it as news for the
+    /// shared run of failures (a failure, or a success ending a run), if it is any.
+    pub(super) fn count_outcome(
+        &mut self,
+        index: usize,
+        outcome: RequestOutcome,
+        latency: Option<Duration>,
+    ) -> Option<Option<FailureKind>> {
+        let config = &self.config.health_checks.outlier;
+        let m = self.members.get_mut(index)?;
+        if !config.enabled || !outcome.judged() {
+            return None;
+        }
+        let kind = outcome.outlier_failure();
+        m.traffic.record(self.ticked, kind, latency, config.window);
+        (kind.is_some() || m.evidence.passive.run > 0).then_some(kind)
+    }
+
+    /// Shares one outcome: for the passive checks if `passive`, and for the outlier rules if
+    /// `outlier` is news (a failure is judged here and now, with this VM's view of its peers).
+    pub(super) fn settle(
+        &mut self,
+        index: usize,
+        outcome: RequestOutcome,
+        passive: bool,
+        outlier: Option<Option<FailureKind>>,
+        at: Time,
+        effects: &mut Effects,
+    ) {
+        let outlier = outlier.map(|kind| self.outlier_news(index, kind, at));
+        let Some(m) = self.members.get(index) else {
+            return;
+        };
+        let failure = outcome
+            .failure(&self.config.health_checks.passive)
+            .filter(|_| passive);
+        if let Some(failure) = failure {
+            effects.events.push(Event::RequestFailed {
+                index,
+                name: m.name().to_owned(),
+                failure,
+            });
+        }
+        effects.share.push(PassiveChange::Request(RequestNews {
+            key: m.key.clone(),
+            at,
+            refused: outcome.contact().filter(|_| passive),
+            failure,
+            outlier,
+        }));
+    }
+}
