@@ -20,7 +20,6 @@
 
 pub mod active;
 pub mod config;
-pub mod duration;
 pub mod events;
 pub mod fleet;
 pub mod lease;
@@ -30,8 +29,11 @@ pub mod passive;
 pub mod pool;
 pub mod schedule;
 pub mod select;
-pub mod status_match;
 pub mod tables;
+
+/// The configuration's value grammars, also used to read and write durations and statuses
+/// elsewhere.
+pub use config::{duration, status_match};
 
 /// A point in time: the host's clock since its epoch.
 pub type Time = std::time::Duration;
