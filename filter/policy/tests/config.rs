@@ -564,11 +564,11 @@ fn path_and_its_caddy_name_uri_are_one_field() {
     refused(&[
         (
             with_active(r#""path": "/a", "uri": "/b""#),
-            "health_checks.active: duplicate field `path`",
+            "health_checks.active.uri: give `path` or `uri`, not both",
         ),
         (
             with_active(r#""uri": "/a", "path": "/b""#),
-            "health_checks.active: duplicate field `path`",
+            "health_checks.active.path: give `path` or `uri`, not both",
         ),
         (
             with_active(r#""uri": "up""#),

@@ -211,11 +211,30 @@ pub fn or_off<T>(
 /// Serde: a JSON object read into `T` (whose derived `Deserialize` checks its members);
 /// anything else refused as "expected an object, got …".
 pub fn object<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
-    d.deserialize_any(AnObject(PhantomData))
+    d.deserialize_any(AnObject {
+        one_member: &[],
+        object: PhantomData,
+    })
+}
+
+/// Like [`object`], where the names in `one_member` are one member of `T` (Caddy's `uri` is
+/// `path`, which `T` takes as an alias): giving it by two of them is refused at the second,
+/// with the reason. Giving it twice by one name is a duplicate field, as anywhere.
+pub fn object_with_one_member<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+    one_member: &'static [&'static str],
+) -> Result<T, D::Error> {
+    d.deserialize_any(AnObject {
+        one_member,
+        object: PhantomData,
+    })
 }
 
 /// An object's members, handed to `T`.
-struct AnObject<T>(PhantomData<T>);
+struct AnObject<T> {
+    one_member: &'static [&'static str],
+    object: PhantomData<T>,
+}
 
 impl<T> AnObject<T> {
     fn scalar<E: de::Error>(self, found: Json) -> Result<T, E> {
@@ -237,12 +256,79 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for AnObject<T> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
-        T::deserialize(MapAccessDeserializer::new(map))
+        T::deserialize(MapAccessDeserializer::new(Members {
+            map,
+            one_member: self.one_member,
+            given: None,
+        }))
+    }
+}
+
+/// An object's members as `T` reads them, with the names of one member watched.
+struct Members<A> {
+    map: A,
+    one_member: &'static [&'static str],
+    /// The name of `one_member` given first.
+    given: Option<&'static str>,
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for Members<A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
+        // Read through the map's own key, so an error about the key is at the key.
+        self.map.next_key_seed(Key {
+            seed,
+            one_member: self.one_member,
+            given: &mut self.given,
+        })
+    }
+
+    fn next_value_seed<V: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: V,
+    ) -> Result<V::Value, A::Error> {
+        self.map.next_value_seed(seed)
+    }
+}
+
+/// A member's name, refused if it is the second name given of `one_member`, and then handed to
+/// `seed`.
+struct Key<'a, K> {
+    seed: K,
+    one_member: &'static [&'static str],
+    given: &'a mut Option<&'static str>,
+}
+
+impl<'de, K: de::DeserializeSeed<'de>> de::DeserializeSeed<'de> for Key<'_, K> {
+    type Value = K::Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<K::Value, D::Error> {
+        let name = String::deserialize(d)?;
+        if let Some(&this) = self.one_member.iter().find(|n| **n == name) {
+            match *self.given {
+                Some(first) if first != this => {
+                    let names: Vec<String> =
+                        self.one_member.iter().map(|n| format!("`{n}`")).collect();
+                    return Err(de::Error::custom(format!(
+                        "give {}, not both",
+                        names.join(" or ")
+                    )));
+                }
+                _ => *self.given = Some(this),
+            }
+        }
+        self.seed
+            .deserialize(de::IntoDeserializer::<D::Error>::into_deserializer(name))
     }
 }
 
 /// A value read as one item of a list: `T` itself, or through `object`.
 pub trait Item<'de>: Sized {
+    /// Reads one item.
     fn item<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error>;
 }
 

@@ -172,8 +172,8 @@ pub struct Upstream {
     pub address: Option<String>,
 }
 
-/// An upstream's fields as they are when left out: no name (which is required), the cluster
-/// and authority its name (filled in by [`Config::parse`]), weight 1, no address.
+/// An upstream's fields as they are when left out: no name (which is required), and the cluster
+/// and authority none, for [`Config::parse`] to fill in with the name.
 impl Default for Upstream {
     fn default() -> Self {
         Upstream {
@@ -231,7 +231,7 @@ impl<'de> json::Item<'de> for Upstream {
 #[serde(default, deny_unknown_fields)]
 pub struct HealthChecks {
     /// Probing. Default: on, with [`Active::default`].
-    #[serde(deserialize_with = "json::object")]
+    #[serde(deserialize_with = "active")]
     pub active: Active,
     /// Watching real traffic. Default: on, with [`Passive::default`].
     #[serde(deserialize_with = "json::object")]
@@ -241,12 +241,17 @@ pub struct HealthChecks {
     pub outlier: Outlier,
 }
 
+/// `health_checks.active`: an object, where `path` and Caddy's `uri` are one field.
+fn active<'de, D: Deserializer<'de>>(d: D) -> Result<Active, D::Error> {
+    json::object_with_one_member(d, &["path", "uri"])
+}
+
 /// Caddy's `health_checks.active`. What a left-out field takes is in [`Active::default`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Active {
-    /// Path probed with `GET` (Caddy's `uri` is another name for it; giving both is giving it
-    /// twice): starts with `/`, visible ASCII, at most [`MAX_VALUE_LEN`] bytes.
+    /// Path probed with `GET` (Caddy's `uri` is another name for it; give one of the two):
+    /// starts with `/`, visible ASCII, at most [`MAX_VALUE_LEN`] bytes.
     #[serde(alias = "uri", deserialize_with = "grammar::probe_path")]
     pub path: String,
     /// Extra probe request headers as (lowercase name, value); in JSON a name maps to one value
@@ -280,8 +285,8 @@ pub struct Active {
     pub fails: u32,
 }
 
-/// The defaults: `GET /up` every 10 s with a 5 s timeout, any 2xx passes, up to 64 KiB of body
-/// read, one pass or failure decides (as Caddy).
+/// The values of left-out fields, each stated here only; one passing or failing probe decides, as
+/// in Caddy.
 impl Default for Active {
     fn default() -> Self {
         Active {
@@ -328,9 +333,8 @@ pub struct Passive {
     pub unhealthy_latency: Option<Duration>,
 }
 
-/// The defaults: 3 failures within 10 s eject; 502, 503 and 504 count, so a sidecar's 502 for
-/// a backend that never booted counts (Caddy's default counts no status at all); latency does
-/// not.
+/// The values of left-out fields, each stated here only. Unlike Caddy's (which counts no status
+/// at all), the statuses that count include a sidecar's 502 for a backend that never booted.
 impl Default for Passive {
     fn default() -> Self {
         Passive {
@@ -407,9 +411,7 @@ pub struct Outlier {
     pub max_ejection: Duration,
 }
 
-/// The defaults: on; over 10 s, 5 failures and 5 requests before judging, a 50-point failure
-/// gap, 4 times slower and at least 250 ms to be slow, 500 ms in flight to be stalled; ejections
-/// of 30 s doubling up to 5 min.
+/// The values of left-out fields, each stated here only: on by default.
 impl Default for Outlier {
     fn default() -> Self {
         Outlier {
