@@ -5,8 +5,8 @@
 //! unhealthy. Each probe returns a [`Transition`], so the caller logs and counts only when
 //! something actually changed.
 
+use crate::config::duration;
 use crate::config::Active as ActiveConfig;
-use crate::duration;
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -8,7 +8,7 @@
 //! window, or started its outlier ejection, reports that ejection.
 
 use crate::active::{Health, ProbeOutcome, Reason};
-use crate::duration;
+use crate::config::duration;
 use crate::fleet::Guard;
 use crate::outcome::Failure;
 use crate::outlier::Verdict;

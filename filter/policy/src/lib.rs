@@ -20,7 +20,6 @@
 
 pub mod active;
 pub mod config;
-pub mod duration;
 pub mod events;
 pub mod fleet;
 pub mod host;
@@ -32,9 +31,12 @@ pub mod passive;
 pub mod pool;
 pub mod schedule;
 pub mod select;
-pub mod status_match;
 pub mod tables;
 pub mod time;
+
+/// The configuration's value grammars, also used to read and write durations and statuses
+/// elsewhere.
+pub use config::{duration, status_match};
 
 pub use active::{ActiveHealth, Down, Health, Pages, ProbeOutcome, Transition};
 pub use config::{Config, ConfigError, Role, RoutingMode, StatusPage};

@@ -57,8 +57,8 @@
 //! call takes it, and a changed window changes what every index means, so the caller starts
 //! afresh then.
 
+use crate::config::duration;
 use crate::config::Outlier as OutlierConfig;
-use crate::duration;
 pub use crate::outcome::FailureKind;
 use crate::time::{nanos, Time};
 use serde::{Deserialize, Serialize};

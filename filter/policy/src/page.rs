@@ -13,8 +13,8 @@
 //! honour a `Vary` header.
 
 use crate::active::{Health, ProbeOutcome};
+use crate::config::duration;
 use crate::config::StatusPage;
-use crate::duration;
 use crate::fleet::Guard;
 use crate::pool::{Member, Pool};
 use crate::time::Time;

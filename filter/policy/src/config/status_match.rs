@@ -3,7 +3,7 @@
 //! Caddy writes a class as a single digit (`2` means 2xx) in JSON and as `2xx` in a Caddyfile; both
 //! are accepted so an operator's existing config keeps its meaning.
 
-use crate::config::{field, mismatch, Found};
+use super::json::{read, Json, Refusal};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
@@ -58,21 +58,20 @@ impl fmt::Display for StatusMatch {
     }
 }
 
-impl StatusMatch {
-    /// Reads a matcher from what a field held: a number or a string.
-    pub(crate) fn from_found(found: Found) -> Result<StatusMatch, String> {
-        let parsed = match &found {
-            Found::Unsigned(n) => StatusMatch::from_number(*n),
-            Found::Text(s) => StatusMatch::from_text(s),
-            _ => None,
-        };
-        parsed.ok_or_else(|| mismatch("a status code 100-599 or a class like \"2xx\"", &found))
-    }
-}
-
 impl<'de> Deserialize<'de> for StatusMatch {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        field(d, StatusMatch::from_found)
+        read(
+            d,
+            "a status code 100-599 or a class like \"2xx\"",
+            |found| {
+                let parsed = match &found {
+                    Json::Unsigned(n) => StatusMatch::from_number(*n),
+                    Json::Text(s) => StatusMatch::from_text(s),
+                    _ => None,
+                };
+                parsed.ok_or(Refusal::Kind(found))
+            },
+        )
     }
 }
 

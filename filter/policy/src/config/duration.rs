@@ -9,7 +9,7 @@
 //! a readable precision) and [`exact`] for machines (the effective configuration: the shortest
 //! Go-style string that reads back to the same nanosecond).
 
-use crate::config::{field, mismatch, Found};
+use super::json::{or_off, read, Json, Refusal};
 use serde::{Deserializer, Serializer};
 use std::fmt::Write;
 use std::time::Duration;
@@ -172,33 +172,31 @@ fn decimal(nanos: u128, unit: u128, suffix: &str) -> String {
     format!("{whole}.{}{suffix}", digits.trim_end_matches('0'))
 }
 
+/// What a duration field takes, for "expected …".
+const EXPECTED: &str = "a duration: integer nanoseconds or a string like \"10s\"";
+
 /// Reads a positive duration from what a field held: integer nanoseconds (Caddy) or a string.
-pub(crate) fn positive(found: Found) -> Result<Duration, String> {
+fn positive(found: Json) -> Result<Duration, Refusal> {
     let d = match &found {
-        Found::Unsigned(nanos) => Duration::from_nanos(*nanos),
-        Found::Negative(negative) => {
-            return Err(format!("must be greater than zero, got {negative}"))
+        Json::Unsigned(nanos) => Duration::from_nanos(*nanos),
+        Json::Negative(negative) => {
+            return Err(format!("must be greater than zero, got {negative}").into())
         }
-        Found::Huge => return Err("is too large (at most about 584 years of nanoseconds)".into()),
-        Found::Fraction => return Err("must be whole nanoseconds or a string like \"10s\"".into()),
-        Found::Text(text) => parse(text)?,
-        other => {
-            return Err(mismatch(
-                "a duration: integer nanoseconds or a string like \"10s\"",
-                other,
-            ))
-        }
+        Json::Huge => return Err("is too large (at most about 584 years of nanoseconds)".into()),
+        Json::Fraction => return Err("must be whole nanoseconds or a string like \"10s\"".into()),
+        Json::Text(text) => parse(text)?,
+        _ => return Err(Refusal::Kind(found)),
     };
     if d.is_zero() {
-        return Err(format!("must be greater than zero, got {found}"));
+        return Err(format!("must be greater than zero, got {found}").into());
     }
     Ok(d)
 }
 
 /// Serde: a positive duration (integer nanoseconds or a string, in this one grammar), for
-/// every other reader of durations (`#[serde(deserialize_with = "duration::deserialize")]`).
+/// every reader of durations (`#[serde(deserialize_with = "duration::deserialize")]`).
 pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    field(d, positive)
+    read(d, EXPECTED, positive)
 }
 
 /// Serde: a duration written as [`exact`] writes it.
@@ -208,8 +206,14 @@ pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 
 /// Serde for a duration that can be off, written `null` when off.
 pub mod optional {
-    use serde::Serializer;
+    use super::{or_off, positive, read, EXPECTED};
+    use serde::{Deserializer, Serializer};
     use std::time::Duration;
+
+    /// A positive duration, or `null` for off.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        read(d, EXPECTED, |found| or_off(found, positive))
+    }
 
     /// Off is written `null`.
     pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {

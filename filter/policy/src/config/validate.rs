@@ -1,0 +1,331 @@
+//! The second step of reading a configuration: the top level as written ([`Document`]) becomes
+//! the [`Config`] in force. Each number is checked against the range its type states, what spans
+//! fields is checked, and the defaults that depend on other fields are filled in. Every error
+//! names the field it is about.
+
+use super::duration::exact;
+use super::{
+    grammar, json, Active, Config, ConfigError, HealthChecks, Outlier, Passive, Role, RoutingMode,
+    StatusPage, Upstream, DEFAULT_MAX_EJECTION_PERCENT, DEFAULT_ROUTE_HEADER, MAX_UPSTREAMS,
+};
+use serde::{Deserialize, Deserializer};
+use std::collections::HashSet;
+use std::fmt::Display;
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+/// The top level as written: [`Config`]'s fields, with the role's three members as given
+/// (`role` may come after the page's fields that it gives a meaning to).
+#[derive(Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Document {
+    #[serde(deserialize_with = "upstreams")]
+    upstreams: Option<Vec<Upstream>>,
+    #[serde(deserialize_with = "json::object")]
+    health_checks: HealthChecks,
+    #[serde(deserialize_with = "grammar::routing")]
+    routing: RoutingMode,
+    #[serde(deserialize_with = "grammar::route_header")]
+    route_header: String,
+    #[serde(deserialize_with = "grammar::percent")]
+    max_ejection_percent: u8,
+    #[serde(deserialize_with = "grammar::percent_or_off")]
+    min_healthy_percent: Option<u8>,
+    #[serde(deserialize_with = "grammar::some_duration")]
+    jitter: Option<Duration>,
+    /// Whether `role` is `"status_page"`.
+    #[serde(rename = "role", deserialize_with = "grammar::serves_page")]
+    serves_page: bool,
+    #[serde(deserialize_with = "grammar::status_path")]
+    status_path: Option<String>,
+    #[serde(deserialize_with = "some_flag")]
+    status_public: Option<bool>,
+}
+
+impl Default for Document {
+    fn default() -> Self {
+        Document {
+            upstreams: None,
+            health_checks: HealthChecks::default(),
+            routing: RoutingMode::default(),
+            route_header: DEFAULT_ROUTE_HEADER.into(),
+            max_ejection_percent: DEFAULT_MAX_EJECTION_PERCENT,
+            min_healthy_percent: None,
+            jitter: None,
+            serves_page: false,
+            status_path: None,
+            status_public: None,
+        }
+    }
+}
+
+fn upstreams<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Upstream>>, D::Error> {
+    json::list(d, MAX_UPSTREAMS, || {
+        format!("at most {MAX_UPSTREAMS} upstreams are allowed")
+    })
+    .map(Some)
+}
+
+fn some_flag<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    grammar::flag(d).map(Some)
+}
+
+fn fail(path: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::new(path, reason)
+}
+
+/// `value` within `range`, or an error at `path` saying which end it is past.
+fn within<T: PartialOrd + Display>(
+    path: &str,
+    value: T,
+    range: &RangeInclusive<T>,
+) -> Result<(), ConfigError> {
+    if value < *range.start() {
+        Err(fail(
+            path,
+            format!("must be at least {}, got {value}", range.start()),
+        ))
+    } else if value > *range.end() {
+        Err(fail(
+            path,
+            format!("must be at most {}, got {value}", range.end()),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// A probe's interval or timeout: within what Envoy can take.
+fn probe_duration(path: &str, d: Duration) -> Result<(), ConfigError> {
+    let range = Active::PROBE_DURATION;
+    if d < *range.start() {
+        return Err(fail(
+            path,
+            format!(
+                "must be at least {}, got {}",
+                exact(*range.start()),
+                exact(d)
+            ),
+        ));
+    }
+    if d > *range.end() {
+        return Err(fail(
+            path,
+            format!(
+                "must be at most {} (2^32 - 1 ms), got {}",
+                exact(*range.end()),
+                exact(d)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `d` rounded up to whole milliseconds (Envoy's unit for a probe timeout).
+fn whole_millis(d: Duration) -> Duration {
+    let past = d.subsec_nanos() % 1_000_000;
+    if past == 0 {
+        d
+    } else {
+        d.saturating_add(Duration::from_nanos(u64::from(1_000_000 - past)))
+    }
+}
+
+/// The configuration in force, or the first field that is wrong.
+pub fn validate(document: Document) -> Result<Config, ConfigError> {
+    let role = role(
+        document.serves_page,
+        document.status_path,
+        document.status_public,
+    )?;
+    let upstreams = match document.upstreams {
+        None => {
+            return Err(fail(
+                "upstreams",
+                "missing; list the backends, e.g. [{\"name\": \"app1\"}]",
+            ))
+        }
+        Some(upstreams) if upstreams.is_empty() => {
+            return Err(fail("upstreams", "needs at least one upstream"))
+        }
+        Some(upstreams) => upstreams,
+    };
+    let mut config = Config {
+        upstreams,
+        health_checks: document.health_checks,
+        routing: document.routing,
+        route_header: document.route_header,
+        max_ejection_percent: document.max_ejection_percent,
+        min_healthy_percent: document.min_healthy_percent,
+        jitter: document.jitter,
+        role,
+    };
+    for (i, u) in config.upstreams.iter().enumerate() {
+        within(
+            &format!("upstreams[{i}].weight"),
+            u.weight,
+            &Upstream::WEIGHT,
+        )?;
+    }
+    let checks = &mut config.health_checks;
+    ranges(&mut checks.active, &checks.passive, &checks.outlier)?;
+    check_upstreams(&config)?;
+    across_fields(&config)?;
+    config.jitter = Some(config.jitter());
+    for u in &mut config.upstreams {
+        u.cluster = Some(u.cluster().to_owned());
+        u.authority = Some(u.authority().to_owned());
+    }
+    Ok(config)
+}
+
+/// The role, from `role` and the page's fields: those are the status page's, and refused in a
+/// traffic configuration.
+fn role(
+    serves_page: bool,
+    path: Option<String>,
+    public: Option<bool>,
+) -> Result<Role, ConfigError> {
+    if serves_page {
+        let defaults = StatusPage::default();
+        return Ok(Role::StatusPage(StatusPage {
+            path: path.unwrap_or(defaults.path),
+            public: public.unwrap_or(defaults.public),
+        }));
+    }
+    let given = [
+        ("status_path", path.is_some()),
+        ("status_public", public.is_some()),
+    ];
+    match given.iter().find(|(_, given)| *given) {
+        Some((field, _)) => Err(fail(
+            *field,
+            "only a configuration with \"role\": \"status_page\" serves the status page, \
+             on a listener of its own; the traffic filter never serves it, so remove this \
+             field here",
+        )),
+        None => Ok(Role::Traffic),
+    }
+}
+
+/// Every bounded number of the health checks within its range; the probe timeout then rounded
+/// up to what Envoy takes.
+fn ranges(active: &mut Active, passive: &Passive, outlier: &Outlier) -> Result<(), ConfigError> {
+    let a = |field: &str| format!("health_checks.active.{field}");
+    probe_duration(&a("interval"), active.interval)?;
+    probe_duration(&a("timeout"), active.timeout)?;
+    active.timeout = whole_millis(active.timeout);
+    within(&a("max_size"), active.max_size, &Active::MAX_SIZE)?;
+    within(&a("passes"), active.passes, &Active::STREAK)?;
+    within(&a("fails"), active.fails, &Active::STREAK)?;
+    within(
+        "health_checks.passive.max_fails",
+        passive.max_fails,
+        &Passive::MAX_FAILS,
+    )?;
+    let o = |field: &str| format!("health_checks.outlier.{field}");
+    within(
+        &o("min_failures"),
+        outlier.min_failures,
+        &Outlier::MIN_FAILURES,
+    )?;
+    within(
+        &o("min_requests"),
+        outlier.min_requests,
+        &Outlier::MIN_REQUESTS,
+    )?;
+    within(
+        &o("failure_gap"),
+        outlier.failure_gap,
+        &Outlier::FAILURE_GAP,
+    )?;
+    within(
+        &o("latency_factor"),
+        outlier.latency_factor,
+        &Outlier::LATENCY_FACTOR,
+    )
+}
+
+/// Every upstream named, once; its authority valid; under host routing, its own address.
+fn check_upstreams(config: &Config) -> Result<(), ConfigError> {
+    let mut names = HashSet::new();
+    let mut addresses = HashSet::new();
+    for (i, u) in config.upstreams.iter().enumerate() {
+        let at = |field: &str| format!("upstreams[{i}].{field}");
+        if u.name.is_empty() {
+            return Err(fail(at("name"), "missing; every upstream needs a name"));
+        }
+        if !names.insert(u.name.as_str()) {
+            return Err(fail(at("name"), format!("{:?} is listed twice", u.name)));
+        }
+        if u.authority.is_none() {
+            grammar::check_authority(&u.name).map_err(|reason| {
+                fail(
+                    at("authority"),
+                    format!("missing, and the name cannot stand in for it: {reason}"),
+                )
+            })?;
+        }
+        if config.routing == RoutingMode::Host {
+            let Some(address) = &u.address else {
+                return Err(fail(
+                    at("address"),
+                    "missing; `routing: \"host\"` routes by address",
+                ));
+            };
+            if !addresses.insert(address.as_str()) {
+                return Err(fail(
+                    at("address"),
+                    format!("{address:?} is another upstream's address too"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What one field must be given another's value.
+fn across_fields(config: &Config) -> Result<(), ConfigError> {
+    let active = &config.health_checks.active;
+    if active.timeout >= active.interval {
+        return Err(fail(
+            "health_checks.active.timeout",
+            format!(
+                "must be shorter than interval ({}), got {}",
+                exact(active.interval),
+                exact(active.timeout)
+            ),
+        ));
+    }
+    if let Some(body) = &active.expect_body {
+        if body.len() as u64 > active.max_size {
+            return Err(fail(
+                "health_checks.active.expect_body",
+                format!("is longer than max_size ({} bytes)", active.max_size),
+            ));
+        }
+    }
+    let outlier = &config.health_checks.outlier;
+    if outlier.max_ejection < outlier.ejection {
+        return Err(fail(
+            "health_checks.outlier.max_ejection",
+            format!(
+                "must be at least ejection ({}), got {}",
+                exact(outlier.ejection),
+                exact(outlier.max_ejection)
+            ),
+        ));
+    }
+    let jitter = config.jitter();
+    if jitter >= active.interval {
+        return Err(fail(
+            "jitter",
+            format!(
+                "must be shorter than health_checks.active.interval ({}), got {}",
+                exact(active.interval),
+                exact(jitter)
+            ),
+        ));
+    }
+    Ok(())
+}
