@@ -744,6 +744,20 @@ mod tests {
         assert_eq!(lines.last(), Some(&"    # end"));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn no_text_from_the_input_ever_leaves_a_comment(text in "\\PC*|[\\s\\S]{0,300}", indent in 0usize..40) {
+            let mut out = String::new();
+            comment(&mut out, indent, &text);
+            let pad = " ".repeat(indent);
+            for line in out.lines() {
+                proptest::prop_assert!(line.starts_with(&format!("{pad}#")), "{:?}", line);
+            }
+            let breaks = |c: char| matches!(c, '\n' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}');
+            proptest::prop_assert!(!out.trim_end_matches('\n').contains(|c: char| breaks(c) && c != '\n'));
+        }
+    }
+
     #[test]
     fn a_line_break_from_the_input_never_leaves_a_comment() {
         let mut out = String::new();

@@ -11,7 +11,8 @@
 //!
 //! `upcheck simulate` asks what a configuration would have done before anyone deploys it:
 //! [`scenario`] reads what the backends do over time, [`simulation`] runs it in the real module
-//! on virtual time, [`timeline`] tells what changed and what users saw.
+//! on virtual time, [`timeline`] tells what changed and what users saw. They run the module in
+//! wasmtime, so they are built only with the `simulate` feature (off by default).
 
 pub mod caddy;
 pub mod deployment;
@@ -20,8 +21,11 @@ mod input;
 mod literal;
 pub mod output;
 pub mod plugin;
+#[cfg(feature = "simulate")]
 pub mod scenario;
+#[cfg(feature = "simulate")]
 pub mod simulation;
+#[cfg(feature = "simulate")]
 pub mod timeline;
 
 use upcheck_policy::ConfigError;
