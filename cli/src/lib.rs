@@ -6,7 +6,7 @@
 //! plugin configuration ([`plugin`]) or Caddy's JSON ([`caddy`]), checked by the module's own
 //! parser ([`upcheck_policy::Config::parse`]) so an input that passes here passes in Envoy, and
 //! refused with the JSON path and what to do when it cannot be honoured. The pieces:
-//! [`deployment`] turns an input into backends with Envoy endpoints, [`envoy`] writes the YAML,
+//! [`deployment`] turns an input into backends with Envoy endpoints, [`envoy`] writes the YAML (and the pieces the e2e harness serves as JSON) as a [`tree`],
 //! [`output`] replaces the output file atomically. Input JSON is read by [`input`].
 //!
 //! `upcheck simulate` asks what a configuration would have done before anyone deploys it:
@@ -27,6 +27,7 @@ pub mod scenario;
 pub mod simulation;
 #[cfg(feature = "simulate")]
 pub mod timeline;
+pub mod tree;
 
 use upcheck_policy::ConfigError;
 
