@@ -10,7 +10,8 @@
 //! [`output`] replaces the output file atomically. Input JSON is read by [`input`].
 //!
 //! `upcheck simulate` asks what a configuration would have done before anyone deploys it:
-//! [`scenario`] reads what the backends do over time, [`simulation`] runs it in the real module
+//! [`scenario`] reads what the backends do over time (each answer a [`mode`], the grammar the e2e
+//! harness's fake backends read too), [`simulation`] runs it in the real module
 //! on virtual time, [`timeline`] tells what changed and what users saw. They run the module in
 //! wasmtime, so they are built only with the `simulate` feature (off by default).
 
@@ -19,6 +20,7 @@ pub mod deployment;
 pub mod envoy;
 mod input;
 mod literal;
+pub mod mode;
 pub mod output;
 pub mod plugin;
 #[cfg(feature = "simulate")]
