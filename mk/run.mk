@@ -12,7 +12,8 @@
 
 .PHONY: run
 
+# Neither binary needs wasmtime (`upcheck simulate` is behind the CLI's `simulate` feature); one
+# cargo invocation builds both, sharing the crates they have in common.
 run: envoy $(WASM)
-	$(CARGO) build --quiet -p upcheck-cli --bin upcheck
-	$(CARGO) run --quiet -p upcheck-e2e --bin demo -- --caddy config/caddy.json \
-		--upcheck target/debug/upcheck
+	$(CARGO) build --quiet -p upcheck-cli --bin upcheck -p upcheck-e2e --bin demo
+	target/debug/demo --caddy config/caddy.json --upcheck target/debug/upcheck

@@ -5,22 +5,17 @@
 //! bench needs other things: several Envoys at once (the setups of a throughput round stay up
 //! side by side; the detection runs overlap), a cluster with Envoy's own health checks, and a
 //! process pinned with `taskset`. It renders its bootstraps from the harness's public pieces
-//! ([`envoy_config`]) and starts Envoy itself.
+//! ([`envoy_config`], the CLI's) and starts Envoy with the harness's launcher
+//! ([`EnvoyProcess`]).
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use upcheck_e2e::envoy_config::{self, Routing, WasmFilter, POOL};
+use upcheck_e2e::envoy_process::{EnvoyProcess, Launch, PORT_ATTEMPTS};
 use upcheck_e2e::ports::free_addr;
-
-/// How long Envoy may take to become ready (V8 compiles the module once per process).
-const PATIENCE: Duration = Duration::from_secs(30);
-
-/// Starts of an Envoy whose ports were taken before it bound them, at most.
-const BIND_TRIES: u32 = 3;
 
 /// What sits in front of the backends.
 #[derive(Clone, Debug)]
@@ -113,10 +108,9 @@ fn pool(backends: &[(String, SocketAddr)]) -> Value {
 
 /// A running Envoy, killed (by its pid) when dropped.
 pub struct Proxy {
-    child: Child,
+    process: EnvoyProcess,
     listener: SocketAddr,
     admin: SocketAddr,
-    dir: PathBuf,
     /// From just before the spawn to the first `/ready` answering 200.
     ready_after: Duration,
 }
@@ -138,7 +132,7 @@ impl Proxy {
     /// [`Proxy::start`] with `extra` arguments to Envoy (a log level, say). Ports are picked
     /// free but bound by Envoy later, so another process may take one in between (the bench's
     /// own Envoys and upstreams start concurrently): an Envoy that could not bind is started again
-    /// on new ports, [`BIND_TRIES`] times at most.
+    /// on new ports, [`PORT_ATTEMPTS`] times at most.
     pub async fn start_with(
         envoy: &Path,
         front: &Front,
@@ -152,98 +146,34 @@ impl Proxy {
         loop {
             let (listener, admin) = (free_addr()?, free_addr()?);
             let dir = out.join(format!("envoy-{}", listener.port()));
-            let proxy = Proxy::launch(
-                envoy, front, backends, workers, cpu, extra, listener, admin, &dir,
-            )
-            .await;
-            let taken = || {
-                std::fs::read_to_string(dir.join("envoy.out"))
-                    .is_ok_and(|out| out.contains("Address already in use"))
-            };
-            match proxy {
-                Err(_) if tries < BIND_TRIES && taken() => tries += 1,
-                proxy => return proxy,
+            std::fs::create_dir_all(&dir)?;
+            let config = dir.join("bootstrap.json");
+            std::fs::write(
+                &config,
+                bootstrap(front, backends, listener, admin).to_string(),
+            )?;
+            let spawned = Instant::now();
+            let mut process = EnvoyProcess::spawn(Launch {
+                binary: envoy,
+                bootstrap: &config,
+                dir: &dir,
+                concurrency: workers,
+                cpu,
+                args: extra,
+            })?;
+            // Every 5 ms: start-up is measured by it.
+            match process.until_ready(admin, Duration::from_millis(5)).await {
+                Ok(()) => {
+                    return Ok(Proxy {
+                        process,
+                        listener,
+                        admin,
+                        ready_after: spawned.elapsed(),
+                    })
+                }
+                Err(_) if tries < PORT_ATTEMPTS && process.port_taken() => tries += 1,
+                Err(error) => bail!("Envoy {error}; see {}", dir.display()),
             }
-        }
-    }
-
-    /// One start of Envoy listening on `listener`, admin on `admin`, its files in `dir`.
-    #[allow(clippy::too_many_arguments)]
-    async fn launch(
-        envoy: &Path,
-        front: &Front,
-        backends: &[(String, SocketAddr)],
-        workers: u32,
-        cpu: Option<usize>,
-        extra: &[&str],
-        listener: SocketAddr,
-        admin: SocketAddr,
-        dir: &Path,
-    ) -> Result<Proxy> {
-        std::fs::create_dir_all(dir)?;
-        let config = dir.join("bootstrap.json");
-        std::fs::write(
-            &config,
-            bootstrap(front, backends, listener, admin).to_string(),
-        )?;
-        let mut command = match cpu {
-            Some(cpu) => {
-                let mut taskset = Command::new("taskset");
-                taskset.args(["-c", &cpu.to_string()]).arg(envoy);
-                taskset
-            }
-            None => Command::new(envoy),
-        };
-        let output = std::fs::File::create(dir.join("envoy.out"))?;
-        let spawned = Instant::now();
-        let child = command
-            .arg("--config-path")
-            .arg(&config)
-            .args(["--concurrency", &workers.to_string()])
-            .arg("--disable-hot-restart")
-            .arg("--log-path")
-            .arg(dir.join("envoy.log"))
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(output.try_clone()?)
-            .stderr(output)
-            .spawn()
-            .with_context(|| format!("cannot run {}", envoy.display()))?;
-        let mut proxy = Proxy {
-            child,
-            listener,
-            admin,
-            dir: dir.to_owned(),
-            ready_after: Duration::ZERO,
-        };
-        proxy.until_ready().await?;
-        proxy.ready_after = spawned.elapsed();
-        Ok(proxy)
-    }
-
-    /// Polls the admin `/ready` until it answers 200, every 5 ms (start-up is measured by it).
-    async fn until_ready(&mut self) -> Result<()> {
-        let admin = self.admin;
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(2))
-            .build()?;
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                bail!("Envoy exited ({status}); see {}", self.dir.display());
-            }
-            let ready = client.get(format!("http://{admin}/ready")).send().await;
-            if ready.is_ok_and(|r| r.status().is_success()) {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "Envoy not ready after {PATIENCE:?}; see {}",
-                    self.dir.display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 
@@ -276,22 +206,9 @@ impl Proxy {
     }
 
     /// Stops Envoy with SIGTERM, so that it flushes its log, and returns the log; an error if it
-    /// has not exited after [`PATIENCE`] (it is then killed, as any dropped `Proxy`).
-    pub async fn stop(mut self) -> Result<String> {
-        let pid = libc::pid_t::try_from(self.child.id())?;
-        // SAFETY: kill only sends a signal to the process this handle spawned and still owns.
-        unsafe {
-            libc::kill(pid, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + PATIENCE;
-        while self.child.try_wait()?.is_none() {
-            if Instant::now() > deadline {
-                bail!("Envoy did not exit on SIGTERM; see {}", self.dir.display());
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let log = self.dir.join("envoy.log");
-        std::fs::read_to_string(&log).with_context(|| format!("{}", log.display()))
+    /// has not exited in time (it is then killed, as any dropped `Proxy`).
+    pub async fn stop(self) -> Result<String> {
+        self.process.stop().await
     }
 
     /// The URL of `path` on the listener.
@@ -301,18 +218,11 @@ impl Proxy {
 
     /// CPU time Envoy has used so far (user + system, all threads).
     pub fn cpu_time(&self) -> Result<Duration> {
-        crate::machine::cpu_time(self.child.id())
+        crate::machine::cpu_time(self.process.pid())
     }
 
     /// CPU time each of Envoy's worker threads has used so far.
     pub fn workers_cpu_time(&self) -> Result<Vec<Duration>> {
-        crate::machine::threads_cpu_time(self.child.id(), "wrk:")
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        crate::machine::threads_cpu_time(self.process.pid(), "wrk:")
     }
 }

@@ -1,9 +1,10 @@
-//! The Envoy 1.40 configuration of a [`Deployment`], as commented YAML.
+//! The Envoy 1.40 configuration of a [`Deployment`], as commented YAML, and its pieces, which
+//! the e2e harness and the benchmarks serve to Envoy as JSON ([`Shape`]).
 //!
-//! Written as text, not serialized: the comments are half of it. Each setting whose absence was
-//! measured to cost users (README, "Routing modes") is explained next to it, so that whoever
-//! reads or edits the file learns why it is there. The shapes are those the e2e tests run
-//! (`e2e/src/envoy_config.rs`): in host routing a `pool` cluster with the `override_host` load
+//! Built as a [`tree`](crate::tree) that carries its comments: they are half of the file. Each
+//! setting whose absence was measured to cost users (README, "Routing modes") is explained next
+//! to it, so that whoever reads or edits the file learns why it is there. This is the one place
+//! the shapes are stated; the e2e tests run them as they are written here: in host routing a `pool` cluster with the `override_host` load
 //! balancer, two routes that retry once on another backend (`previous_hosts`, the retry circuit
 //! breaker raised to the request one), the routing header kept on the route and removed by the
 //! router's upstream filter, and a probe cluster per backend; in cluster routing one cluster per
@@ -16,16 +17,18 @@
 //! scalars are quoted unless plainly safe, the plugin configuration sits in a block scalar one
 //! JSON line to a line, and comments are wrapped with every line starting with `#`.
 
-use std::fmt::Write as _;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use upcheck_policy::duration::display;
 use upcheck_policy::RoutingMode;
 
 use crate::deployment::{Backend, Deployment, Endpoint, POOL};
+use crate::tree::{comment, lines, list, map, number, plain, quoted, text, Node};
 
-/// Where comments are wrapped.
-const WIDTH: usize = 100;
+/// How long one attempt of a GET or HEAD may take in host routing before it is retried, as
+/// written by `upcheck envoy`.
+pub const PER_TRY_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// What the command line adds to a deployment.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,9 +53,7 @@ pub fn render(d: &Deployment, s: &Settings) -> String {
     let mut out = String::new();
     header(&mut out, d, s);
     out.push('\n');
-    listener(&mut out, d, s);
-    out.push('\n');
-    clusters(&mut out, d);
+    out.push_str(&document(d, s).yaml());
     out
 }
 
@@ -155,49 +156,445 @@ fn header(out: &mut String, d: &Deployment, s: &Settings) {
     comment(out, 0, &text);
 }
 
-fn listener(out: &mut String, d: &Deployment, s: &Settings) {
-    out.push_str("admin:\n");
-    comment(
-        out,
-        2,
-        "Stats (/stats?filter=wasmcustom.upcheck), readiness (/ready) and control endpoints: \
-         loopback only, never on the public interface.",
-    );
-    let _ = write!(
-        out,
-        "  address:\n    socket_address: {}\n\n",
-        socket(&Endpoint::Ip(s.admin))
-    );
-    out.push_str("static_resources:\n  listeners:\n");
-    listener_head(out, "web", s.listen, "upcheck", "apps");
-    match d.routing {
-        RoutingMode::Host => host_routes(out, d),
-        RoutingMode::Cluster => cluster_route(out, d),
-    }
-    out.push_str("                http_filters:\n");
-    let about = match d.routing {
-        RoutingMode::Host => {
-            "The plugin configuration (JSON), from the input: `routing: host`, and each \
-             upstream's address is its endpoint in the pool, written exactly as Envoy prints it \
-             (ip:port); an address that is not in the pool is not an error to Envoy, it silently \
-             round-robins instead. Probes go to each upstream's own cluster (its `cluster`, else \
-             its name). Durations are nanoseconds, or strings such as \"10s\"."
-        }
-        RoutingMode::Cluster => {
-            "The plugin configuration (JSON), from the input: `routing: cluster`, and each \
-             upstream's cluster (its `cluster`, else its name) is a cluster below, which holds \
-             its address. Durations are nanoseconds, or strings such as \"10s\"."
-        }
-    };
-    wasm_filter(out, "upcheck", about, &d.plugin, s);
-    router(out, d);
-    status_listener(out, d, s);
+/// How a route reaches the backend the filter picked (the plugin's `routing`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Routing {
+    /// `routing: cluster`: one cluster per backend, named by the routing header; no retries.
+    #[default]
+    Cluster,
+    /// `routing: host`: the [`POOL`] cluster picks the address in the routing header; GET and
+    /// HEAD are retried once elsewhere after a gateway error, reset or `per_try_timeout`, every
+    /// other method only when it never reached a backend. Each backend also has its own cluster,
+    /// for probes.
+    Host {
+        /// How long one attempt of a GET or HEAD may take before it is retried.
+        per_try_timeout: Duration,
+    },
 }
 
-/// The status page's listener: the same module in the same `vm_id`, so it reads what the
-/// traffic filters share; a 404 route behind the filter, which answers every request itself.
-fn status_listener(out: &mut String, d: &Deployment, s: &Settings) {
-    out.push('\n');
+/// What every piece of one Envoy configuration shares: how requests are routed, by which
+/// header, with which module.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shape {
+    /// How the route reaches the filter's pick.
+    pub routing: Routing,
+    /// The routing header, lowercase as Envoy keeps header names.
+    pub header: String,
+    /// Path of upcheck.wasm where Envoy runs.
+    pub wasm: String,
+    /// How many failed requests eject a backend (the passive rule's `max_fails`), for the
+    /// comments only.
+    pub max_fails: u32,
+}
+
+impl Shape {
+    /// The shape `upcheck envoy` writes for `d`.
+    pub fn of(d: &Deployment, s: &Settings) -> Shape {
+        Shape {
+            routing: match d.routing {
+                RoutingMode::Host => Routing::Host {
+                    per_try_timeout: PER_TRY_TIMEOUT,
+                },
+                RoutingMode::Cluster => Routing::Cluster,
+            },
+            header: d.config.route_header.to_ascii_lowercase(),
+            wasm: s.wasm.clone(),
+            max_fails: d.config.health_checks.passive.max_fails,
+        }
+    }
+
+    /// The users' listener `name` on `addr`, with the filter and its plugin configuration
+    /// `plugin` (JSON) before the router, or without a filter (requests are then routed by the
+    /// routing header the client sends). The routing header names a cluster
+    /// ([`Routing::Cluster`]) or an address in the pool ([`Routing::Host`]); either way the
+    /// backend never sees it. Every listener's filter runs in the same `vm_id`, as two listeners
+    /// of one operator's Envoy would.
+    pub fn listener(&self, name: &str, addr: SocketAddr, plugin: Option<&str>) -> Node {
+        let about = match self.routing {
+            Routing::Host { .. } => {
+                "The plugin configuration (JSON), from the input: `routing: host`, and each \
+                 upstream's address is its endpoint in the pool, written exactly as Envoy prints \
+                 it (ip:port); an address that is not in the pool is not an error to Envoy, it \
+                 silently round-robins instead. Probes go to each upstream's own cluster (its \
+                 `cluster`, else its name). Durations are nanoseconds, or strings such as \"10s\"."
+            }
+            Routing::Cluster => {
+                "The plugin configuration (JSON), from the input: `routing: cluster`, and each \
+                 upstream's cluster (its `cluster`, else its name) is a cluster below, which holds \
+                 its address. Durations are nanoseconds, or strings such as \"10s\"."
+            }
+        };
+        let filters = plugin
+            .map(|plugin| self.wasm_filter("upcheck", about, plugin))
+            .into_iter()
+            .chain([self.router()]);
+        http_listener(
+            name,
+            addr,
+            ("upcheck", "apps"),
+            self.routes(),
+            list(filters),
+        )
+    }
+
+    /// The status page's listener `name` on `addr`: the same module in the same `vm_id`, so it
+    /// reads what the traffic filters share, with `plugin` (the pool's plugin configuration with
+    /// `"role": "status_page"`); the filter answers every request itself, and the 404 route
+    /// behind it routes nowhere.
+    pub fn status_listener(&self, name: &str, addr: SocketAddr, plugin: &str) -> Node {
+        let routes = list([map([
+            ("match", map([("prefix", quoted("/"))]).flow()),
+            ("direct_response", map([("status", number(404))]).flow()),
+        ])])
+        .note(
+            "The filter answers every request here itself (the page, or 404 for any other \
+             path); this route answers only if it lets one through, and routes nowhere.",
+        );
+        let filter = self.wasm_filter(
+            "upcheck-status",
+            "The pool's plugin configuration as above, with `role: status_page` first: this \
+             filter shows the health the traffic filters share and never probes, routes or \
+             changes it.",
+            plugin,
+        );
+        http_listener(
+            name,
+            addr,
+            ("status", "status"),
+            routes,
+            list([filter, router(None)]),
+        )
+    }
+
+    /// The routes: one `cluster_header` route that removes the header, or the pool's two routes
+    /// (reads retried after any failure, other methods only before reaching a backend).
+    fn routes(&self) -> Node {
+        let header = &self.header;
+        let Routing::Host { per_try_timeout } = self.routing else {
+            let route = map([(
+                "cluster_header",
+                text(header).note(
+                    "The filter sets this header on every request it lets through (and drops \
+                     any value a client sent); Envoy re-selects the route after the filter \
+                     changed a header, so the cluster named here is the filter's pick.",
+                ),
+            )]);
+            return list([map([
+                ("match", map([("prefix", quoted("/"))]).flow()),
+                ("route", route),
+                (
+                    "request_headers_to_remove",
+                    list([text(header)]).flow().note(
+                        "Routing already happened when this applies: the backend never sees the \
+                         header.",
+                    ),
+                ),
+            ])]);
+        };
+        let reads = map([
+            (
+                "retry_on",
+                plain("gateway-error,reset,connect-failure,refused-stream"),
+            ),
+            (
+                "num_retries",
+                number(1).note(
+                    "One retry, on another backend: with two backends, a second would go back \
+                     to one that already failed this request.",
+                ),
+            ),
+            (
+                "per_try_timeout",
+                plain(format!("{}s", per_try_timeout.as_secs_f64())).note(format!(
+                    "How long one attempt may take before it is abandoned and retried: a little \
+                     above your slowest healthy GET (raise it if pages are slower). A hung \
+                     backend costs each request it gets this much extra latency, until the \
+                     filter ejects it ({} such requests).",
+                    self.max_fails
+                )),
+            ),
+            (
+                "retry_host_predicate",
+                previous_hosts().note(
+                    "The retry never picks the host that already failed this request; without \
+                     this predicate half the retries went back to it.",
+                ),
+            ),
+            ("host_selection_retry_max_attempts", number(3)),
+        ]);
+        let writes = map([
+            ("retry_on", plain("connect-failure,refused-stream")),
+            ("num_retries", number(1)),
+            ("retry_host_predicate", previous_hosts()),
+            ("host_selection_retry_max_attempts", number(3)),
+        ]);
+        let pool = |retry_policy| map([("cluster", text(POOL)), ("retry_policy", retry_policy)]);
+        let by_method = map([
+            ("prefix", quoted("/")),
+            (
+                "headers",
+                list([map([
+                    ("name", quoted(":method")),
+                    (
+                        "string_match",
+                        map([("safe_regex", map([("regex", quoted("GET|HEAD"))]).flow())]).flow(),
+                    ),
+                ])]),
+            ),
+        ]);
+        list([
+            map([("match", by_method), ("route", pool(reads))]).note(
+                "Reads: GET and HEAD change nothing on the server, so a failure of the first \
+                 attempt may be repeated on another backend even when it reached the app: a 502, \
+                 503 or 504 (gateway-error), a reset, no answer within per_try_timeout. Not \
+                 `5xx`: a 500 is the app's answer (a bug behind one URL fails on every backend \
+                 alike), and upcheck counts every retried request as a failure of the backend it \
+                 picked, so retrying 500s would eject backends for app bugs.",
+            ),
+            map([
+                ("match", map([("prefix", quoted("/"))]).flow()),
+                ("route", pool(writes)),
+            ])
+            .note(
+                "Everything else (POST, PUT, PATCH, DELETE, ...) may have changed something once \
+                 it reached the app, so it is retried only when it never reached a backend: the \
+                 connection was refused or not established in time, or an HTTP/2 backend refused \
+                 the stream before reading it. A POST that got a 502 is not repeated; that 502 \
+                 reaches the user and counts against the backend as a passive failure.",
+            ),
+        ])
+        .note(format!(
+            "Both routes go to the pool; they differ only in what they retry. Neither removes \
+             {header} with `request_headers_to_remove`: measured on 1.40, that misroutes \
+             requests (the load balancer must still read it). The router's upstream filter \
+             below removes it once the backend is chosen."
+        ))
+    }
+
+    /// The router; in [`Routing::Host`] an upstream filter removes the routing header from each
+    /// attempt once its backend is chosen (the route must leave it for the load balancer).
+    pub fn router(&self) -> Node {
+        let Routing::Host { .. } = self.routing else {
+            return router(None);
+        };
+        router(Some(
+            list([
+                map([
+                    ("name", text("envoy.filters.http.header_mutation")),
+                    (
+                        "typed_config",
+                        map([
+                            ("@type", text("type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation")),
+                            (
+                                "mutations",
+                                map([(
+                                    "request_mutations",
+                                    list([map([("remove", text(&self.header))])]),
+                                )]),
+                            ),
+                        ]),
+                    ),
+                ]),
+                map([
+                    ("name", text("envoy.filters.http.upstream_codec")),
+                    (
+                        "typed_config",
+                        map([("@type", text("type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"))]),
+                    ),
+                ]),
+            ])
+            .note(
+                "Filters on each attempt, after its backend was chosen. The routing header has \
+                 done its work by then (the load balancer has read it), so the backend never \
+                 sees it.",
+            ),
+        ))
+    }
+
+    /// The wasm filter as plugin `name`, with the plugin configuration `plugin` (JSON),
+    /// explained by `about`.
+    pub fn wasm_filter(&self, name: &str, about: &str, plugin: &str) -> Node {
+        map([
+            ("name", text("envoy.filters.http.wasm")),
+            (
+                "typed_config",
+                map([
+                    (
+                        "@type",
+                        text("type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"),
+                    ),
+                    (
+                        "config",
+                        map([
+                            ("name", text(name)),
+                            ("root_id", text("upcheck")),
+                            ("vm_config", self.vm_config()),
+                            (
+                                "failure_policy",
+                                text("FAIL_RELOAD").note(
+                                    "A crashed VM is recreated instead of failing its worker's \
+                                     requests for ever.",
+                                ),
+                            ),
+                            ("configuration", plugin_configuration(plugin).note(about)),
+                        ]),
+                    ),
+                ]),
+            ),
+        ])
+    }
+
+    /// The VM every listener's upcheck runs in: one `vm_id`, one runtime, one module, so Envoy
+    /// gives each thread one VM for all of them.
+    pub fn vm_config(&self) -> Node {
+        map([
+            (
+                "vm_id",
+                text("upcheck")
+                    .note("Every VM with this id shares health state (proxy-wasm shared data)."),
+            ),
+            ("runtime", text("envoy.wasm.runtime.v8")),
+            (
+                "code",
+                map([("local", map([("filename", text(&self.wasm))]).flow())]),
+            ),
+        ])
+    }
+
+    /// The clusters of `backends`: in [`Routing::Host`] the [`POOL`] of them all (where their
+    /// requests go), then one per backend (for its probes; in [`Routing::Cluster`] for its
+    /// requests too). No Envoy health checks or outlier detection on any.
+    pub fn clusters(&self, backends: &[Backend]) -> Vec<Node> {
+        let host = matches!(self.routing, Routing::Host { .. });
+        let first_name = backends
+            .iter()
+            .position(|b| matches!(b.probe, Endpoint::Name { .. }));
+        let own = backends.iter().enumerate().map(|(i, backend)| {
+            let cluster = own_cluster(
+                backend,
+                Explain {
+                    timeout: !host && i == 0,
+                    dns: first_name == Some(i),
+                },
+            );
+            match backends.first() {
+                Some(b) if host && i == 0 => {
+                    let probes = if b.probe == b.address {
+                        String::new()
+                    } else {
+                        format!(
+                            " Probes go to port {} of each backend, requests to the port in the \
+                             pool.",
+                            b.probe.port()
+                        )
+                    };
+                    cluster.gap().note(format!(
+                        "One cluster per backend for upcheck's probes only, named as in the \
+                         plugin configuration.{probes}"
+                    ))
+                }
+                _ => cluster,
+            }
+        });
+        let pool = host.then(|| self.pool(backends));
+        pool.into_iter().chain(own).collect()
+    }
+
+    fn pool(&self, backends: &[Backend]) -> Node {
+        let endpoints = backends.iter().map(|b| {
+            map([(
+                "endpoint",
+                map([(
+                    "address",
+                    map([("socket_address", socket(&b.address).tail(&b.name))]),
+                )]),
+            )])
+        });
+        let round_robin = map([(
+            "typed_extension_config",
+            map([
+                ("name", text("envoy.load_balancing_policies.round_robin")),
+                (
+                    "typed_config",
+                    map([("@type", text("type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin"))]),
+                ),
+            ]),
+        )]);
+        let override_host = map([(
+            "typed_extension_config",
+            map([
+                ("name", text("envoy.load_balancing_policies.override_host")),
+                (
+                    "typed_config",
+                    map([
+                        ("@type", text("type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost")),
+                        (
+                            "override_host_sources",
+                            list([map([("header", text(&self.header))])]),
+                        ),
+                        (
+                            "fallback_policy",
+                            map([("policies", list([round_robin]))]),
+                        ),
+                    ]),
+                ),
+            ]),
+        )]);
+        let breakers = map([
+            ("priority", text("DEFAULT")),
+            ("max_connections", number(1024)),
+            ("max_pending_requests", number(1024)),
+            ("max_requests", number(1024)),
+            ("max_retries", number(1024)),
+        ]);
+        map([
+            ("name", text(POOL)),
+            ("type", text("STATIC")),
+            (
+                "connect_timeout",
+                plain("1s").note(
+                    "A backend that does not complete the TCP handshake in time counts as a \
+                     connection failure (and is retried, for every method).",
+                ),
+            ),
+            (
+                "load_balancing_policy",
+                map([("policies", list([override_host]))]),
+            ),
+            (
+                "circuit_breakers",
+                map([("thresholds", list([breakers]))]).note(
+                    "Envoy allows 3 retries in flight per cluster by default: under load, a \
+                     backend breaking then turned most retries into 502s (625 of 1,000 \
+                     concurrent requests, measured). A request retries at most once, so retries \
+                     in flight never outnumber requests in flight: with max_retries equal to \
+                     max_requests the retry breaker never trips before the request one.",
+                ),
+            ),
+            (
+                "load_assignment",
+                map([
+                    ("cluster_name", text(POOL)),
+                    (
+                        "endpoints",
+                        list([map([("lb_endpoints", list(endpoints))])]),
+                    ),
+                ]),
+            ),
+        ])
+        .note(format!(
+            "Every backend, for user requests. The load balancer sends each attempt to the next \
+             address the filter wrote into {}; it falls back to round robin when there is none \
+             (the filter is not configured).",
+            self.header
+        ))
+    }
+}
+
+/// The whole configuration of `d` as `upcheck envoy` writes it: admin, the users' and the
+/// status page's listeners, the clusters.
+fn document(d: &Deployment, s: &Settings) -> Node {
+    let shape = Shape::of(d, s);
     let bound = if s.status.ip().is_loopback() {
         "Bound to loopback: no other machine can reach it, and the filter serves the page only \
          on connections made to a loopback address anyway (`status_public` in the input lifts \
@@ -206,306 +603,128 @@ fn status_listener(out: &mut String, d: &Deployment, s: &Settings) {
         "Not on loopback: the input sets `status_public`, so any client that reaches this \
          address reads the page."
     };
-    comment(
-        out,
-        4,
-        &format!(
+    let status = shape
+        .status_listener("status", s.status, &d.page_plugin)
+        .gap()
+        .note(format!(
             "The status page, on a listener of its own so that no user request pays for it: \
              {path} (text), {path}.json, {path}.html. {bound}",
             path = d.page.path
-        ),
-    );
-    listener_head(out, "status", s.status, "status", "status");
-    comment(
-        out,
-        22,
-        "The filter answers every request here itself (the page, or 404 for any other path); \
-         this route answers only if it lets one through, and routes nowhere.",
-    );
-    out.push_str(
-        "                      routes:
-                        - match: { prefix: \"/\" }
-                          direct_response: { status: 404 }
-                http_filters:
-",
-    );
-    wasm_filter(
-        out,
-        "upcheck-status",
-        "The pool's plugin configuration as above, with `role: status_page` first: this filter \
-         shows the health the traffic filters share and never probes, routes or changes it.",
-        &d.page_plugin,
-        s,
-    );
-    out.push_str(
-        "                  - name: envoy.filters.http.router
-                    typed_config:
-                      \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-",
-    );
-}
-
-/// The header the filter writes, lowercase as Envoy keeps header names.
-/// A listener `name` on `addr` with an HTTP connection manager, up to its one virtual host's
-/// domains: the users' listener and the status page's differ only in names, routes and filters.
-fn listener_head(out: &mut String, name: &str, addr: SocketAddr, route: &str, host: &str) {
-    let _ = write!(
-        out,
-        "    - name: {name}
-      address:
-        socket_address: {socket}
-      filter_chains:
-        - filters:
-            - name: envoy.filters.network.http_connection_manager
-              typed_config:
-                \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-                stat_prefix: {name}
-                route_config:
-                  name: {route}
-                  virtual_hosts:
-                    - name: {host}
-                      domains: [\"*\"]
-",
-        socket = socket(&Endpoint::Ip(addr)),
-    );
-}
-
-fn route_header(d: &Deployment) -> String {
-    scalar(&d.config.route_header.to_ascii_lowercase())
-}
-
-fn host_routes(out: &mut String, d: &Deployment) {
-    let header = d.config.route_header.to_ascii_lowercase();
-    comment(
-        out,
-        22,
-        &format!(
-            "Both routes go to the pool; they differ only in what they retry. Neither removes \
-             {header} with `request_headers_to_remove`: measured on 1.40, that misroutes \
-             requests (the load balancer must still read it). The router's upstream filter \
-             below removes it once the backend is chosen."
-        ),
-    );
-    out.push_str("                      routes:\n");
-    comment(
-        out,
-        24,
-        "Reads: GET and HEAD change nothing on the server, so a failure of the first attempt \
-         may be repeated on another backend even when it reached the app: a 502, 503 or 504 \
-         (gateway-error), a reset, no answer within per_try_timeout. Not `5xx`: a 500 is the \
-         app's answer (a bug behind one URL fails on every backend alike), and upcheck counts \
-         every retried request as a failure of the backend it picked, so retrying 500s would \
-         eject backends for app bugs.",
-    );
-    out.push_str(
-        "                        - match:
-                            prefix: \"/\"
-                            headers:
-                              - name: \":method\"
-                                string_match: { safe_regex: { regex: \"GET|HEAD\" } }
-                          route:
-                            cluster: pool
-                            retry_policy:
-                              retry_on: gateway-error,reset,connect-failure,refused-stream
-",
-    );
-    comment(
-        out,
-        30,
-        "One retry, on another backend: with two backends, a second would go back to one that \
-         already failed this request.",
-    );
-    out.push_str("                              num_retries: 1\n");
-    comment(
-        out,
-        30,
-        &format!(
-            "How long one attempt may take before it is abandoned and retried: a little above \
-             your slowest healthy GET (raise it if pages are slower). A hung backend costs each \
-             request it gets this much extra latency, until the filter ejects it ({} such \
-             requests).",
-            d.config.health_checks.passive.max_fails
-        ),
-    );
-    out.push_str("                              per_try_timeout: 3s\n");
-    comment(
-        out,
-        30,
-        "The retry never picks the host that already failed this request; without this \
-         predicate half the retries went back to it.",
-    );
-    retry_host_predicate(out);
-    comment(
-        out,
-        24,
-        "Everything else (POST, PUT, PATCH, DELETE, ...) may have changed something once it \
-         reached the app, so it is retried only when it never reached a backend: the connection \
-         was refused or not established in time, or an HTTP/2 backend refused the stream before \
-         reading it. A POST that got a 502 is not repeated; that 502 reaches the user and counts \
-         against the backend as a passive failure.",
-    );
-    out.push_str(
-        "                        - match: { prefix: \"/\" }
-                          route:
-                            cluster: pool
-                            retry_policy:
-                              retry_on: connect-failure,refused-stream
-                              num_retries: 1
-",
-    );
-    retry_host_predicate(out);
-}
-
-fn retry_host_predicate(out: &mut String) {
-    out.push_str(
-        "                              retry_host_predicate:
-                                - name: envoy.retry_host_predicates.previous_hosts
-                                  typed_config:
-                                    \"@type\": type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate
-                              host_selection_retry_max_attempts: 3
-",
-    );
-}
-
-fn cluster_route(out: &mut String, d: &Deployment) {
-    let header = route_header(d);
-    out.push_str(
-        "                      routes:
-                        - match: { prefix: \"/\" }
-                          route:
-",
-    );
-    comment(
-        out,
-        28,
-        "The filter sets this header on every request it lets through (and drops any value a \
-         client sent); Envoy re-selects the route after the filter changed a header, so the \
-         cluster named here is the filter's pick.",
-    );
-    let _ = writeln!(out, "                            cluster_header: {header}");
-    comment(
-        out,
-        26,
-        "Routing already happened when this applies: the backend never sees the header.",
-    );
-    let _ = writeln!(
-        out,
-        "                          request_headers_to_remove: [{header}]"
-    );
-}
-
-/// The wasm filter named `name` with the plugin configuration `plugin`, explained by `about`.
-fn wasm_filter(out: &mut String, name: &str, about: &str, plugin: &str, s: &Settings) {
-    let _ = write!(
-        out,
-        "                  - name: envoy.filters.http.wasm
-                    typed_config:
-                      \"@type\": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-                      config:
-                        name: {name}
-                        root_id: upcheck
-                        vm_config:
-                          # Every VM with this id shares health state (proxy-wasm shared data).
-                          vm_id: upcheck
-                          runtime: envoy.wasm.runtime.v8
-                          code:
-                            local: {{ filename: {wasm} }}
-                        # A crashed VM is recreated instead of failing its worker's requests for ever.
-                        failure_policy: FAIL_RELOAD
-",
-        wasm = scalar(&s.wasm),
-    );
-    comment(out, 24, about);
-    out.push_str(
-        "                        configuration:
-                          \"@type\": type.googleapis.com/google.protobuf.StringValue
-                          value: |
-",
-    );
-    for line in plugin.lines() {
-        let _ = writeln!(out, "                            {line}");
-    }
-}
-
-fn router(out: &mut String, d: &Deployment) {
-    out.push_str(
-        "                  - name: envoy.filters.http.router
-                    typed_config:
-                      \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-",
-    );
-    if d.routing == RoutingMode::Cluster {
-        return;
-    }
-    comment(
-        out,
-        22,
-        "Filters on each attempt, after its backend was chosen. The routing header has done \
-         its work by then (the load balancer has read it), so the backend never sees it.",
-    );
-    let _ = write!(
-        out,
-        "                      upstream_http_filters:
-                        - name: envoy.filters.http.header_mutation
-                          typed_config:
-                            \"@type\": type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation
-                            mutations:
-                              request_mutations:
-                                - remove: {header}
-                        - name: envoy.filters.http.upstream_codec
-                          typed_config:
-                            \"@type\": type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec
-",
-        header = route_header(d),
-    );
-}
-
-fn clusters(out: &mut String, d: &Deployment) {
+        ));
     let none = "No `health_checks` and no `outlier_detection` on any cluster, on purpose: upcheck \
                 is the only health policy, so Envoy never ejects a backend behind its back (or \
                 keeps one the filter has taken out).";
-    match d.routing {
-        RoutingMode::Host => {
-            comment(out, 2, none);
-            out.push_str("  clusters:\n");
-            pool(out, d);
-            out.push('\n');
-            let probes = match d.backends.first() {
-                Some(b) if b.probe != b.address => format!(
-                    " Probes go to port {} of each backend, requests to the port in the pool.",
-                    b.probe.port()
-                ),
-                _ => String::new(),
-            };
-            comment(
-                out,
-                4,
-                &format!(
-                    "One cluster per backend for upcheck's probes only, named as in the plugin \
-                     configuration.{probes}"
-                ),
-            );
-        }
+    let clusters_note = match d.routing {
+        RoutingMode::Host => none.to_owned(),
         RoutingMode::Cluster => {
-            comment(
-                out,
-                2,
-                &format!("One cluster per backend, named as in the plugin configuration. {none}"),
-            );
-            out.push_str("  clusters:\n");
+            format!("One cluster per backend, named as in the plugin configuration. {none}")
         }
-    }
-    let first_name = d
-        .backends
-        .iter()
-        .position(|b| matches!(b.probe, Endpoint::Name { .. }));
-    for (i, backend) in d.backends.iter().enumerate() {
-        let explain = Explain {
-            timeout: d.routing == RoutingMode::Cluster && i == 0,
-            dns: first_name == Some(i),
-        };
-        own_cluster(out, backend, explain);
-    }
+    };
+    map([
+        (
+            "admin",
+            map([(
+                "address",
+                map([("socket_address", socket(&Endpoint::Ip(s.admin)))]).note(
+                    "Stats (/stats?filter=wasmcustom.upcheck), readiness (/ready) and control \
+                     endpoints: loopback only, never on the public interface.",
+                ),
+            )]),
+        ),
+        (
+            "static_resources",
+            map([
+                (
+                    "listeners",
+                    list([shape.listener("web", s.listen, Some(&d.plugin)), status]),
+                ),
+                (
+                    "clusters",
+                    list(shape.clusters(&d.backends)).gap().note(clusters_note),
+                ),
+            ])
+            .gap(),
+        ),
+    ])
+}
+
+/// A listener `name` on `addr` with an HTTP connection manager whose one virtual host, for every
+/// domain, has `routes`, and `http_filters`: the users' listener and the status page's differ
+/// only in names, routes and filters. `(route config name, virtual host name)`.
+fn http_listener(
+    name: &str,
+    addr: SocketAddr,
+    (route, host): (&str, &str),
+    routes: Node,
+    http_filters: Node,
+) -> Node {
+    let virtual_host = map([
+        ("name", text(host)),
+        ("domains", list([quoted("*")]).flow()),
+        ("routes", routes),
+    ]);
+    let manager = map([
+        ("@type", text("type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager")),
+        ("stat_prefix", text(name)),
+        (
+            "route_config",
+            map([
+                ("name", text(route)),
+                ("virtual_hosts", list([virtual_host])),
+            ]),
+        ),
+        ("http_filters", http_filters),
+    ]);
+    let filter = map([
+        (
+            "name",
+            text("envoy.filters.network.http_connection_manager"),
+        ),
+        ("typed_config", manager),
+    ]);
+    map([
+        ("name", text(name)),
+        (
+            "address",
+            map([("socket_address", socket(&Endpoint::Ip(addr)))]),
+        ),
+        ("filter_chains", list([map([("filters", list([filter]))])])),
+    ])
+}
+
+/// The router, with `upstream_http_filters` if any.
+fn router(upstream_http_filters: Option<Node>) -> Node {
+    let typed = [(
+        "@type",
+        text("type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"),
+    )];
+    let upstream = upstream_http_filters.map(|filters| ("upstream_http_filters", filters));
+    map([
+        ("name", text("envoy.filters.http.router")),
+        ("typed_config", map(typed.into_iter().chain(upstream))),
+    ])
+}
+
+/// A retry never goes back to a host that already failed the request.
+fn previous_hosts() -> Node {
+    list([map([
+        ("name", text("envoy.retry_host_predicates.previous_hosts")),
+        (
+            "typed_config",
+            map([("@type", text("type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"))]),
+        ),
+    ])])
+}
+
+/// The plugin configuration `plugin` (JSON) as a wasm filter's `configuration`.
+pub fn plugin_configuration(plugin: &str) -> Node {
+    map([
+        (
+            "@type",
+            text("type.googleapis.com/google.protobuf.StringValue"),
+        ),
+        ("value", lines(plugin)),
+    ])
 }
 
 /// Which comments a cluster carries: each is written once, on the first cluster it applies to.
@@ -516,238 +735,62 @@ struct Explain {
     dns: bool,
 }
 
-fn pool(out: &mut String, d: &Deployment) {
-    comment(
-        out,
-        4,
-        &format!(
-            "Every backend, for user requests. The load balancer sends each attempt to the next \
-             address the filter wrote into {}; it falls back to round robin when there is none \
-             (the filter is not configured).",
-            d.config.route_header.to_ascii_lowercase()
-        ),
-    );
-    let _ = writeln!(out, "    - name: {POOL}\n      type: STATIC");
-    comment(
-        out,
-        6,
-        "A backend that does not complete the TCP handshake in time counts as a connection \
-         failure (and is retried, for every method).",
-    );
-    let _ = write!(
-        out,
-        "      connect_timeout: 1s
-      load_balancing_policy:
-        policies:
-          - typed_extension_config:
-              name: envoy.load_balancing_policies.override_host
-              typed_config:
-                \"@type\": type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost
-                override_host_sources:
-                  - header: {header}
-                fallback_policy:
-                  policies:
-                    - typed_extension_config:
-                        name: envoy.load_balancing_policies.round_robin
-                        typed_config:
-                          \"@type\": type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin
-",
-        header = route_header(d),
-    );
-    comment(
-        out,
-        6,
-        "Envoy allows 3 retries in flight per cluster by default: under load, a backend \
-         breaking then turned most retries into 502s (625 of 1,000 concurrent requests, \
-         measured). A request retries at most once, so retries in flight never outnumber \
-         requests in flight: with max_retries equal to max_requests the retry breaker never \
-         trips before the request one.",
-    );
-    out.push_str(
-        "      circuit_breakers:
-        thresholds:
-          - priority: DEFAULT
-            max_connections: 1024
-            max_pending_requests: 1024
-            max_requests: 1024
-            max_retries: 1024
-",
-    );
-    let _ = write!(
-        out,
-        "      load_assignment:\n        cluster_name: {POOL}\n        endpoints:\n          - lb_endpoints:\n"
-    );
-    for b in &d.backends {
-        let _ = writeln!(
-            out,
-            "              - endpoint:\n                  address:\n                    socket_address: {} # {}",
-            socket(&b.address),
-            b.name
-        );
-    }
-}
-
 /// A backend's own cluster.
-fn own_cluster(out: &mut String, b: &Backend, explain: Explain) {
-    let cluster = scalar(&b.cluster);
-    let _ = writeln!(out, "    - name: {cluster}");
-    match &b.probe {
-        Endpoint::Ip(_) => out.push_str("      type: STATIC\n"),
+fn own_cluster(b: &Backend, explain: Explain) -> Node {
+    let kind = match &b.probe {
+        Endpoint::Ip(_) => vec![("type", text("STATIC"))],
         Endpoint::Name { .. } => {
-            if explain.dns {
-                comment(
-                    out,
-                    6,
-                    "A backend given by host name is resolved by DNS, and every address the \
-                     name has is an endpoint; IPv4 first, as most app servers listen on it, IPv6 \
-                     when the name has no IPv4 address.",
-                );
-            }
-            out.push_str("      type: STRICT_DNS\n      dns_lookup_family: V4_PREFERRED\n");
+            let strict = text("STRICT_DNS");
+            vec![
+                (
+                    "type",
+                    if explain.dns {
+                        strict.note(
+                            "A backend given by host name is resolved by DNS, and every \
+                             address the name has is an endpoint; IPv4 first, as most app \
+                             servers listen on it, IPv6 when the name has no IPv4 address.",
+                        )
+                    } else {
+                        strict
+                    },
+                ),
+                ("dns_lookup_family", text("V4_PREFERRED")),
+            ]
         }
-    }
-    if explain.timeout {
-        comment(
-            out,
-            6,
+    };
+    let timeout = plain("1s");
+    let timeout = if explain.timeout {
+        timeout.note(
             "A backend that does not complete the TCP handshake in time counts as a connection \
              failure.",
-        );
-    }
-    let _ = write!(
-        out,
-        "      connect_timeout: 1s
-      load_assignment:
-        cluster_name: {cluster}
-        endpoints:
-          - lb_endpoints:
-              - endpoint:
-                  address:
-                    socket_address: {}
-",
-        socket(&b.probe)
-    );
+        )
+    } else {
+        timeout
+    };
+    let endpoint = map([(
+        "endpoint",
+        map([("address", map([("socket_address", socket(&b.probe))]))]),
+    )]);
+    map([("name", text(&b.cluster))].into_iter().chain(kind).chain([
+        ("connect_timeout", timeout),
+        (
+            "load_assignment",
+            map([
+                ("cluster_name", text(&b.cluster)),
+                (
+                    "endpoints",
+                    list([map([("lb_endpoints", list([endpoint]))])]),
+                ),
+            ]),
+        ),
+    ]))
 }
 
 /// `{ address: …, port_value: … }`.
-fn socket(endpoint: &Endpoint) -> String {
-    format!(
-        "{{ address: {}, port_value: {} }}",
-        scalar(&endpoint.host()),
-        endpoint.port()
-    )
-}
-
-/// A YAML scalar that reads back as the string `text`: plain when it plainly is one (names,
-/// IPv4 addresses, paths), else double-quoted with JSON's escapes, which YAML shares.
-fn scalar(text: &str) -> String {
-    let safe_chars = text
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '/' | '-'));
-    let starts_well = text.starts_with(|c: char| c.is_ascii_alphabetic() || c == '/')
-        || (text.starts_with(|c: char| c.is_ascii_digit()) && text.contains('.'));
-    let lower = text.to_ascii_lowercase();
-    let special = text.parse::<f64>().is_ok()
-        || ["true", "false", "null", "yes", "no", "on", "off", "y", "n"].contains(&lower.as_str());
-    if safe_chars && starts_well && !special {
-        text.to_owned()
-    } else {
-        crate::plugin::compact(&serde_json::Value::String(text.to_owned()))
-    }
-}
-
-/// Writes `text` as comment lines at `indent`, wrapped at [`WIDTH`]: a `\n` ends a paragraph,
-/// an empty line is a bare `#`, and a line starting with two spaces is kept as it is (a
-/// command). Characters YAML could read as a line break are escaped.
-fn comment(out: &mut String, indent: usize, text: &str) {
-    let pad = " ".repeat(indent);
-    for line in text.split('\n') {
-        if line.is_empty() {
-            let _ = writeln!(out, "{pad}#");
-            continue;
-        }
-        if line.starts_with("  ") {
-            let _ = writeln!(out, "{pad}# {}", visible(line));
-            continue;
-        }
-        let mut current = String::new();
-        for word in line.split_whitespace().map(visible) {
-            if !current.is_empty() && indent + 2 + current.len() + 1 + word.len() > WIDTH {
-                let _ = writeln!(out, "{pad}# {current}");
-                current.clear();
-            }
-            if !current.is_empty() {
-                current.push(' ');
-            }
-            current.push_str(&word);
-        }
-        if !current.is_empty() {
-            let _ = writeln!(out, "{pad}# {current}");
-        }
-    }
-}
-
-/// `text` with control characters (and the other characters YAML 1.1 reads as line breaks)
-/// escaped.
-fn visible(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}') {
-                c.escape_unicode().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn plain_scalars_are_only_those_yaml_reads_as_the_same_string() {
-        for plain in [
-            "127.0.0.1",
-            "app1",
-            "x-upcheck-upstream",
-            "/etc/upcheck/upcheck.wasm",
-        ] {
-            assert_eq!(scalar(plain), plain);
-        }
-        for quoted in [
-            "::1", "3001", "1.5", "true", "No", "0x1F", "a b", "a#b", "-x", "",
-        ] {
-            assert!(
-                scalar(quoted).starts_with('"'),
-                "{quoted}: {}",
-                scalar(quoted)
-            );
-        }
-    }
-
-    #[test]
-    fn comments_wrap_at_the_width_and_keep_commands_and_paragraphs() {
-        let mut out = String::new();
-        let long = "word ".repeat(40);
-        comment(
-            &mut out,
-            4,
-            &format!("{long}\n\n  envoy -c envoy.yaml\nend"),
-        );
-        let lines: Vec<&str> = out.lines().collect();
-        assert!(lines
-            .iter()
-            .all(|l| l.len() <= WIDTH && l.starts_with("    #")));
-        assert!(lines.contains(&"    #"));
-        assert!(lines.contains(&"    #   envoy -c envoy.yaml"));
-        assert_eq!(lines.last(), Some(&"    # end"));
-    }
-
-    #[test]
-    fn a_line_break_from_the_input_never_leaves_a_comment() {
-        let mut out = String::new();
-        comment(&mut out, 0, "a\rb\u{1}c\u{2028}d\n  e\u{85}f");
-        assert_eq!(out, "# a b\\u{1}c d\n#   e\\u{85}f\n");
-    }
+pub fn socket(endpoint: &Endpoint) -> Node {
+    map([
+        ("address", text(endpoint.host())),
+        ("port_value", number(u64::from(endpoint.port()))),
+    ])
+    .flow()
 }

@@ -6,23 +6,30 @@
 //! plugin configuration ([`plugin`]) or Caddy's JSON ([`caddy`]), checked by the module's own
 //! parser ([`upcheck_policy::Config::parse`]) so an input that passes here passes in Envoy, and
 //! refused with the JSON path and what to do when it cannot be honoured. The pieces:
-//! [`deployment`] turns an input into backends with Envoy endpoints, [`envoy`] writes the YAML,
+//! [`deployment`] turns an input into backends with Envoy endpoints, [`envoy`] writes the YAML (and the pieces the e2e harness serves as JSON) as a [`tree`],
 //! [`output`] replaces the output file atomically. Input JSON is read by [`input`].
 //!
 //! `upcheck simulate` asks what a configuration would have done before anyone deploys it:
-//! [`scenario`] reads what the backends do over time, [`simulation`] runs it in the real module
-//! on virtual time, [`timeline`] tells what changed and what users saw.
+//! [`scenario`] reads what the backends do over time (each answer a [`mode`], the grammar the e2e
+//! harness's fake backends read too), [`simulation`] runs it in the real module
+//! on virtual time, [`timeline`] tells what changed and what users saw. They run the module in
+//! wasmtime, so they are built only with the `simulate` feature (off by default).
 
 pub mod caddy;
 pub mod deployment;
 pub mod envoy;
 mod input;
 mod literal;
+pub mod mode;
 pub mod output;
 pub mod plugin;
+#[cfg(feature = "simulate")]
 pub mod scenario;
+#[cfg(feature = "simulate")]
 pub mod simulation;
+#[cfg(feature = "simulate")]
 pub mod timeline;
+pub mod tree;
 
 use upcheck_policy::ConfigError;
 

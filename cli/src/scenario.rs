@@ -25,7 +25,8 @@
 //! (how it answers at first, default `"200"`), `changes` (in time order, each with `at` and `up`,
 //! `pages` or both). An answer is a status (`"502"`), a status after a delay (`"200 after 3s"`),
 //! `"hang"` (holds the connection and never answers), `"refuse"` (nothing listens) or
-//! `"overflow"` (the proxy's circuit breaker for it is full: the proxy answers 503 itself).
+//! `"overflow"` (the proxy's circuit breaker for it is full: the proxy answers 503 itself), read
+//! as the e2e harness's fake backends read their modes ([`crate::mode`]).
 //! Durations are Go's (`"20s"`, `"1m30s"`, `"500ms"`). Anything else is refused with the JSON path.
 
 use std::collections::HashSet;
@@ -36,6 +37,7 @@ use upcheck_host_tests::Behaviour;
 use upcheck_policy::duration;
 use upcheck_policy::ConfigError;
 
+use crate::mode::Mode;
 use crate::refuse;
 
 /// Requests a second a scenario may send at most.
@@ -208,25 +210,29 @@ fn some_answer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Behaviou
     answer(d).map(Some)
 }
 
-/// Reads an answer: `"502"`, `"200 after 3s"`, `"hang"`, `"refuse"` or `"overflow"`.
+/// Reads an answer: `"502"`, `"200 after 3s"`, `"hang"`, `"refuse"` or `"overflow"`, as the
+/// [`Mode`] grammar reads them; the host runs those (and `ok`, `status:N` and `slow:DURATION`,
+/// the same answers spelt the fake backends' way), with a status up to 599.
 fn parse_answer(text: &str) -> Result<Behaviour, String> {
     let expected = "expected a status (\"502\"), a status after a delay (\"200 after 3s\"), \
                     \"hang\", \"refuse\" or \"overflow\"";
-    let words: Vec<&str> = text.split_whitespace().collect();
-    let status = |word: &str| match word.parse::<u16>() {
-        Ok(status) if (100..=599).contains(&status) => Ok(Behaviour::status(status)),
-        _ => Err(format!("{text:?}: {expected}")),
+    let refused = || format!("{text:?}: {expected}");
+    let status = |status: u16| match status {
+        100..=599 => Ok(Behaviour::status(status)),
+        _ => Err(refused()),
     };
-    match words.as_slice() {
-        ["hang"] => Ok(Behaviour::Hang),
-        ["refuse"] => Ok(Behaviour::Refuse),
-        ["overflow"] => Ok(Behaviour::Overflow),
-        [code] => status(code),
-        [code, "after", delay] => {
-            let delay = duration::parse(delay).map_err(|e| format!("{text:?}: {e}"))?;
-            Ok(status(code)?.after(delay))
-        }
-        _ => Err(format!("{text:?}: {expected}")),
+    match text.parse::<Mode>() {
+        Ok(Mode::Hang) => Ok(Behaviour::Hang),
+        Ok(Mode::Refuse) => Ok(Behaviour::Refuse),
+        Ok(Mode::Overflow) => Ok(Behaviour::Overflow),
+        Ok(Mode::Ok) => status(200),
+        Ok(Mode::Status(code)) => status(code),
+        Ok(Mode::Slow(after)) => Ok(status(200)?.after(after)),
+        Ok(Mode::Late {
+            status: code,
+            after,
+        }) => Ok(status(code)?.after(after)),
+        _ => Err(refused()),
     }
 }
 

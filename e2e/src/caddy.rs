@@ -2,8 +2,9 @@
 //! addresses replaced by fake upstreams', and the Envoy configuration `upcheck envoy` writes from
 //! it (host routing, the recommended deployment), as the README's "Moving from Caddy" runs it.
 //!
-//! The configuration comes from the built `upcheck` binary rather than from the harness's own
-//! [`crate::envoy_config`], so what runs is what an operator would run: the migration test and
+//! The configuration comes from the built `upcheck` binary rather than from the pieces of it the
+//! harness serves ([`crate::envoy_config`]), so what runs is what an operator would run, command
+//! line included: the migration test and
 //! `make run` start Envoy on exactly this file ([`crate::envoy::EnvoyBuilder::start_yaml`]).
 
 use std::net::SocketAddr;

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -28,6 +28,7 @@ use tokio::sync::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
 use crate::envoy_config::{self, Routing, WasmFilter};
+use crate::envoy_process::{EnvoyProcess, Launch, PATIENCE, PORT_ATTEMPTS};
 use crate::plugin::{fast_checks, fast_host_checks, status_page};
 use crate::ports::{free_addr, free_addr_on};
 use crate::upstream::FakeUpstream;
@@ -36,14 +37,8 @@ use crate::xds::XdsFiles;
 /// The Envoy version the tests are written against.
 pub const VERSION: &str = "1.40.0";
 
-/// How long Envoy may take to start (V8 compiles the module once per VM) or apply an update.
-const PATIENCE: Duration = Duration::from_secs(30);
-
 /// One Envoy at a time per test binary.
 static TURN: Mutex<()> = Mutex::const_new(());
-
-/// How many times [`EnvoyBuilder::start`] starts Envoy when a port it picked was taken meanwhile.
-const PORT_ATTEMPTS: u32 = 3;
 
 /// Envoy could not bind a port picked for it: something else took it after it was picked.
 #[derive(Debug)]
@@ -90,7 +85,7 @@ pub struct Exited {
 
 /// A running Envoy.
 pub struct Envoy {
-    child: Child,
+    process: EnvoyProcess,
     listener: SocketAddr,
     admin: SocketAddr,
     /// The status page listeners of the first and the second users' listener, if they have one.
@@ -314,37 +309,18 @@ impl EnvoyBuilder {
         let clusters = envoy_config::clusters(&self.backends, self.routing);
         let config = envoy_config::static_bootstrap(free_addr()?, listeners, clusters);
         std::fs::write(&bootstrap, config.to_string())?;
-        let (log, out) = (dir.path().join("envoy.log"), dir.path().join("envoy.out"));
-        let output = std::fs::File::create(&out)?;
-        let mut child = Command::new(binary)
-            .arg("--config-path")
-            .arg(&bootstrap)
-            .args(["--mode", if validate { "validate" } else { "serve" }])
-            .args(["--concurrency", &self.concurrency.to_string()])
-            .arg("--disable-hot-restart")
-            .arg("--log-path")
-            .arg(&log)
-            .stdin(Stdio::null())
-            .stdout(output.try_clone()?)
-            .stderr(output)
-            .spawn()
-            .with_context(|| format!("cannot run {}", binary.display()))?;
-        let deadline = Instant::now() + PATIENCE;
-        let status = loop {
-            if let Some(status) = child.try_wait()? {
-                break status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                bail!("Envoy (pid {}) still ran after {PATIENCE:?}", child.id());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
+        let mut process = EnvoyProcess::spawn(Launch {
+            binary,
+            bootstrap: &bootstrap,
+            dir: dir.path(),
+            concurrency: self.concurrency,
+            cpu: None,
+            args: &["--mode", if validate { "validate" } else { "serve" }],
+        })?;
+        let status = process.until_exit().await?;
         Ok(Exited {
             status,
-            output: read(&log) + &read(&out),
+            output: process.log() + &process.output(),
         })
     }
 
@@ -499,28 +475,26 @@ async fn launch(
     dynamic: Option<Dynamic>,
     turn: MutexGuard<'static, ()>,
 ) -> Result<Envoy> {
-    let binary = binary()?;
-    let output = std::fs::File::create(dir.path().join("envoy.out"))?;
-    let child = Command::new(binary)
-        .arg("--config-path")
-        .arg(bootstrap)
-        .args(["--concurrency", &concurrency.to_string()])
-        // No shared memory, so no base id to keep unique: Envoys never meet through it.
-        .arg("--disable-hot-restart")
-        .arg("--log-path")
-        .arg(dir.path().join("envoy.log"))
-        // The log is read while Envoy runs; its default flush interval is 10 s.
-        .args(["--file-flush-interval-msec", "100"])
-        // A listener update drains connections on the old filter chain; with the defaults
-        // (10 min, gradual) keep-alive clients would see the old plugin config for minutes.
-        .args(["--drain-time-s", "1", "--drain-strategy", "immediate"])
-        .stdin(Stdio::null())
-        .stdout(output.try_clone()?)
-        .stderr(output)
-        .spawn()
-        .with_context(|| format!("cannot run {}", binary.display()))?;
+    let process = EnvoyProcess::spawn(Launch {
+        binary: binary()?,
+        bootstrap,
+        dir: dir.path(),
+        concurrency,
+        cpu: None,
+        args: &[
+            // The log is read while Envoy runs; its default flush interval is 10 s.
+            "--file-flush-interval-msec",
+            "100",
+            // A listener update drains connections on the old filter chain; with the defaults
+            // (10 min, gradual) keep-alive clients would see the old plugin config for minutes.
+            "--drain-time-s",
+            "1",
+            "--drain-strategy",
+            "immediate",
+        ],
+    })?;
     let mut envoy = Envoy {
-        child,
+        process,
         listener,
         admin,
         status,
@@ -534,7 +508,7 @@ async fn launch(
         _turn: turn,
     };
     if let Err(error) = envoy.until_ready().await {
-        if envoy.log().contains("Address already in use") {
+        if envoy.process.port_taken() {
             return Err(error.context(PortTaken));
         }
         return Err(error);
@@ -657,12 +631,12 @@ impl Envoy {
 
     /// Envoy's pid.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
     /// The log so far (flushed every 100 ms).
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("envoy.log")).unwrap_or_default()
+        self.process.log()
     }
 
     /// The body of an admin GET, e.g. `admin("/clusters")`.
@@ -750,16 +724,13 @@ impl Envoy {
 
     /// Polls `/ready`, then checks that the first listeners and clusters were accepted.
     async fn until_ready(&mut self) -> Result<()> {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            self.still_running()?;
-            if self.admin("/ready").await.is_ok() {
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!(self.failure(&format!("not ready after {PATIENCE:?}")));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let admin = self.admin;
+        if let Err(error) = self
+            .process
+            .until_ready(admin, Duration::from_millis(50))
+            .await
+        {
+            bail!(self.failure(&error.to_string()));
         }
         let stats = self
             .stats("^(listener_manager\\.(lds\\.update_rejected|total_listeners_active)|cluster_manager\\.cds\\.update_rejected)$")
@@ -807,7 +778,7 @@ impl Envoy {
     }
 
     fn still_running(&mut self) -> Result<()> {
-        match self.child.try_wait()? {
+        match self.process.exited()? {
             None => Ok(()),
             Some(status) => bail!(self.failure(&format!("exited ({status})"))),
         }
@@ -823,7 +794,7 @@ impl Envoy {
     /// temporary directory is kept for a closer look.
     fn failure(&mut self, what: &str) -> String {
         self.keep_dir();
-        let output = std::fs::read_to_string(self.dir.join("envoy.out")).unwrap_or_default();
+        let output = self.process.output();
         format!(
             "Envoy (pid {}) {what}\n--- end of {}/envoy.log ---\n{}\n--- envoy stdout/stderr ---\n{}",
             self.pid(),
@@ -836,9 +807,7 @@ impl Envoy {
 
 impl Drop for Envoy {
     fn drop(&mut self) {
-        // SIGKILL by our own child's pid; Envoy keeps nothing that a clean stop would save.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill();
         if std::thread::panicking() && self.keep_dir() {
             eprintln!(
                 "--- Envoy log kept in {} (last lines) ---\n{}",

@@ -3,7 +3,8 @@
 //! The pieces a scenario is made of, each in its own module: fake backends that break on command
 //! ([`upstream`], [`mode`], down to the bytes on the [`wire`]), one in a process of its own that
 //! can be crashed ([`upstream_process`]), user traffic that reports what users saw ([`replay`]),
-//! and a real Envoy per test ([`envoy`]) whose configuration ([`envoy_config`]) is served from
+//! and a real Envoy per test ([`envoy`], started by the launcher the benchmarks share,
+//! [`envoy_process`]) whose configuration ([`envoy_config`], the CLI's pieces) is served from
 //! files ([`xds`]) so it can change while Envoy runs, in either routing mode
 //! ([`envoy_config::Routing`]), the plugin configuration the incident scenarios share
 //! ([`plugin`]), requests written by hand ([`raw_http`]), and an address of this machine that is
@@ -41,6 +42,7 @@ pub mod browser;
 pub mod caddy;
 pub mod envoy;
 pub mod envoy_config;
+pub mod envoy_process;
 pub mod local_address;
 pub mod mode;
 pub mod plugin;
