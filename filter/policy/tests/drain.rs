@@ -179,8 +179,12 @@ fn requests_to_a_draining_backend_finish_without_counting_anywhere() {
 fn the_guard_never_brings_a_draining_backend_back_whatever_the_other_does() {
     let mut proxy = two_healthy();
     probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
-    // app1 drains and its probes fail alike with app2's, within one round: without the drain the
-    // guard would keep both in as a shared cause.
+    // app2 fails its probes while app1, draining, still passes its own: app2 is all there is.
+    probe(&mut proxy, "app2", SOFT_503, secs(5));
+    assert_eq!(routable(&proxy), ["app2"]);
+    assert_eq!(proxy.guard(), Guard::LastDown);
+    // app1's probes then fail alike with app2's, within one round: without the drain the guard
+    // would keep both in as a shared cause.
     probe(&mut proxy, "app1", SOFT_503, secs(10));
     probe(&mut proxy, "app2", SOFT_503, secs(10));
     assert_eq!(proxy.members()[1].evidence.active.status, Health::Unhealthy);
