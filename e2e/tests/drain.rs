@@ -123,7 +123,15 @@ async fn a_backend_answering_with_the_drain_header_gets_no_new_requests_and_user
     assert_eq!(report.failures(), 0, "{report}");
     assert_eq!(during, 0, "app2 took new requests while it drained");
     assert_eq!(envoy.stat("wasmcustom.upcheck.app2.draining").await?, 1);
-    assert_eq!(envoy.stat("wasmcustom.upcheck.app2.request_failures").await?, 0);
-    assert_eq!(envoy.stat("wasmcustom.upcheck.app2.probe_failures").await?, 0);
+    assert_eq!(
+        envoy
+            .stat("wasmcustom.upcheck.app2.request_failures")
+            .await?,
+        0
+    );
+    assert_eq!(
+        envoy.stat("wasmcustom.upcheck.app2.probe_failures").await?,
+        0
+    );
     Ok(())
 }
