@@ -21,10 +21,10 @@
 //!   choice. Probe header names repeat when they differ only in case.
 //! - **`null` turns off a field that can be off**: `min_healthy_percent`,
 //!   `upstreams[].address`, `health_checks.active.expect_body`,
-//!   `health_checks.active.drain_status` and `health_checks.passive.unhealthy_latency`. On any other field `null` is an error naming the
-//!   field; leave the field out for its default. `jitter` cannot be off (backends probed in
-//!   lockstep is what it prevents), and outlier detection is turned off with
-//!   `"outlier": {"enabled": false}`.
+//!   `health_checks.active.drain_status` and `health_checks.passive.unhealthy_latency`. On any
+//!   other field `null` is an error naming the field; leave the field out for its default.
+//!   `jitter` cannot be off (backends probed in lockstep is what it prevents), and outlier
+//!   detection is turned off with `"outlier": {"enabled": false}`.
 //! - **Nesting is bounded by the schema**: nothing nests deeper than a list of values in
 //!   `health_checks.active.headers` (five levels of brackets). A list or object where the schema
 //!   has something else is refused without being read, and serde_json's recursion limit (128)

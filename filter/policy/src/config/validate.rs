@@ -312,7 +312,7 @@ fn across_fields(config: &Config) -> Result<(), ConfigError> {
             return Err(fail(
                 "health_checks.active.drain_status",
                 format!(
-                    "{drain} takes in {status}, which expect_status ({}) makes a passing probe; a drain status must not be one",
+                    "{drain} overlaps expect_status ({}): a probe answering {status} would both pass and drain",
                     active.expect_status
                 ),
             ));
