@@ -4,14 +4,16 @@
 //! and Envoy's `cluster_header` route sends the request there. When the answer comes, its status
 //! and, where the policy asks for them ([`RequestOutcome::ended`]), Envoy's response flags go to
 //! the policy, which tells a backend's own 503 from Envoy's "could not connect" 503, and from
-//! the 503 Envoy answers for itself when it never sent the request.
+//! the 503 Envoy answers for itself when it never sent the request. A response carrying the
+//! drain signal ([`drain::SIGNAL_HEADER`]) says so to the policy, and the header is removed on
+//! its way to the client: it is the backend's word to the balancer, not to users.
 
 use crate::vm::{self, Handle};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, MapType};
 use std::time::Duration;
-use upcheck_policy::{Pick, Pool, RequestOutcome, Routed, RoutingMode, Time};
+use upcheck_policy::{drain, Pick, Pool, RequestOutcome, Routed, RoutingMode, Time};
 
 /// Whether the proxy retried a request: if so, the address that gave the final answer.
 enum Retry {
@@ -184,9 +186,17 @@ impl HttpContext for Http {
         let Some(status) = status else {
             return Action::Continue;
         };
+        let signalled =
+            hostcalls::get_map_value(MapType::HttpResponseHeaders, drain::SIGNAL_HEADER)
+                .ok()
+                .flatten()
+                .is_some();
+        if signalled {
+            let _ = hostcalls::remove_map_value(MapType::HttpResponseHeaders, drain::SIGNAL_HEADER);
+        }
         let retry = self.retry();
         self.settle(retry, |latency| {
-            RequestOutcome::ended(Some(status), latency, response_flags)
+            RequestOutcome::ended(Some(status), latency, response_flags).signalled(signalled)
         });
         Action::Continue
     }

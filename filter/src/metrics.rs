@@ -31,6 +31,8 @@ pub struct BackendMetrics {
     pub outliers: OutlierMetrics,
     /// 1 while probes pass and it is not ejected (gauge).
     pub healthy: Option<u32>,
+    /// 1 while it drains (gauge).
+    pub draining: Option<u32>,
     /// Requests routed since the last [`BackendMetrics::flush_requests`], not yet in `requests`.
     unflushed_requests: u64,
 }
@@ -63,6 +65,7 @@ impl BackendMetrics {
                 stalled: counter("outlier_stalled"),
             },
             healthy: define(MetricType::Gauge, &format!("upcheck.{name}.healthy")),
+            draining: define(MetricType::Gauge, &format!("upcheck.{name}.draining")),
             unflushed_requests: 0,
         }
     }

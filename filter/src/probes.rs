@@ -2,14 +2,14 @@
 //!
 //! Probes go out through `dispatch_http_call` to each backend's cluster. An answer is read as
 //! its status, its header names (which tell the policy whether the proxy made it itself,
-//! [`active::proxy_made`]) and as much of the body as the policy needs; the policy classifies
-//! it.
+//! [`active::proxy_made`], and whether it carries the drain signal, [`drain::signalled`]) and
+//! as much of the body as the policy needs; the policy classifies it.
 
 use crate::metrics::{self, BackendMetrics};
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, Status};
-use upcheck_policy::active;
 use upcheck_policy::host::Dispatch;
+use upcheck_policy::{active, drain};
 use upcheck_policy::{Config, Effects, Member, Pool, Time};
 
 /// Sends a probe, by `config`, to `member`: its token, or what the proxy said in refusing it.
@@ -44,6 +44,7 @@ pub fn answer(pool: &mut Pool<BackendMetrics>, token: u32, body_size: usize, now
         .find(|(n, _)| n == ":status")
         .and_then(|(_, v)| v.trim().parse::<u16>().ok());
     let proxy_made = active::proxy_made(headers.iter().map(|(n, _)| n.as_str()));
+    let signalled = drain::signalled(headers.iter().map(|(n, _)| n.as_str()));
     let wanted = pool.probe_body_wanted(body_size, proxy_made);
     let body = if wanted > 0 {
         hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, wanted)
@@ -53,7 +54,7 @@ pub fn answer(pool: &mut Pool<BackendMetrics>, token: u32, body_size: usize, now
     } else {
         Vec::new()
     };
-    pool.probe_answered(token, status, proxy_made, &body, now)
+    pool.probe_answered_signalled(token, status, proxy_made, signalled, &body, now)
 }
 
 fn describe(status: Status) -> &'static str {

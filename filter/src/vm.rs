@@ -242,6 +242,12 @@ fn report(pool: &Pool<BackendMetrics>, fleet_guard: Option<u32>, event: &Event) 
                 u64::from(*in_service),
             );
         }
+        Event::DrainStarted { index, .. } => {
+            metrics::set(handles(*index).and_then(|m| m.draining), 1);
+        }
+        Event::DrainEnded { index, .. } => {
+            metrics::set(handles(*index).and_then(|m| m.draining), 0);
+        }
         Event::Guard(guard) => metrics::set(fleet_guard, u64::from(guard.engaged())),
         _ => {}
     }

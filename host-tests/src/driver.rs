@@ -108,6 +108,8 @@ pub struct RequestRecord {
     pub fuel: u64,
     /// The response body the user got.
     pub body: Vec<u8>,
+    /// The response headers the user got, after the filter.
+    pub headers: Headers,
 }
 
 impl RequestRecord {
@@ -317,6 +319,7 @@ impl Host {
             details: String::new(),
             fuel: 0,
             body: Vec::new(),
+            headers: Headers::new(),
         });
         let event = Event::RequestArrives { record };
         self.process.borrow_mut().clock.schedule(after, event);
@@ -549,9 +552,11 @@ impl Host {
             stream.info.details.clone(),
         );
         let body = stream.response_body.clone().unwrap_or_default();
+        let headers = stream.response_headers.clone().unwrap_or_default();
         if let Some(record) = self.record_mut(index) {
             record.outcome = outcome;
             record.body = body;
+            record.headers = headers;
             record.completed = Some(now);
             record.flags = flags;
             record.details = details;

@@ -146,9 +146,12 @@ pub(crate) fn exchange(
             status,
             body,
             delay,
+            headers,
         } if timeout.is_none_or(|timeout| delay < timeout) => {
             let at = wall_nanos.saturating_add(u64::try_from(delay.as_nanos()).unwrap_or(0));
-            Some((delay, Reply::backend(status, &body, server, at)))
+            let mut reply = Reply::backend(status, &body, server, at);
+            reply.headers.extend(headers);
+            Some((delay, reply))
         }
         Behaviour::Answer { .. } | Behaviour::Hang => None,
     };

@@ -18,6 +18,8 @@ pub enum Behaviour {
         body: String,
         /// Time from the request to the answer.
         delay: Duration,
+        /// Headers the backend adds to its answer (as lowercase name, value).
+        headers: Vec<(String, String)>,
     },
     /// Accepts the connection and never answers (a booting app server holding the port).
     Hang,
@@ -35,16 +37,23 @@ impl Behaviour {
             status,
             body: String::new(),
             delay: Duration::from_millis(1),
+            headers: Vec::new(),
         }
     }
 
     /// The same answer, after `delay` instead. No effect on `Hang`, `Refuse` and `Overflow`.
     pub fn after(self, delay: Duration) -> Behaviour {
         match self {
-            Behaviour::Answer { status, body, .. } => Behaviour::Answer {
+            Behaviour::Answer {
+                status,
+                body,
+                headers,
+                ..
+            } => Behaviour::Answer {
                 status,
                 body,
                 delay,
+                headers,
             },
             other => other,
         }
@@ -53,11 +62,39 @@ impl Behaviour {
     /// The same answer, with `body`. No effect on `Hang`, `Refuse` and `Overflow`.
     pub fn body(self, body: &str) -> Behaviour {
         match self {
-            Behaviour::Answer { status, delay, .. } => Behaviour::Answer {
+            Behaviour::Answer {
+                status,
+                delay,
+                headers,
+                ..
+            } => Behaviour::Answer {
                 status,
                 body: body.to_string(),
                 delay,
+                headers,
             },
+            other => other,
+        }
+    }
+
+    /// The same answer, with header `name: value` added (`name` in lowercase). No effect on
+    /// `Hang`, `Refuse` and `Overflow`.
+    pub fn header(self, name: &str, value: &str) -> Behaviour {
+        match self {
+            Behaviour::Answer {
+                status,
+                body,
+                delay,
+                mut headers,
+            } => {
+                headers.push((name.to_string(), value.to_string()));
+                Behaviour::Answer {
+                    status,
+                    body,
+                    delay,
+                    headers,
+                }
+            }
             other => other,
         }
     }

@@ -9,6 +9,7 @@
 
 use crate::active::{Health, ProbeOutcome, Reason};
 use crate::config::duration;
+use crate::drain::{Drain, Signal};
 use crate::fleet::Guard;
 use crate::outcome::Failure;
 use crate::outlier::Verdict;
@@ -181,6 +182,27 @@ pub enum Event {
         /// How their probes fail.
         outcome: ProbeOutcome,
     },
+    /// A backend drains: no new requests go to it, and those already sent finish without
+    /// counting ([`crate::drain`]).
+    DrainStarted {
+        /// Backend position.
+        index: usize,
+        /// Backend name.
+        name: String,
+        /// Since when, and what said so.
+        drain: Drain,
+    },
+    /// A backend's drain ended: a probe passed without the signal.
+    DrainEnded {
+        /// Backend position.
+        index: usize,
+        /// Backend name.
+        name: String,
+        /// What had said it drains.
+        by: Signal,
+        /// How long it drained.
+        lasted: Duration,
+    },
 }
 
 impl Event {
@@ -198,6 +220,8 @@ impl Event {
             | Event::CapLifted { .. }
             | Event::EjectionEnded { .. }
             | Event::ContactChanged { .. }
+            | Event::DrainStarted { .. }
+            | Event::DrainEnded { .. }
             | Event::Guard(_) => Level::Info,
             Event::Probed { .. } | Event::RequestFailed { .. } | Event::InService { .. } => {
                 Level::Debug
@@ -260,6 +284,16 @@ impl fmt::Display for Event {
                     write!(f, "{name} out of service")
                 }
             }
+            Event::DrainStarted { name, drain, .. } => {
+                write!(f, "{name} draining, no new requests: {}", drain.by)
+            }
+            Event::DrainEnded {
+                name, by, lasted, ..
+            } => write!(
+                f,
+                "{name} no longer draining: a probe passed without the signal (it drained for {}, since {by})",
+                duration::display(*lasted)
+            ),
             Event::Guard(Guard::Off) => f.write_str("fleet guard released"),
             Event::Guard(guard) => write!(f, "fleet guard engaged: {guard}"),
             Event::ProbeContradicted { name, outcome } => write!(

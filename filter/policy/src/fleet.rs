@@ -27,6 +27,14 @@
 //!    `max_ejection_percent` of the backends that rule 2 or 3 left, and never the last one.
 //! 5. With `min_healthy_percent` set and fewer routable than that share of the fleet, traffic is
 //!    spread over every backend that accepts connections (Envoy's panic mode).
+//!
+//! A backend that drains ([`crate::drain`]) is out of all of this: the rules work over the
+//! backends that do not drain, as if the draining ones were not configured, so a draining
+//! backend is never brought back by rule 3 or 5 and is no evidence that every backend is down;
+//! for the cap (rule 4) it is neither ejected nor a candidate, and is not one of the N (with one
+//! of two draining, the other is the last one and is never ejected). Only when every backend
+//! drains do the rules work over all of them, drains aside, so traffic keeps flowing
+//! ([`Guard::AllDraining`]).
 
 use crate::active::{ActiveHealth, Health, ProbeOutcome};
 use crate::config::Config;
@@ -67,6 +75,11 @@ impl Evidence {
         }
     }
 
+    /// Whether it drains.
+    pub fn draining(&self) -> bool {
+        self.passive.drain.is_some()
+    }
+
     /// Whether anything at all has been heard from it.
     pub fn heard_from(&self) -> bool {
         self.active.last.is_some() || self.passive.last_contact.is_some()
@@ -85,6 +98,8 @@ pub enum Guard {
     NothingServing,
     /// Fewer than `min_healthy_percent` were routable; every backend that accepts connections is.
     Panic,
+    /// Every backend drains: all keep taking traffic, by the rules as if none drained.
+    AllDraining,
 }
 
 impl Guard {
@@ -101,6 +116,7 @@ impl fmt::Display for Guard {
             Guard::LastDown => "every backend fails its probes; keeping those that went down last, together, in rotation",
             Guard::NothingServing => "no backend accepts connections; trying all",
             Guard::Panic => "fewer backends healthy than min_healthy_percent; spreading over all that accept connections",
+            Guard::AllDraining => "every backend drains; all keep taking traffic",
         })
     }
 }
@@ -133,11 +149,51 @@ pub struct SharedCause {
     pub failing: Vec<bool>,
 }
 
-/// Applies the rules to `backends` at `now`.
+/// Applies the rules to `backends` at `now`: to those that do not drain, or to all when every
+/// one drains.
 pub fn route<B: Borrow<Evidence>>(backends: &[B], now: Time, config: &Config) -> Routing {
     // References only: the pool routes by its members' evidence in place, never by copies.
     let backends: Vec<&Evidence> = backends.iter().map(Borrow::borrow).collect();
-    let backends = backends.as_slice();
+    let draining: Vec<bool> = backends.iter().map(|b| b.draining()).collect();
+    if !draining.contains(&true) {
+        return route_among(&backends, now, config);
+    }
+    if !draining.contains(&false) {
+        return Routing {
+            guard: Guard::AllDraining,
+            ..route_among(&backends, now, config)
+        };
+    }
+    let staying: Vec<&Evidence> = backends
+        .iter()
+        .zip(&draining)
+        .filter(|(_, d)| !**d)
+        .map(|(b, _)| *b)
+        .collect();
+    let among = route_among(&staying, now, config);
+    // Back to one entry per backend, false for each that drains.
+    let spread = |of: &[bool]| -> Vec<bool> {
+        let mut of = of.iter();
+        draining
+            .iter()
+            .map(|d| !d && of.next().copied().unwrap_or(false))
+            .collect()
+    };
+    Routing {
+        routable: spread(&among.routable),
+        ejected: spread(&among.ejected),
+        guard: among.guard,
+        shared_cause: among.shared_cause.map(|cause| SharedCause {
+            outcome: cause.outcome,
+            last: spread(&cause.last),
+            back: spread(&cause.back),
+            failing: spread(&cause.failing),
+        }),
+    }
+}
+
+/// The rules over `backends`, none of them set aside for draining.
+fn route_among(backends: &[&Evidence], now: Time, config: &Config) -> Routing {
     let accepting: Vec<bool> = backends.iter().map(|b| b.accepting()).collect();
     let any_accepting = accepting.contains(&true);
     // Rule 1: when nothing accepts connections, everything is usable.

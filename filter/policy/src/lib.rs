@@ -20,6 +20,7 @@
 
 pub mod active;
 pub mod config;
+pub mod drain;
 pub mod events;
 pub mod fleet;
 pub mod host;

@@ -53,6 +53,9 @@ pub enum RequestOutcome {
     /// backend slow enough to fill the breaker is the outlier rules' business, by the latency of
     /// the requests it does answer.
     NotSent,
+    /// The backend answered with the drain signal ([`crate::drain::SIGNAL_HEADER`]), whatever
+    /// its status: it is going away, which is no failure.
+    Drained,
 }
 
 /// Envoy's response flags (`response.flags`): the bits that say the backend failed, or that
@@ -91,6 +94,16 @@ impl RequestOutcome {
         }
     }
 
+    /// This outcome, or [`RequestOutcome::Drained`] when the answer carried the drain signal
+    /// (`signalled`): a backend that says it drains is taken at its word, whatever it answered.
+    pub fn signalled(self, signalled: bool) -> Self {
+        if signalled {
+            RequestOutcome::Drained
+        } else {
+            self
+        }
+    }
+
     /// What Envoy's response `flags` say happened instead of the backend answering, if they
     /// say: a connection failure first, then a timeout, a reset, and a request never sent.
     pub fn flagged(flags: u64) -> Option<Self> {
@@ -124,7 +137,7 @@ impl RequestOutcome {
             }
             RequestOutcome::Failed(_) | RequestOutcome::RetriedElsewhere => true,
             RequestOutcome::StillWaiting(waited) => late(waited),
-            RequestOutcome::ClientGone | RequestOutcome::NotSent => false,
+            RequestOutcome::ClientGone | RequestOutcome::NotSent | RequestOutcome::Drained => false,
         };
         counts.then_some(Failure(self))
     }
@@ -143,16 +156,21 @@ impl RequestOutcome {
             RequestOutcome::Answered { .. }
             | RequestOutcome::StillWaiting(_)
             | RequestOutcome::ClientGone
-            | RequestOutcome::NotSent => None,
+            | RequestOutcome::NotSent
+            | RequestOutcome::Drained => None,
         }
     }
 
     /// Whether the outcome says how the backend did, for the outlier rules: everything but a
-    /// request still waiting, one whose client left first and one the proxy never sent.
+    /// request still waiting, one whose client left first, one the proxy never sent and one
+    /// answered by a backend that drains.
     pub fn judged(self) -> bool {
         !matches!(
             self,
-            RequestOutcome::StillWaiting(_) | RequestOutcome::ClientGone | RequestOutcome::NotSent
+            RequestOutcome::StillWaiting(_)
+                | RequestOutcome::ClientGone
+                | RequestOutcome::NotSent
+                | RequestOutcome::Drained
         )
     }
 
@@ -161,7 +179,7 @@ impl RequestOutcome {
     /// does not say.
     pub fn contact(self) -> Option<bool> {
         match self {
-            RequestOutcome::Answered { .. } => Some(false),
+            RequestOutcome::Answered { .. } | RequestOutcome::Drained => Some(false),
             RequestOutcome::Failed(failure) => Some(failure == ProxyFailure::Refused),
             RequestOutcome::StillWaiting(_)
             | RequestOutcome::RetriedElsewhere
@@ -198,6 +216,7 @@ impl fmt::Display for Failure {
             }
             RequestOutcome::ClientGone => f.write_str("the client went away"),
             RequestOutcome::NotSent => f.write_str("the proxy never sent a request"),
+            RequestOutcome::Drained => f.write_str("a request answered with the drain signal"),
         }
     }
 }

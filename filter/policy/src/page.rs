@@ -15,6 +15,7 @@
 use crate::active::{Health, ProbeOutcome};
 use crate::config::duration;
 use crate::config::StatusPage;
+use crate::drain::Drain;
 use crate::fleet::Guard;
 use crate::pool::{Member, Pool};
 use crate::time::Time;
@@ -133,6 +134,8 @@ struct Line<'a> {
     contradicted: Option<Time>,
     /// Back in rotation with the backends whose probes fail alike.
     back: bool,
+    /// While it drains: since when, and what said so.
+    drain: Option<Drain>,
 }
 
 fn lines<H>(pool: &Pool<H>, now: Time) -> impl Iterator<Item = Line<'_>> {
@@ -153,6 +156,7 @@ fn lines<H>(pool: &Pool<H>, now: Time) -> impl Iterator<Item = Line<'_>> {
             .map(|(verdict, until)| (verdict.to_string(), until)),
         contradicted: m.evidence.active.contradicted,
         back: m.back,
+        drain: m.draining(),
     })
 }
 
@@ -189,6 +193,14 @@ pub fn text<H>(pool: &Pool<H>, now: Time) -> String {
             l.failures,
             if l.ejected { "ejected " } else { "" },
         );
+        if let Some(drain) = l.drain {
+            let _ = write!(
+                out,
+                "draining (for {}: {}) ",
+                ago(now, drain.since),
+                drain.by
+            );
+        }
         if let Some((verdict, until)) = &l.outlier {
             let _ = write!(out, "(outlier for {} more: {verdict}) ", ago(*until, now));
         }
@@ -208,10 +220,11 @@ pub fn text<H>(pool: &Pool<H>, now: Time) -> String {
 }
 
 /// JSON: `{"backends": [{"name", "routable", "status", "ejected", "failures", "accepting",
-/// "outlier", "overruled", "last_probe", "last_probe_ago_ms"}], "fleet_guard": bool,
+/// "outlier", "overruled", "draining", "last_probe", "last_probe_ago_ms"}], "fleet_guard": bool,
 /// "fleet_guard_reason": string}`; `outlier` is `null` or, while an outlier ejection is in
 /// force, `{"verdict", "ends_in_ms"}`; `overruled` is `null` or why its probes do not decide
-/// (they time out while its pages answer, or fail alike with its peers').
+/// (they time out while its pages answer, or fail alike with its peers'); `draining` is `null`
+/// or, while it drains, `{"by", "since_ms"}` (what said so; how long ago).
 pub fn json<H>(pool: &Pool<H>, now: Time) -> String {
     let mut out = String::from("{\"backends\":[");
     for (i, l) in lines(pool, now).enumerate() {
@@ -245,6 +258,18 @@ pub fn json<H>(pool: &Pool<H>, now: Time) -> String {
                 let _ = write!(out, ",\"overruled\":{}", quoted(&note));
             }
             None => out.push_str(",\"overruled\":null"),
+        }
+        match l.drain {
+            Some(drain) => {
+                let ms = now.saturating_sub(drain.since).as_millis();
+                let _ = write!(
+                    out,
+                    ",\"draining\":{{\"by\":{},\"since_ms\":{}}}",
+                    quoted(&drain.by.to_string()),
+                    u64::try_from(ms).unwrap_or(u64::MAX)
+                );
+            }
+            None => out.push_str(",\"draining\":null"),
         }
         match l.last_probe {
             Some((at, outcome)) => {
@@ -382,6 +407,19 @@ fn standing<H>(line: &Line<'_>, member: &Member<H>, pool: &Pool<H>, now: Time) -
             "ejected as the odd one out until {} (in {}): {verdict}",
             time_of_day(*until),
             ago(*until, now)
+        );
+    }
+    if let Some(drain) = line.drain {
+        let kept = if line.routable {
+            ", kept in: every backend drains"
+        } else {
+            ", no new requests"
+        };
+        return format!(
+            "draining since {} (for {}){kept}: {}",
+            time_of_day(drain.since),
+            ago(now, drain.since),
+            drain.by
         );
     }
     if line.ejected {

@@ -6,6 +6,7 @@
 //! so memory per backend is bounded however much traffic fails.
 
 use crate::config::Passive as PassiveConfig;
+use crate::drain::Drain;
 use crate::outlier::{Standing, Traffic};
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,9 @@ pub struct PassiveHealth {
     /// How many of its latest requests, process-wide, failed in a row (by the outlier rules'
     /// account of a failure).
     pub run: u32,
+    /// While it drains: since when, and what said so ([`crate::drain`]). Kept here, in the one
+    /// table every VM writes, because any VM may read the signal on a response.
+    pub drain: Option<Drain>,
 }
 
 /// What recording a failure did.

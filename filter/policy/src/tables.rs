@@ -26,6 +26,7 @@
 
 use crate::active::ActiveHealth;
 use crate::config::{HealthChecks, MAX_FAILS_LIMIT};
+use crate::drain::{Drain, Signal};
 use crate::lease::LeaseTable;
 use crate::outcome::{Failure, FailureKind};
 use crate::outlier::{Ejection, RunRule, Traffic, Verdict};
@@ -36,7 +37,7 @@ use serde::Serialize;
 use std::fmt;
 
 /// The format version; bump it whenever a table's types change, with the keys in [`keys`].
-const VERSION: u8 = 4;
+const VERSION: u8 = 5;
 
 /// The shared-data keys of the tables, named with the format version: a build of another
 /// version reads and writes keys of its own, so two builds that share a `vm_id` (an upgrade
@@ -45,13 +46,13 @@ const VERSION: u8 = 4;
 /// keys behind.
 pub mod keys {
     /// Probing leases by configuration ([`crate::lease`]).
-    pub const LEASES: &str = "upcheck.v4.leases";
+    pub const LEASES: &str = "upcheck.v5.leases";
     /// By backend, the newest configuration that lists it.
-    pub const ANNOUNCE: &str = "upcheck.v4.announce";
+    pub const ANNOUNCE: &str = "upcheck.v5.announce";
     /// Probe state by backend.
-    pub const ACTIVE: &str = "upcheck.v4.active";
+    pub const ACTIVE: &str = "upcheck.v5.active";
     /// Request failures and outlier records by backend.
-    pub const PASSIVE: &str = "upcheck.v4.passive";
+    pub const PASSIVE: &str = "upcheck.v5.passive";
 }
 const ACTIVE: u8 = b'a';
 const PASSIVE: u8 = b'p';
@@ -174,6 +175,22 @@ pub enum PassiveChange {
         /// Why.
         verdict: Verdict,
     },
+    /// A backend's answer said it drains (kept as first signalled while it lasts).
+    Drain {
+        /// The backend's key.
+        key: String,
+        /// When the signal was read.
+        at: Time,
+        /// What said so.
+        by: Signal,
+    },
+    /// A probe sent at `sent` passed without the signal: a drain signalled before then is over.
+    Drained {
+        /// The backend's key.
+        key: String,
+        /// When the passing probe was sent.
+        sent: Time,
+    },
 }
 
 /// One request's news for the process-wide passive table.
@@ -231,7 +248,9 @@ impl PassiveChange {
         match self {
             PassiveChange::Request(news) => Some(&news.key),
             PassiveChange::Traffic(_) => None,
-            PassiveChange::Eject { key, .. } => Some(key),
+            PassiveChange::Eject { key, .. }
+            | PassiveChange::Drain { key, .. }
+            | PassiveChange::Drained { key, .. } => Some(key),
         }
     }
 
@@ -265,6 +284,21 @@ impl PassiveChange {
                     if !health.outlier.is_ejected(*at) {
                         let ejection = health.outlier.eject(verdict.clone(), *at, &checks.outlier);
                         applied.ejection = Some((verdict.clone(), ejection));
+                    }
+                }
+            }
+            PassiveChange::Drain { key, at, by } => {
+                if let Some(health) = entry_mut(table, key) {
+                    health.drain.get_or_insert(Drain {
+                        since: *at,
+                        by: *by,
+                    });
+                }
+            }
+            PassiveChange::Drained { key, sent } => {
+                if let Some(health) = entry_mut(table, key) {
+                    if health.drain.is_some_and(|d| d.since <= *sent) {
+                        health.drain = None;
                     }
                 }
             }

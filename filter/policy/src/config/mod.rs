@@ -20,11 +20,11 @@
 //! - **Unknown and repeated fields are errors**: a config with two `max_fails` is a mistake, not a
 //!   choice. Probe header names repeat when they differ only in case.
 //! - **`null` turns off a field that can be off**: `min_healthy_percent`,
-//!   `upstreams[].address`, `health_checks.active.expect_body` and
-//!   `health_checks.passive.unhealthy_latency`. On any other field `null` is an error naming the
-//!   field; leave the field out for its default. `jitter` cannot be off (backends probed in
-//!   lockstep is what it prevents), and outlier detection is turned off with
-//!   `"outlier": {"enabled": false}`.
+//!   `upstreams[].address`, `health_checks.active.expect_body`,
+//!   `health_checks.active.drain_status` and `health_checks.passive.unhealthy_latency`. On any
+//!   other field `null` is an error naming the field; leave the field out for its default.
+//!   `jitter` cannot be off (backends probed in lockstep is what it prevents), and outlier
+//!   detection is turned off with `"outlier": {"enabled": false}`.
 //! - **Nesting is bounded by the schema**: nothing nests deeper than a list of values in
 //!   `health_checks.active.headers` (five levels of brackets). A list or object where the schema
 //!   has something else is refused without being read, and serde_json's recursion limit (128)
@@ -283,6 +283,12 @@ pub struct Active {
     /// Consecutive failing probes that make a backend unhealthy, within [`Active::STREAK`].
     #[serde(deserialize_with = "grammar::count")]
     pub fails: u32,
+    /// Status by which a probe's answer says the backend drains ([`crate::drain`]): a code
+    /// (HAProxy's `disable-on-404` is `404`) or a class; none of it a passing status
+    /// (`expect_status`). `null` for none (the default): then only the
+    /// `x-envoy-immediate-health-check-fail` header drains a backend.
+    #[serde(deserialize_with = "status_match::or_off")]
+    pub drain_status: Option<StatusMatch>,
 }
 
 /// The values of left-out fields, each stated here only; one passing or failing probe decides, as
@@ -299,6 +305,7 @@ impl Default for Active {
             max_size: 65_536,
             passes: 1,
             fails: 1,
+            drain_status: None,
         }
     }
 }

@@ -58,21 +58,28 @@ impl fmt::Display for StatusMatch {
     }
 }
 
+/// What a status field expects, in its refusals.
+const EXPECTED: &str = "a status code 100-599 or a class like \"2xx\"";
+
+/// A status matcher as found, or the kind refused.
+fn parse(found: Json) -> Result<StatusMatch, Refusal> {
+    let parsed = match &found {
+        Json::Unsigned(n) => StatusMatch::from_number(*n),
+        Json::Text(s) => StatusMatch::from_text(s),
+        _ => None,
+    };
+    parsed.ok_or(Refusal::Kind(found))
+}
+
 impl<'de> Deserialize<'de> for StatusMatch {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        read(
-            d,
-            "a status code 100-599 or a class like \"2xx\"",
-            |found| {
-                let parsed = match &found {
-                    Json::Unsigned(n) => StatusMatch::from_number(*n),
-                    Json::Text(s) => StatusMatch::from_text(s),
-                    _ => None,
-                };
-                parsed.ok_or(Refusal::Kind(found))
-            },
-        )
+        read(d, EXPECTED, parse)
     }
+}
+
+/// Serde: a status matcher, or `null` for none (`health_checks.active.drain_status`).
+pub(super) fn or_off<'de, D: Deserializer<'de>>(d: D) -> Result<Option<StatusMatch>, D::Error> {
+    read(d, EXPECTED, |found| super::json::or_off(found, parse))
 }
 
 /// A code is written as a number (`502`), a class as a string (`"5xx"`).

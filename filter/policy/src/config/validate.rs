@@ -305,6 +305,19 @@ fn across_fields(config: &Config) -> Result<(), ConfigError> {
             ));
         }
     }
+    if let Some(drain) = active.drain_status {
+        if let Some(status) =
+            (100..=599).find(|s| drain.matches(*s) && active.expect_status.matches(*s))
+        {
+            return Err(fail(
+                "health_checks.active.drain_status",
+                format!(
+                    "{drain} overlaps expect_status ({}): a probe answering {status} would both pass and drain",
+                    active.expect_status
+                ),
+            ));
+        }
+    }
     let outlier = &config.health_checks.outlier;
     if outlier.max_ejection < outlier.ejection {
         return Err(fail(

@@ -27,6 +27,7 @@
 //! balancing policy), and then [`Pool::retry_choice`] names where a retry goes.
 
 use crate::config::{Config, Upstream};
+use crate::drain::Drain;
 use crate::events::{Effects, Event};
 use crate::fleet::{Evidence, Guard};
 use crate::outcome::RequestOutcome;
@@ -93,6 +94,8 @@ pub struct Member<H> {
     ejection: EjectionState,
     /// This VM's request outcomes not yet added to the process-wide counts (at the next tick).
     traffic: Traffic,
+    /// Its drain, as last refreshed ([`crate::drain`]).
+    drain: Option<Drain>,
     /// The adapter's own data about it (its metric handles).
     pub handles: H,
 }
@@ -106,6 +109,11 @@ impl<H> Member<H> {
     /// Whether it is passively ejected now (within the cap).
     pub fn ejected(&self) -> bool {
         matches!(self.ejection, EjectionState::Ejected { .. })
+    }
+
+    /// Its drain, while it drains: since when, and what said so.
+    pub fn draining(&self) -> Option<Drain> {
+        self.evidence.passive.drain
     }
 
     /// Where it stands in its passive ejection's lifecycle.
@@ -267,6 +275,7 @@ impl<H> Pool<H> {
                     newest_probe: None,
                     ejection: EjectionState::None,
                     traffic: Traffic::default(),
+                    drain: None,
                     handles: handles(upstream),
                 },
             };
@@ -396,6 +405,9 @@ impl<H> Pool<H> {
         self.ticked = now;
         if let Some(latency) = self.config.health_checks.passive.unhealthy_latency {
             for late in self.outstanding.overdue(now, latency) {
+                if self.draining(late.backend) {
+                    continue; // its requests finish without counting
+                }
                 let outcome = RequestOutcome::StillWaiting(late.waited);
                 self.settle(late.backend, outcome, true, None, late.at, &mut effects);
             }

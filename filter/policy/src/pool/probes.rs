@@ -1,10 +1,14 @@
 //! Active checks: the probes the prober schedules, sends and gives up on, and what their
-//! answers do to a backend's probe state (read beside what its pages say meanwhile).
+//! answers do to a backend's probe state (read beside what its pages say meanwhile). An answer
+//! with the drain signal starts the backend's drain instead, and the first probe that passes
+//! without it ends the drain ([`crate::drain`]).
 
 use super::peers::view;
 use super::{Pool, SentProbe};
 use crate::active::{contains, Health, Pages, ProbeOutcome, Transition, PROXY_REASON_BYTES, SHED};
+use crate::drain::Signal;
 use crate::events::{Effects, Event};
+use crate::tables::PassiveChange;
 use crate::time::Time;
 
 /// How long a probe may go unanswered, past its timeout, before it is given up on: the host
@@ -94,14 +98,29 @@ impl<H> Pool<H> {
         effects
     }
 
-    /// The answer to probe `token`: its status (none if the call was reset before any answer),
-    /// whether the proxy made the answer itself rather than the backend, and the first
-    /// `max_size` bytes of its body. A token that is not one of this VM's is ignored.
+    /// The answer to probe `token`, without the drain signal header
+    /// ([`Pool::probe_answered_signalled`]).
     pub fn probe_answered(
         &mut self,
         token: u32,
         status: Option<u16>,
         proxy_made: bool,
+        body: &[u8],
+        now: Time,
+    ) -> Effects {
+        self.probe_answered_signalled(token, status, proxy_made, false, body, now)
+    }
+
+    /// The answer to probe `token`: its status (none if the call was reset before any answer),
+    /// whether the proxy made the answer itself rather than the backend, whether it carried the
+    /// drain signal ([`crate::drain::signalled`]), and the first `max_size` bytes of its body.
+    /// A token that is not one of this VM's is ignored.
+    pub fn probe_answered_signalled(
+        &mut self,
+        token: u32,
+        status: Option<u16>,
+        proxy_made: bool,
+        signalled: bool,
         body: &[u8],
         now: Time,
     ) -> Effects {
@@ -122,11 +141,20 @@ impl<H> Pool<H> {
             return effects;
         }
         let active = &self.config.health_checks.active;
+        let drain = status.and_then(|s| Signal::of_probe(s, proxy_made, signalled, active));
         let outcome = match status {
             Some(status) => ProbeOutcome::classify(status, proxy_made, body, active),
             None => ProbeOutcome::Refused,
         };
-        self.observe_probe(index, outcome, probe.sent, now, &mut effects);
+        match drain {
+            Some(by) => self.observe_drain(index, by, probe.sent, now, &mut effects),
+            None => {
+                self.observe_probe(index, outcome, probe.sent, now, &mut effects);
+                if outcome.passed() {
+                    self.end_drain(index, probe.sent, &mut effects);
+                }
+            }
+        }
         self.refresh(now, &mut effects);
         self.published(&effects);
         effects
@@ -202,6 +230,47 @@ impl<H> Pool<H> {
         }
         if m.accepting != m.evidence.accepting() {
             effects.publish_active = true;
+        }
+    }
+
+    /// Takes a probe sent at `sent` whose answer at `now` said the backend drains (`by`): no
+    /// word on its health either way, and its drain shared unless it drains already.
+    fn observe_drain(
+        &mut self,
+        index: usize,
+        by: Signal,
+        sent: Time,
+        now: Time,
+        effects: &mut Effects,
+    ) {
+        let Some(m) = self.members.get_mut(index) else {
+            return;
+        };
+        if m.newest_probe.is_some_and(|newest| sent < newest) {
+            return;
+        }
+        m.newest_probe = Some(sent);
+        self.heard = true;
+        if !m.evidence.draining() {
+            effects.share.push(PassiveChange::Drain {
+                key: m.key.clone(),
+                at: now,
+                by,
+            });
+        }
+    }
+
+    /// Ends backend `index`'s drain, if it drains, on a probe sent at `sent` that passed without
+    /// the signal (and was taken, not dropped as older than the newest).
+    fn end_drain(&mut self, index: usize, sent: Time, effects: &mut Effects) {
+        let Some(m) = self.members.get(index) else {
+            return;
+        };
+        if m.evidence.draining() && m.newest_probe == Some(sent) {
+            effects.share.push(PassiveChange::Drained {
+                key: m.key.clone(),
+                sent,
+            });
         }
     }
 

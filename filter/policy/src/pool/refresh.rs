@@ -65,6 +65,7 @@ impl<H> Pool<H> {
             m.follow_ejection(i, ejected, reporting, now, passive, effects);
             m.follow_contact(reporting, effects);
             m.follow_service(i, ejected, reporting, effects);
+            m.follow_drain(i, reporting, now, effects);
             m.routable = routable;
         }
         routable_changed
@@ -208,6 +209,33 @@ impl<H> Member<H> {
             }
             (false, false, _) => EjectionState::None,
         };
+    }
+
+    /// Follows its drain, reported by its prober as it starts and as it ends (its gauge and one
+    /// log line each).
+    fn follow_drain(&mut self, index: usize, reporting: bool, now: Time, effects: &mut Effects) {
+        let drain = self.evidence.passive.drain;
+        if drain == self.drain {
+            return;
+        }
+        if reporting {
+            if let Some(ended) = self.drain.filter(|_| drain.is_none()) {
+                effects.events.push(Event::DrainEnded {
+                    index,
+                    name: self.name().to_owned(),
+                    by: ended.by,
+                    lasted: now.saturating_sub(ended.since),
+                });
+            }
+            if let Some(drain) = drain {
+                effects.events.push(Event::DrainStarted {
+                    index,
+                    name: self.name().to_owned(),
+                    drain,
+                });
+            }
+        }
+        self.drain = drain;
     }
 
     /// Follows whether anything accepts its connections, reported when it changes.

@@ -1,8 +1,11 @@
 //! Real requests: each routed one tracked while in flight, each outcome counted in this VM's
 //! traffic, and shared (for the passive checks and the outlier rules) only when it changes
-//! something, so the common success costs no clock read and no shared-data write.
+//! something, so the common success costs no clock read and no shared-data write. An answer
+//! carrying the drain signal is shared as the backend's drain, and the outcomes of a draining
+//! backend's requests count nowhere ([`crate::drain`]).
 
 use super::{Pool, Routed};
+use crate::drain::Signal;
 use crate::events::{Effects, Event};
 use crate::outcome::{FailureKind, RequestOutcome};
 use crate::tables::{PassiveChange, RequestNews};
@@ -70,6 +73,13 @@ impl<H> Pool<H> {
         }
     }
 
+    /// Whether backend `index` drains, as this VM knows.
+    pub(super) fn draining(&self, index: usize) -> bool {
+        self.members
+            .get(index)
+            .is_some_and(|m| m.evidence.draining())
+    }
+
     /// Settles one outcome unless it changes nothing shared (a success at a backend known to
     /// be serving and not on a run of failures): the common case costs no clock read and no
     /// shared-data write, only this VM's count. `passive`: whether the passive checks still take
@@ -83,6 +93,19 @@ impl<H> Pool<H> {
         now: &impl Fn() -> Time,
         effects: &mut Effects,
     ) {
+        if self.draining(index) {
+            return; // a draining backend's requests finish without counting
+        }
+        if outcome == RequestOutcome::Drained {
+            if let Some(m) = self.members.get(index) {
+                effects.share.push(PassiveChange::Drain {
+                    key: m.key.clone(),
+                    at: now(),
+                    by: Signal::ResponseHeader,
+                });
+            }
+            return;
+        }
         let outlier = self.count_outcome(index, outcome, latency);
         let Some(m) = self.members.get(index) else {
             return;

@@ -1,0 +1,86 @@
+//! Drain: a backend saying it is going away (a deploy is about to restart it).
+//!
+//! A backend drains when any of its answers carries [`SIGNAL_HEADER`] (what Envoy's own
+//! health-check filter adds while a sidecar drains; a probe's answer or a user's response), or
+//! when its probe answers `health_checks.active.drain_status` (HAProxy's `disable-on-404`
+//! convention). A request from a client carrying the header says nothing: only a backend's
+//! answers are read for it.
+//!
+//! Draining is not a failure. A draining backend takes no new requests, and those already sent
+//! to it finish without their outcomes counting anywhere (passive ejection, the outlier
+//! comparison); the fleet guard and the ejection cap work over the backends that do not drain,
+//! so the guard never brings a draining backend back ([`crate::fleet`]). It ends at the first
+//! probe that passes without the signal: a user response without the header does not end it,
+//! since a draining app still serves what it was sent.
+//!
+//! The drain lives in the process-wide passive table ([`crate::passive::PassiveHealth::drain`]),
+//! the one table every VM writes: the VM that reads the signal (the prober on a probe, any worker
+//! on a response) shares it at once, and every other VM takes it in at its next tick.
+
+use crate::config::Active;
+use crate::time::Time;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The header by which a backend's answer says it drains (in any case). The adapter removes it
+/// from every response on its way to the client.
+pub const SIGNAL_HEADER: &str = "x-envoy-immediate-health-check-fail";
+
+/// What said a backend drains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Signal {
+    /// A probe's answer carried [`SIGNAL_HEADER`].
+    ProbeHeader,
+    /// A user request's response carried [`SIGNAL_HEADER`].
+    ResponseHeader,
+    /// A probe answered this status, one of `health_checks.active.drain_status`.
+    Status(u16),
+}
+
+/// A backend draining: since when, and what said so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Drain {
+    /// When the signal was first read.
+    pub since: Time,
+    /// What said so.
+    pub by: Signal,
+}
+
+/// Whether an answer whose header names are `names` carries [`SIGNAL_HEADER`].
+pub fn signalled<'a>(names: impl IntoIterator<Item = &'a str>) -> bool {
+    names
+        .into_iter()
+        .any(|name| name.eq_ignore_ascii_case(SIGNAL_HEADER))
+}
+
+impl Signal {
+    /// What a probe's answer says of a drain: `status` as answered, whether the proxy made the
+    /// answer itself (then it is no word from the backend), and whether it carried the header.
+    pub fn of_probe(
+        status: u16,
+        proxy_made: bool,
+        header: bool,
+        config: &Active,
+    ) -> Option<Signal> {
+        if proxy_made {
+            return None;
+        }
+        if header {
+            return Some(Signal::ProbeHeader);
+        }
+        config
+            .drain_status
+            .filter(|m| m.matches(status))
+            .map(|_| Signal::Status(status))
+    }
+}
+
+impl fmt::Display for Signal {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            Signal::ProbeHeader => write!(f, "its probe's answer carried {SIGNAL_HEADER}"),
+            Signal::ResponseHeader => write!(f, "a response carried {SIGNAL_HEADER}"),
+            Signal::Status(status) => write!(f, "its probe answered {status} (drain_status)"),
+        }
+    }
+}

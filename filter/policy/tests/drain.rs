@@ -1,0 +1,399 @@
+//! Drain: a backend's answers say it is going away (the header on a probe's answer or a user's
+//! response, or a probe answering `drain_status`); it takes no new requests, nothing it does
+//! meanwhile counts as a failure, the fleet guard never brings it back, and its first probe that
+//! passes without the signal ends it.
+
+mod support;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+use support::*;
+use upcheck_policy::drain::{Drain, Signal};
+use upcheck_policy::{page, Config, Event, Guard, Health, Level, Pool, ProbeOutcome};
+
+/// Tokens for the probes these tests answer themselves, clear of the proxy's own.
+static TOKENS: AtomicU32 = AtomicU32::new(1_000_000);
+
+/// A probe of `name` sent at `sent` answers `status` at `at`, carrying the drain signal header
+/// if `header`.
+fn probe_answer(
+    proxy: &mut Proxy,
+    name: &str,
+    status: u16,
+    header: bool,
+    sent: Duration,
+    at: Duration,
+) {
+    let i = proxy.index_of(name).expect("known backend");
+    let token = TOKENS.fetch_add(1, Ordering::Relaxed);
+    proxy.pool.probe_sent(i, token, sent);
+    let effects = proxy
+        .pool
+        .probe_answered_signalled(token, Some(status), false, header, b"", at);
+    proxy.carry_out(effects, at);
+}
+
+/// Both backends healthy at 0 s.
+fn two_healthy() -> Proxy {
+    healthy(config(&["app1", "app2"], ""))
+}
+
+fn healthy(config: Config) -> Proxy {
+    let mut proxy = Proxy::new(config, secs(0));
+    let names: Vec<String> = proxy
+        .members()
+        .iter()
+        .map(|m| m.name().to_owned())
+        .collect();
+    for name in &names {
+        probe(&mut proxy, name, ProbeOutcome::Pass, secs(0));
+    }
+    proxy
+}
+
+fn drain_events(proxy: &Proxy) -> Vec<&Event> {
+    proxy
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::DrainStarted { .. } | Event::DrainEnded { .. }))
+        .collect()
+}
+
+fn failures_counted(proxy: &Proxy) -> usize {
+    proxy
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::RequestFailed { .. }))
+        .count()
+}
+
+fn guard_events(proxy: &Proxy) -> Vec<Guard> {
+    proxy
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Guard(g) => Some(*g),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_probe_answer_carrying_the_header_drains_its_backend_at_once() {
+    let mut proxy = two_healthy();
+    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    assert_eq!(routable(&proxy), ["app2"]);
+    assert!(picks(&mut proxy, 10, secs(1)).iter().all(|p| p == "app2"));
+    let drain = Drain {
+        since: secs(1),
+        by: Signal::ProbeHeader,
+    };
+    assert_eq!(proxy.members()[0].draining(), Some(drain));
+    assert_eq!(
+        drain_events(&proxy),
+        [&Event::DrainStarted {
+            index: 0,
+            name: "app1".into(),
+            drain
+        }]
+    );
+    assert_eq!(
+        proxy.members()[0].evidence.active.status,
+        Health::Healthy,
+        "a drain is no verdict on its health"
+    );
+}
+
+#[test]
+fn a_user_response_carrying_the_header_drains_its_backend_and_counts_as_no_failure() {
+    let mut proxy = two_healthy();
+    let signalled = answered(503).signalled(true);
+    request(&mut proxy, "app1", signalled, secs(2));
+    assert_eq!(routable(&proxy), ["app2"]);
+    assert_eq!(
+        proxy.members()[0].draining(),
+        Some(Drain {
+            since: secs(2),
+            by: Signal::ResponseHeader
+        })
+    );
+    assert_eq!(failures_counted(&proxy), 0);
+}
+
+#[test]
+fn a_probe_answering_the_drain_status_drains_its_backend_and_fails_no_probe() {
+    let mut proxy = healthy(config(
+        &["app1", "app2"],
+        r#""health_checks":{"active":{"drain_status":404}}"#,
+    ));
+    probe_answer(&mut proxy, "app1", 404, false, secs(1), secs(1));
+    assert_eq!(routable(&proxy), ["app2"]);
+    assert_eq!(
+        proxy.members()[0].draining().map(|d| d.by),
+        Some(Signal::Status(404))
+    );
+    let unhealthy = proxy.events.iter().any(|e| {
+        matches!(
+            e,
+            Event::HealthChanged {
+                to: Health::Unhealthy,
+                ..
+            }
+        )
+    });
+    assert!(!unhealthy, "{:?}", proxy.events);
+}
+
+#[test]
+fn without_a_drain_status_a_probe_answering_404_is_a_failed_probe_not_a_drain() {
+    let mut proxy = two_healthy();
+    probe_answer(&mut proxy, "app1", 404, false, secs(1), secs(1));
+    assert_eq!(proxy.members()[0].draining(), None);
+    assert_eq!(proxy.members()[0].evidence.active.status, Health::Unhealthy);
+}
+
+#[test]
+fn requests_to_a_draining_backend_finish_without_counting_anywhere() {
+    let mut proxy = two_healthy();
+    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    for n in 0..10 {
+        let outcome = if n % 2 == 0 { answered(502) } else { REFUSED };
+        request(&mut proxy, "app1", outcome, secs(1) + ms(10 * n));
+    }
+    proxy.tick(secs(2));
+    assert_eq!(failures_counted(&proxy), 0);
+    let passive = proxy.config().health_checks.passive.clone();
+    let key = &proxy.members()[0].key;
+    let (_, app1) = proxy
+        .table
+        .iter()
+        .find(|(k, _)| k == key)
+        .expect("app1's entry");
+    assert_eq!(app1.count(secs(2), &passive), 0, "no failure remembered");
+    assert_eq!(app1.run, 0, "no run of failures for the outlier rules");
+    assert!(!app1.outlier.is_ejected(secs(2)));
+    assert!(proxy.ejected().iter().all(|e| !e));
+}
+
+#[test]
+fn the_guard_never_brings_a_draining_backend_back_whatever_the_other_does() {
+    let mut proxy = two_healthy();
+    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    // app2 fails its probes while app1, draining, still passes its own: app2 is all there is.
+    probe(&mut proxy, "app2", SOFT_503, secs(5));
+    assert_eq!(routable(&proxy), ["app2"]);
+    assert_eq!(proxy.guard(), Guard::LastDown);
+    // app1's probes then fail alike with app2's, within one round: without the drain the guard
+    // would keep both in as a shared cause.
+    probe(&mut proxy, "app1", SOFT_503, secs(10));
+    probe(&mut proxy, "app2", SOFT_503, secs(10));
+    assert_eq!(proxy.members()[1].evidence.active.status, Health::Unhealthy);
+    assert_eq!(
+        routable(&proxy),
+        ["app2"],
+        "the guard keeps app2, never app1"
+    );
+    assert_eq!(proxy.guard(), Guard::LastDown);
+    assert!(picks(&mut proxy, 10, secs(10)).iter().all(|p| p == "app2"));
+    // app2 then refuses connections too: all that is left is tried, which is app2.
+    probe(&mut proxy, "app2", ProbeOutcome::Refused, secs(20));
+    request(&mut proxy, "app2", REFUSED, secs(20));
+    assert_eq!(routable(&proxy), ["app2"]);
+    assert!(picks(&mut proxy, 10, secs(20)).iter().all(|p| p == "app2"));
+}
+
+#[test]
+fn a_draining_backend_is_neither_ejected_nor_a_candidate_for_the_cap() {
+    // Of two, the cap lets one go; with app1 draining, app2 is the last one and stays.
+    let mut proxy = two_healthy();
+    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    for n in 0..3 {
+        request(&mut proxy, "app2", answered(502), secs(2) + ms(n));
+    }
+    assert_eq!(proxy.ejected(), [false, false]);
+    assert_eq!(routable(&proxy), ["app2"]);
+    assert!(proxy
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::CapReached { name, .. } if name == "app2")));
+}
+
+#[test]
+fn when_every_backend_drains_traffic_goes_to_all_with_one_warning_and_one_when_it_ends() {
+    let mut proxy = two_healthy();
+    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    probe_answer(&mut proxy, "app2", 200, true, secs(1), secs(1));
+    assert_eq!(routable(&proxy), ["app1", "app2"]);
+    assert_eq!(proxy.guard(), Guard::AllDraining);
+    let mut seen = picks(&mut proxy, 10, secs(1));
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen, ["app1", "app2"]);
+    // More signals and time change nothing: the warning is given once.
+    request(&mut proxy, "app1", answered(200).signalled(true), secs(2));
+    probe_answer(&mut proxy, "app2", 200, true, secs(11), secs(11));
+    proxy.tick(secs(12));
+    assert_eq!(guard_events(&proxy), [Guard::AllDraining]);
+    let warning = Event::Guard(Guard::AllDraining);
+    assert_eq!(warning.level(), Level::Warn);
+    // app1 comes back: the warning ends, once.
+    probe(&mut proxy, "app1", ProbeOutcome::Pass, secs(21));
+    proxy.tick(secs(22));
+    assert_eq!(guard_events(&proxy), [Guard::AllDraining, Guard::Off]);
+    assert_eq!(routable(&proxy), ["app1"]);
+}
+
+#[test]
+fn a_backend_comes_back_at_its_first_passing_probe_without_the_signal_not_at_a_response() {
+    let mut proxy = two_healthy();
+    request(&mut proxy, "app1", answered(200).signalled(true), secs(1));
+    // A response without the header ends nothing: a draining app still serves what it was sent.
+    request(&mut proxy, "app1", answered(200), secs(2));
+    assert_eq!(routable(&proxy), ["app2"]);
+    // Nor does a probe with the header, or a passing probe sent before the drain began.
+    probe_answer(&mut proxy, "app1", 200, true, secs(3), secs(3));
+    assert_eq!(routable(&proxy), ["app2"]);
+    proxy.tick(secs(4));
+    assert_eq!(routable(&proxy), ["app2"]);
+    // The first probe that passes without it does.
+    probe(&mut proxy, "app1", ProbeOutcome::Pass, secs(10));
+    assert_eq!(routable(&proxy), ["app1", "app2"]);
+    assert_eq!(proxy.members()[0].draining(), None);
+    assert_eq!(
+        drain_events(&proxy),
+        [
+            &Event::DrainStarted {
+                index: 0,
+                name: "app1".into(),
+                drain: Drain {
+                    since: secs(1),
+                    by: Signal::ResponseHeader
+                }
+            },
+            &Event::DrainEnded {
+                index: 0,
+                name: "app1".into(),
+                by: Signal::ResponseHeader,
+                lasted: secs(9)
+            }
+        ]
+    );
+}
+
+#[test]
+fn a_passing_probe_sent_before_the_drain_began_does_not_end_it() {
+    let mut proxy = two_healthy();
+    let i = proxy.index_of("app1").expect("known backend");
+    proxy.pool.probe_sent(i, 77, secs(1));
+    request(&mut proxy, "app1", answered(200).signalled(true), secs(2));
+    let effects = proxy
+        .pool
+        .probe_answered(77, Some(200), false, b"", secs(3));
+    proxy.carry_out(effects, secs(3));
+    assert!(proxy.members()[0].draining().is_some());
+    assert_eq!(routable(&proxy), ["app2"]);
+}
+
+#[test]
+fn another_vm_stops_picking_a_draining_backend_once_it_reads_the_shared_table() {
+    let mut proxy = two_healthy();
+    let mut worker: Pool = Pool::new(proxy.config().clone(), secs(0), |_| ());
+    let active = proxy.active_table();
+    worker.active_published(&active, secs(0));
+    assert_eq!(worker.members().iter().filter(|m| m.routable).count(), 2);
+    request(&mut proxy, "app1", answered(200).signalled(true), secs(1));
+    worker.passive_published(&proxy.table, secs(1));
+    let routable: Vec<&str> = worker
+        .members()
+        .iter()
+        .filter(|m| m.routable)
+        .map(|m| m.name())
+        .collect();
+    assert_eq!(routable, ["app2"]);
+    assert!(
+        worker.members()[0].draining().is_some(),
+        "the drain is in the shared table, not only the VM that read the signal"
+    );
+}
+
+#[test]
+fn the_drain_status_is_off_by_default_and_takes_a_code_or_a_class() {
+    let c = config(&["a"], "");
+    assert_eq!(c.health_checks.active.drain_status, None);
+    for (given, status, drains) in [
+        ("404", 404, true),
+        (r#""4xx""#, 418, true),
+        ("null", 404, false),
+    ] {
+        let c = config(
+            &["a"],
+            &format!(r#""health_checks":{{"active":{{"drain_status":{given}}}}}"#),
+        );
+        let matched = c
+            .health_checks
+            .active
+            .drain_status
+            .is_some_and(|m| m.matches(status));
+        assert_eq!(matched, drains, "{given}");
+    }
+}
+
+#[test]
+fn a_drain_status_a_passing_probe_answers_is_refused_naming_the_field() {
+    for (active, named) in [
+        (r#"{"drain_status":200}"#, "200"),
+        (r#"{"drain_status":"2xx"}"#, "2xx"),
+        (r#"{"expect_status":404,"drain_status":"4xx"}"#, "4xx"),
+        (r#"{"expect_status":"4xx","drain_status":404}"#, "404"),
+    ] {
+        let json =
+            format!(r#"{{"upstreams":[{{"name":"a"}}],"health_checks":{{"active":{active}}}}}"#);
+        let error = Config::parse(json.as_bytes())
+            .expect_err(active)
+            .to_string();
+        assert!(
+            error.starts_with(&format!("health_checks.active.drain_status: {named} ")),
+            "{error}"
+        );
+    }
+    let json = r#"{"upstreams":[{"name":"a"}],"health_checks":{"active":{"drain_status":"6xx"}}}"#;
+    let error = Config::parse(json.as_bytes()).expect_err("6xx").to_string();
+    assert!(
+        error.starts_with("health_checks.active.drain_status: expected a status"),
+        "{error}"
+    );
+}
+
+#[test]
+fn the_status_page_shows_a_draining_backend_with_what_said_so_and_since_when_in_each_form() {
+    let mut proxy = two_healthy();
+    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    let now = secs(4);
+    let text = page::text(&proxy.pool, now);
+    let app1 = text
+        .lines()
+        .find(|l| l.starts_with("app1"))
+        .expect("app1's line");
+    assert!(
+        app1.contains(
+            "draining (for 3.0s: its probe's answer carried x-envoy-immediate-health-check-fail)"
+        ),
+        "{app1}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&page::json(&proxy.pool, now)).expect("valid JSON");
+    assert_eq!(
+        json["backends"][0]["draining"],
+        serde_json::json!({"by": "its probe's answer carried x-envoy-immediate-health-check-fail", "since_ms": 3000})
+    );
+    assert_eq!(json["backends"][1]["draining"], serde_json::Value::Null);
+    let html = page::html(&proxy.pool, now);
+    let row = html
+        .lines()
+        .find(|l| l.contains("id=\"backend-0\""))
+        .expect("app1's row");
+    assert!(
+        row.contains("draining since 00:00:01 UTC (for 3.0s), no new requests: its probe&#39;s answer carried x-envoy-immediate-health-check-fail"),
+        "{row}"
+    );
+}
