@@ -3,7 +3,7 @@
 //! Envoy runs one VM per worker plus the main thread's; shared data (per `vm_id`) is what they
 //! have in common, and several plugin configurations can share a `vm_id` (two listeners, or an
 //! old configuration draining after an update). The keys, named with the tables' format version
-//! ([`upcheck_policy::tables::keys`], `upcheck.v4.…`) so that two builds of upcheck sharing a
+//! ([`upcheck_policy::tables::keys`], `upcheck.v5.…`) so that two builds of upcheck sharing a
 //! `vm_id` keep apart:
 //! - `leases`: for each configuration running (by fingerprint), which VM probes for it
 //!   and until when, taken and renewed by compare-and-swap, so exactly one prober runs per

@@ -18,6 +18,7 @@ use crate::config::StatusPage;
 use crate::fleet::Guard;
 use crate::pool::{Member, Pool};
 use crate::time::Time;
+use crate::warm_up::Warming;
 use std::fmt::Write;
 
 /// Whether a request that arrived at `local_address` (the connection's local `ip:port`, Envoy's
@@ -133,11 +134,13 @@ struct Line<'a> {
     contradicted: Option<Time>,
     /// Back in rotation with the backends whose probes fail alike.
     back: bool,
+    /// Its warm-up under way, if it is warming up.
+    warming: Option<Warming>,
 }
 
 fn lines<H>(pool: &Pool<H>, now: Time) -> impl Iterator<Item = Line<'_>> {
     let passive = &pool.config().health_checks.passive;
-    pool.members().iter().map(move |m| Line {
+    pool.members().iter().enumerate().map(move |(i, m)| Line {
         name: m.name(),
         routable: m.routable,
         status: m.evidence.active.status,
@@ -153,6 +156,7 @@ fn lines<H>(pool: &Pool<H>, now: Time) -> impl Iterator<Item = Line<'_>> {
             .map(|(verdict, until)| (verdict.to_string(), until)),
         contradicted: m.evidence.active.contradicted,
         back: m.back,
+        warming: pool.warming_up(i, now),
     })
 }
 
@@ -195,6 +199,14 @@ pub fn text<H>(pool: &Pool<H>, now: Time) -> String {
         if let Some(note) = overruled(&l, now) {
             let _ = write!(out, "({note}) ");
         }
+        if let Some(w) = l.warming {
+            let _ = write!(
+                out,
+                "warming {} % for {} more ",
+                w.percent(),
+                ago(w.until, now)
+            );
+        }
         match l.last_probe {
             Some((at, outcome)) => {
                 let _ = writeln!(out, "last probe {outcome} {} ago", ago(now, at));
@@ -208,10 +220,12 @@ pub fn text<H>(pool: &Pool<H>, now: Time) -> String {
 }
 
 /// JSON: `{"backends": [{"name", "routable", "status", "ejected", "failures", "accepting",
-/// "outlier", "overruled", "last_probe", "last_probe_ago_ms"}], "fleet_guard": bool,
+/// "outlier", "overruled", "warming", "last_probe", "last_probe_ago_ms"}], "fleet_guard": bool,
 /// "fleet_guard_reason": string}`; `outlier` is `null` or, while an outlier ejection is in
 /// force, `{"verdict", "ends_in_ms"}`; `overruled` is `null` or why its probes do not decide
-/// (they time out while its pages answer, or fail alike with its peers').
+/// (they time out while its pages answer, or fail alike with its peers'); `warming` is `null`
+/// or, while it warms up, `{"percent", "ends_in_ms"}` (its share of its weight, and when it
+/// gets the whole).
 pub fn json<H>(pool: &Pool<H>, now: Time) -> String {
     let mut out = String::from("{\"backends\":[");
     for (i, l) in lines(pool, now).enumerate() {
@@ -245,6 +259,18 @@ pub fn json<H>(pool: &Pool<H>, now: Time) -> String {
                 let _ = write!(out, ",\"overruled\":{}", quoted(&note));
             }
             None => out.push_str(",\"overruled\":null"),
+        }
+        match l.warming {
+            Some(w) => {
+                let ms = w.until.saturating_sub(now).as_millis();
+                let _ = write!(
+                    out,
+                    ",\"warming\":{{\"percent\":{},\"ends_in_ms\":{}}}",
+                    w.percent(),
+                    u64::try_from(ms).unwrap_or(u64::MAX)
+                );
+            }
+            None => out.push_str(",\"warming\":null"),
         }
         match l.last_probe {
             Some((at, outcome)) => {
@@ -432,7 +458,15 @@ fn standing<H>(line: &Line<'_>, member: &Member<H>, pool: &Pool<H>, now: Time) -
             "passing its probes; its failures would eject it, but max_ejection_percent ({}%) keeps it",
             config.max_ejection_percent
         ),
-        (Health::Healthy, _) => "passing its probes".to_owned(),
+        (Health::Healthy, _) => match line.warming {
+            Some(w) => format!(
+                "passing its probes; warming up: {} % of its weight, the whole from {} (in {})",
+                w.percent(),
+                time_of_day(w.until),
+                ago(w.until, now)
+            ),
+            None => "passing its probes".to_owned(),
+        },
         (Health::Unknown, Guard::Off) => {
             "no verdict from its probes yet, and no backend is known healthy".to_owned()
         }

@@ -71,6 +71,27 @@ impl Rotation {
         }
     }
 
+    /// The rotation laid out again over new weights (a warm-up's step), continuing the cycle
+    /// at the same share of its rounds rather than at its start: a rotation started afresh
+    /// gives the light backends their turns first, so one laid out anew every few picks would
+    /// give a warming backend more than its share.
+    pub fn reweighted(&self, routable: &[bool], weights: &[u32]) -> Rotation {
+        let mut next = Rotation::new(routable, weights);
+        let rounds = |r: &Rotation| r.members.first().map_or(1, |m| u64::from(m.weight));
+        let round = u64::from(self.round.saturating_sub(1)) * rounds(&next) / rounds(self);
+        next.round = u32::try_from(round).unwrap_or(0).saturating_add(1);
+        next.width = next
+            .members
+            .iter()
+            .take_while(|m| m.weight >= next.round)
+            .count();
+        if next.width == 0 {
+            next.round = 1;
+            next.width = next.members.len();
+        }
+        next
+    }
+
     /// The backend the rotation would give next that is not `first`, without taking it: where
     /// to send a retry of a request that went to `first`. `None` when no other is routable.
     pub fn next_other_than(&self, first: usize) -> Option<usize> {

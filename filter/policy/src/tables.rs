@@ -36,7 +36,7 @@ use serde::Serialize;
 use std::fmt;
 
 /// The format version; bump it whenever a table's types change, with the keys in [`keys`].
-const VERSION: u8 = 4;
+const VERSION: u8 = 5;
 
 /// The shared-data keys of the tables, named with the format version: a build of another
 /// version reads and writes keys of its own, so two builds that share a `vm_id` (an upgrade
@@ -45,13 +45,13 @@ const VERSION: u8 = 4;
 /// keys behind.
 pub mod keys {
     /// Probing leases by configuration ([`crate::lease`]).
-    pub const LEASES: &str = "upcheck.v4.leases";
+    pub const LEASES: &str = "upcheck.v5.leases";
     /// By backend, the newest configuration that lists it.
-    pub const ANNOUNCE: &str = "upcheck.v4.announce";
+    pub const ANNOUNCE: &str = "upcheck.v5.announce";
     /// Probe state by backend.
-    pub const ACTIVE: &str = "upcheck.v4.active";
+    pub const ACTIVE: &str = "upcheck.v5.active";
     /// Request failures and outlier records by backend.
-    pub const PASSIVE: &str = "upcheck.v4.passive";
+    pub const PASSIVE: &str = "upcheck.v5.passive";
 }
 const ACTIVE: u8 = b'a';
 const PASSIVE: u8 = b'p';
