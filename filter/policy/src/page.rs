@@ -522,6 +522,47 @@ mod tests {
         pool
     }
 
+    /// app-2 fails its first probe and passes at 30 s, warming up over 100 s.
+    fn warming_pool() -> Pool {
+        let config = Config::parse(
+            br#"{"upstreams":[{"name":"app1"},{"name":"app-2"}],"health_checks":{"slow_start":"100s"}}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let mut pool = Pool::new(config, Duration::ZERO, |_| ());
+        pool.lease(true, Duration::ZERO, 1);
+        pool.probe_sent(0, 1, Duration::ZERO);
+        pool.probe_sent(1, 2, Duration::ZERO);
+        pool.probe_answered(1, Some(200), false, b"", Duration::from_millis(10));
+        pool.probe_answered(2, Some(502), false, b"", Duration::from_millis(20));
+        pool.probe_sent(1, 3, Duration::from_secs(30));
+        pool.probe_answered(3, Some(200), false, b"", Duration::from_secs(30));
+        pool
+    }
+
+    #[test]
+    fn every_form_shows_a_warming_backends_share_of_its_weight_and_when_it_ends() {
+        let now = Duration::from_secs(55);
+        let pool = warming_pool();
+        let text = text(&pool, now);
+        assert!(
+            text.contains("failures=0 warming 25 % for 1m15s more last probe passed"),
+            "{text}"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&json(&pool, now)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v["backends"][0]["warming"], serde_json::Value::Null);
+        assert_eq!(v["backends"][1]["warming"]["percent"], 25);
+        assert_eq!(v["backends"][1]["warming"]["ends_in_ms"], 75_000);
+        let html = html(&pool, now);
+        assert!(
+            row(&html, 1).contains(
+                "passing its probes; warming up: 25 % of its weight, the whole from 00:02:10 UTC (in 1m15s)"
+            ),
+            "{html}"
+        );
+        assert!(!super::text(&pool, Duration::from_secs(130)).contains("warming"));
+    }
+
     #[test]
     fn the_json_status_is_valid_json_with_every_backend() {
         let json = json(&pool(), Duration::from_secs(1));

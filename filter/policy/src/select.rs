@@ -221,6 +221,26 @@ mod tests {
         assert_eq!(r.members.capacity(), unweighted.members.capacity());
     }
 
+    #[test]
+    fn a_rotation_laid_out_again_over_new_weights_continues_its_cycle_where_it_was() {
+        let routable = [true, true];
+        let mut r = Rotation::new(&routable, &[20, 3]);
+        // Rounds 1 to 3 of 20 have both backends, 4 and 5 the heavier alone.
+        assert_eq!(picks(&mut r, 8), [0, 1, 0, 1, 0, 1, 0, 0]);
+        // 20:4 is 5:1, whose round 2 is as far into its cycle as round 6 of 20.
+        let mut again = r.reweighted(&routable, &[20, 4]);
+        assert_eq!(again.round, 2);
+        assert_eq!(picks(&mut again, 6), [0, 0, 0, 0, 0, 1]);
+        let mut fresh = Rotation::new(&routable, &[20, 4]);
+        assert_eq!(
+            picks(&mut fresh, 6),
+            [0, 1, 0, 0, 0, 0],
+            "started afresh, 1 turns early"
+        );
+        let same = Rotation::new(&routable, &[1, 1]);
+        assert_eq!(same.reweighted(&routable, &[1, 1]), same);
+    }
+
     fn fleet() -> impl Strategy<Value = (Vec<bool>, Vec<u32>)> {
         (1usize..=12).prop_flat_map(|n| {
             (

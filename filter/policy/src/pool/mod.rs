@@ -482,7 +482,13 @@ impl<H> Pool<H> {
             return pick;
         };
         let effects = self.passive_published(&table, now);
-        let pick = self.pick(now);
+        // A backend still in rotation keeps its turn: one whose turns are few (a light weight,
+        // a warm-up) would otherwise give each away whenever the table changed since its last.
+        let pick = if self.members.get(i).is_some_and(|m| m.routable) {
+            pick
+        } else {
+            self.pick(now)
+        };
         carry_out(self, effects);
         pick
     }
