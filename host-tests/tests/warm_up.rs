@@ -20,7 +20,7 @@ fn host() -> Host {
 /// Envoy's share of the weight `elapsed` seconds into the window, with the defaults
 /// (aggression 1.0, min_weight_percent 10).
 fn envoy(elapsed: f64) -> f64 {
-    (elapsed.max(1.0) / WINDOW as f64).min(1.0).max(0.1)
+    (elapsed.max(1.0) / WINDOW as f64).clamp(0.1, 1.0)
 }
 
 /// app2's share of the traffic against app1 at full weight, averaged over `from..to` seconds
