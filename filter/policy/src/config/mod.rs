@@ -20,9 +20,10 @@
 //! - **Unknown and repeated fields are errors**: a config with two `max_fails` is a mistake, not a
 //!   choice. Probe header names repeat when they differ only in case.
 //! - **`null` turns off a field that can be off**: `min_healthy_percent`,
-//!   `upstreams[].address`, `health_checks.active.expect_body` and
-//!   `health_checks.passive.unhealthy_latency`. On any other field `null` is an error naming the
-//!   field; leave the field out for its default. `jitter` cannot be off (backends probed in
+//!   `upstreams[].address`, `health_checks.active.expect_body`,
+//!   `health_checks.passive.unhealthy_latency` and `health_checks.slow_start` (or its
+//!   `window`). On any other field `null` is an error naming the field; leave the field out for
+//!   its default. `jitter` cannot be off (backends probed in
 //!   lockstep is what it prevents), and outlier detection is turned off with
 //!   `"outlier": {"enabled": false}`.
 //! - **Nesting is bounded by the schema**: nothing nests deeper than a list of values in
