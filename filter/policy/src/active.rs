@@ -222,6 +222,10 @@ pub struct ActiveHealth {
     pub down: Option<Down>,
     /// Since when its probes time out while its pages answer, if they do.
     pub contradicted: Option<Time>,
+    /// When it entered service beside backends already in service, so its share warms up from
+    /// then ([`crate::warm_up`]); `None` when it is not healthy, or entered service with none
+    /// in service before it (cold start, or the first back after an outage of all).
+    pub warm_up: Option<Time>,
 }
 
 impl ActiveHealth {
@@ -234,6 +238,7 @@ impl ActiveHealth {
             since: now,
             down: None,
             contradicted: None,
+            warm_up: None,
         }
     }
 

@@ -34,6 +34,7 @@ pub mod schedule;
 pub mod select;
 pub mod tables;
 pub mod time;
+pub mod warm_up;
 
 /// The configuration's value grammars, also used to read and write durations and statuses
 /// elsewhere.

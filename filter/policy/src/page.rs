@@ -19,6 +19,7 @@ use crate::drain::Drain;
 use crate::fleet::Guard;
 use crate::pool::{Member, Pool};
 use crate::time::Time;
+use crate::warm_up::Warming;
 use std::fmt::Write;
 
 /// Whether a request that arrived at `local_address` (the connection's local `ip:port`, Envoy's
@@ -136,11 +137,13 @@ struct Line<'a> {
     back: bool,
     /// While it drains: since when, and what said so.
     drain: Option<Drain>,
+    /// Its warm-up under way, if it is warming up.
+    warming: Option<Warming>,
 }
 
 fn lines<H>(pool: &Pool<H>, now: Time) -> impl Iterator<Item = Line<'_>> {
     let passive = &pool.config().health_checks.passive;
-    pool.members().iter().map(move |m| Line {
+    pool.members().iter().enumerate().map(move |(i, m)| Line {
         name: m.name(),
         routable: m.routable,
         status: m.evidence.active.status,
@@ -157,6 +160,7 @@ fn lines<H>(pool: &Pool<H>, now: Time) -> impl Iterator<Item = Line<'_>> {
         contradicted: m.evidence.active.contradicted,
         back: m.back,
         drain: m.draining(),
+        warming: pool.warming_up(i, now),
     })
 }
 
@@ -207,6 +211,14 @@ pub fn text<H>(pool: &Pool<H>, now: Time) -> String {
         if let Some(note) = overruled(&l, now) {
             let _ = write!(out, "({note}) ");
         }
+        if let Some(w) = l.warming {
+            let _ = write!(
+                out,
+                "warming {} % for {} more ",
+                w.percent(),
+                ago(w.until, now)
+            );
+        }
         match l.last_probe {
             Some((at, outcome)) => {
                 let _ = writeln!(out, "last probe {outcome} {} ago", ago(now, at));
@@ -220,11 +232,13 @@ pub fn text<H>(pool: &Pool<H>, now: Time) -> String {
 }
 
 /// JSON: `{"backends": [{"name", "routable", "status", "ejected", "failures", "accepting",
-/// "outlier", "overruled", "draining", "last_probe", "last_probe_ago_ms"}], "fleet_guard": bool,
-/// "fleet_guard_reason": string}`; `outlier` is `null` or, while an outlier ejection is in
-/// force, `{"verdict", "ends_in_ms"}`; `overruled` is `null` or why its probes do not decide
-/// (they time out while its pages answer, or fail alike with its peers'); `draining` is `null`
-/// or, while it drains, `{"by", "since_ms"}` (what said so; how long ago).
+/// "outlier", "overruled", "draining", "warming", "last_probe", "last_probe_ago_ms"}],
+/// "fleet_guard": bool, "fleet_guard_reason": string}`; `outlier` is `null` or, while an outlier
+/// ejection is in force, `{"verdict", "ends_in_ms"}`; `overruled` is `null` or why its probes do
+/// not decide (they time out while its pages answer, or fail alike with its peers'); `draining` is
+/// `null` or, while it drains, `{"by", "since_ms"}` (what said so; how long ago); `warming` is
+/// `null` or, while it warms up, `{"percent", "ends_in_ms"}` (its share of its weight, and when it
+/// gets the whole).
 pub fn json<H>(pool: &Pool<H>, now: Time) -> String {
     let mut out = String::from("{\"backends\":[");
     for (i, l) in lines(pool, now).enumerate() {
@@ -270,6 +284,18 @@ pub fn json<H>(pool: &Pool<H>, now: Time) -> String {
                 );
             }
             None => out.push_str(",\"draining\":null"),
+        }
+        match l.warming {
+            Some(w) => {
+                let ms = w.until.saturating_sub(now).as_millis();
+                let _ = write!(
+                    out,
+                    ",\"warming\":{{\"percent\":{},\"ends_in_ms\":{}}}",
+                    w.percent(),
+                    u64::try_from(ms).unwrap_or(u64::MAX)
+                );
+            }
+            None => out.push_str(",\"warming\":null"),
         }
         match l.last_probe {
             Some((at, outcome)) => {
@@ -470,7 +496,15 @@ fn standing<H>(line: &Line<'_>, member: &Member<H>, pool: &Pool<H>, now: Time) -
             "passing its probes; its failures would eject it, but max_ejection_percent ({}%) keeps it",
             config.max_ejection_percent
         ),
-        (Health::Healthy, _) => "passing its probes".to_owned(),
+        (Health::Healthy, _) => match line.warming {
+            Some(w) => format!(
+                "passing its probes; warming up: {} % of its weight, the whole from {} (in {})",
+                w.percent(),
+                time_of_day(w.until),
+                ago(w.until, now)
+            ),
+            None => "passing its probes".to_owned(),
+        },
         (Health::Unknown, Guard::Off) => {
             "no verdict from its probes yet, and no backend is known healthy".to_owned()
         }
@@ -524,6 +558,47 @@ mod tests {
         pool.probe_answered(1, Some(200), false, b"", Duration::from_millis(10));
         pool.probe_answered(2, Some(502), false, b"", Duration::from_millis(20));
         pool
+    }
+
+    /// app-2 fails its first probe and passes at 30 s, warming up over 100 s.
+    fn warming_pool() -> Pool {
+        let config = Config::parse(
+            br#"{"upstreams":[{"name":"app1"},{"name":"app-2"}],"health_checks":{"slow_start":"100s"}}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let mut pool = Pool::new(config, Duration::ZERO, |_| ());
+        pool.lease(true, Duration::ZERO, 1);
+        pool.probe_sent(0, 1, Duration::ZERO);
+        pool.probe_sent(1, 2, Duration::ZERO);
+        pool.probe_answered(1, Some(200), false, b"", Duration::from_millis(10));
+        pool.probe_answered(2, Some(502), false, b"", Duration::from_millis(20));
+        pool.probe_sent(1, 3, Duration::from_secs(30));
+        pool.probe_answered(3, Some(200), false, b"", Duration::from_secs(30));
+        pool
+    }
+
+    #[test]
+    fn every_form_shows_a_warming_backends_share_of_its_weight_and_when_it_ends() {
+        let now = Duration::from_secs(55);
+        let pool = warming_pool();
+        let text = text(&pool, now);
+        assert!(
+            text.contains("failures=0 warming 25 % for 1m15s more last probe passed"),
+            "{text}"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&json(&pool, now)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v["backends"][0]["warming"], serde_json::Value::Null);
+        assert_eq!(v["backends"][1]["warming"]["percent"], 25);
+        assert_eq!(v["backends"][1]["warming"]["ends_in_ms"], 75_000);
+        let html = html(&pool, now);
+        assert!(
+            row(&html, 1).contains(
+                "passing its probes; warming up: 25 % of its weight, the whole from 00:02:10 UTC (in 1m15s)"
+            ),
+            "{html}"
+        );
+        assert!(!super::text(&pool, Duration::from_secs(130)).contains("warming"));
     }
 
     #[test]

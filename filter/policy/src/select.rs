@@ -71,6 +71,27 @@ impl Rotation {
         }
     }
 
+    /// The rotation laid out again over new weights (a warm-up's step), continuing the cycle
+    /// at the same share of its rounds rather than at its start: a rotation started afresh
+    /// gives the light backends their turns first, so one laid out anew every few picks would
+    /// give a warming backend more than its share.
+    pub fn reweighted(&self, routable: &[bool], weights: &[u32]) -> Rotation {
+        let mut next = Rotation::new(routable, weights);
+        let rounds = |r: &Rotation| r.members.first().map_or(1, |m| u64::from(m.weight));
+        let round = u64::from(self.round.saturating_sub(1)) * rounds(&next) / rounds(self);
+        next.round = u32::try_from(round).unwrap_or(0).saturating_add(1);
+        next.width = next
+            .members
+            .iter()
+            .take_while(|m| m.weight >= next.round)
+            .count();
+        if next.width == 0 {
+            next.round = 1;
+            next.width = next.members.len();
+        }
+        next
+    }
+
     /// The backend the rotation would give next that is not `first`, without taking it: where
     /// to send a retry of a request that went to `first`. `None` when no other is routable.
     pub fn next_other_than(&self, first: usize) -> Option<usize> {
@@ -198,6 +219,26 @@ mod tests {
         );
         let unweighted = Rotation::new(&routable, &vec![1; n]);
         assert_eq!(r.members.capacity(), unweighted.members.capacity());
+    }
+
+    #[test]
+    fn a_rotation_laid_out_again_over_new_weights_continues_its_cycle_where_it_was() {
+        let routable = [true, true];
+        let mut r = Rotation::new(&routable, &[20, 3]);
+        // Rounds 1 to 3 of 20 have both backends, 4 and 5 the heavier alone.
+        assert_eq!(picks(&mut r, 8), [0, 1, 0, 1, 0, 1, 0, 0]);
+        // 20:4 is 5:1, whose round 2 is as far into its cycle as round 6 of 20.
+        let mut again = r.reweighted(&routable, &[20, 4]);
+        assert_eq!(again.round, 2);
+        assert_eq!(picks(&mut again, 6), [0, 0, 0, 0, 0, 1]);
+        let mut fresh = Rotation::new(&routable, &[20, 4]);
+        assert_eq!(
+            picks(&mut fresh, 6),
+            [0, 1, 0, 0, 0, 0],
+            "started afresh, 1 turns early"
+        );
+        let same = Rotation::new(&routable, &[1, 1]);
+        assert_eq!(same.reweighted(&routable, &[1, 1]), same);
     }
 
     fn fleet() -> impl Strategy<Value = (Vec<bool>, Vec<u32>)> {

@@ -173,10 +173,10 @@ fn decimal(nanos: u128, unit: u128, suffix: &str) -> String {
 }
 
 /// What a duration field takes, for "expected …".
-const EXPECTED: &str = "a duration: integer nanoseconds or a string like \"10s\"";
+pub(super) const EXPECTED: &str = "a duration: integer nanoseconds or a string like \"10s\"";
 
 /// Reads a positive duration from what a field held: integer nanoseconds (Caddy) or a string.
-fn positive(found: Json) -> Result<Duration, Refusal> {
+pub(super) fn positive(found: Json) -> Result<Duration, Refusal> {
     let d = match &found {
         Json::Unsigned(nanos) => Duration::from_nanos(*nanos),
         Json::Negative(negative) => {

@@ -21,10 +21,11 @@
 //!   choice. Probe header names repeat when they differ only in case.
 //! - **`null` turns off a field that can be off**: `min_healthy_percent`,
 //!   `upstreams[].address`, `health_checks.active.expect_body`,
-//!   `health_checks.active.drain_status` and `health_checks.passive.unhealthy_latency`. On any
-//!   other field `null` is an error naming the field; leave the field out for its default.
-//!   `jitter` cannot be off (backends probed in lockstep is what it prevents), and outlier
-//!   detection is turned off with `"outlier": {"enabled": false}`.
+//!   `health_checks.active.drain_status`, `health_checks.passive.unhealthy_latency` and
+//!   `health_checks.slow_start` (or its `window`). On any other field `null` is an error naming
+//!   the field; leave the field out for its default. `jitter` cannot be off (backends probed in
+//!   lockstep is what it prevents), and outlier detection is turned off with
+//!   `"outlier": {"enabled": false}`.
 //! - **Nesting is bounded by the schema**: nothing nests deeper than a list of values in
 //!   `health_checks.active.headers` (five levels of brackets). A list or object where the schema
 //!   has something else is refused without being read, and serde_json's recursion limit (128)
@@ -41,6 +42,7 @@ pub mod duration;
 mod grammar;
 mod headers;
 mod json;
+mod slow_start;
 pub mod status_match;
 mod validate;
 
@@ -239,6 +241,47 @@ pub struct HealthChecks {
     /// Comparing each backend with its peers. Default: on, with [`Outlier::default`].
     #[serde(deserialize_with = "json::object")]
     pub outlier: Outlier,
+    /// Warm-up of a backend entering service (Envoy's slow start). Default: off, with the
+    /// tuning of [`SlowStart::default`]; a duration is the window with that tuning.
+    #[serde(deserialize_with = "slow_start::deserialize")]
+    pub slow_start: SlowStart,
+}
+
+/// `health_checks.slow_start`: a backend that enters service (passes the probe that makes it
+/// healthy, new or returning) gets a share of its weight that rises over `window`, by Envoy's
+/// formula `weight × max(min_weight_percent / 100, time_factor ^ (1 / aggression))`, where
+/// `time_factor` is the elapsed share of the window. In JSON a duration (the window, with the
+/// other fields' defaults), `null` (off) or an object. Defaults in [`SlowStart::default`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SlowStart {
+    /// How long the share takes to rise to the full weight; `None` (`null`) for no warm-up.
+    #[serde(with = "duration::optional")]
+    pub window: Option<Duration>,
+    /// How the share rises: 1.0 linearly, more than 1 faster at first, less than 1 slower
+    /// (Envoy's `aggression`). Greater than zero.
+    #[serde(deserialize_with = "slow_start::aggression")]
+    pub aggression: f64,
+    /// The share a backend starts at, in percent of its weight, within
+    /// [`SlowStart::MIN_WEIGHT_PERCENT`].
+    #[serde(deserialize_with = "grammar::percent")]
+    pub min_weight_percent: u8,
+}
+
+/// The values of left-out fields, each stated here only: off, and Envoy's tuning.
+impl Default for SlowStart {
+    fn default() -> Self {
+        SlowStart {
+            window: None,
+            aggression: 1.0,
+            min_weight_percent: 10,
+        }
+    }
+}
+
+impl SlowStart {
+    /// What `min_weight_percent` may be.
+    pub const MIN_WEIGHT_PERCENT: RangeInclusive<u8> = 1..=100;
 }
 
 /// `health_checks.active`: an object, where `path` and Caddy's `uri` are one field.

@@ -6,7 +6,8 @@
 use super::duration::exact;
 use super::{
     grammar, json, Active, Config, ConfigError, HealthChecks, Outlier, Passive, Role, RoutingMode,
-    StatusPage, Upstream, DEFAULT_MAX_EJECTION_PERCENT, DEFAULT_ROUTE_HEADER, MAX_UPSTREAMS,
+    SlowStart, StatusPage, Upstream, DEFAULT_MAX_EJECTION_PERCENT, DEFAULT_ROUTE_HEADER,
+    MAX_UPSTREAMS,
 };
 use serde::{Deserialize, Deserializer};
 use std::collections::HashSet;
@@ -169,6 +170,7 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
     }
     let checks = &mut config.health_checks;
     ranges(&mut checks.active, &checks.passive, &checks.outlier)?;
+    slow_start(&checks.slow_start)?;
     check_upstreams(&config)?;
     across_fields(&config)?;
     config.jitter = Some(config.jitter());
@@ -244,6 +246,23 @@ fn ranges(active: &mut Active, passive: &Passive, outlier: &Outlier) -> Result<(
         outlier.latency_factor,
         &Outlier::LATENCY_FACTOR,
     )
+}
+
+/// The warm-up's tuning: a starting share within its range, and an aggression the formula can
+/// raise a share to the power of (`1 / aggression`).
+fn slow_start(slow_start: &SlowStart) -> Result<(), ConfigError> {
+    within(
+        "health_checks.slow_start.min_weight_percent",
+        slow_start.min_weight_percent,
+        &SlowStart::MIN_WEIGHT_PERCENT,
+    )?;
+    if !(slow_start.aggression.is_finite() && slow_start.aggression > 0.0) {
+        return Err(fail(
+            "health_checks.slow_start.aggression",
+            "must be a number greater than 0 (1.0 ramps linearly)",
+        ));
+    }
+    Ok(())
 }
 
 /// Every upstream named, once; its authority valid; under host routing, its own address.

@@ -37,6 +37,7 @@ use crate::schedule::{ProbeSlot, Schedule};
 use crate::select::Rotation;
 use crate::tables::PassiveTable;
 use crate::time::Time;
+use crate::warm_up::{warming, Warming};
 
 mod peers;
 mod probes;
@@ -205,6 +206,11 @@ pub struct Pool<H = ()> {
     relayout: bool,
     /// Per position in the previous configuration, the backend's position now.
     renumbered: Vec<Option<usize>>,
+    /// Whether a backend was warming up when the rotation was last laid out: then each tick
+    /// works its weight out again ([`crate::warm_up`]).
+    warming: bool,
+    /// The weights the rotation was last laid out with, warm-ups applied.
+    weights: Vec<u32>,
     /// This VM's requests in flight, tracked while `unhealthy_latency` is set or outliers are
     /// detected.
     outstanding: Outstanding,
@@ -233,6 +239,8 @@ impl<H> Pool<H> {
             generation: 0,
             relayout: true,
             renumbered: Vec::new(),
+            warming: false,
+            weights: Vec::new(),
             outstanding: Outstanding::default(),
             ticked: now,
         };
@@ -350,6 +358,20 @@ impl<H> Pool<H> {
         self.guard
     }
 
+    /// Backend `index`'s warm-up as the rotation applies it at `now`, if it is warming up
+    /// ([`crate::warm_up`]; as of the rotation's latest layout, at most a tick old).
+    pub fn warming_up(&self, index: usize, now: Time) -> Option<Warming> {
+        let m = self
+            .members
+            .get(index)
+            .filter(|m| self.warming && m.routable)?;
+        warming(
+            &self.config.health_checks.slow_start,
+            &m.evidence.active,
+            now,
+        )
+    }
+
     /// Whether this VM holds the probing lease.
     pub fn probing(&self) -> bool {
         self.prober.is_some()
@@ -418,6 +440,7 @@ impl<H> Pool<H> {
         }
         self.abandon_probes(now, &mut effects);
         self.refresh(now, &mut effects);
+        self.warm_up(now);
         self.schedule_probes(now, &mut effects);
         if let Some(prober) = self.prober.as_mut() {
             effects.publish_active |= std::mem::take(&mut prober.unpublished);
@@ -471,7 +494,13 @@ impl<H> Pool<H> {
             return pick;
         };
         let effects = self.passive_published(&table, now);
-        let pick = self.pick(now);
+        // A backend still in rotation keeps its turn: one whose turns are few (a light weight,
+        // a warm-up) would otherwise give each away whenever the table changed since its last.
+        let pick = if self.members.get(i).is_some_and(|m| m.routable) {
+            pick
+        } else {
+            self.pick(now)
+        };
         carry_out(self, effects);
         pick
     }

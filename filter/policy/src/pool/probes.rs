@@ -231,6 +231,27 @@ impl<H> Pool<H> {
         if m.accepting != m.evidence.accepting() {
             effects.publish_active = true;
         }
+        if let Transition::Changed { to, .. } = transition {
+            let warm_up =
+                (to == Health::Healthy && self.others_in_service(index, now)).then_some(now);
+            if let Some(m) = self.members.get_mut(index) {
+                m.evidence.active.warm_up = warm_up;
+            }
+        }
+    }
+
+    /// Whether a backend other than `index` has been passing its probes for a probe interval
+    /// or more at `now`: then backend `index`, entering service now, warms up. Backends that
+    /// enter service within one interval of each other with none in service before (cold start,
+    /// or the end of an outage of all) do not: nobody is ramped against backends as cold as it.
+    fn others_in_service(&self, index: usize, now: Time) -> bool {
+        let interval = self.config.health_checks.active.interval;
+        self.members.iter().enumerate().any(|(i, m)| {
+            let active = &m.evidence.active;
+            i != index
+                && active.status == Health::Healthy
+                && active.since.saturating_add(interval) <= now
+        })
     }
 
     /// Takes a probe sent at `sent` whose answer at `now` said the backend drains (`by`): no

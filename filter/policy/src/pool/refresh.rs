@@ -15,6 +15,7 @@ use crate::events::{Effects, Event};
 use crate::fleet::{route, Evidence, Guard, Routing};
 use crate::select::Rotation;
 use crate::time::Time;
+use crate::warm_up::{warming, STEPS};
 
 impl<H> Pool<H> {
     /// Works out the routing again if anything changed or a failure expired, and reports what
@@ -29,8 +30,8 @@ impl<H> Pool<H> {
         let routing = route(&evidence, now, &self.config);
         let routable_changed = self.follow_members(&routing, now, effects);
         self.follow_back_alike(&routing, effects);
-        self.lay_out(routable_changed);
         self.follow_guard(routing.guard, effects);
+        self.lay_out(routable_changed, now);
     }
 
     /// When a remembered failure or an outlier ejection next expires: the routing can change by
@@ -104,12 +105,68 @@ impl<H> Pool<H> {
 
     /// Lays the rotation out again when a backend's routability changed or a configuration
     /// renumbered the backends.
-    fn lay_out(&mut self, routable_changed: bool) {
+    fn lay_out(&mut self, routable_changed: bool, now: Time) {
         if routable_changed || std::mem::take(&mut self.relayout) {
             let routable: Vec<bool> = self.members.iter().map(|m| m.routable).collect();
-            let weights: Vec<u32> = self.members.iter().map(|m| m.upstream.weight).collect();
+            let (weights, warming) = self.weights(now);
             self.rotation = Rotation::new(&routable, &weights);
+            self.weights = weights;
+            self.warming = warming;
         }
+    }
+
+    /// While a backend warms up, at each tick: lays the rotation out again when a warming
+    /// backend's share took a step, continuing the cycle where it was.
+    pub(super) fn warm_up(&mut self, now: Time) {
+        if !self.warming {
+            return;
+        }
+        let (weights, warming) = self.weights(now);
+        if weights != self.weights {
+            let routable: Vec<bool> = self.members.iter().map(|m| m.routable).collect();
+            self.rotation = self.rotation.reweighted(&routable, &weights);
+            self.weights = weights;
+        }
+        self.warming = warming;
+    }
+
+    /// Each backend's weight in the rotation at `now`, and whether any is warming up. A warming
+    /// backend's weight is its share, in steps, of its weight in [`STEPS`], the others' their
+    /// whole weight in `STEPS`; with none warming, the configured weights as they are. Nobody
+    /// warms up while the guard is engaged or the cap keeps a failing backend in rotation: a
+    /// warm-up then would push its share onto backends that fail. Only routable backends share
+    /// the traffic, so a lone routable backend gets all of it, warming or not.
+    fn weights(&self, now: Time) -> (Vec<u32>, bool) {
+        let slow_start = &self.config.health_checks.slow_start;
+        let configured = || self.members.iter().map(|m| m.upstream.weight).collect();
+        if slow_start.window.is_none()
+            || self.guard.engaged()
+            || self
+                .members
+                .iter()
+                .any(|m| m.routable && m.ejection.held_back())
+        {
+            return (configured(), false);
+        }
+        let steps: Vec<Option<u32>> = self
+            .members
+            .iter()
+            .map(|m| {
+                warming(slow_start, &m.evidence.active, now)
+                    .filter(|_| m.routable)
+                    .map(|w| w.steps)
+            })
+            .collect();
+        if steps.iter().all(Option::is_none) {
+            return (configured(), false);
+        }
+        let weights = self
+            .members
+            .iter()
+            .zip(&steps)
+            .map(|(m, s)| m.upstream.weight.saturating_mul(s.unwrap_or(STEPS)))
+            .collect();
+        (weights, true)
     }
 
     /// Follows the fleet guard, reported by the prober.
