@@ -193,6 +193,35 @@ impl Tally {
             0.0
         }
     }
+
+    /// The highest failure rate these counts plausibly stand for, what a backend is compared with:
+    /// the failures taken two standard deviations high (2√f, the spread of a count), since the
+    /// peers' share is a measurement too, and half a failure more, over one request more (as
+    /// Jeffreys' prior does), so that peers without a failure make a backend's failures unlikely,
+    /// not impossible. Above 0 and, for a failure share under 1, below 1 but for few requests.
+    fn rate(&self) -> f64 {
+        let failures = self.failures + 2.0 * self.failures.sqrt() + 0.5;
+        (failures / (self.requests + 1.0)).min(1.0)
+    }
+
+    /// How surprising these counts are at the failure rate `rate`: the log-likelihood ratio of
+    /// the share they show against `rate`, `k ln(q/p) + (n−k) ln((1−q)/(1−p))`, 0 when the share
+    /// is no higher. `exp(−surprise)` bounds the chance of failing this share or more at `rate`
+    /// (the Chernoff bound of the binomial tail); when every request failed it is that chance
+    /// exactly, `p^n`, as in the run rule. Counts are weighted by the window, so not whole.
+    fn surprise(&self, rate: f64) -> f64 {
+        let share = self.share();
+        if share <= rate {
+            return 0.0;
+        }
+        let failed = self.failures * (share / rate).ln();
+        let served = self.requests - self.failures;
+        if served > 0.0 {
+            failed + served * ((1.0 - share) / (1.0 - rate)).ln()
+        } else {
+            failed
+        }
+    }
 }
 
 /// One backend's recent request outcomes: a sliding window counter over two half-window buckets.
@@ -339,6 +368,18 @@ impl Traffic {
             previous: counts(self.half.checked_sub(1)),
             current: counts(Some(self.half)),
         }
+    }
+
+    /// Every outcome still in either half-window at `now`, each counted whole: what a rate is
+    /// estimated from. The sliding estimate counts about half a window's worth, which at a request
+    /// a second hovers just under `min_requests`; a rate needs no sliding edge.
+    fn tally_whole(&self, now: Time, window: Duration) -> Tally {
+        let weights = self.weights(now, window);
+        let whole = |w: f64| if w > 0.0 { 1.0 } else { 0.0 };
+        self.tally(Weights {
+            previous: whole(weights.previous),
+            current: whole(weights.current),
+        })
     }
 
     fn tally(&self, weights: Weights) -> Tally {
@@ -540,6 +581,16 @@ fn count(estimate: f64) -> u32 {
 /// own: one in a million.
 pub const RUN_CHANCE: f64 = 1e-6;
 
+/// How unlikely a backend's failures in the window must be, at its peers' failure rate, before
+/// they are its own: one in a million, as for a run (see [`Tally::surprise`] for how it is
+/// reckoned).
+pub const SHARE_CHANCE: f64 = RUN_CHANCE;
+
+/// How unlikely its failures since its re-admission must be for a backend on probation: one in a
+/// hundred. It was found failing already, so less evidence that it still is will do: two failures
+/// in a row while its peers fail a few in a hundred.
+pub const PROBATION_CHANCE: f64 = 1e-2;
+
 /// The longest run [`run_rule`] asks for: peers failing so much that a longer one is believable
 /// leave nothing to compare with.
 const LONGEST_RUN: u32 = 1000;
@@ -579,15 +630,7 @@ pub fn run_rule(peers: &Traffic, config: &OutlierConfig, now: Time) -> Option<Ru
     if !config.enabled {
         return None;
     }
-    // Every outcome still in either half-window counts whole: the sliding estimate counts about
-    // half a window's worth, which at a request a second to the peers hovers just under
-    // `min_requests`; a share needs no sliding edge.
-    let weights = peers.weights(now, config.window);
-    let whole = |w: f64| if w > 0.0 { 1.0 } else { 0.0 };
-    let theirs = peers.tally(Weights {
-        previous: whole(weights.previous),
-        current: whole(weights.current),
-    });
+    let theirs = peers.tally_whole(now, config.window);
     if theirs.requests < f64::from(config.min_requests) {
         return None;
     }
@@ -654,6 +697,7 @@ fn failing(
         return None;
     }
     let gap = f64::from(config.failure_gap);
+    let peers_rate = peers.tally_whole(now, window).rate();
     let verdict = |mine: Tally, since_readmission: bool| Verdict::Failing {
         failed: count(mine.failures),
         requests: count(mine.requests),
@@ -662,16 +706,19 @@ fn failing(
         peers_failed: count(theirs.failures),
         peers_requests: count(theirs.requests),
     };
-    let stands_out = |mine: Tally, needed: u32| {
-        mine.failures >= f64::from(needed) && (mine.share() - theirs.share()) * 100.0 >= gap
+    // The cheap tests first: a healthy backend fails the count, nearly always.
+    let stands_out = |mine: Tally, needed: u32, chance: f64| {
+        mine.failures >= f64::from(needed)
+            && (mine.share() - theirs.share()) * 100.0 >= gap
+            && mine.surprise(peers_rate) > -chance.ln()
     };
     let in_window = traffic.tally(traffic.weights(now, window));
-    if stands_out(in_window, config.min_failures) {
+    if stands_out(in_window, config.min_failures, SHARE_CHANCE) {
         return Some(verdict(in_window, false));
     }
     let readmitted = standing.readmitted_at(now)?;
     let since = traffic.tally(traffic.weights_since(readmitted, now, window));
-    stands_out(since, PROBATION_FAILURES).then(|| verdict(since, true))
+    stands_out(since, PROBATION_FAILURES, PROBATION_CHANCE).then(|| verdict(since, true))
 }
 
 /// `latency` × `config.latency_factor`, saturating.
