@@ -273,6 +273,38 @@ async fn a_booted_backend_that_loses_its_database_costs_at_most_ten_requests_in_
     database_unreachable_on_app2(HOST).await
 }
 
+async fn a_third_of_pages_failing_on_app2(routing: Routing) -> anyhow::Result<()> {
+    let run = Scenario::app2(
+        "a third of app2's pages 500 from 3 s, /up 200",
+        routing,
+        Mode::Bug {
+            percent: 33,
+            status: 500,
+        },
+    )
+    .run()
+    .await?;
+    let failed = run.report.failures();
+    assert!(failed > 0, "the fault was not exercised");
+    assert!(failed <= 12, "{failed} failed: {}", run.report);
+    assert!(all_failed_with(&run.report, 500), "{}", run.report);
+    assert!(run.stat("app2.outlier_failing").await? >= 1);
+    assert_eq!(run.stat("app1.ejections").await?, 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_release_failing_a_third_of_one_backends_pages_costs_at_most_twelve_requests_in_cluster_routing(
+) -> anyhow::Result<()> {
+    a_third_of_pages_failing_on_app2(Routing::Cluster).await
+}
+
+#[tokio::test]
+async fn a_release_failing_a_third_of_one_backends_pages_costs_at_most_twelve_requests_in_host_routing(
+) -> anyhow::Result<()> {
+    a_third_of_pages_failing_on_app2(HOST).await
+}
+
 async fn app_bug_on_both(routing: Routing) -> anyhow::Result<()> {
     let bug = Mode::Bug {
         percent: 20,

@@ -272,3 +272,48 @@ fn at_two_requests_a_second_one_percent_of_failures_everywhere_ejects_nobody_in_
     assert_eq!(metric(&host, "upcheck.app1.ejections"), 0);
     assert_eq!(metric(&host, "upcheck.app2.ejections"), 0);
 }
+
+#[test]
+fn a_release_failing_a_third_of_one_backends_pages_is_out_within_ten_failures() {
+    for rate in [20, 50] {
+        let mut host = host();
+        host.upstream("app1");
+        host.upstream("app2").sometimes(33, Behaviour::status(500));
+        start(&mut host);
+        let traffic = run(&mut host, rate, secs(30));
+        let first = first_ejection(&host);
+        let before = first.map_or(usize::MAX, |at| {
+            traffic
+                .failures()
+                .iter()
+                .filter(|r| r.completed.is_some_and(|done| done <= at))
+                .count()
+        });
+        println!(
+            "{rate} req/s, a third of app2's pages 500: ejected at {first:?} after {before} \
+             failures, {} in 30 s; {traffic}",
+            traffic.failures().len()
+        );
+        println!("{}", logs(&host, "app2 ejected").join("\n"));
+        assert!(before <= 10, "{before} failures before the ejection");
+        assert_eq!(metric(&host, "upcheck.app1.ejections"), 0);
+        assert_eq!(metric(&host, "upcheck.fleet_guard"), 0);
+    }
+}
+
+#[test]
+fn one_percent_of_failures_on_one_backend_ejects_nobody_in_ten_minutes() {
+    let mut host = host();
+    host.upstream("app1");
+    host.upstream("app2").sometimes(1, Behaviour::status(500));
+    start(&mut host);
+    let traffic = run(&mut host, 40, secs(600));
+    println!(
+        "40 req/s, 1 % random 500s on app2, 10 min: {} failed, {} ejections; {traffic}",
+        traffic.failures().len(),
+        metric(&host, "upcheck.app1.ejections") + metric(&host, "upcheck.app2.ejections")
+    );
+    assert!(traffic.failures().len() > 60, "the fault was not exercised");
+    assert_eq!(metric(&host, "upcheck.app1.ejections"), 0);
+    assert_eq!(metric(&host, "upcheck.app2.ejections"), 0);
+}

@@ -10,8 +10,10 @@
 //! failures (any 5xx from the backend, 500 included, plus connection failures, resets and
 //! timeouts) and a histogram of latencies. [`judge`] sets one backend against its peers (the
 //! other backends in rotation, pooled into one) and finds it
-//! - *failing* when it has at least `min_failures` failures and its failure share is at least
-//!   `failure_gap` percentage points above its peers';
+//! - *failing* when it has at least `min_failures` failures, so many that they would be less
+//!   likely than [`SHARE_CHANCE`] (one in a million) at its peers' failure rate, and a failure
+//!   share at least `failure_gap` percentage points above theirs (the floor: a difference too
+//!   small to be worth an ejection, 5 points by default);
 //! - *slow* when its median latency is at least `min_latency` and `latency_factor` times its
 //!   peers';
 //! - *stalled* when [`STALLED_REQUESTS`] of its requests still in flight have waited longer than
@@ -32,19 +34,33 @@
 //! judged: the detector never empties a pool (its ejections also count toward the fleet's cap).
 //! Nothing is judged on thin evidence: the peers must have had `min_requests` requests in the
 //! window, the backend `min_failures` failures (or `min_requests` answers before its latency is
-//! judged), and a gap of 50 points is far beyond what chance does to two backends with the same
-//! failure rate. At 2 requests a second a backend failing everything is out after 5 to 8 failures;
+//! judged). At 2 requests a second a backend failing everything is out after 5 to 8 failures;
 //! one with a few unlucky failures is not.
 //!
+//! **How unlikely is unlikely.** The question is the run rule's: would the peers, failing as they
+//! do, fail this much by chance? The backend's k failures in n requests are set against the
+//! highest rate the peers plausibly fail at ([`Tally::rate`]: their failures two standard
+//! deviations high, plus half a failure, so that spotless peers make one failure unlikely, not
+//! impossible) by their log-likelihood ratio ([`Tally::surprise`]), whose exponential bounds the
+//! binomial tail (Chernoff): cheap (two logarithms, and only for a backend past the count and the
+//! floor), exact when every request failed, and defined for the window's weighted counts. So a
+//! release that fails a third of one backend's pages while its peers fail none is out by its
+//! fifth to eighth failure, whatever its share's gap; an app bug failing a third of the pages on
+//! every backend is not, because each one's share is likely at the others'; 1 % of failures on
+//! one backend is likely enough at low traffic and under the floor at high traffic. Taking the
+//! peers' rate high keeps two backends with the same share apart from chance even though each is
+//! the other's only peer.
+//!
 //! A backend that was serving and then breaks is judged later than one broken from the start:
-//! its successes still in the window dilute its failure share until its failures outnumber them.
+//! its successes still in the window dilute its failure share (under the floor and as evidence).
 //! The run rule ([`run_rule`]) closes that gap: its last few requests, process-wide, all failing
 //! while its peers rarely fail make it failing within a few requests.
 //!
 //! **Repeat offenders** are tracked in a [`Standing`]: each ejection is twice as long as the one
 //! before (up to `max_ejection`), and a re-admitted backend is on probation: [`PROBATION_FAILURES`]
-//! failures since its re-admission eject it again (under the same share rule), so a backend that
-//! 500s every page costs at most two requests per re-admission. Back in rotation for as long as its
+//! failures since its re-admission eject it again (under the same share rule, at
+//! [`PROBATION_CHANCE`]: it was found failing already), so a backend that 500s every page costs at
+//! most two requests per re-admission. Back in rotation for as long as its
 //! last ejection lasted without a new offence, it is clean again.
 //!
 //! **The window** is a sliding window counter over two half-window buckets keyed by
@@ -193,6 +209,35 @@ impl Tally {
             0.0
         }
     }
+
+    /// The highest failure rate these counts plausibly stand for, what a backend is compared with:
+    /// the failures taken two standard deviations high (2√f, the spread of a count), since the
+    /// peers' share is a measurement too, and half a failure more, over one request more (as
+    /// Jeffreys' prior does), so that peers without a failure make a backend's failures unlikely,
+    /// not impossible. Above 0 and, for a failure share under 1, below 1 but for few requests.
+    fn rate(&self) -> f64 {
+        let failures = self.failures + 2.0 * self.failures.sqrt() + 0.5;
+        (failures / (self.requests + 1.0)).min(1.0)
+    }
+
+    /// How surprising these counts are at the failure rate `rate`: the log-likelihood ratio of
+    /// the share they show against `rate`, `k ln(q/p) + (n−k) ln((1−q)/(1−p))`, 0 when the share
+    /// is no higher. `exp(−surprise)` bounds the chance of failing this share or more at `rate`
+    /// (the Chernoff bound of the binomial tail); when every request failed it is that chance
+    /// exactly, `p^n`, as in the run rule. Counts are weighted by the window, so not whole.
+    fn surprise(&self, rate: f64) -> f64 {
+        let share = self.share();
+        if share <= rate {
+            return 0.0;
+        }
+        let failed = self.failures * (share / rate).ln();
+        let served = self.requests - self.failures;
+        if served > 0.0 {
+            failed + served * ((1.0 - share) / (1.0 - rate)).ln()
+        } else {
+            failed
+        }
+    }
 }
 
 /// One backend's recent request outcomes: a sliding window counter over two half-window buckets.
@@ -339,6 +384,18 @@ impl Traffic {
             previous: counts(self.half.checked_sub(1)),
             current: counts(Some(self.half)),
         }
+    }
+
+    /// Every outcome still in either half-window at `now`, each counted whole: what a rate is
+    /// estimated from. The sliding estimate counts about half a window's worth, which at a request
+    /// a second hovers just under `min_requests`; a rate needs no sliding edge.
+    fn tally_whole(&self, now: Time, window: Duration) -> Tally {
+        let weights = self.weights(now, window);
+        let whole = |w: f64| if w > 0.0 { 1.0 } else { 0.0 };
+        self.tally(Weights {
+            previous: whole(weights.previous),
+            current: whole(weights.current),
+        })
     }
 
     fn tally(&self, weights: Weights) -> Tally {
@@ -540,6 +597,16 @@ fn count(estimate: f64) -> u32 {
 /// own: one in a million.
 pub const RUN_CHANCE: f64 = 1e-6;
 
+/// How unlikely a backend's failures in the window must be, at its peers' failure rate, before
+/// they are its own: one in a million, as for a run (see [`Tally::surprise`] for how it is
+/// reckoned).
+pub const SHARE_CHANCE: f64 = RUN_CHANCE;
+
+/// How unlikely its failures since its re-admission must be for a backend on probation: one in a
+/// hundred. It was found failing already, so less evidence that it still is will do: two failures
+/// in its first two requests while its peers fail up to about 5 in 100.
+pub const PROBATION_CHANCE: f64 = 1e-2;
+
 /// The longest run [`run_rule`] asks for: peers failing so much that a longer one is believable
 /// leave nothing to compare with.
 const LONGEST_RUN: u32 = 1000;
@@ -579,15 +646,7 @@ pub fn run_rule(peers: &Traffic, config: &OutlierConfig, now: Time) -> Option<Ru
     if !config.enabled {
         return None;
     }
-    // Every outcome still in either half-window counts whole: the sliding estimate counts about
-    // half a window's worth, which at a request a second to the peers hovers just under
-    // `min_requests`; a share needs no sliding edge.
-    let weights = peers.weights(now, config.window);
-    let whole = |w: f64| if w > 0.0 { 1.0 } else { 0.0 };
-    let theirs = peers.tally(Weights {
-        previous: whole(weights.previous),
-        current: whole(weights.current),
-    });
+    let theirs = peers.tally_whole(now, config.window);
     if theirs.requests < f64::from(config.min_requests) {
         return None;
     }
@@ -641,6 +700,8 @@ pub fn judge<'a>(
     }
 }
 
+/// The share rule: the backend's failures in the window, or since its re-admission while on
+/// probation, against its peers' (see the module's notes).
 fn failing(
     traffic: &Traffic,
     standing: &Standing,
@@ -662,16 +723,19 @@ fn failing(
         peers_failed: count(theirs.failures),
         peers_requests: count(theirs.requests),
     };
-    let stands_out = |mine: Tally, needed: u32| {
-        mine.failures >= f64::from(needed) && (mine.share() - theirs.share()) * 100.0 >= gap
+    // The cheap tests first: a healthy backend fails the count, nearly always.
+    let stands_out = |mine: Tally, needed: u32, chance: f64| {
+        mine.failures >= f64::from(needed)
+            && (mine.share() - theirs.share()) * 100.0 >= gap
+            && mine.surprise(peers.tally_whole(now, window).rate()) > -chance.ln()
     };
     let in_window = traffic.tally(traffic.weights(now, window));
-    if stands_out(in_window, config.min_failures) {
+    if stands_out(in_window, config.min_failures, SHARE_CHANCE) {
         return Some(verdict(in_window, false));
     }
     let readmitted = standing.readmitted_at(now)?;
     let since = traffic.tally(traffic.weights_since(readmitted, now, window));
-    stands_out(since, PROBATION_FAILURES).then(|| verdict(since, true))
+    stands_out(since, PROBATION_FAILURES, PROBATION_CHANCE).then(|| verdict(since, true))
 }
 
 /// `latency` × `config.latency_factor`, saturating.

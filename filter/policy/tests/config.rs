@@ -753,7 +753,7 @@ fn outlier_detection_is_on_by_default_with_the_documented_values() {
         (o.window, o.min_failures, o.min_requests),
         (Duration::from_secs(10), 5, 5)
     );
-    assert_eq!((o.failure_gap, o.latency_factor), (50, 4));
+    assert_eq!((o.failure_gap, o.latency_factor), (5, 4));
     assert_eq!(
         (o.min_latency, o.stall_after),
         (Duration::from_millis(250), Duration::from_millis(500))

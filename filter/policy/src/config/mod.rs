@@ -469,7 +469,7 @@ impl Default for Outlier {
             window: Duration::from_secs(10),
             min_failures: 5,
             min_requests: 5,
-            failure_gap: 50,
+            failure_gap: 5,
             latency_factor: 4,
             min_latency: Duration::from_millis(250),
             stall_after: Duration::from_millis(500),
