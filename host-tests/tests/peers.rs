@@ -63,6 +63,19 @@ fn first_ejection(host: &Host) -> Option<Duration> {
         .map(|l| l.at)
 }
 
+/// When app2 was first ejected, and how many users had failed by then.
+fn failures_before_first_ejection(host: &Host, traffic: &Traffic) -> (Option<Duration>, usize) {
+    let first = first_ejection(host);
+    let before = first.map_or(usize::MAX, |at| {
+        traffic
+            .failures()
+            .iter()
+            .filter(|r| r.completed.is_some_and(|done| done <= at))
+            .count()
+    });
+    (first, before)
+}
+
 #[test]
 fn a_booted_backend_that_loses_its_database_costs_at_most_ten_requests_in_a_minute() {
     let mut host = host();
@@ -238,14 +251,7 @@ fn at_two_requests_a_second_a_backend_failing_every_page_is_ejected_before_its_t
         .from(secs(20), Behaviour::status(500));
     start(&mut host);
     let traffic = run(&mut host, 2, secs(40));
-    let first = first_ejection(&host);
-    let before = first.map_or(usize::MAX, |at| {
-        traffic
-            .failures()
-            .iter()
-            .filter(|r| r.completed.is_some_and(|done| done <= at))
-            .count()
-    });
+    let (first, before) = failures_before_first_ejection(&host, &traffic);
     println!(
         "2 req/s, app2 500s every page from 20 s: ejected at {first:?} after {before} failures; {traffic}"
     );
@@ -281,14 +287,7 @@ fn a_release_failing_a_third_of_one_backends_pages_is_out_within_ten_failures() 
         host.upstream("app2").sometimes(33, Behaviour::status(500));
         start(&mut host);
         let traffic = run(&mut host, rate, secs(30));
-        let first = first_ejection(&host);
-        let before = first.map_or(usize::MAX, |at| {
-            traffic
-                .failures()
-                .iter()
-                .filter(|r| r.completed.is_some_and(|done| done <= at))
-                .count()
-        });
+        let (first, before) = failures_before_first_ejection(&host, &traffic);
         println!(
             "{rate} req/s, a third of app2's pages 500: ejected at {first:?} after {before} \
              failures, {} in 30 s; {traffic}",

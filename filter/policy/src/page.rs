@@ -548,9 +548,9 @@ mod tests {
     use crate::pool::Routed;
     use std::time::Duration;
 
-    fn pool() -> Pool {
-        let config = Config::parse(br#"{"upstreams":[{"name":"app1"},{"name":"app-2"}]}"#)
-            .unwrap_or_else(|e| panic!("{e}"));
+    /// app1 passes its first probe and app-2 fails it (answering 502), under `config`.
+    fn pool_of(config: &[u8]) -> Pool {
+        let config = Config::parse(config).unwrap_or_else(|e| panic!("{e}"));
         let mut pool = Pool::new(config, Duration::ZERO, |_| ());
         pool.lease(true, Duration::ZERO, 1);
         pool.probe_sent(0, 1, Duration::ZERO);
@@ -560,18 +560,15 @@ mod tests {
         pool
     }
 
+    fn pool() -> Pool {
+        pool_of(br#"{"upstreams":[{"name":"app1"},{"name":"app-2"}]}"#)
+    }
+
     /// app-2 fails its first probe and passes at 30 s, warming up over 100 s.
     fn warming_pool() -> Pool {
-        let config = Config::parse(
+        let mut pool = pool_of(
             br#"{"upstreams":[{"name":"app1"},{"name":"app-2"}],"health_checks":{"slow_start":"100s"}}"#,
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        let mut pool = Pool::new(config, Duration::ZERO, |_| ());
-        pool.lease(true, Duration::ZERO, 1);
-        pool.probe_sent(0, 1, Duration::ZERO);
-        pool.probe_sent(1, 2, Duration::ZERO);
-        pool.probe_answered(1, Some(200), false, b"", Duration::from_millis(10));
-        pool.probe_answered(2, Some(502), false, b"", Duration::from_millis(20));
+        );
         pool.probe_sent(1, 3, Duration::from_secs(30));
         pool.probe_answered(3, Some(200), false, b"", Duration::from_secs(30));
         pool
