@@ -6,7 +6,7 @@
 # table under a heading. docs/build-profile.md reads them.
 #
 #   bench/opt-levels.sh ENVOY                # or UPCHECK_ENVOY=… bench/opt-levels.sh
-#   make bench-opt-levels VENV=/work/main/.venv
+#   make bench-opt-levels
 #
 # Each variant builds into its own target directory (target/opt-LEVEL) with the opt-level set
 # through the environment, so Cargo.toml is not edited and the variants do not rebuild each other.
