@@ -10,7 +10,7 @@
 use crate::active::{Health, ProbeOutcome, Reason};
 use crate::config::duration;
 use crate::drain::{Drain, Signal};
-use crate::fleet::Guard;
+use crate::guard::Guard;
 use crate::outcome::Failure;
 use crate::outlier::Verdict;
 use crate::tables::PassiveChange;

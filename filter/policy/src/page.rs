@@ -16,7 +16,7 @@ use crate::active::{Health, ProbeOutcome};
 use crate::config::duration;
 use crate::config::StatusPage;
 use crate::drain::Drain;
-use crate::fleet::Guard;
+use crate::guard::Guard;
 use crate::pool::{Member, Pool};
 use crate::time::Time;
 use crate::warm_up::Warming;

@@ -102,7 +102,7 @@ proptest! {
             }
             proxy.tick(now);
             let evidence: Vec<Evidence> = proxy.members().iter().map(|m| m.evidence.clone()).collect();
-            let expected = upcheck_policy::fleet::route(&evidence, now, proxy.config());
+            let expected = upcheck_policy::guard::route(&evidence, now, proxy.config());
             let routable: Vec<bool> = proxy.members().iter().map(|m| m.routable).collect();
             let ejected = proxy.ejected();
             prop_assert_eq!(&routable, &expected.routable, "a refresh that skipped work left a stale routing");

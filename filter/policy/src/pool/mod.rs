@@ -29,7 +29,7 @@
 use crate::config::{Config, Upstream};
 use crate::drain::Drain;
 use crate::events::{Effects, Event};
-use crate::fleet::{Evidence, Guard};
+use crate::guard::{Evidence, Guard};
 use crate::outcome::RequestOutcome;
 use crate::outlier::Traffic;
 use crate::passive::Outstanding;

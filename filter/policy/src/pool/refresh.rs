@@ -12,7 +12,7 @@ use super::{EjectionState, Member, Pool, Prober};
 use crate::active::Health;
 use crate::config::Passive as PassiveConfig;
 use crate::events::{Effects, Event};
-use crate::fleet::{route, Evidence, Guard, Routing};
+use crate::guard::{route, Evidence, Guard, Routing};
 use crate::select::Rotation;
 use crate::time::Time;
 use crate::warm_up::{warming, STEPS};
