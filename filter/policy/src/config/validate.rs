@@ -9,6 +9,7 @@ use super::{
     SlowStart, StatusPage, Upstream, DEFAULT_MAX_EJECTION_PERCENT, DEFAULT_ROUTE_HEADER,
     MAX_UPSTREAMS,
 };
+use crate::series;
 use serde::{Deserialize, Deserializer};
 use std::collections::HashSet;
 use std::fmt::Display;
@@ -273,6 +274,9 @@ fn check_upstreams(config: &Config) -> Result<(), ConfigError> {
         let at = |field: &str| format!("upstreams[{i}].{field}");
         if u.name.is_empty() {
             return Err(fail(at("name"), "missing; every upstream needs a name"));
+        }
+        if let Some(reason) = series::label_value_problem(&u.name) {
+            return Err(fail(at("name"), format!("{:?} {reason}", u.name)));
         }
         if !names.insert(u.name.as_str()) {
             return Err(fail(at("name"), format!("{:?} is listed twice", u.name)));
