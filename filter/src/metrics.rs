@@ -86,7 +86,7 @@ impl BackendMetrics {
             draining: of(series::DRAINING),
             state_changes: of(series::STATE_CHANGES),
             states: State::ALL
-                .map(|state| define(MetricType::Gauge, &series::state_stat(name, state))),
+                .map(|state| define(MetricType::Gauge, &series::state_stat(name, state.as_str()))),
             probe_latency_ms: of(series::PROBE_LATENCY_MS),
             last_change_seconds: of(series::LAST_CHANGE_SECONDS),
             unflushed_requests: 0,

@@ -15,8 +15,6 @@
 //! is the last part and never holds a dot, and a pool-wide metric (`upcheck.fleet_guard`) has a
 //! single part, so the backend rule never takes one for the other, whatever the backend's name.
 
-use crate::state::State;
-
 /// The first part of every upcheck metric's name.
 pub const ROOT: &str = "upcheck";
 
@@ -125,10 +123,11 @@ pub fn backend_stat(backend: &str, metric: &str) -> String {
     format!("{ROOT}.{backend}.{metric}")
 }
 
-/// The name of the gauge that is 1 while `backend` is in `state`: `upcheck.<backend>.state_<s>`,
-/// which Prometheus shows as `upcheck_state{backend, state}`.
-pub fn state_stat(backend: &str, state: State) -> String {
-    backend_stat(backend, &format!("state_{}", state.as_str()))
+/// The name of the gauge that is 1 while `backend` is in the state named `state`
+/// ([`crate::state::State::as_str`]): `upcheck.<backend>.state_<state>`, which Prometheus shows
+/// as `upcheck_state{backend, state}`.
+pub fn state_stat(backend: &str, state: &str) -> String {
+    backend_stat(backend, &format!("state_{state}"))
 }
 
 /// The name of a pool-wide metric: `upcheck.<metric>`.
@@ -183,6 +182,7 @@ pub fn label_value_problem(name: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::State;
 
     #[test]
     fn a_backend_metric_is_named_after_the_backend_then_the_metric() {
@@ -191,7 +191,7 @@ mod tests {
             "upcheck.app.v2.healthy"
         );
         assert_eq!(
-            state_stat("app1", State::Ejected),
+            state_stat("app1", State::Ejected.as_str()),
             "upcheck.app1.state_ejected"
         );
         assert_eq!(pool_stat(FLEET_GUARD), "upcheck.fleet_guard");
