@@ -651,8 +651,9 @@ fn document(d: &Deployment, s: &Settings) -> Node {
 }
 
 /// Envoy's tag rules for upcheck's metrics ([`series::STATS_TAGS`]), so that Prometheus sees
-/// the backend as a label.
-fn stats_config() -> Node {
+/// the backend (and the state, and the pool where the configuration names one) as a label: the
+/// bootstrap's `stats_config`.
+pub fn stats_config() -> Node {
     let rules = series::STATS_TAGS.iter().map(|rule| {
         map([
             ("tag_name", text(rule.label)),
@@ -664,7 +665,8 @@ fn stats_config() -> Node {
         "upcheck's metrics carry the backend in their names (wasmcustom.upcheck.app1.healthy); \
          these rules make it a label, so /stats/prometheus shows upcheck_healthy{backend=\"app1\"} \
          and one alert or dashboard panel covers every backend (docs/operating.md lists the \
-         series).",
+         series). A plugin configuration with a `pool` name adds a pool label, for an Envoy that \
+         runs several pools.",
     )
 }
 

@@ -191,6 +191,23 @@ async fn prometheus_has_exactly_the_series_the_readme_lists() -> anyhow::Result<
     Ok(())
 }
 
+#[test]
+fn the_stats_tags_docs_operating_md_gives_are_those_upcheck_envoy_writes() {
+    let operating =
+        std::fs::read_to_string(workspace().join("docs/operating.md")).expect("docs/operating.md");
+    for rule in upcheck_policy::series::STATS_TAGS {
+        let written = format!(
+            "- tag_name: {}\n      regex: {}\n",
+            rule.label,
+            upcheck_cli::tree::scalar(rule.regex)
+        );
+        assert!(
+            operating.contains(&written),
+            "docs/operating.md lacks\n{written}"
+        );
+    }
+}
+
 /// The metric names (`upcheck_…`, `envoy_…`) a PromQL expression names.
 fn names_in(expr: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();

@@ -60,16 +60,16 @@ fn define(kind: MetricType, name: &str) -> Option<u32> {
 }
 
 impl BackendMetrics {
-    /// Defines `upstream`'s metrics (the host returns the same id for a name defined again, so
-    /// a reconfiguration keeps the counts).
-    pub fn define(upstream: &Upstream) -> BackendMetrics {
+    /// Defines the metrics of `upstream` of `pool` (the host returns the same id for a name
+    /// defined again, so a reconfiguration keeps the counts).
+    pub fn define(pool: Option<&str>, upstream: &Upstream) -> BackendMetrics {
         let name = &upstream.name;
         let of = |metric: Metric| {
             let kind = match metric.kind {
                 Kind::Counter => MetricType::Counter,
                 Kind::Gauge => MetricType::Gauge,
             };
-            define(kind, &series::backend_stat(name, metric.name))
+            define(kind, &series::backend_stat(pool, name, metric.name))
         };
         BackendMetrics {
             probes: of(series::PROBES),
@@ -85,8 +85,12 @@ impl BackendMetrics {
             healthy: of(series::HEALTHY),
             draining: of(series::DRAINING),
             state_changes: of(series::STATE_CHANGES),
-            states: State::ALL
-                .map(|state| define(MetricType::Gauge, &series::state_stat(name, state.as_str()))),
+            states: State::ALL.map(|state| {
+                define(
+                    MetricType::Gauge,
+                    &series::state_stat(pool, name, state.as_str()),
+                )
+            }),
             probe_latency_ms: of(series::PROBE_LATENCY_MS),
             last_change_seconds: of(series::LAST_CHANGE_SECONDS),
             unflushed_requests: 0,
@@ -152,9 +156,12 @@ impl OutlierMetrics {
     }
 }
 
-/// The fleet guard's gauge: 1 while it widens the routable set.
-pub fn define_fleet_guard() -> Option<u32> {
-    define(MetricType::Gauge, &series::pool_stat(series::FLEET_GUARD))
+/// The fleet guard's gauge of `pool`: 1 while it widens the routable set.
+pub fn define_fleet_guard(pool: Option<&str>) -> Option<u32> {
+    define(
+        MetricType::Gauge,
+        &series::pool_stat(pool, series::FLEET_GUARD),
+    )
 }
 
 /// Adds one to a counter.

@@ -14,6 +14,9 @@
 //! The rules rest on the shape of the names, which this module alone writes: a backend's metric
 //! is the last part and never holds a dot, and a pool-wide metric (`upcheck.fleet_guard`) has a
 //! single part, so the backend rule never takes one for the other, whatever the backend's name.
+//! A configuration that names its pool (for an Envoy that runs several) puts the name after a
+//! colon (`upcheck:site.app1.healthy`), which no backend name can take the place of, and the
+//! pool rule makes it a `pool` label.
 
 /// The first part of every upcheck metric's name.
 pub const ROOT: &str = "upcheck";
@@ -118,21 +121,31 @@ pub const BACKEND_METRICS: [Metric; 13] = [
 /// The pool's fleet guard gauge, 1 while it widens the routable set: `upcheck.fleet_guard`.
 pub const FLEET_GUARD: &str = "fleet_guard";
 
-/// The name of `metric` of `backend`: `upcheck.<backend>.<metric>`.
-pub fn backend_stat(backend: &str, metric: &str) -> String {
-    format!("{ROOT}.{backend}.{metric}")
+/// The first part of the names of a pool's metrics: `upcheck`, or `upcheck:<pool>` for a
+/// configuration that names its pool (`pool`; a colon, because no backend name or metric follows
+/// `upcheck` with one).
+pub fn root(pool: Option<&str>) -> String {
+    match pool {
+        Some(pool) => format!("{ROOT}:{pool}"),
+        None => ROOT.to_owned(),
+    }
+}
+
+/// The name of `metric` of `backend` in `pool`: `upcheck[:<pool>].<backend>.<metric>`.
+pub fn backend_stat(pool: Option<&str>, backend: &str, metric: &str) -> String {
+    format!("{}.{backend}.{metric}", root(pool))
 }
 
 /// The name of the gauge that is 1 while `backend` is in the state named `state`
-/// ([`crate::state::State::as_str`]): `upcheck.<backend>.state_<state>`, which Prometheus shows
-/// as `upcheck_state{backend, state}`.
-pub fn state_stat(backend: &str, state: &str) -> String {
-    backend_stat(backend, &format!("state_{state}"))
+/// ([`crate::state::State::as_str`]): `upcheck[:<pool>].<backend>.state_<state>`, which
+/// Prometheus shows as `upcheck_state{backend, state}`.
+pub fn state_stat(pool: Option<&str>, backend: &str, state: &str) -> String {
+    backend_stat(pool, backend, &format!("state_{state}"))
 }
 
-/// The name of a pool-wide metric: `upcheck.<metric>`.
-pub fn pool_stat(metric: &str) -> String {
-    format!("{ROOT}.{metric}")
+/// The name of a pool-wide metric: `upcheck[:<pool>].<metric>`.
+pub fn pool_stat(pool: Option<&str>, metric: &str) -> String {
+    format!("{}.{metric}", root(pool))
 }
 
 /// One of Envoy's `stats_config.stats_tags`: a label and the regex that finds its value.
@@ -147,17 +160,23 @@ pub struct TagRule {
     pub about: &'static str,
 }
 
-/// The rules that make the backend and the state labels, in the order Envoy applies them.
-pub const STATS_TAGS: [TagRule; 2] = [
+/// The rules that make the pool, backend and state labels, in the order Envoy applies them.
+pub const STATS_TAGS: [TagRule; 3] = [
+    TagRule {
+        label: "pool",
+        regex: r"^wasmcustom\.upcheck(:([\w-]+))\.",
+        about: "upcheck:<pool>.… (a configuration with a `pool` name, where one Envoy runs \
+                several pools) becomes upcheck_…{pool=\"<pool>\"}.",
+    },
     TagRule {
         label: "backend",
-        regex: r"^wasmcustom\.upcheck\.((.+?)\.)\w+$",
+        regex: r"^wasmcustom\.upcheck(?::[\w-]+)?\.((.+?)\.)\w+$",
         about: "upcheck.<backend>.<metric> becomes upcheck_<metric>{backend=\"<backend>\"}; the \
                 metric is the last part and has no dot, so a backend named with dots keeps them.",
     },
     TagRule {
         label: "state",
-        regex: r"^wasmcustom\.upcheck\..+\.state(_(healthy|unhealthy|ejected|draining|unknown))$",
+        regex: r"^wasmcustom\.upcheck(?::[\w-]+)?\..+\.state(_(healthy|unhealthy|ejected|draining|unknown))$",
         about:
             "upcheck.<backend>.state_<state> becomes upcheck_state{backend, state=\"<state>\"}: \
                 1 for the state the backend is in, 0 for the others.",
@@ -187,14 +206,26 @@ mod tests {
     #[test]
     fn a_backend_metric_is_named_after_the_backend_then_the_metric() {
         assert_eq!(
-            backend_stat("app.v2", HEALTHY.name),
+            backend_stat(None, "app.v2", HEALTHY.name),
             "upcheck.app.v2.healthy"
         );
         assert_eq!(
-            state_stat("app1", State::Ejected.as_str()),
+            state_stat(None, "app1", State::Ejected.as_str()),
             "upcheck.app1.state_ejected"
         );
-        assert_eq!(pool_stat(FLEET_GUARD), "upcheck.fleet_guard");
+        assert_eq!(pool_stat(None, FLEET_GUARD), "upcheck.fleet_guard");
+    }
+
+    #[test]
+    fn a_named_pool_follows_the_root_after_a_colon() {
+        assert_eq!(
+            backend_stat(Some("site"), "app1", PROBES.name),
+            "upcheck:site.app1.probes"
+        );
+        assert_eq!(
+            pool_stat(Some("api-2"), FLEET_GUARD),
+            "upcheck:api-2.fleet_guard"
+        );
     }
 
     #[test]
@@ -210,7 +241,7 @@ mod tests {
     #[test]
     fn the_state_rule_lists_every_state() {
         for state in State::ALL {
-            assert!(STATS_TAGS[1].regex.contains(state.as_str()), "{state:?}");
+            assert!(STATS_TAGS[2].regex.contains(state.as_str()), "{state:?}");
         }
     }
 

@@ -29,6 +29,8 @@ pub struct Document {
     routing: RoutingMode,
     #[serde(deserialize_with = "grammar::route_header")]
     route_header: String,
+    #[serde(deserialize_with = "grammar::pool")]
+    pool: Option<String>,
     #[serde(deserialize_with = "grammar::percent")]
     max_ejection_percent: u8,
     #[serde(deserialize_with = "grammar::percent_or_off")]
@@ -51,6 +53,7 @@ impl Default for Document {
             health_checks: HealthChecks::default(),
             routing: RoutingMode::default(),
             route_header: DEFAULT_ROUTE_HEADER.into(),
+            pool: None,
             max_ejection_percent: DEFAULT_MAX_EJECTION_PERCENT,
             min_healthy_percent: None,
             jitter: None,
@@ -157,6 +160,7 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
         health_checks: document.health_checks,
         routing: document.routing,
         route_header: document.route_header,
+        pool: document.pool,
         max_ejection_percent: document.max_ejection_percent,
         min_healthy_percent: document.min_healthy_percent,
         jitter: document.jitter,
