@@ -208,6 +208,23 @@ fn the_stats_tags_docs_operating_md_gives_are_those_upcheck_envoy_writes() {
     }
 }
 
+#[test]
+fn docs_operating_md_says_what_each_backend_metric_is_as_the_core_states_it() {
+    let operating =
+        std::fs::read_to_string(workspace().join("docs/operating.md")).expect("docs/operating.md");
+    for metric in upcheck_policy::series::BACKEND_METRICS {
+        let kind = match metric.kind {
+            upcheck_policy::series::Kind::Counter => "counter",
+            upcheck_policy::series::Kind::Gauge => "gauge",
+        };
+        let row = format!(
+            "| `upcheck_{}{{backend}}` | {kind} | {} |",
+            metric.name, metric.about
+        );
+        assert!(operating.contains(&row), "docs/operating.md lacks {row}");
+    }
+}
+
 /// The metric names (`upcheck_…`, `envoy_…`) a PromQL expression names.
 fn names_in(expr: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();

@@ -38,7 +38,7 @@ pub struct Metric {
     pub name: &'static str,
     /// Counter or gauge.
     pub kind: Kind,
-    /// What it says, for the docs.
+    /// What it says: its line in docs/operating.md's table of series (a test checks it is there).
     pub about: &'static str,
 }
 
@@ -82,23 +82,21 @@ pub const OUTLIER_SLOW: Metric = counter(
 /// Outlier ejections for requests stalled far longer than its peers take.
 pub const OUTLIER_STALLED: Metric = counter(
     "outlier_stalled",
-    "outlier ejections for requests stalled far longer than its peers take",
+    "outlier ejections for requests stalled far longer than its peers'",
 );
-/// Changes of [`State`].
+/// Changes of its [`crate::state::State`].
 pub const STATE_CHANGES: Metric = counter("state_changes", "changes of its state");
 /// 1 while probes pass and it is not ejected.
 pub const HEALTHY: Metric = gauge("healthy", "1 while its probes pass and it is not ejected");
 /// 1 while it drains.
 pub const DRAINING: Metric = gauge("draining", "1 while it drains");
 /// The last probe's latency, in milliseconds.
-pub const PROBE_LATENCY_MS: Metric = gauge(
-    "probe_latency_ms",
-    "how long its last probe took to settle, in milliseconds",
-);
+pub const PROBE_LATENCY_MS: Metric =
+    gauge("probe_latency_ms", "how long its last probe took to settle");
 /// When its state last changed, in seconds since the Unix epoch.
 pub const LAST_CHANGE_SECONDS: Metric = gauge(
     "last_change_seconds",
-    "when its state last changed, in seconds since the Unix epoch",
+    "when its state last changed (Unix time); `time() - …` is how long it has been so",
 );
 
 /// Every per-backend metric but the state's, in the order the docs list them.
