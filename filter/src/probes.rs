@@ -5,8 +5,8 @@
 //! [`active::proxy_made`], and whether it carries the drain signal, [`drain::signalled`]) and
 //! as much of the body as the policy needs; the policy classifies it.
 
+use crate::hostcall as hostcalls;
 use crate::metrics::{self, BackendMetrics};
-use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, Status};
 use upcheck_policy::host::Dispatch;
 use upcheck_policy::{active, drain};

@@ -5,9 +5,9 @@
 
 use super::duration::exact;
 use super::{
-    grammar, json, Active, Config, ConfigError, HealthChecks, Outlier, Passive, Role, RoutingMode,
-    SlowStart, StatusPage, Upstream, DEFAULT_MAX_EJECTION_PERCENT, DEFAULT_ROUTE_HEADER,
-    MAX_UPSTREAMS,
+    grammar, json, Active, Config, ConfigError, HealthChecks, LogLevel, Outlier, Passive, Proxy,
+    Role, RoutingMode, SlowStart, StatusPage, Upstream, DEFAULT_MAX_EJECTION_PERCENT,
+    DEFAULT_ROUTE_HEADER, MAX_UPSTREAMS,
 };
 use serde::{Deserialize, Deserializer};
 use std::collections::HashSet;
@@ -24,6 +24,8 @@ pub struct Document {
     upstreams: Option<Vec<Upstream>>,
     #[serde(deserialize_with = "json::object")]
     health_checks: HealthChecks,
+    #[serde(deserialize_with = "grammar::proxy")]
+    proxy: Proxy,
     #[serde(deserialize_with = "grammar::routing")]
     routing: RoutingMode,
     #[serde(deserialize_with = "grammar::route_header")]
@@ -41,6 +43,8 @@ pub struct Document {
     status_path: Option<String>,
     #[serde(deserialize_with = "some_flag")]
     status_public: Option<bool>,
+    #[serde(deserialize_with = "grammar::log_level")]
+    log_level: LogLevel,
 }
 
 impl Default for Document {
@@ -48,6 +52,7 @@ impl Default for Document {
         Document {
             upstreams: None,
             health_checks: HealthChecks::default(),
+            proxy: Proxy::default(),
             routing: RoutingMode::default(),
             route_header: DEFAULT_ROUTE_HEADER.into(),
             max_ejection_percent: DEFAULT_MAX_EJECTION_PERCENT,
@@ -56,6 +61,7 @@ impl Default for Document {
             serves_page: false,
             status_path: None,
             status_public: None,
+            log_level: LogLevel::default(),
         }
     }
 }
@@ -154,12 +160,14 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
     let mut config = Config {
         upstreams,
         health_checks: document.health_checks,
+        proxy: document.proxy,
         routing: document.routing,
         route_header: document.route_header,
         max_ejection_percent: document.max_ejection_percent,
         min_healthy_percent: document.min_healthy_percent,
         jitter: document.jitter,
         role,
+        log_level: document.log_level,
     };
     for (i, u) in config.upstreams.iter().enumerate() {
         within(
@@ -172,6 +180,7 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
     ranges(&mut checks.active, &checks.passive, &checks.outlier)?;
     slow_start(&checks.slow_start)?;
     check_upstreams(&config)?;
+    check_proxy(&config)?;
     across_fields(&config)?;
     config.jitter = Some(config.jitter());
     for u in &mut config.upstreams {
@@ -299,6 +308,34 @@ fn check_upstreams(config: &Config) -> Result<(), ConfigError> {
                 ));
             }
         }
+    }
+    Ok(())
+}
+
+/// What the proxy named by `proxy` cannot do: NGINX has no retry policy upcheck can steer, and
+/// dispatches probes to an address, not a cluster name.
+fn check_proxy(config: &Config) -> Result<(), ConfigError> {
+    if config.proxy != Proxy::Nginx {
+        return Ok(());
+    }
+    if config.routing == RoutingMode::Host {
+        return Err(fail(
+            "routing",
+            "\"host\" needs Envoy (its override_host policy and retries); with \"proxy\": \"nginx\" use \"cluster\", the route header naming each backend's cluster",
+        ));
+    }
+    for (i, u) in config.upstreams.iter().enumerate() {
+        grammar::check_authority(u.cluster()).map_err(|reason| {
+            let field = if u.cluster.is_some() {
+                "cluster"
+            } else {
+                "name"
+            };
+            fail(
+                format!("upstreams[{i}].{field}"),
+                format!("with \"proxy\": \"nginx\" probes are dispatched to the cluster: {reason}"),
+            )
+        })?;
     }
     Ok(())
 }
