@@ -35,6 +35,7 @@ $(WASM): $(RAW_WASM)
 	@echo "upcheck.wasm: $$(stat -c %s $@) bytes ($$(stat -c %s $(RAW_WASM)) before wasm-opt)"
 
 include mk/envoy.mk
+include mk/nginx.mk
 include mk/run.mk
 include mk/bench.mk
 

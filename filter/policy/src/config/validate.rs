@@ -179,6 +179,7 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
     let checks = &mut config.health_checks;
     ranges(&mut checks.active, &checks.passive, &checks.outlier)?;
     slow_start(&checks.slow_start)?;
+    envoy_only(&config)?;
     check_upstreams(&config)?;
     check_proxy(&config)?;
     across_fields(&config)?;
@@ -312,17 +313,22 @@ fn check_upstreams(config: &Config) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// What the proxy named by `proxy` cannot do: NGINX has no retry policy upcheck can steer, and
-/// dispatches probes to an address, not a cluster name.
-fn check_proxy(config: &Config) -> Result<(), ConfigError> {
-    if config.proxy != Proxy::Nginx {
-        return Ok(());
-    }
-    if config.routing == RoutingMode::Host {
+/// What only Envoy can do, refused for another proxy: NGINX has no load balancer that takes
+/// the address upcheck names, nor a retry policy upcheck can steer.
+fn envoy_only(config: &Config) -> Result<(), ConfigError> {
+    if config.proxy != Proxy::Envoy && config.routing == RoutingMode::Host {
         return Err(fail(
             "routing",
             "\"host\" needs Envoy (its override_host policy and retries); with \"proxy\": \"nginx\" use \"cluster\", the route header naming each backend's cluster",
         ));
+    }
+    Ok(())
+}
+
+/// What NGINX needs of each upstream: it dispatches probes to an address, not a cluster name.
+fn check_proxy(config: &Config) -> Result<(), ConfigError> {
+    if config.proxy != Proxy::Nginx {
+        return Ok(());
     }
     for (i, u) in config.upstreams.iter().enumerate() {
         grammar::check_authority(u.cluster()).map_err(|reason| {
