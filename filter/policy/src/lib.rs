@@ -23,6 +23,7 @@ pub mod config;
 pub mod drain;
 pub mod events;
 pub mod guard;
+pub mod history;
 pub mod host;
 pub mod lease;
 pub mod outcome;
