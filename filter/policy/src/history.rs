@@ -16,6 +16,7 @@
 
 use crate::active::Health;
 use crate::config::{MAX_HISTORY, MAX_NAME_LEN};
+use crate::literal::quoted;
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
 
@@ -169,28 +170,19 @@ impl Change {
     /// `HealthCheckEvent`: `{"type", "backend", "from", "to", "cause", "timestamp"}`, the
     /// backend `null` for the fleet guard and the timestamp RFC 3339 in UTC.
     pub fn json(&self) -> String {
-        let event = LoggedChange {
-            r#type: self.kind.event_type(),
-            backend: self.backend.as_deref(),
-            from: self.kind.from(),
-            to: self.kind.to(),
-            cause: &self.cause,
-            timestamp: timestamp(self.at),
-        };
-        // Cannot fail: every field is a string or null.
-        serde_json::to_string(&event).unwrap_or_default()
+        let backend = self
+            .backend
+            .as_deref()
+            .map_or_else(|| "null".to_owned(), quoted);
+        format!(
+            "{{\"type\":\"{}\",\"backend\":{backend},\"from\":\"{}\",\"to\":\"{}\",\"cause\":{},\"timestamp\":\"{}\"}}",
+            self.kind.event_type(),
+            self.kind.from(),
+            self.kind.to(),
+            quoted(&self.cause),
+            timestamp(self.at)
+        )
     }
-}
-
-/// A change as the JSON log writes it ([`Change::json`]).
-#[derive(Serialize)]
-struct LoggedChange<'a> {
-    r#type: &'static str,
-    backend: Option<&'a str>,
-    from: &'static str,
-    to: &'static str,
-    cause: &'a str,
-    timestamp: String,
 }
 
 /// `at` (since the Unix epoch) as an RFC 3339 UTC timestamp to the millisecond,

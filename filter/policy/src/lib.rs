@@ -26,6 +26,7 @@ pub mod guard;
 pub mod history;
 pub mod host;
 pub mod lease;
+pub mod literal;
 pub mod outcome;
 pub mod outlier;
 pub mod page;

@@ -21,6 +21,7 @@ use crate::config::StatusPage;
 use crate::drain::Drain;
 use crate::guard::Guard;
 use crate::history::timestamp;
+use crate::literal::quoted;
 use crate::pool::{Member, Pool};
 use crate::time::Time;
 use crate::warm_up::Warming;
@@ -324,24 +325,6 @@ pub fn json<H>(pool: &Pool<H>, now: Time) -> String {
     );
     json_history(&mut out, pool, now);
     out.push('}');
-    out
-}
-
-/// A JSON string literal.
-fn quoted(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
     out
 }
 
@@ -774,11 +757,6 @@ mod tests {
         assert_eq!(Form::Html.content_type(), "text/html; charset=utf-8");
         let now = Duration::from_secs(1);
         assert_eq!(Form::Json.render(&pool(), now), json(&pool(), now));
-    }
-
-    #[test]
-    fn json_strings_escape_quotes_and_control_characters() {
-        assert_eq!(quoted("a\"b\\c\nd"), r#""a\"b\\c\u000ad""#);
     }
 
     #[test]
