@@ -8,14 +8,14 @@
 //! reads that table. So each worker's page shows the same history, and a change's cause is its
 //! log line's own words: there is one home for each reason, the event's `Display`.
 //!
-//! Bounded: a pool keeps its newest `history` changes (default
-//! [`DEFAULT_HISTORY`](crate::config::DEFAULT_HISTORY)), and the table holds at most
-//! [`MAX_HISTORY`] in all, over every pool sharing the `vm_id`. Bytes that do not decode, or
-//! hold more changes or longer text than any writer writes, are ignored
-//! ([`crate::tables::decode_history`]).
+//! Bounded: the table keeps the newest `history` changes (default
+//! [`DEFAULT_HISTORY`](crate::config::DEFAULT_HISTORY), at most [`MAX_HISTORY`](crate::config::MAX_HISTORY)), and each is
+//! at most a few hundred bytes. Pools that share a `vm_id` share that window, each page showing
+//! its own pool's changes in it. Bytes that do not decode, or hold more changes or longer text
+//! than any writer writes, are ignored ([`crate::tables::decode_history`]).
 
 use crate::active::Health;
-use crate::config::{MAX_HISTORY, MAX_NAME_LEN};
+use crate::config::MAX_NAME_LEN;
 use crate::literal::quoted;
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
@@ -215,31 +215,12 @@ fn civil(days: u64) -> (u64, u64, u64) {
     (year, month, day)
 }
 
-/// Appends `changes` to `table`, then drops the oldest of those `mine` picks (one pool's) past
-/// `size`, then the oldest of all past [`MAX_HISTORY`].
-pub fn append(
-    table: &mut HistoryTable,
-    changes: &[Change],
-    size: usize,
-    mine: impl Fn(&Change) -> bool,
-) {
+/// Appends `changes` to `table` and keeps its newest `size` (the writer's `history`). Pools
+/// sharing a `vm_id` share the window, each showing its own changes in it: so the history of a
+/// backend no longer configured, or of a configuration gone, ages out like any other.
+pub fn append(table: &mut HistoryTable, changes: &[Change], size: usize) {
     table.extend_from_slice(changes);
-    let mut surplus = table
-        .iter()
-        .filter(|c| mine(c))
-        .count()
-        .saturating_sub(size);
-    if surplus > 0 {
-        table.retain(|c| {
-            let drop = surplus > 0 && mine(c);
-            if drop {
-                surplus -= 1;
-            }
-            !drop
-        });
-    }
-    let limit = usize::try_from(MAX_HISTORY).unwrap_or(usize::MAX);
-    let over = table.len().saturating_sub(limit);
+    let over = table.len().saturating_sub(size);
     table.drain(..over);
 }
 

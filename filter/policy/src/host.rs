@@ -97,7 +97,7 @@ pub fn carry_out<H>(pool: &mut Pool<H>, host: &mut impl Host<H>, effects: Effect
 }
 
 /// Appends the changes among `events` (those [`Pool::change_of`] finds) to the process-wide
-/// history, keeping this pool's newest `history`, and takes the history as written in.
+/// history, keeping its newest `history`, and takes the history as written in.
 fn record<H>(pool: &mut Pool<H>, host: &mut impl Host<H>, events: &[Event], now: Time) {
     let changes: Vec<Change> = events
         .iter()
@@ -107,8 +107,7 @@ fn record<H>(pool: &mut Pool<H>, host: &mut impl Host<H>, events: &[Event], now:
         return;
     }
     let size = usize::try_from(pool.config().history).unwrap_or(usize::MAX);
-    let mine = pool.owns();
-    let append = |table: &mut HistoryTable| history::append(table, &changes, size, &mine);
+    let append = |table: &mut HistoryTable| history::append(table, &changes, size);
     if let Some(table) = host.record(&append) {
         pool.history_published(&table);
     }

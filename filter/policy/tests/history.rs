@@ -138,8 +138,8 @@ fn a_pool_keeps_only_its_newest_changes_up_to_its_history_size() {
 }
 
 #[test]
-fn another_pools_changes_in_the_shared_history_are_kept_but_not_shown() {
-    let mut proxy = incident(r#""history":4"#);
+fn another_pools_changes_in_the_shared_history_are_not_shown_and_age_out_like_any_other() {
+    let mut proxy = incident(r#""history":12"#);
     let other = Proxy::new(config(&["app9"], ""), secs(0));
     let foreign = Change {
         at: secs(50),
@@ -148,8 +148,6 @@ fn another_pools_changes_in_the_shared_history_are_kept_but_not_shown() {
         kind: Kind::Ejected,
         cause: "ejected for 30s: elsewhere".into(),
     };
-    let mut table: HistoryTable = proxy.history.clone();
-    history::append(&mut table, &[foreign.clone()], 4, other.pool.owns());
     // The guard's key is its pool's: the other pool's guard is not this one's.
     let foreign_guard = Change {
         key: other.pool.history_key(),
@@ -157,24 +155,26 @@ fn another_pools_changes_in_the_shared_history_are_kept_but_not_shown() {
         kind: Kind::GuardEngaged,
         ..foreign.clone()
     };
-    history::append(&mut table, &[foreign_guard], 4, other.pool.owns());
-    assert_eq!(table.len(), 6, "four of this pool's, two of the other's");
+    let mut table: HistoryTable = proxy.history.clone();
+    history::append(&mut table, &[foreign.clone(), foreign_guard], 12);
+    assert_eq!(table.len(), 12, "ten of this pool's, two of the other's");
     proxy.pool.history_published(&table);
-    assert_eq!(proxy.pool.history().len(), 4);
-    assert!(proxy.pool.history().iter().all(|c| c.at.as_secs() <= 40));
-    // Appending this pool's next change drops its own oldest, never the other pool's.
-    let owns = proxy.pool.owns();
+    assert_eq!(proxy.pool.history(), proxy.history.as_slice());
+    let owns = other.pool.owns();
+    assert_eq!(table.iter().filter(|c| owns(c)).count(), 2);
+    // The window moves on: this pool's next change pushes the oldest out, whoever's it is.
     let next = Change {
         at: secs(60),
         ..proxy.history[0].clone()
     };
-    history::append(&mut table, &[next], 4, &owns);
-    assert_eq!(table.iter().filter(|c| owns(c)).count(), 4);
-    assert!(table.contains(&foreign));
+    history::append(&mut table, &[next.clone()], 12);
+    assert_eq!(table.len(), 12);
+    assert_eq!(table.last(), Some(&next));
+    assert_eq!(table.first(), proxy.history.get(1));
 }
 
 #[test]
-fn the_shared_history_never_holds_more_than_its_limit_whatever_the_pools() {
+fn the_shared_history_at_its_largest_survives_the_round_trip_and_one_more_is_refused() {
     let change = |i: u64| Change {
         at: secs(i),
         backend: Some(format!("b{i}")),
@@ -182,15 +182,16 @@ fn the_shared_history_never_holds_more_than_its_limit_whatever_the_pools() {
         kind: Kind::Refusing,
         cause: "refuses connections: nothing is serving".into(),
     };
-    let mut table = HistoryTable::new();
     let limit = u64::from(upcheck_policy::config::MAX_HISTORY);
+    let mut table = HistoryTable::new();
     for i in 0..limit + 10 {
-        // Every change a pool of its own: none is dropped for its pool's size.
-        history::append(&mut table, &[change(i)], 1, |_| false);
+        history::append(&mut table, &[change(i)], limit as usize);
     }
     assert_eq!(table.len() as u64, limit);
     assert_eq!(table.first().map(|c| c.at), Some(secs(10)), "the oldest go");
-    assert_eq!(decode_history(&encode_history(&table)), Ok(table));
+    assert_eq!(decode_history(&encode_history(&table)), Ok(table.clone()));
+    table.push(change(limit + 10));
+    assert!(decode_history(&encode_history(&table)).is_err());
 }
 
 #[test]

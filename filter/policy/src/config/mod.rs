@@ -99,8 +99,7 @@ pub const DEFAULT_ROUTE_HEADER: &str = "x-upcheck-upstream";
 pub const DEFAULT_MAX_EJECTION_PERCENT: u8 = 50;
 /// The default `history`: changes kept.
 pub const DEFAULT_HISTORY: u32 = 64;
-/// The largest `history`; also the most changes the process-wide history holds for all the
-/// pools sharing a `vm_id` together, so shared data stays bounded.
+/// The largest `history`; a process-wide history holding more is not upcheck's, and ignored.
 pub const MAX_HISTORY: u32 = 1000;
 
 /// How a change is written to the log (`log_format`).
