@@ -167,7 +167,7 @@ fn another_pools_changes_in_the_shared_history_are_not_shown_and_age_out_like_an
         at: secs(60),
         ..proxy.history[0].clone()
     };
-    history::append(&mut table, &[next.clone()], 12);
+    history::append(&mut table, std::slice::from_ref(&next), 12);
     assert_eq!(table.len(), 12);
     assert_eq!(table.last(), Some(&next));
     assert_eq!(table.first(), proxy.history.get(1));
