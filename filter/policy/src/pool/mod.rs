@@ -461,11 +461,21 @@ impl<H> Pool<H> {
     }
 
     /// Where a retry of a request picked for `first` should go: another routable backend, the
-    /// one whose turn is next, or `first` again when it is the only one. A retry never goes to a
-    /// backend out of rotation: in host routing, a header naming one address would let the
+    /// one whose turn is next; when `first` is the only one, a draining backend that still
+    /// accepts connections (it serves while it drains, and the retry would otherwise meet the
+    /// backend that just failed it); else `first` again. A retry never goes to a backend out of
+    /// rotation for its health: in host routing, a header naming one address would let the
     /// proxy's fallback balancer pick any backend of the pool for the retry.
     pub fn retry_choice(&self, first: usize) -> usize {
-        self.rotation.next_other_than(first).unwrap_or(first)
+        self.rotation
+            .next_other_than(first)
+            .or_else(|| {
+                self.members
+                    .iter()
+                    .position(|m| m.evidence.draining() && m.evidence.accepting() && !m.routable)
+            })
+            .filter(|other| *other != first)
+            .unwrap_or(first)
     }
 
     /// Whether a pick of backend `index` should be checked against the process-wide table
