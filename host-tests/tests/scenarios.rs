@@ -455,6 +455,12 @@ fn every_workers_status_page_shows_the_same_history_of_changes() {
     assert_ne!(first.worker, second.worker, "two workers answered");
     let history = history_of(&first);
     assert_eq!(history, history_of(&second));
+    println!(
+        "the history, as worker {} and worker {} show it: {}",
+        first.worker,
+        second.worker,
+        serde_json::to_string_pretty(&history).unwrap_or_default()
+    );
     let app2: Vec<(&str, &str, &str)> = history
         .iter()
         .filter(|c| c["backend"] == "app2")
