@@ -4,7 +4,9 @@
 //! spans fields, is checked afterwards by [`super::validate`].
 
 use super::json::{or_off, read, text, whole, Json, Refusal};
-use super::{LogLevel, Proxy, RoutingMode, MAX_EXPECT_BODY_LEN, MAX_NAME_LEN, MAX_VALUE_LEN};
+use super::{
+    LogFormat, LogLevel, Proxy, RoutingMode, MAX_EXPECT_BODY_LEN, MAX_NAME_LEN, MAX_VALUE_LEN,
+};
 use serde::Deserializer;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -101,6 +103,15 @@ pub fn log_level<'de, D: Deserializer<'de>>(d: D) -> Result<LogLevel, D::Error> 
             "expected \"trace\", \"debug\", \"info\", \"warn\", \"error\" or \"off\", got {other:?}"
         )
         .into()),
+    })
+}
+
+/// `log_format`: `"text"` or `"json"`.
+pub fn log_format<'de, D: Deserializer<'de>>(d: D) -> Result<LogFormat, D::Error> {
+    read(d, A_STRING, |found| match text(found)?.as_str() {
+        "text" => Ok(LogFormat::Text),
+        "json" => Ok(LogFormat::Json),
+        other => Err(format!("expected \"text\" or \"json\", got {other:?}").into()),
     })
 }
 
