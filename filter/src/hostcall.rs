@@ -13,8 +13,10 @@
 //!
 //! The one call left to the SDK is `dispatch_http_call`: the SDK must record its token to
 //! deliver the answer to the context that sent it, and only its own wrapper does that. It
-//! accepts `Ok`, `BadArgument` and `InternalFailure`, every status Envoy 1.40 and
-//! ngx_wasm_module answer it with (anything else they do is a trap, not a status).
+//! accepts `Ok`, `BadArgument` and `InternalFailure`: what Envoy 1.40 answered in every run
+//! here (an unknown cluster, a probe without `:authority`), and every status ngx_wasm_module's
+//! source answers with (it traps instead for a call made outside the callbacks that may make
+//! one, or without `:method` or `:path`, which upcheck never does).
 //!
 //! Only what is declared here is imported: the module asks a host for nothing it does not use
 //! (no `proxy_get_log_level`, which ngx_wasm_module declares with another signature than the
