@@ -6,7 +6,9 @@
 
 use std::collections::BTreeSet;
 use std::time::Duration;
-use upcheck_host_tests::{Behaviour, Host, HostError, HostOptions, Profile, Traffic, UPCHECK_WASM};
+use upcheck_host_tests::{
+    Behaviour, Host, HostError, HostOptions, Profile, RequestSpec, Traffic, UPCHECK_WASM,
+};
 
 const PROFILES: [Profile; 2] = [Profile::Envoy, Profile::Nginx];
 
@@ -254,5 +256,46 @@ fn in_both_hosts_a_hang_is_a_timed_out_probe_and_fails_only_requests_sent_before
             ),
             "{profile:?}"
         );
+    }
+}
+
+/// A request to the status page's server at `127.0.0.1:9902` for `path`.
+fn page_request(path: &str) -> RequestSpec {
+    RequestSpec {
+        path: path.to_string(),
+        source_address: "127.0.0.1:40000".to_string(),
+        destination_address: "127.0.0.1:9902".to_string(),
+        ..RequestSpec::default()
+    }
+}
+
+#[test]
+fn in_nginx_the_status_page_is_served_only_when_the_configuration_opens_it_to_its_server() {
+    // ngx_wasm_module does not tell the filter the address a connection was made to, so the
+    // page filter cannot see that its server is on loopback: `upcheck nginx` sets
+    // `status_public` and binds the server to loopback instead.
+    for (public, status) in [("", 403), (r#","status_public":true"#, 200)] {
+        let mut host = host(Profile::Nginx);
+        host.upstream("app1");
+        host.upstream("app2").path("/up", Behaviour::status(502));
+        let traffic = config(&host, Profile::Nginx, &["app1", "app2"], "");
+        let page = config(
+            &host,
+            Profile::Nginx,
+            &["app1", "app2"],
+            &format!(r#","role":"status_page"{public}"#),
+        );
+        ok(host.listen("127.0.0.1:9902", &page));
+        ok(host.start(&traffic));
+        ok(host.advance(secs(2)));
+        let answer = ok(host.request(page_request("/upcheck/status")));
+        assert_eq!(answer.status(), Some(status), "{public:?}: {answer:?}");
+        if status == 200 {
+            let text = String::from_utf8_lossy(&answer.body);
+            assert!(
+                text.contains("app2") && text.contains("unhealthy"),
+                "{text}"
+            );
+        }
     }
 }
