@@ -4,8 +4,8 @@
 //! the request's path and local address, takes in the tables the pool's traffic filters share,
 //! and sends the answer. It never probes, announces, routes or writes shared data.
 
+use crate::hostcall as hostcalls;
 use crate::vm::{self, Vm};
-use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, MapType};
 use upcheck_policy::page::{self, Answer};
@@ -57,9 +57,10 @@ fn answer(v: &mut Vm) -> bool {
         (Answer::Page(form), _) => {
             let now = vm::now();
             // Both tables read anew, changed or not: with no tick here, that is also what
-            // brings ejections that expired since up to date.
+            // brings ejections that expired since up to date. Then the history of changes.
             v.resync();
             v.take_in(now);
+            v.take_in_history();
             let Some(pool) = v.pool.as_ref() else {
                 return false;
             };

@@ -311,6 +311,33 @@ fn a_weight_of_zero_and_percentages_over_100_are_refused() {
 }
 
 #[test]
+fn a_history_of_zero_or_past_its_limit_and_an_unknown_log_format_are_refused() {
+    refused(&[
+        (top(r#""history":0"#), "history: must be at least 1, got 0"),
+        (
+            top(r#""history":1001"#),
+            "history: must be at most 1000, got 1001",
+        ),
+        (
+            top(r#""history":-1"#),
+            "history: expected a whole number, got the number -1",
+        ),
+        (
+            top(r#""log_format":"xml""#),
+            r#"log_format: expected "text" or "json", got "xml""#,
+        ),
+        (
+            top(r#""log_format":null"#),
+            "log_format: expected a string, got null; null turns off only a field that can be off, so leave this one out for its default",
+        ),
+    ]);
+    let c = Config::parse(top(r#""history":1000,"log_format":"json""#).as_bytes())
+        .expect("the limit itself is taken");
+    assert_eq!(c.history, 1000);
+    assert_eq!(c.log_format, upcheck_policy::config::LogFormat::Json);
+}
+
+#[test]
 fn hostile_header_values_and_paths_are_refused() {
     let e = error(&with_active(r#""headers": {"X-A": "ok\r\nInjected: 1"}"#));
     assert!(
@@ -943,5 +970,47 @@ fn the_effective_json_reads_back_to_an_equal_config() {
             &serde_json::json!("/lb"),
             &serde_json::json!(false)
         )
+    );
+}
+
+#[test]
+fn an_nginx_configuration_dispatches_probes_to_each_clusters_address() {
+    let json = r#"{"proxy":"nginx","upstreams":[
+        {"name":"app1","cluster":"127.0.0.1:3001"},{"name":"app2","cluster":"app2.internal:80"}]}"#;
+    let c = Config::parse(json.as_bytes()).expect("parses");
+    assert_eq!(c.proxy, upcheck_policy::Proxy::Nginx);
+    assert!(!c.proxy.reports_response_flags());
+    assert_eq!(c.upstreams[0].cluster(), "127.0.0.1:3001");
+    let envoy = Config::parse(CADDY.as_bytes()).expect("parses");
+    assert_eq!(envoy.proxy, upcheck_policy::Proxy::Envoy);
+    assert!(envoy.proxy.reports_response_flags());
+}
+
+#[test]
+fn what_needs_envoy_is_refused_for_nginx_with_the_field_named() {
+    refused(&[
+        (
+            r#"{"proxy":"nginx","routing":"host","upstreams":[{"name":"a","address":"127.0.0.1:1"}]}"#.into(),
+            "routing: \"host\" needs Envoy (its override_host policy and retries); with \"proxy\": \"nginx\" use \"cluster\", the route header naming each backend's cluster",
+        ),
+        (
+            r#"{"proxy":"nginx","upstreams":[{"name":"a","cluster":"pool_a"},{"name":"b","cluster":"app:http"}]}"#.into(),
+            "upstreams[1].cluster: with \"proxy\": \"nginx\" probes are dispatched to the cluster: expected host or host:port (a host name, an IPv4 address or a bracketed IPv6 address; a port 1-65535), got \"app:http\"",
+        ),
+        (top(r#""proxy":"caddy""#), "proxy: expected \"envoy\" or \"nginx\", got \"caddy\""),
+    ]);
+}
+
+#[test]
+fn the_log_level_is_read_from_the_configuration_and_defaults_to_info() {
+    use upcheck_policy::config::LogLevel;
+    let c = Config::parse(top(r#""log_level":"debug""#).as_bytes()).expect("parses");
+    assert_eq!(c.log_level, LogLevel::Debug);
+    let plain = Config::parse(CADDY.as_bytes()).expect("parses");
+    assert_eq!(plain.log_level, LogLevel::Info);
+    let e = error(&top(r#""log_level":"verbose""#));
+    assert_eq!(
+        e,
+        "log_level: expected \"trace\", \"debug\", \"info\", \"warn\", \"error\" or \"off\", got \"verbose\""
     );
 }

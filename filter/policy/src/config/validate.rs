@@ -5,9 +5,9 @@
 
 use super::duration::exact;
 use super::{
-    grammar, json, Active, Config, ConfigError, HealthChecks, Outlier, Passive, Role, RoutingMode,
-    SlowStart, StatusPage, Upstream, DEFAULT_MAX_EJECTION_PERCENT, DEFAULT_ROUTE_HEADER,
-    MAX_UPSTREAMS,
+    grammar, json, Active, Config, ConfigError, HealthChecks, LogFormat, LogLevel, Outlier,
+    Passive, Proxy, Role, RoutingMode, SlowStart, StatusPage, Upstream, DEFAULT_HISTORY,
+    DEFAULT_MAX_EJECTION_PERCENT, DEFAULT_ROUTE_HEADER, MAX_UPSTREAMS,
 };
 use crate::series;
 use serde::{Deserialize, Deserializer};
@@ -25,6 +25,8 @@ pub struct Document {
     upstreams: Option<Vec<Upstream>>,
     #[serde(deserialize_with = "json::object")]
     health_checks: HealthChecks,
+    #[serde(deserialize_with = "grammar::proxy")]
+    proxy: Proxy,
     #[serde(deserialize_with = "grammar::routing")]
     routing: RoutingMode,
     #[serde(deserialize_with = "grammar::route_header")]
@@ -37,6 +39,10 @@ pub struct Document {
     min_healthy_percent: Option<u8>,
     #[serde(deserialize_with = "grammar::some_duration")]
     jitter: Option<Duration>,
+    #[serde(deserialize_with = "grammar::count")]
+    history: u32,
+    #[serde(deserialize_with = "grammar::log_format")]
+    log_format: LogFormat,
     /// Whether `role` is `"status_page"`.
     #[serde(rename = "role", deserialize_with = "grammar::serves_page")]
     serves_page: bool,
@@ -44,6 +50,8 @@ pub struct Document {
     status_path: Option<String>,
     #[serde(deserialize_with = "some_flag")]
     status_public: Option<bool>,
+    #[serde(deserialize_with = "grammar::log_level")]
+    log_level: LogLevel,
 }
 
 impl Default for Document {
@@ -51,15 +59,19 @@ impl Default for Document {
         Document {
             upstreams: None,
             health_checks: HealthChecks::default(),
+            proxy: Proxy::default(),
             routing: RoutingMode::default(),
             route_header: DEFAULT_ROUTE_HEADER.into(),
             pool: None,
             max_ejection_percent: DEFAULT_MAX_EJECTION_PERCENT,
             min_healthy_percent: None,
             jitter: None,
+            history: DEFAULT_HISTORY,
+            log_format: LogFormat::default(),
             serves_page: false,
             status_path: None,
             status_public: None,
+            log_level: LogLevel::default(),
         }
     }
 }
@@ -158,14 +170,19 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
     let mut config = Config {
         upstreams,
         health_checks: document.health_checks,
+        proxy: document.proxy,
         routing: document.routing,
         route_header: document.route_header,
         pool: document.pool,
         max_ejection_percent: document.max_ejection_percent,
         min_healthy_percent: document.min_healthy_percent,
         jitter: document.jitter,
+        history: document.history,
+        log_format: document.log_format,
         role,
+        log_level: document.log_level,
     };
+    within("history", config.history, &Config::HISTORY)?;
     for (i, u) in config.upstreams.iter().enumerate() {
         within(
             &format!("upstreams[{i}].weight"),
@@ -176,7 +193,9 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
     let checks = &mut config.health_checks;
     ranges(&mut checks.active, &checks.passive, &checks.outlier)?;
     slow_start(&checks.slow_start)?;
+    envoy_only(&config)?;
     check_upstreams(&config)?;
+    check_proxy(&config)?;
     across_fields(&config)?;
     config.jitter = Some(config.jitter());
     for u in &mut config.upstreams {
@@ -307,6 +326,39 @@ fn check_upstreams(config: &Config) -> Result<(), ConfigError> {
                 ));
             }
         }
+    }
+    Ok(())
+}
+
+/// What only Envoy can do, refused for another proxy: NGINX has no load balancer that takes
+/// the address upcheck names, nor a retry policy upcheck can steer.
+fn envoy_only(config: &Config) -> Result<(), ConfigError> {
+    if config.proxy != Proxy::Envoy && config.routing == RoutingMode::Host {
+        return Err(fail(
+            "routing",
+            "\"host\" needs Envoy (its override_host policy and retries); with \"proxy\": \"nginx\" use \"cluster\", the route header naming each backend's cluster",
+        ));
+    }
+    Ok(())
+}
+
+/// What NGINX needs of each upstream: it dispatches probes to an address, not a cluster name.
+fn check_proxy(config: &Config) -> Result<(), ConfigError> {
+    if config.proxy != Proxy::Nginx {
+        return Ok(());
+    }
+    for (i, u) in config.upstreams.iter().enumerate() {
+        grammar::check_authority(u.cluster()).map_err(|reason| {
+            let field = if u.cluster.is_some() {
+                "cluster"
+            } else {
+                "name"
+            };
+            fail(
+                format!("upstreams[{i}].{field}"),
+                format!("with \"proxy\": \"nginx\" probes are dispatched to the cluster: {reason}"),
+            )
+        })?;
     }
     Ok(())
 }

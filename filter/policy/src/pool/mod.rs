@@ -20,6 +20,7 @@
 //!
 //! The entry points are split by observation: `probes` (active checks), `requests` (real
 //! requests), `peers` (the outlier comparison), `tables` (the process-wide tables in and out),
+//! `history` (which events are changes, and the pool's share of the history of them),
 //! and every one of them ends in `refresh`, which works the routing out again in named steps.
 //!
 //! Both routing modes share all of this: in `cluster` routing the pick names the backend's
@@ -30,6 +31,7 @@ use crate::config::{Config, Upstream};
 use crate::drain::Drain;
 use crate::events::{Effects, Event};
 use crate::guard::{Evidence, Guard};
+use crate::history::Change;
 use crate::outcome::RequestOutcome;
 use crate::outlier::Traffic;
 use crate::passive::Outstanding;
@@ -40,6 +42,7 @@ use crate::tables::PassiveTable;
 use crate::time::Time;
 use crate::warm_up::{warming, Warming};
 
+mod history;
 mod peers;
 mod probes;
 mod refresh;
@@ -229,6 +232,9 @@ pub struct Pool<H = ()> {
     /// stalled up to one tick early, which is why `stall_after` is 500 ms or more, and a latency
     /// is a whole number of ticks, which `min_latency` (250 ms) and the factor of 4 absorb.
     ticked: Time,
+    /// This pool's newest changes, oldest first, as the process-wide history was last read or
+    /// written ([`crate::history`]).
+    history: Vec<Change>,
 }
 
 impl<H> Pool<H> {
@@ -252,6 +258,7 @@ impl<H> Pool<H> {
             weights: Vec::new(),
             outstanding: Outstanding::default(),
             ticked: now,
+            history: Vec::new(),
         };
         pool.configure(config, now, handles);
         pool
@@ -532,7 +539,7 @@ impl<H> Pool<H> {
         let wait_until = self
             .started
             .saturating_add(self.config.health_checks.active.timeout);
-        if !self.heard && now < wait_until {
+        if !self.heard && now < wait_until && self.config.proxy.resumes_held_requests() {
             return Pick::Wait(wait_until);
         }
         match self.rotation.advance() {
