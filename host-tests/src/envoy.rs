@@ -143,23 +143,37 @@ pub(crate) fn exchange(
     server: &str,
     wall_nanos: u64,
 ) -> Option<(Duration, Reply)> {
-    let answer = match behaviour {
-        Behaviour::Refuse => return Some((Duration::ZERO, Reply::connection_failure())),
-        Behaviour::Overflow => return Some((Duration::ZERO, Reply::overflow())),
+    match behaviour {
+        Behaviour::Refuse => Some((Duration::ZERO, Reply::connection_failure())),
+        Behaviour::Overflow => Some((Duration::ZERO, Reply::overflow())),
+        _ => answer_in_time(&behaviour, timeout, server, wall_nanos)
+            .or_else(|| timeout.map(|timeout| (timeout, Reply::timeout()))),
+    }
+}
+
+/// The backend's own answer when one behaving as `behaviour` answers within `timeout`: when,
+/// after sending at `wall_nanos`, it arrives, and what it is; whatever the proxy in front makes
+/// of the rest is the caller's.
+pub(crate) fn answer_in_time(
+    behaviour: &Behaviour,
+    timeout: Option<Duration>,
+    server: &str,
+    wall_nanos: u64,
+) -> Option<(Duration, Reply)> {
+    match behaviour {
         Behaviour::Answer {
             status,
             body,
             delay,
             headers,
-        } if timeout.is_none_or(|timeout| delay < timeout) => {
+        } if timeout.is_none_or(|timeout| *delay < timeout) => {
             let at = wall_nanos.saturating_add(u64::try_from(delay.as_nanos()).unwrap_or(0));
-            let mut reply = Reply::backend(status, &body, server, at);
-            reply.headers.extend(headers);
-            Some((delay, reply))
+            let mut reply = Reply::backend(*status, body, server, at);
+            reply.headers.extend(headers.iter().cloned());
+            Some((*delay, reply))
         }
-        Behaviour::Answer { .. } | Behaviour::Hang => None,
-    };
-    answer.or_else(|| timeout.map(|timeout| (timeout, Reply::timeout())))
+        _ => None,
+    }
 }
 
 /// What Envoy knows about one request, for `proxy_get_property`.
@@ -208,7 +222,8 @@ pub(crate) fn property(path: &[&str], stream: Option<(&StreamInfo, &Headers)>) -
 fn http_date(wall_nanos: u64) -> String {
     let secs = Duration::from_nanos(wall_nanos).as_secs();
     let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm), here apart from the
+    // core's: the host shares no code with the module it runs.
     let z = days + 719_468;
     let era = z / 146_097;
     let doe = z % 146_097;

@@ -19,7 +19,7 @@
 //! error pages: 502 for a refused connection, 504 for a timeout, with the headers NGINX sends.
 
 use crate::abi::Headers;
-use crate::envoy::Reply;
+use crate::envoy::{answer_in_time, Reply};
 use crate::upstream::Behaviour;
 use std::time::Duration;
 
@@ -87,20 +87,8 @@ pub(crate) fn dispatch(
         Behaviour::Refuse | Behaviour::Overflow => {
             Some((Duration::ZERO, failed_dispatch("broken connection")))
         }
-        Behaviour::Answer {
-            status,
-            body,
-            delay,
-            headers,
-        } if timeout.is_none_or(|timeout| delay < timeout) => {
-            let at = wall_nanos.saturating_add(u64::try_from(delay.as_nanos()).unwrap_or(0));
-            let mut reply = Reply::backend(status, &body, server, at);
-            reply.headers.extend(headers);
-            Some((delay, reply))
-        }
-        Behaviour::Answer { .. } | Behaviour::Hang => {
-            timeout.map(|timeout| (timeout, failed_dispatch("timeout")))
-        }
+        _ => answer_in_time(&behaviour, timeout, server, wall_nanos)
+            .or_else(|| timeout.map(|timeout| (timeout, failed_dispatch("timeout")))),
     }
 }
 

@@ -17,7 +17,7 @@
 use crate::active::Health;
 use crate::config::MAX_NAME_LEN;
 use crate::literal::quoted;
-use crate::time::Time;
+use crate::time::{civil_date, Time};
 use serde::{Deserialize, Serialize};
 
 /// The longest cause a change keeps, in bytes (a longer one is cut at a character boundary);
@@ -189,7 +189,7 @@ impl Change {
 /// `2026-12-02T03:12:07.250Z`.
 pub fn timestamp(at: Time) -> String {
     let secs = at.as_secs();
-    let (year, month, day) = civil(secs / 86_400);
+    let (year, month, day) = civil_date(secs / 86_400);
     let of_day = secs % 86_400;
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
@@ -198,21 +198,6 @@ pub fn timestamp(at: Time) -> String {
         of_day % 60,
         at.subsec_millis()
     )
-}
-
-/// The proleptic Gregorian date of day `days` since 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`, for days on or after the epoch).
-fn civil(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
 }
 
 /// Appends `changes` to `table` and keeps its newest `size` (the writer's `history`). Pools

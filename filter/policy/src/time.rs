@@ -32,6 +32,21 @@ pub fn nanos(t: Time) -> u64 {
         .saturating_add(u64::from(t.subsec_nanos()))
 }
 
+/// The proleptic Gregorian date of day `days` since 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`, for days on or after the epoch).
+pub fn civil_date(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
