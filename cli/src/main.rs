@@ -17,7 +17,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use upcheck_cli::deployment::plan;
 use upcheck_cli::envoy::{render, Settings};
 use upcheck_cli::plugin::{self, Source};
-use upcheck_cli::{caddy, output};
+use upcheck_cli::{caddy, etcd, output};
 use upcheck_policy::duration::display;
 use upcheck_policy::{Config, ConfigError, RoutingMode};
 
@@ -87,6 +87,10 @@ struct EnvoyArgs {
     /// Envoy's worker threads, for the command line shown in the file.
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     concurrency: u32,
+    /// etcd's client endpoints: several balancers then share one view of health through it (the
+    /// plugin configuration gets a `fleet` object, the Envoy configuration the etcd cluster).
+    #[arg(long, value_name = "ADDR:PORT[,ADDR:PORT…]", value_delimiter = ',')]
+    etcd: Vec<SocketAddr>,
     /// Write here (replaced atomically) instead of standard output.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: Option<PathBuf>,
@@ -167,7 +171,7 @@ fn envoy(args: EnvoyArgs) -> Result<(), Failure> {
             args.admin
         )));
     }
-    let (path, source): (&Path, Source) = match (&args.from_caddy, &args.config) {
+    let (path, mut source): (&Path, Source) = match (&args.from_caddy, &args.config) {
         (Some(path), _) => (
             path,
             caddy::import(&read(path)?).map_err(|e| invalid(path, e))?,
@@ -186,7 +190,14 @@ fn envoy(args: EnvoyArgs) -> Result<(), Failure> {
         Routing::Host => RoutingMode::Host,
         Routing::Cluster => RoutingMode::Cluster,
     });
-    let deployment = plan(&source, routing).map_err(|e| invalid(path, e))?;
+    let etcd = if args.etcd.is_empty() {
+        None
+    } else {
+        Some(etcd::join(&mut source, args.etcd.clone()).map_err(|e| invalid(path, e))?)
+    };
+    let mut deployment = plan(&source, routing).map_err(|e| invalid(path, e))?;
+    deployment.etcd = etcd;
+    etcd::check(&deployment, &deployment.config).map_err(|e| invalid(path, e))?;
     if !args.status.ip().is_loopback() && !deployment.page.public {
         return Err(Failure::Input(format!(
             "--status {}: the status page names every backend, so it is served only on \

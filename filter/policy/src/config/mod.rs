@@ -39,6 +39,7 @@
 //!   can make every worker hold, and every check is linear in the size of the document.
 
 pub mod duration;
+pub mod fleet;
 mod grammar;
 mod headers;
 mod json;
@@ -86,6 +87,10 @@ pub struct Config {
     /// `status_path` and `status_public`.
     #[serde(flatten)]
     pub role: Role,
+    /// The balancers that share one view of health through etcd, when there are several
+    /// ([`fleet::Fleet`]). Default: none, and upcheck runs alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<fleet::Fleet>,
 }
 
 /// The default `route_header`.

@@ -4,6 +4,7 @@
 //! names the field it is about.
 
 use super::duration::exact;
+use super::fleet::{check_lease_ttl, Fleet};
 use super::{
     grammar, json, Active, Config, ConfigError, HealthChecks, Outlier, Passive, Role, RoutingMode,
     SlowStart, StatusPage, Upstream, DEFAULT_MAX_EJECTION_PERCENT, DEFAULT_ROUTE_HEADER,
@@ -41,6 +42,8 @@ pub struct Document {
     status_path: Option<String>,
     #[serde(deserialize_with = "some_flag")]
     status_public: Option<bool>,
+    #[serde(deserialize_with = "some_fleet")]
+    fleet: Option<Fleet>,
 }
 
 impl Default for Document {
@@ -56,6 +59,7 @@ impl Default for Document {
             serves_page: false,
             status_path: None,
             status_public: None,
+            fleet: None,
         }
     }
 }
@@ -65,6 +69,10 @@ fn upstreams<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Upstream>>, D
         format!("at most {MAX_UPSTREAMS} upstreams are allowed")
     })
     .map(Some)
+}
+
+fn some_fleet<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Fleet>, D::Error> {
+    json::object(d).map(Some)
 }
 
 fn some_flag<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
@@ -160,6 +168,7 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
         min_healthy_percent: document.min_healthy_percent,
         jitter: document.jitter,
         role,
+        fleet: document.fleet,
     };
     for (i, u) in config.upstreams.iter().enumerate() {
         within(
@@ -173,12 +182,26 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
     slow_start(&checks.slow_start)?;
     check_upstreams(&config)?;
     across_fields(&config)?;
+    if let Some(f) = &config.fleet {
+        fleet(f)?;
+    }
     config.jitter = Some(config.jitter());
     for u in &mut config.upstreams {
         u.cluster = Some(u.cluster().to_owned());
         u.authority = Some(u.authority().to_owned());
     }
     Ok(config)
+}
+
+/// `fleet`: the etcd cluster named, the lease within what etcd takes.
+fn fleet(fleet: &Fleet) -> Result<(), ConfigError> {
+    if fleet.cluster.is_empty() {
+        return Err(fail(
+            "fleet.cluster",
+            "missing; name the Envoy cluster that reaches etcd, e.g. \"etcd\"",
+        ));
+    }
+    check_lease_ttl(fleet.lease_ttl).map_err(|reason| fail("fleet.lease_ttl", reason))
 }
 
 /// The role, from `role` and the page's fields: those are the status page's, and refused in a
