@@ -14,6 +14,7 @@
     clippy::indexing_slicing
 )]
 
+mod fleet;
 mod http;
 mod logger;
 mod metrics;

@@ -7,9 +7,12 @@
 //! least [`MIN_LEASE_TTL`], below which etcd would silently lengthen it.
 
 use super::grammar;
-use super::json::{read, text, Refusal};
+use super::json::{mismatch, read, scalars_as_json, text, Json, Refusal};
 use super::{duration, MAX_VALUE_LEN};
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
+use std::fmt;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
@@ -77,8 +80,8 @@ pub struct Credentials {
     pub password: String,
 }
 
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.debug_struct("Credentials")
             .field("user", &self.user)
             .field("password", &"…")
@@ -110,8 +113,46 @@ fn password<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     })
 }
 
+/// Serde: `credentials`, an object or `null`, read through `deserialize_any` as every other
+/// field is (serde_json's `deserialize_option` and `deserialize_struct` would bring code of their
+/// own into the module).
 fn credentials<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Credentials>, D::Error> {
-    Option::<Credentials>::deserialize(d)
+    d.deserialize_any(CredentialsOrOff)
+}
+
+/// What `credentials` takes, for "expected …".
+const EXPECTED_CREDENTIALS: &str = "an object {\"user\", \"password\"} or null";
+
+struct CredentialsOrOff;
+
+impl CredentialsOrOff {
+    fn scalar<E: de::Error>(self, found: Json) -> Result<Option<Credentials>, E> {
+        match found {
+            Json::Null => Ok(None),
+            other => Err(E::custom(mismatch(EXPECTED_CREDENTIALS, &other))),
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for CredentialsOrOff {
+    type Value = Option<Credentials>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(EXPECTED_CREDENTIALS)
+    }
+
+    scalars_as_json!();
+
+    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+        Err(de::Error::custom(mismatch(
+            EXPECTED_CREDENTIALS,
+            &Json::List,
+        )))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        Credentials::deserialize(MapAccessDeserializer::new(map)).map(Some)
+    }
 }
 
 /// Whether `c` may be in a prefix's segment.
