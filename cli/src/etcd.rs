@@ -1,7 +1,7 @@
 //! `upcheck envoy --etcd ADDR:PORT[,ADDR:PORT…]`: balancers that share one view of health.
 //!
 //! The plugin configuration gets a `fleet` object naming the cluster that reaches etcd (the
-//! input's own `fleet` is kept, its `cluster` filled in when left out), and the Envoy
+//! input's own `fleet` is kept, and names the cluster), and the Envoy
 //! configuration gets that cluster: every etcd member an endpoint, Envoy's own connection
 //! handling, timeouts and active checks of etcd's `/health`, so a member that is down is passed
 //! over without the filter knowing. It is never a cluster users are routed to: a backend's
