@@ -27,7 +27,8 @@ fn a_fleet_naming_its_cluster_takes_the_defaults_for_the_rest() {
             cluster: "etcd".into(),
             prefix: DEFAULT_PREFIX.into(),
             lease_ttl: DEFAULT_LEASE_TTL,
-            credentials: None,
+            user: None,
+            password: None,
         }
     );
     assert_eq!(fleet.lease_ttl, Duration::from_secs(6));
@@ -39,17 +40,13 @@ fn a_fleet_naming_its_cluster_takes_the_defaults_for_the_rest() {
 fn every_field_of_a_fleet_is_read_as_written() {
     let config = parse(
         r#"{"cluster":"etcd","prefix":"site/pool-1","lease_ttl":"10s",
-            "credentials":{"user":"upcheck","password":"s3cret"}}"#,
+            "user":"upcheck","password":"s3cret"}"#,
     )
     .unwrap();
     let fleet = config.fleet.unwrap();
     assert_eq!(fleet.prefix, "site/pool-1");
     assert_eq!(fleet.lease_ttl, Duration::from_secs(10));
-    let credentials = fleet.credentials.unwrap();
-    assert_eq!(
-        (credentials.user.as_str(), credentials.password.as_str()),
-        ("upcheck", "s3cret")
-    );
+    assert_eq!(fleet.credentials(), Some(("upcheck", "s3cret")));
 }
 
 #[test]
@@ -85,20 +82,24 @@ fn bad_fleets_are_refused_with_the_fields_path_and_the_reason() {
             "fleet.members: unknown field `members`",
         ),
         (
+            r#"{"cluster":"etcd","user":"u"}"#,
+            "fleet.password: missing; a user for etcd's authentication needs its password",
+        ),
+        (
+            r#"{"cluster":"etcd","password":"p"}"#,
+            "fleet.user: missing; a password is for etcd's authentication, which needs its user",
+        ),
+        (
+            r#"{"cluster":"etcd","user":"u","password":""}"#,
+            "fleet.password: must not be empty",
+        ),
+        (
+            r#"{"cluster":"etcd","user":"a b","password":"p"}"#,
+            "fleet.user: must not contain spaces",
+        ),
+        (
             r#"{"cluster":"etcd","credentials":{"user":"u"}}"#,
-            "fleet.credentials: missing field `password`",
-        ),
-        (
-            r#"{"cluster":"etcd","credentials":{"password":"p"}}"#,
-            "fleet.credentials: missing field `user`",
-        ),
-        (
-            r#"{"cluster":"etcd","credentials":{"user":"u","password":""}}"#,
-            "fleet.credentials.password: must not be empty",
-        ),
-        (
-            r#"{"cluster":"etcd","credentials":{"user":"u","password":"p","role":"r"}}"#,
-            "fleet.credentials.role: unknown field `role`",
+            "fleet.credentials: unknown field `credentials`",
         ),
         (r#"[]"#, "fleet: expected an object"),
     ];
@@ -113,11 +114,11 @@ fn a_refused_password_is_never_repeated_in_the_error() {
     let long = "p".repeat(5000);
     for password in [long.as_str(), "bad\u{7}one"] {
         let fleet = format!(
-            r#"{{"cluster":"etcd","credentials":{{"user":"u","password":{}}}}}"#,
+            r#"{{"cluster":"etcd","user":"u","password":{}}}"#,
             serde_json::to_string(password).unwrap()
         );
         let error = parse(&fleet).expect_err("refused");
-        assert!(error.starts_with("fleet.credentials.password:"), "{error}");
+        assert!(error.starts_with("fleet.password:"), "{error}");
         assert!(
             !error.contains("ppppp") && !error.contains("bad"),
             "{error}"

@@ -7,10 +7,8 @@
 //! least [`MIN_LEASE_TTL`], below which etcd would silently lengthen it.
 
 use super::grammar;
-use super::json::{mismatch, read, scalars_as_json, text, Json, Refusal};
-use super::{duration, MAX_VALUE_LEN};
-use serde::de::value::MapAccessDeserializer;
-use serde::de::{self, MapAccess, SeqAccess, Visitor};
+use super::json::{or_off, read, text, Refusal};
+use super::{duration, MAX_NAME_LEN, MAX_VALUE_LEN};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::fmt;
 use std::ops::RangeInclusive;
@@ -30,7 +28,7 @@ pub const MAX_PREFIX_LEN: usize = 128;
 
 /// The balancers' shared view, as configured. Defaults in [`Fleet::default`], except `cluster`,
 /// which is required.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Fleet {
     /// The Envoy cluster whose members are etcd's client endpoints (its JSON gateway).
@@ -45,9 +43,14 @@ pub struct Fleet {
     /// in whole seconds, within [`Fleet::LEASE_TTL`]. Default [`DEFAULT_LEASE_TTL`].
     #[serde(with = "duration")]
     pub lease_ttl: Duration,
-    /// An etcd user and password, when etcd has authentication on. Default: none (`null`).
-    #[serde(deserialize_with = "credentials")]
-    pub credentials: Option<Credentials>,
+    /// The etcd user, when etcd has authentication on (with `password`): a name as a cluster's
+    /// is. Default: none (`null`).
+    #[serde(deserialize_with = "user")]
+    pub user: Option<String>,
+    /// The etcd user's password (with `user`), at most [`MAX_VALUE_LEN`] bytes; never logged, and
+    /// errors about it do not repeat it. Default: none (`null`).
+    #[serde(deserialize_with = "password")]
+    pub password: Option<String>,
 }
 
 impl Default for Fleet {
@@ -56,7 +59,8 @@ impl Default for Fleet {
             cluster: String::new(),
             prefix: DEFAULT_PREFIX.into(),
             lease_ttl: DEFAULT_LEASE_TTL,
-            credentials: None,
+            user: None,
+            password: None,
         }
     }
 }
@@ -64,27 +68,21 @@ impl Default for Fleet {
 impl Fleet {
     /// What `lease_ttl` may be.
     pub const LEASE_TTL: RangeInclusive<Duration> = MIN_LEASE_TTL..=MAX_LEASE_TTL;
+
+    /// The user and password, when etcd has authentication on.
+    pub fn credentials(&self) -> Option<(&str, &str)> {
+        Some((self.user.as_deref()?, self.password.as_deref()?))
+    }
 }
 
-/// An etcd user, for etcd's authentication. The password is never logged: errors about it do
-/// not repeat it.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Credentials {
-    /// The user's name. Required, a name as a cluster's is (at most
-    /// [`super::MAX_NAME_LEN`] bytes).
-    #[serde(deserialize_with = "user")]
-    pub user: String,
-    /// The user's password. Required, at most [`MAX_VALUE_LEN`] bytes.
-    #[serde(deserialize_with = "password")]
-    pub password: String,
-}
-
-impl fmt::Debug for Credentials {
+impl fmt::Debug for Fleet {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.debug_struct("Credentials")
+        f.debug_struct("Fleet")
+            .field("cluster", &self.cluster)
+            .field("prefix", &self.prefix)
+            .field("lease_ttl", &self.lease_ttl)
             .field("user", &self.user)
-            .field("password", &"…")
+            .field("password", &self.password.as_ref().map(|_| "…"))
             .finish()
     }
 }
@@ -93,65 +91,58 @@ fn cluster<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     grammar::cluster(d).map(Option::unwrap_or_default)
 }
 
-fn user<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    grammar::cluster(d).map(Option::unwrap_or_default)
-}
-
-fn password<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    read(d, "a string", |found| {
-        let password = text(found)?;
-        if password.is_empty() {
-            return Err("must not be empty".into());
-        }
-        if password.len() > MAX_VALUE_LEN {
-            return Err(format!("must be at most {MAX_VALUE_LEN} bytes long").into());
-        }
-        if password.chars().any(char::is_control) {
-            return Err("must not contain control characters".into());
-        }
-        Ok(password)
+fn user<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    read(d, "a string or null", |found| {
+        or_off(found, |found| {
+            let user = text(found)?;
+            if user.is_empty() {
+                return Err("must not be empty".into());
+            }
+            if user.len() > MAX_NAME_LEN {
+                return Err(format!(
+                    "must be at most {MAX_NAME_LEN} bytes long, got {}",
+                    user.len()
+                )
+                .into());
+            }
+            if user.chars().any(|c| c.is_control() || c == ' ') {
+                return Err("must not contain spaces or control characters".into());
+            }
+            Ok(user)
+        })
     })
 }
 
-/// Serde: `credentials`, an object or `null`, read through `deserialize_any` as every other
-/// field is (serde_json's `deserialize_option` and `deserialize_struct` would bring code of their
-/// own into the module).
-fn credentials<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Credentials>, D::Error> {
-    d.deserialize_any(CredentialsOrOff)
+fn password<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    read(d, "a string or null", |found| {
+        or_off(found, |found| {
+            let password = text(found)?;
+            if password.is_empty() {
+                return Err("must not be empty".into());
+            }
+            if password.len() > MAX_VALUE_LEN {
+                return Err(format!("must be at most {MAX_VALUE_LEN} bytes long").into());
+            }
+            if password.chars().any(char::is_control) {
+                return Err("must not contain control characters".into());
+            }
+            Ok(password)
+        })
+    })
 }
 
-/// What `credentials` takes, for "expected …".
-const EXPECTED_CREDENTIALS: &str = "an object {\"user\", \"password\"} or null";
-
-struct CredentialsOrOff;
-
-impl CredentialsOrOff {
-    fn scalar<E: de::Error>(self, found: Json) -> Result<Option<Credentials>, E> {
-        match found {
-            Json::Null => Ok(None),
-            other => Err(E::custom(mismatch(EXPECTED_CREDENTIALS, &other))),
-        }
-    }
-}
-
-impl<'de> Visitor<'de> for CredentialsOrOff {
-    type Value = Option<Credentials>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str(EXPECTED_CREDENTIALS)
-    }
-
-    scalars_as_json!();
-
-    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
-        Err(de::Error::custom(mismatch(
-            EXPECTED_CREDENTIALS,
-            &Json::List,
-        )))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        Credentials::deserialize(MapAccessDeserializer::new(map)).map(Some)
+/// `user` and `password` given together or not at all.
+pub fn check_credentials(fleet: &Fleet) -> Result<(), (&'static str, &'static str)> {
+    match (&fleet.user, &fleet.password) {
+        (Some(_), None) => Err((
+            "fleet.password",
+            "missing; a user for etcd's authentication needs its password",
+        )),
+        (None, Some(_)) => Err((
+            "fleet.user",
+            "missing; a password is for etcd's authentication, which needs its user",
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -249,11 +240,16 @@ mod tests {
     }
 
     #[test]
-    fn credentials_never_show_their_password_when_debugged() {
-        let c = Credentials {
-            user: "upcheck".into(),
-            password: "s3cret".into(),
+    fn a_fleet_never_shows_its_password_when_debugged() {
+        let fleet = Fleet {
+            user: Some("upcheck".into()),
+            password: Some("s3cret".into()),
+            ..Fleet::default()
         };
-        assert!(!format!("{c:?}").contains("s3cret"));
+        let shown = format!("{fleet:?}");
+        assert!(
+            shown.contains("upcheck") && !shown.contains("s3cret"),
+            "{shown}"
+        );
     }
 }

@@ -4,7 +4,7 @@
 //! names the field it is about.
 
 use super::duration::exact;
-use super::fleet::{check_lease_ttl, Fleet};
+use super::fleet::{check_credentials, check_lease_ttl, Fleet};
 use super::{
     grammar, json, Active, Config, ConfigError, HealthChecks, Outlier, Passive, Role, RoutingMode,
     SlowStart, StatusPage, Upstream, DEFAULT_MAX_EJECTION_PERCENT, DEFAULT_ROUTE_HEADER,
@@ -201,7 +201,8 @@ fn fleet(fleet: &Fleet) -> Result<(), ConfigError> {
             "missing; name the Envoy cluster that reaches etcd, e.g. \"etcd\"",
         ));
     }
-    check_lease_ttl(fleet.lease_ttl).map_err(|reason| fail("fleet.lease_ttl", reason))
+    check_lease_ttl(fleet.lease_ttl).map_err(|reason| fail("fleet.lease_ttl", reason))?;
+    check_credentials(fleet).map_err(|(path, reason)| fail(path, reason))
 }
 
 /// The role, from `role` and the page's fields: those are the status page's, and refused in a

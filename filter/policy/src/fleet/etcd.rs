@@ -6,9 +6,9 @@
 //! transaction has no `succeeded`, an empty range no `kvs`, the keepalive of a lease that is
 //! gone answers no `TTL`); the keepalive's answer is wrapped in `result`; an error is
 //! `{"error": …, "code": …}`. Bodies are written with `format!`: every value in them is base64, a
-//! number or a string escaped by serde_json, so nothing in a key or a password can break out.
+//! number or a string escaped by [`quoted`], so nothing in a key or a password can break out.
 
-use serde::Deserialize;
+use super::json::{self, quoted, Json};
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -62,11 +62,6 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
         }
     }
     vec![0]
-}
-
-/// `text` as a JSON string.
-fn quoted(text: &str) -> String {
-    serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into())
 }
 
 /// `POST /v3/auth/authenticate`.
@@ -129,29 +124,29 @@ pub fn range(prefix: &str) -> String {
 /// An answer etcd's gateway gave, or why it is no answer to use.
 pub type Read<T> = Result<T, String>;
 
-#[derive(Deserialize)]
-struct Error {
-    error: Option<String>,
-}
-
-/// What every answer is checked for first: a 200 whose body is JSON without `error`.
-fn parsed<'a, T: Deserialize<'a>>(status: Option<u16>, body: &'a [u8]) -> Read<T> {
+/// What every answer is checked for first: a 200 whose body is a JSON object without `error`.
+fn parsed(status: Option<u16>, body: &[u8]) -> Read<Json> {
+    let said = |json: &Json| json.get("error").and_then(Json::text).map(clip);
     match status {
         Some(200) => {}
         Some(status) => {
-            let said = serde_json::from_slice::<Error>(body)
+            let said = json::parse(body)
                 .ok()
-                .and_then(|e| e.error)
-                .map(|e| format!(": {}", clip(&e)))
+                .and_then(|j| said(&j))
+                .map(|e| format!(": {e}"))
                 .unwrap_or_default();
             return Err(format!("etcd answered {status}{said}"));
         }
         None => return Err("no answer (reset or timed out)".into()),
     }
-    if let Ok(Error { error: Some(e) }) = serde_json::from_slice::<Error>(body) {
-        return Err(format!("etcd said: {}", clip(&e)));
+    let answer = json::parse(body).map_err(|e| format!("an answer that does not parse ({e})"))?;
+    if !matches!(answer, Json::Object(_)) {
+        return Err("an answer that is not a JSON object".into());
     }
-    serde_json::from_slice(body).map_err(|e| format!("an answer that does not parse ({e})"))
+    if let Some(e) = said(&answer) {
+        return Err(format!("etcd said: {e}"));
+    }
+    Ok(answer)
 }
 
 /// At most 120 characters of what etcd said, for a log line.
@@ -159,89 +154,61 @@ fn clip(text: &str) -> String {
     text.chars().take(120).collect()
 }
 
-fn int(text: &str, what: &str) -> Read<i64> {
-    text.parse()
-        .map_err(|_| format!("{what} is not an int64 string"))
-}
-
-#[derive(Deserialize)]
-struct Token {
-    token: Option<String>,
+/// An int64 string member, absent as `None`; anything else is an error.
+fn int(json: &Json, name: &str) -> Read<Option<i64>> {
+    match json.get(name) {
+        None => Ok(None),
+        Some(Json::Text(text)) => text
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("{name} is not an int64 string")),
+        Some(_) => Err(format!("{name} is not an int64 string")),
+    }
 }
 
 /// The token of an authenticate answer.
 pub fn token(status: Option<u16>, body: &[u8]) -> Read<String> {
-    let answer: Token = parsed(status, body)?;
-    match answer.token {
+    let answer = parsed(status, body)?;
+    match answer.get("token").and_then(Json::text) {
         Some(token) if !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic()) => {
-            Ok(token)
+            Ok(token.to_owned())
         }
         _ => Err("an authenticate answer without a usable token".into()),
     }
 }
 
-#[derive(Deserialize)]
-struct Lease {
-    #[serde(rename = "ID")]
-    id: Option<String>,
-    #[serde(rename = "TTL")]
-    ttl: Option<String>,
-}
-
 /// A grant's lease ID.
 pub fn granted(status: Option<u16>, body: &[u8]) -> Read<i64> {
-    let lease: Lease = parsed(status, body)?;
-    let id = int(lease.id.as_deref().unwrap_or(""), "ID")?;
-    let ttl = int(lease.ttl.as_deref().unwrap_or(""), "TTL")?;
-    if id == 0 || ttl <= 0 {
-        return Err("a grant without a lease".into());
+    let answer = parsed(status, body)?;
+    match (int(&answer, "ID")?, int(&answer, "TTL")?) {
+        (Some(id), Some(ttl)) if id != 0 && ttl > 0 => Ok(id),
+        _ => Err("a grant without a lease".into()),
     }
-    Ok(id)
-}
-
-#[derive(Deserialize)]
-struct KeepAlive {
-    result: Option<Lease>,
 }
 
 /// Whether a keepalive found its lease alive (etcd answers no `TTL` for a lease that is gone).
 pub fn kept(status: Option<u16>, body: &[u8]) -> Read<bool> {
-    let answer: KeepAlive = parsed(status, body)?;
-    let ttl = answer
-        .result
-        .and_then(|lease| lease.ttl)
-        .map(|ttl| int(&ttl, "TTL"))
-        .transpose()?;
+    let answer = parsed(status, body)?;
+    let ttl = match answer.get("result") {
+        Some(result) => int(result, "TTL")?,
+        None => None,
+    };
     Ok(ttl.is_some_and(|ttl| ttl > 0))
-}
-
-#[derive(Deserialize)]
-struct Txn {
-    #[serde(default)]
-    succeeded: bool,
 }
 
 /// Whether a transaction's compare held.
 pub fn succeeded(status: Option<u16>, body: &[u8]) -> Read<bool> {
-    parsed::<Txn>(status, body).map(|txn| txn.succeeded)
+    let answer = parsed(status, body)?;
+    match answer.get("succeeded") {
+        None => Ok(false),
+        Some(Json::Bool(b)) => Ok(*b),
+        Some(_) => Err("succeeded is not a boolean".into()),
+    }
 }
 
 /// Whether a put was taken.
 pub fn put_taken(status: Option<u16>, body: &[u8]) -> Read<()> {
-    parsed::<serde::de::IgnoredAny>(status, body).map(|_| ())
-}
-
-#[derive(Deserialize)]
-struct Range {
-    #[serde(default)]
-    kvs: Vec<RawKeyValue>,
-}
-
-#[derive(Deserialize)]
-struct RawKeyValue {
-    key: Option<String>,
-    value: Option<String>,
-    lease: Option<String>,
+    parsed(status, body).map(|_| ())
 }
 
 /// One key as a range read it: the key, its value, and the lease it lives by (0 for none).
@@ -259,18 +226,22 @@ pub struct KeyValue {
 /// written, so they are not upcheck's), values that do not decode are empty, and so refused
 /// later with their key named.
 pub fn kvs(status: Option<u16>, body: &[u8]) -> Read<Vec<KeyValue>> {
-    let range: Range = parsed(status, body)?;
-    Ok(range
-        .kvs
-        .into_iter()
+    let answer = parsed(status, body)?;
+    let items = match answer.get("kvs") {
+        None => return Ok(Vec::new()),
+        Some(Json::List(items)) => items,
+        Some(_) => return Err("kvs is not a list".into()),
+    };
+    Ok(items
+        .iter()
         .filter_map(|kv| {
-            let key = String::from_utf8(unbase64(kv.key.as_deref()?)?).ok()?;
-            let value = kv.value.as_deref().and_then(unbase64).unwrap_or_default();
-            let lease = kv
-                .lease
-                .as_deref()
-                .and_then(|l| l.parse().ok())
-                .unwrap_or(0);
+            let key = String::from_utf8(unbase64(kv.get("key")?.text()?)?).ok()?;
+            let value = kv
+                .get("value")
+                .and_then(Json::text)
+                .and_then(unbase64)
+                .unwrap_or_default();
+            let lease = int(kv, "lease").ok().flatten().unwrap_or(0);
             Some(KeyValue { key, value, lease })
         })
         .collect())

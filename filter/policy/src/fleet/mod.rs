@@ -33,6 +33,7 @@
 //! ([`Fleet::answered`]); what happened to say goes out as [`Note`]s.
 
 pub mod etcd;
+pub mod json;
 
 use crate::active::ActiveHealth;
 use crate::config::fleet::Fleet as Settings;
@@ -320,11 +321,11 @@ impl Fleet {
         let retry = self.ttl() / 3;
         let due =
             |at: Option<Time>, every: Duration| at.is_none_or(|t| now.saturating_sub(t) >= every);
-        if let Some(credentials) = &self.settings.credentials {
+        if let Some((user, password)) = self.settings.credentials() {
             if self.auth.is_none() {
                 if !self.busy(|c| *c == Call::Authenticate) && due(self.tried, retry) {
                     self.tried = Some(now);
-                    let body = etcd::authenticate(&credentials.user, &credentials.password);
+                    let body = etcd::authenticate(user, password);
                     out.push(self.request(Call::Authenticate, "/v3/auth/authenticate", body));
                 }
                 return out;
@@ -455,7 +456,7 @@ impl Fleet {
     }
 
     fn failed(&mut self, why: String) {
-        if self.settings.credentials.is_some() && why.contains("token") {
+        if self.settings.credentials().is_some() && why.contains("token") {
             self.auth = None; // expired or revoked: authenticate again
         }
         self.why = why;
