@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 use tokio::time::{sleep, Instant};
@@ -36,7 +36,12 @@ pub struct Etcd {
     members: Vec<Member>,
     dir: TempDir,
     http: reqwest::Client,
+    /// The root user's token, once authentication is on ([`Etcd::enable_auth`]).
+    token: Option<String>,
 }
+
+/// The root user's password in the tests' etcd.
+const ROOT_PASSWORD: &str = "root-of-the-test";
 
 fn etcd_binary() -> Result<PathBuf> {
     let path = std::env::var_os("UPCHECK_ETCD")
@@ -106,6 +111,7 @@ impl Etcd {
                 .no_proxy()
                 .timeout(Duration::from_secs(2))
                 .build()?,
+            token: None,
         };
         let deadline = Instant::now() + PATIENCE;
         for i in 0..size {
@@ -161,7 +167,11 @@ impl Etcd {
         let mut last = None;
         for m in &self.members {
             let url = format!("http://{}{path}", m.client);
-            match self.http.post(&url).body(body.to_string()).send().await {
+            let mut request = self.http.post(&url).body(body.to_string());
+            if let Some(token) = &self.token {
+                request = request.header("authorization", token);
+            }
+            match request.send().await {
                 Ok(r) if r.status().is_success() => {
                     return Ok(serde_json::from_str(&r.text().await?)?)
                 }
@@ -170,6 +180,73 @@ impl Etcd {
             }
         }
         Err(last.unwrap_or_else(|| anyhow::anyhow!("no etcd member")))
+    }
+
+    /// Turns etcd's authentication on, with `user` (password `password`) whose one role may read
+    /// and write the keys under `prefix` and nothing else; the harness itself goes on as root.
+    pub async fn enable_auth(&mut self, user: &str, password: &str, prefix: &str) -> Result<()> {
+        let end = upcheck_policy::fleet::etcd::prefix_end(prefix.as_bytes());
+        let steps = [
+            ("/v3/auth/role/add", json!({"name": "root"})),
+            (
+                "/v3/auth/user/add",
+                json!({"name": "root", "password": ROOT_PASSWORD}),
+            ),
+            (
+                "/v3/auth/user/grant",
+                json!({"user": "root", "role": "root"}),
+            ),
+            ("/v3/auth/role/add", json!({"name": "balancer"})),
+            (
+                "/v3/auth/role/grant",
+                json!({"name": "balancer", "perm": {"permType": "READWRITE",
+                       "key": b64(prefix.as_bytes()), "range_end": b64(&end)}}),
+            ),
+            (
+                "/v3/auth/user/add",
+                json!({"name": user, "password": password}),
+            ),
+            (
+                "/v3/auth/user/grant",
+                json!({"user": user, "role": "balancer"}),
+            ),
+            ("/v3/auth/enable", json!({})),
+        ];
+        for (path, body) in steps {
+            self.post(path, body)
+                .await
+                .with_context(|| format!("{path}"))?;
+        }
+        let answer = self
+            .post(
+                "/v3/auth/authenticate",
+                json!({"name": "root", "password": ROOT_PASSWORD}),
+            )
+            .await?;
+        self.token = answer["token"].as_str().map(str::to_owned);
+        ensure!(self.token.is_some(), "no root token: {answer}");
+        Ok(())
+    }
+
+    /// Whether `user` (password `password`) may read the keys under `prefix`.
+    pub async fn may_read(&self, user: &str, password: &str, prefix: &str) -> Result<bool> {
+        let answer = self
+            .post(
+                "/v3/auth/authenticate",
+                json!({"name": user, "password": password}),
+            )
+            .await?;
+        let token = answer["token"].as_str().context("no token")?.to_owned();
+        let end = upcheck_policy::fleet::etcd::prefix_end(prefix.as_bytes());
+        let m = self.members.first().context("no member")?;
+        let response = self
+            .http
+            .post(format!("http://{}/v3/kv/range", m.client))
+            .header("authorization", token)
+            .body(json!({"key": b64(prefix.as_bytes()), "range_end": b64(&end)}).to_string())
+            .send()
+            .await?;
+        Ok(response.status().is_success())
     }
 
     /// Every key under `prefix` with its value and lease, read through the JSON gateway.
@@ -332,6 +409,25 @@ impl Balancer {
             .send()
             .await;
         answer.is_ok_and(|r| r.status().is_success())
+    }
+
+    /// Its statistics (`/stats`) and status page (text) as served now.
+    pub async fn stats_and_page(&self) -> Result<String> {
+        let stats = self
+            .http
+            .get(format!("http://{}/stats", self.admin))
+            .send()
+            .await?
+            .text()
+            .await?;
+        let page = self
+            .http
+            .get(format!("http://{}/upcheck/status", self.status))
+            .send()
+            .await?
+            .text()
+            .await?;
+        Ok(stats + &page)
     }
 
     /// A counter of upcheck's (`wasmcustom.upcheck.<name>`), 0 when Envoy has none yet.
