@@ -215,7 +215,7 @@ impl Etcd {
         for (path, body) in steps {
             self.post(path, body)
                 .await
-                .with_context(|| format!("{path}"))?;
+                .context(path)?;
         }
         let answer = self
             .post(
