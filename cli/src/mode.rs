@@ -83,6 +83,21 @@ pub enum Mode {
         /// What they answer.
         status: u16,
     },
+    /// `drain`, `drain:pages`, `drain:N`: an app server told to stop, still serving while it
+    /// finishes (200), that says so as its [`DrainSignal`] has it.
+    Drain(DrainSignal),
+}
+
+/// How an app server that drains says so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DrainSignal {
+    /// `drain`: every answer, the probe's and the pages', carries `x-envoy-immediate-health-check-fail`.
+    Header,
+    /// `drain:pages`: the pages' answers carry it, the probe's does not.
+    PagesHeader,
+    /// `drain:N`: the probe answers N (the configuration's `drain_status`, HAProxy's 404), the
+    /// pages 200 without a header.
+    ProbeStatus(u16),
 }
 
 /// How a backend in some mode answers one request.
@@ -138,6 +153,18 @@ impl Mode {
             Mode::Bug { .. } => now(200),
             Mode::StuckProbe if path == PROBE_PATH => Answer::Never,
             Mode::StuckProbe => now(200),
+            Mode::Drain(DrainSignal::ProbeStatus(status)) if path == PROBE_PATH => now(status),
+            Mode::Drain(_) => now(200),
+        }
+    }
+
+    /// Whether this mode's answer to `path` carries the drain signal header
+    /// (`upcheck_policy::drain::SIGNAL_HEADER`).
+    pub fn signals_drain(&self, path: &str) -> bool {
+        match self {
+            Mode::Drain(DrainSignal::Header) => true,
+            Mode::Drain(DrainSignal::PagesHeader) => path != PROBE_PATH,
+            _ => false,
         }
     }
 }
@@ -211,6 +238,9 @@ impl FromStr for Mode {
             ("status", Some(code)) => Ok(Mode::Status(status(spec, code)?)),
             ("pages", Some(code)) => Ok(Mode::Pages(status(spec, code)?)),
             ("lag", Some(delay)) => Ok(Mode::Lag(duration(spec, delay)?)),
+            ("drain", None) => Ok(Mode::Drain(DrainSignal::Header)),
+            ("drain", Some("pages")) => Ok(Mode::Drain(DrainSignal::PagesHeader)),
+            ("drain", Some(code)) => Ok(Mode::Drain(DrainSignal::ProbeStatus(status(spec, code)?))),
             ("bug", Some(arg)) => {
                 let (share, code) = arg.split_once(':').ok_or_else(|| {
                     ModeError(format!(
@@ -236,7 +266,8 @@ impl FromStr for Mode {
             _ => Err(ModeError(format!(
                 "unknown mode {spec:?}: expected ok, status:N (or N), hang, noaccept, refuse, \
                  blip:FROM..TO, flap[:PERIOD], slow:DURATION, N after DURATION, pages:N, \
-                 trickle:PERIOD, garbage, lag:DURATION, bug:PERCENT%:N, stuckprobe or overflow"
+                 trickle:PERIOD, garbage, lag:DURATION, bug:PERCENT%:N, stuckprobe, overflow, \
+                 drain, drain:pages or drain:N"
             ))),
         }
     }
@@ -262,6 +293,9 @@ impl fmt::Display for Mode {
             Mode::Lag(delay) => write!(f, "lag:{}", d(*delay)),
             Mode::Bug { percent, status } => write!(f, "bug:{percent}%:{status}"),
             Mode::StuckProbe => write!(f, "stuckprobe"),
+            Mode::Drain(DrainSignal::Header) => write!(f, "drain"),
+            Mode::Drain(DrainSignal::PagesHeader) => write!(f, "drain:pages"),
+            Mode::Drain(DrainSignal::ProbeStatus(status)) => write!(f, "drain:{status}"),
         }
     }
 }
@@ -343,6 +377,9 @@ mod tests {
             d().prop_map(Mode::Lag),
             Just(Mode::StuckProbe),
             (1u8..=100, code()).prop_map(|(percent, status)| Mode::Bug { percent, status }),
+            Just(Mode::Drain(DrainSignal::Header)),
+            Just(Mode::Drain(DrainSignal::PagesHeader)),
+            code().prop_map(|status| Mode::Drain(DrainSignal::ProbeStatus(status))),
         ]
     }
 
@@ -390,6 +427,9 @@ mod tests {
             "stuckprobe",
             "502 after 3s",
             "overflow",
+            "drain",
+            "drain:pages",
+            "drain:404",
         ] {
             assert_eq!(spec.parse::<Mode>().unwrap().to_string(), spec);
         }
@@ -420,6 +460,27 @@ mod tests {
         assert_eq!(status("/up", 1999), 503);
         assert_eq!(status("/up", 2000), 200);
         assert_eq!(status("/", 1500), 200);
+    }
+
+    #[test]
+    fn a_draining_backend_serves_and_says_so_as_its_signal_has_it() {
+        let answer = |mode: &str, path| {
+            let mode: Mode = mode.parse().unwrap();
+            let status = match mode.answer(path, ms(0), 1) {
+                Answer::Respond { status, .. } => status,
+                Answer::Never => 0,
+            };
+            (status, mode.signals_drain(path))
+        };
+        assert_eq!(answer("drain", "/up"), (200, true));
+        assert_eq!(answer("drain", "/"), (200, true));
+        assert_eq!(answer("drain:pages", "/up"), (200, false));
+        assert_eq!(answer("drain:pages", "/"), (200, true));
+        assert_eq!(answer("drain:404", "/up"), (404, false));
+        assert_eq!(answer("drain:404", "/"), (200, false));
+        assert!(!Mode::Ok.signals_drain("/"));
+        let err = "drain:soon".parse::<Mode>().unwrap_err().to_string();
+        assert!(err.contains("not an HTTP status"), "{err}");
     }
 
     #[test]

@@ -24,8 +24,9 @@
 //! `added` (it joins the configuration at that time; default: from the start), `up` and `pages`
 //! (how it answers at first, default `"200"`), `changes` (in time order, each with `at` and `up`,
 //! `pages` or both). An answer is a status (`"502"`), a status after a delay (`"200 after 3s"`),
-//! `"hang"` (holds the connection and never answers), `"refuse"` (nothing listens) or
-//! `"overflow"` (the proxy's circuit breaker for it is full: the proxy answers 503 itself), read
+//! `"hang"` (holds the connection and never answers), `"refuse"` (nothing listens),
+//! `"overflow"` (the proxy's circuit breaker for it is full: the proxy answers 503 itself) or
+//! `"drain"` (200, with the drain signal header `x-envoy-immediate-health-check-fail`), read
 //! as the e2e harness's fake backends read their modes ([`crate::mode`]).
 //! Durations are Go's (`"20s"`, `"1m30s"`, `"500ms"`). Anything else is refused with the JSON path.
 
@@ -37,8 +38,9 @@ use upcheck_host_tests::Behaviour;
 use upcheck_policy::duration;
 use upcheck_policy::ConfigError;
 
-use crate::mode::Mode;
+use crate::mode::{DrainSignal, Mode};
 use crate::refuse;
+use upcheck_policy::drain::SIGNAL_HEADER;
 
 /// Requests a second a scenario may send at most.
 pub const MAX_RATE: u32 = 1_000;
@@ -118,6 +120,19 @@ pub const BUILTIN: &[(&str, &str)] = &[
         r#"{"about": "app2's pages answer 500 from 20 s on while its /up keeps passing",
             "backends": [{"name": "app1"},
                          {"name": "app2", "changes": [{"at": "20s", "pages": "500"}]}]}"#,
+    ),
+    (
+        "deploy",
+        r#"{"about": "a rolling deploy: each backend in turn drains (its answers carry the drain signal) for 5 s, exits (nothing listens) for 8 s, boots (holds connections unanswered) for 1 s, then serves again",
+            "duration": "90s",
+            "backends": [{"name": "app1", "changes": [{"at": "20s", "up": "drain", "pages": "drain"},
+                                                      {"at": "25s", "up": "refuse", "pages": "refuse"},
+                                                      {"at": "33s", "up": "hang", "pages": "hang"},
+                                                      {"at": "34s", "up": "200", "pages": "200"}]},
+                         {"name": "app2", "changes": [{"at": "55s", "up": "drain", "pages": "drain"},
+                                                      {"at": "60s", "up": "refuse", "pages": "refuse"},
+                                                      {"at": "68s", "up": "hang", "pages": "hang"},
+                                                      {"at": "69s", "up": "200", "pages": "200"}]}]}"#,
     ),
     (
         "slow",
@@ -210,12 +225,13 @@ fn some_answer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Behaviou
     answer(d).map(Some)
 }
 
-/// Reads an answer: `"502"`, `"200 after 3s"`, `"hang"`, `"refuse"` or `"overflow"`, as the
+/// Reads an answer: `"502"`, `"200 after 3s"`, `"hang"`, `"refuse"`, `"overflow"` or `"drain"`
+/// (200, carrying the drain signal header), as the
 /// [`Mode`] grammar reads them; the host runs those (and `ok`, `status:N` and `slow:DURATION`,
 /// the same answers spelt the fake backends' way), with a status up to 599.
 fn parse_answer(text: &str) -> Result<Behaviour, String> {
     let expected = "expected a status (\"502\"), a status after a delay (\"200 after 3s\"), \
-                    \"hang\", \"refuse\" or \"overflow\"";
+                    \"hang\", \"refuse\", \"overflow\" or \"drain\"";
     let refused = || format!("{text:?}: {expected}");
     let status = |status: u16| match status {
         100..=599 => Ok(Behaviour::status(status)),
@@ -225,6 +241,7 @@ fn parse_answer(text: &str) -> Result<Behaviour, String> {
         Ok(Mode::Hang) => Ok(Behaviour::Hang),
         Ok(Mode::Refuse) => Ok(Behaviour::Refuse),
         Ok(Mode::Overflow) => Ok(Behaviour::Overflow),
+        Ok(Mode::Drain(DrainSignal::Header)) => Ok(status(200)?.header(SIGNAL_HEADER, "true")),
         Ok(Mode::Ok) => status(200),
         Ok(Mode::Status(code)) => status(code),
         Ok(Mode::Slow(after)) => Ok(status(200)?.after(after)),
@@ -236,9 +253,13 @@ fn parse_answer(text: &str) -> Result<Behaviour, String> {
     }
 }
 
-/// How an answer reads in a timeline: `502`, `200 after 3s`, `hang`, `refuse`, `overflow`.
+/// How an answer reads in a timeline: `502`, `200 after 3s`, `hang`, `refuse`, `overflow`,
+/// `drain`.
 pub fn describe(behaviour: &Behaviour) -> String {
     match behaviour {
+        Behaviour::Answer { headers, .. } if headers.iter().any(|(n, _)| n == SIGNAL_HEADER) => {
+            "drain".to_string()
+        }
         Behaviour::Answer { status, delay, .. } if *delay > Duration::from_millis(1) => {
             format!("{status} after {}", duration::exact(*delay))
         }

@@ -110,6 +110,31 @@ fn with_pages_answering_500_each_failure_is_counted_against_the_backend_that_ans
 }
 
 #[test]
+fn in_a_rolling_deploy_with_the_drain_signal_no_user_fails_and_each_backend_serves_again() {
+    let stdout = simulate(&["--scenario", "deploy"]);
+    let total = row(&stdout, "total");
+    let (app1, app2) = (cell(&total, 0), cell(&total, 1));
+    assert_eq!((app1.1, app1.2, app2.1, app2.2), (0, 0, 0, 0), "{stdout}");
+    assert_eq!(app1.0 + app2.0, 3600, "{stdout}");
+    for name in ["app1", "app2"] {
+        let drains = stdout
+            .find(&format!("{name} draining, no new requests"))
+            .unwrap_or_else(|| panic!("{name} drains:\n{stdout}"));
+        let back = stdout
+            .find(&format!("{name} no longer draining"))
+            .unwrap_or_else(|| panic!("{name} comes back:\n{stdout}"));
+        assert!(drains < back, "{stdout}");
+    }
+    // After its return, each backend takes users again: the last rows are shared.
+    let last = rows(&stdout)
+        .into_iter()
+        .rfind(|(label, _)| label != "total")
+        .map(|(_, numbers)| numbers)
+        .unwrap_or_default();
+    assert!(cell(&last, 0).0 > 0 && cell(&last, 1).0 > 0, "{stdout}");
+}
+
+#[test]
 fn compare_prints_both_configurations_side_by_side_with_a_summary_for_each() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let counting_500 = dir.path().join("counting-500.json");

@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::mode::{Answer, Mode, Schedule, Switch, PROBE_PATH};
 use crate::wire::Wire;
+use upcheck_policy::drain::SIGNAL_HEADER;
 
 /// The header Envoy routes on; a backend that receives it shows the route leaked it.
 pub const ROUTING_HEADER: &str = "x-upcheck-upstream";
@@ -395,10 +396,13 @@ async fn respond(
             format!("{} over capacity\n", shared.name),
         ));
     }
-    let answer = shared
-        .mode
-        .borrow()
-        .answer(&path, shared.started.elapsed(), page);
+    let (answer, drain) = {
+        let mode = shared.mode.borrow();
+        (
+            mode.answer(&path, shared.started.elapsed(), page),
+            mode.signals_drain(&path),
+        )
+    };
     match answer {
         Answer::Respond { status, after } => {
             // A zero sleep would still wait for tokio's next 1 ms timer tick.
@@ -406,11 +410,18 @@ async fn respond(
                 tokio::time::sleep(after).await;
             }
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            Ok(reply(
+            let mut response = reply(
                 &shared,
                 status,
                 format!("{} {}\n", shared.name, status.as_u16()),
-            ))
+            );
+            if drain {
+                response.headers_mut().insert(
+                    SIGNAL_HEADER,
+                    hyper::header::HeaderValue::from_static("true"),
+                );
+            }
+            Ok(response)
         }
         Answer::Never => std::future::pending().await,
     }

@@ -9,24 +9,20 @@
 //! routing (a refused connection is retried on the other backend); with the drain signal, no user
 //! fails in host routing and at most a few in cluster routing.
 //!
-//! The fake upstreams cannot add a header to their answers, so each app server here is a small
-//! HTTP/1.1 server of this test's own that can close and reopen its port.
+//! Each app server is a fake upstream: `drain` or `drain:404` while it drains, `refuse` while its
+//! port is closed (leaving it listens again on the same port), and `slow:1s` while it boots.
 
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinSet;
 use tokio::time::{sleep, sleep_until, Instant};
 use upcheck_e2e::envoy::Envoy;
 use upcheck_e2e::envoy_config::Routing;
+use upcheck_e2e::mode::{DrainSignal, Mode};
 use upcheck_e2e::plugin::fast_checks;
 use upcheck_e2e::replay::{Replay, Report};
-use upcheck_policy::drain::SIGNAL_HEADER;
+use upcheck_e2e::upstream::FakeUpstream;
 
 /// Users per second in every run, each on a connection of its own.
 const RATE: u32 = 20;
@@ -62,147 +58,43 @@ enum Signal {
     Status404,
 }
 
-/// What an app server is doing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-enum Phase {
-    Serving = 0,
-    Draining = 1,
-    Booting = 2,
-}
-
-/// One app server: its port (closed while it is down), its phase, and when each user request
-/// reached it.
-struct App {
-    name: &'static str,
-    addr: SocketAddr,
-    signal: Signal,
-    phase: AtomicU8,
-    pages: Mutex<Vec<Instant>>,
-    listening: Mutex<Option<JoinHandle<()>>>,
-}
-
-impl App {
-    async fn start(name: &'static str, signal: Signal) -> anyhow::Result<Arc<App>> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let app = Arc::new(App {
-            name,
-            addr: listener.local_addr()?,
-            signal,
-            phase: AtomicU8::new(Phase::Serving as u8),
-            pages: Mutex::new(Vec::new()),
-            listening: Mutex::new(None),
-        });
-        app.listen(listener);
-        Ok(app)
-    }
-
-    fn phase(&self) -> Phase {
-        match self.phase.load(Ordering::SeqCst) {
-            1 => Phase::Draining,
-            2 => Phase::Booting,
-            _ => Phase::Serving,
+impl Signal {
+    /// The mode of an app server that drains with this signal, if it has one.
+    fn draining(self) -> Option<Mode> {
+        match self {
+            Signal::None => None,
+            Signal::Header => Some(Mode::Drain(DrainSignal::Header)),
+            Signal::Status404 => Some(Mode::Drain(DrainSignal::ProbeStatus(404))),
         }
-    }
-
-    fn set_phase(&self, phase: Phase) {
-        self.phase.store(phase as u8, Ordering::SeqCst);
-    }
-
-    /// Accepts on `listener` until [`App::stop`]; the connections live as long as the listener.
-    fn listen(self: &Arc<Self>, listener: TcpListener) {
-        let app = self.clone();
-        let task = tokio::spawn(async move {
-            let mut connections = JoinSet::new();
-            while let Ok((stream, _)) = listener.accept().await {
-                connections.spawn(serve(stream, app.clone()));
-            }
-        });
-        if let Ok(mut slot) = self.listening.lock() {
-            *slot = Some(task);
-        }
-    }
-
-    /// Closes the port and every open connection, as a process that exits does.
-    fn stop(&self) {
-        if let Some(task) = self.listening.lock().ok().and_then(|mut slot| slot.take()) {
-            task.abort();
-        }
-    }
-
-    /// Listens again on the same port, booting.
-    async fn boot(self: &Arc<Self>) -> anyhow::Result<()> {
-        self.set_phase(Phase::Booting);
-        let deadline = Instant::now() + Duration::from_secs(2);
-        loop {
-            match TcpListener::bind(self.addr).await {
-                Ok(listener) => {
-                    self.listen(listener);
-                    return Ok(());
-                }
-                Err(e) if Instant::now() >= deadline => return Err(e.into()),
-                Err(_) => sleep(Duration::from_millis(20)).await,
-            }
-        }
-    }
-
-    /// User requests that reached it in `[from, to)`.
-    fn pages_between(&self, from: Instant, to: Instant) -> usize {
-        self.pages
-            .lock()
-            .map(|pages| pages.iter().filter(|t| (from..to).contains(t)).count())
-            .unwrap_or(0)
-    }
-
-    /// The first user request that reached it at or after `from`.
-    fn first_page_since(&self, from: Instant) -> Option<Instant> {
-        self.pages
-            .lock()
-            .ok()
-            .and_then(|pages| pages.iter().copied().find(|t| *t >= from))
     }
 }
 
-/// Serves one connection of bodiless GETs, as the app's phase says.
-async fn serve(mut stream: TcpStream, app: Arc<App>) {
-    let mut buffer = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
-            match stream.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-            }
-            continue;
-        };
-        let head = String::from_utf8_lossy(&buffer[..end]).into_owned();
-        buffer.drain(..end + 4);
-        let probe = head.split(' ').nth(1) == Some("/up");
-        let phase = app.phase();
-        if !probe {
-            if let Ok(mut pages) = app.pages.lock() {
-                pages.push(Instant::now());
-            }
+/// User requests each of `apps` has received so far.
+fn pages(apps: &[&FakeUpstream]) -> Vec<u64> {
+    apps.iter().map(|app| app.counts().requests).collect()
+}
+
+/// Closes `app`'s port for [`DOWN`], then boots it for [`BOOT`] (it accepts, and answers only
+/// after a second), then it serves.
+async fn restart(app: &FakeUpstream) {
+    app.set_mode(Mode::Refuse);
+    sleep(DOWN).await;
+    app.set_mode(Mode::Slow(BOOT));
+    sleep(BOOT).await;
+    app.set_mode(Mode::Ok);
+}
+
+/// Waits until `app` takes a user request, for at most `within`; returns when it did, if it did.
+async fn first_page(app: &FakeUpstream, within: Duration) -> Option<Instant> {
+    let before = app.counts().requests;
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if app.counts().requests > before {
+            return Some(Instant::now());
         }
-        if phase == Phase::Booting {
-            // Booting: the request waits until the process is ready (or the caller gives up).
-            while app.phase() == Phase::Booting {
-                sleep(Duration::from_millis(50)).await;
-            }
-        }
-        let draining = phase == Phase::Draining;
-        let (status, extra) = match app.signal {
-            Signal::Header if draining => ("200 OK", format!("{SIGNAL_HEADER}: true\r\n")),
-            Signal::Status404 if draining && probe => ("404 Not Found", String::new()),
-            _ => ("200 OK", String::new()),
-        };
-        let response = format!(
-            "HTTP/1.1 {status}\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n{extra}\r\nok"
-        );
-        if stream.write_all(response.as_bytes()).await.is_err() {
-            return;
-        }
+        sleep(Duration::from_millis(10)).await;
     }
+    None
 }
 
 /// One run's settings.
@@ -272,13 +164,13 @@ impl Measured {
 const HEADER: &str = "routing | signal | warm-up | app1 failed / slow / share | app2 failed / slow / share | all failed";
 
 /// The plugin configuration for `apps` in `run`.
-fn plugin(run: Run, apps: &[&Arc<App>]) -> serde_json::Value {
-    let names: Vec<&str> = apps.iter().map(|a| a.name).collect();
+fn plugin(run: Run, apps: &[&FakeUpstream]) -> serde_json::Value {
+    let names: Vec<&str> = apps.iter().map(|a| a.name()).collect();
     let mut config = fast_checks(&names);
     if run.routing != Routing::Cluster {
         config["routing"] = json!("host");
         for (i, app) in apps.iter().enumerate() {
-            config["upstreams"][i]["address"] = json!(app.addr.to_string());
+            config["upstreams"][i]["address"] = json!(app.addr().to_string());
         }
     }
     if run.signal == Signal::Status404 {
@@ -290,10 +182,10 @@ fn plugin(run: Run, apps: &[&Arc<App>]) -> serde_json::Value {
     config
 }
 
-async fn envoy_for(run: Run, apps: &[&Arc<App>]) -> anyhow::Result<Envoy> {
+async fn envoy_for(run: Run, apps: &[&FakeUpstream]) -> anyhow::Result<Envoy> {
     apps.iter()
         .fold(Envoy::builder().concurrency(2), |envoy, app| {
-            envoy.backend(app.name, app.addr)
+            envoy.upstream(app)
         })
         .routing(run.routing)
         .wasm_filter(plugin(run, apps))
@@ -331,8 +223,8 @@ fn turn_of(report: &Report, from: Duration, to: Duration) -> (usize, usize) {
 /// status gauge shows it and its in-flight requests are done, stops for [`DOWN`], boots for
 /// [`BOOT`], answers `/up` again, and is given [`SHARE_WINDOW`] of users before the next turn.
 async fn rolling_deploy(run: Run) -> anyhow::Result<Measured> {
-    let app1 = App::start("app1", run.signal).await?;
-    let app2 = App::start("app2", run.signal).await?;
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
     let apps = [&app1, &app2];
     let envoy = envoy_for(run, &apps).await?;
     let turn_length = Duration::from_secs(3) + DOWN + BOOT + Duration::from_secs(5);
@@ -341,38 +233,47 @@ async fn rolling_deploy(run: Run) -> anyhow::Result<Measured> {
     let start = Instant::now();
     let traffic = tokio::spawn(async move { replay.run().await });
     let mut bounds = Vec::new();
+    let mut shares = Vec::new();
     sleep_until(start + Duration::from_secs(2)).await;
-    for app in apps {
+    for (i, app) in apps.iter().enumerate() {
         let began = start.elapsed();
-        if run.signal != Signal::None {
-            app.set_phase(Phase::Draining);
-            until_gauge(&envoy, app.name, "draining", 1, Duration::from_secs(3)).await;
+        if let Some(draining) = run.signal.draining() {
+            app.set_mode(draining);
+            until_gauge(&envoy, app.name(), "draining", 1, Duration::from_secs(3)).await;
             // What it was sent before the drain took hold finishes.
             sleep(Duration::from_millis(300)).await;
         }
-        app.stop();
-        sleep(DOWN).await;
-        app.boot().await?;
-        sleep(BOOT).await;
-        app.set_phase(Phase::Serving);
+        restart(app).await;
         let returned = Instant::now();
+        // Its share over the window from the first user request it takes again.
+        let share = match first_page(app, turn_length).await {
+            Some(from) => {
+                let before = pages(&apps);
+                sleep_until(from + SHARE_WINDOW).await;
+                let taken: Vec<u64> = pages(&apps)
+                    .iter()
+                    .zip(&before)
+                    .map(|(now, then)| now - then)
+                    .collect();
+                let all: u64 = taken.iter().sum();
+                let own = taken.get(i).copied().unwrap_or(0);
+                (all > 0).then(|| own as f64 / all as f64)
+            }
+            None => None,
+        };
+        shares.push(share);
         let deadline = (start + began + turn_length).max(returned + SHARE_WINDOW);
         sleep_until(deadline.min(start + duration)).await;
-        bounds.push((began, returned));
+        bounds.push(began);
     }
     let report = traffic.await??;
     let mut turns = Vec::new();
-    for (i, (began, returned)) in bounds.iter().enumerate() {
+    for (i, (began, share)) in bounds.iter().zip(shares).enumerate() {
         let end = bounds
             .get(i + 1)
-            .map_or(duration + Duration::from_secs(3), |b| b.0);
+            .copied()
+            .unwrap_or(duration + Duration::from_secs(3));
         let (failed, slow) = turn_of(&report, *began, end);
-        let share = apps.get(i).and_then(|app| {
-            let from = app.first_page_since(*returned)?;
-            let to = from + SHARE_WINDOW;
-            let all: usize = apps.iter().map(|a| a.pages_between(from, to)).sum();
-            (all > 0).then(|| app.pages_between(from, to) as f64 / all as f64)
-        });
         turns.push(Turn {
             failed,
             slow,
@@ -430,6 +331,81 @@ async fn a_rolling_deploy_costs_no_user_in_host_routing_and_at_most_max_fails_pe
         }
         // Each backend took users again after its return.
         assert!(m.turns.iter().all(|t| t.share.is_some()), "{}", m.row());
+    }
+    Ok(())
+}
+
+/// app1 drains (its answers carry the header) all along; app2 restarts without warning under
+/// users. While app2's port is closed the draining app1, still serving, takes the users; once
+/// app2 is back, app1 takes nothing new and still drains. Returns the failures while app2 was
+/// down or booting, and the requests app1 served meanwhile.
+async fn restart_while_the_other_drains(routing: Routing) -> anyhow::Result<(usize, u64)> {
+    let run = Run {
+        routing,
+        signal: Signal::Header,
+        warm_up: None,
+    };
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
+    let envoy = envoy_for(run, &[&app1, &app2]).await?;
+    let duration = Duration::from_secs(3) + DOWN + BOOT + Duration::from_secs(4);
+    let replay = Replay::new(envoy.url("/"), RATE, duration).connection_per_request();
+    let start = Instant::now();
+    let traffic = tokio::spawn(async move { replay.run().await });
+    sleep_until(start + Duration::from_secs(1)).await;
+    app1.set_mode(Mode::Drain(DrainSignal::Header));
+    until_gauge(&envoy, "app1", "draining", 1, Duration::from_secs(3)).await;
+    sleep_until(start + Duration::from_secs(3)).await;
+    let stopped = start.elapsed();
+    let app1_before = app1.counts().requests;
+    restart(&app2).await;
+    let app1_meanwhile = app1.counts().requests - app1_before;
+    let returned = start.elapsed();
+    let app2_back = app2.counts().requests;
+    sleep(Duration::from_secs(2)).await;
+    let app1_settled = app1.counts().requests;
+    let report = traffic.await??;
+    // A request sent just before the port closed may still meet it closed.
+    let closing = stopped.saturating_sub(Duration::from_millis(200));
+    let (before, _) = turn_of(&report, Duration::ZERO, closing);
+    let (during, _) = turn_of(&report, closing, returned);
+    let (after, _) = turn_of(&report, returned, duration * 2);
+    let app2_after = app2.counts().requests - app2_back;
+    let app1_after = app1.counts().requests - app1_settled;
+    let draining = envoy.stat("wasmcustom.upcheck.app1.draining").await?;
+    println!(
+        "{}: app2 restarts while app1 drains: failed {before} before, {during} while app2 was \
+         down or booting, {after} after; app1 served {app1_meanwhile} meanwhile and \
+         {app1_after} from 2 s after app2's return; app2 took {app2_after}; app1 draining at \
+         the end: {draining}; {report}",
+        run.label()
+    );
+    assert_eq!(before, 0, "{report}");
+    assert_eq!(after, 0, "{report}");
+    assert!(app2_after > 0, "app2 took no users after its return");
+    assert_eq!(app1_after, 0, "app1 drains: nothing new once app2 is back");
+    assert_eq!(draining, 1, "app1 no longer drains");
+    Ok((during, app1_meanwhile))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_while_the_other_backend_drains_is_served_by_the_draining_one_in_both_routing_modes(
+) -> anyhow::Result<()> {
+    let cluster = tokio::spawn(restart_while_the_other_drains(Routing::Cluster));
+    let host = tokio::spawn(restart_while_the_other_drains(HOST));
+    let (cluster_failed, cluster_served) = cluster.await??;
+    let (host_failed, host_served) = host.await??;
+    assert!(
+        cluster_failed <= MAX_FAILS,
+        "cluster routing: {cluster_failed} failed"
+    );
+    assert_eq!(host_failed, 0, "host routing");
+    // At 20 users a second for 8 s, app1 served most of them.
+    for served in [cluster_served, host_served] {
+        assert!(
+            served > 80,
+            "the draining app1 served {served} while app2 was down"
+        );
     }
     Ok(())
 }

@@ -2,8 +2,8 @@
 //! `/upcheck/status.html` on the status page's own loopback listener of a real Envoy with upcheck
 //! in front of the incident's fleet (app1 healthy, app2's sidecar answering 502 to everything,
 //! its probe included). What the browser
-//! built from the page (its DOM) must show app2 out with its reason and app1 in; a screenshot is
-//! left at `target/status-page.png` to look at.
+//! built from the page (its DOM) must show app2 out with its reason and app1 in, and app2's change
+//! in the history; a screenshot is left at `target/status-page.png` to look at.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -83,7 +83,7 @@ async fn a_browser_shows_app2_out_with_its_reason_and_app1_in() -> Result<()> {
     assert_eq!(header("cache-control").as_deref(), Some("no-store"));
 
     let png = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/status-page.png");
-    browser::screenshot(&url, &png, 1200, 420).await?;
+    browser::screenshot(&url, &png, 1200, 640).await?;
     println!("screenshot: {}", png.display());
 
     let dom = browser::dump_dom(&url).await?;
@@ -107,6 +107,16 @@ async fn a_browser_shows_app2_out_with_its_reason_and_app1_in() -> Result<()> {
     assert!(
         dom.contains("fleet guard: off"),
         "the guard is off while app1 serves:\n{dom}"
+    );
+    let history = dom
+        .split_once("<table id=\"history\">")
+        .map(|(_, table)| table)
+        .with_context(|| format!("no history in the DOM:\n{dom}"))?;
+    assert!(
+        history
+            .contains("<td class=\"name\">app2</td><td class=\"change\">unknown → unhealthy</td>")
+            && history.contains("unhealthy: 1 probe answered 502"),
+        "app2's change, with the log line's reason:\n{history}"
     );
     // The page is the filter's own answer: no page request reached a backend.
     assert_eq!(app1.counts().requests + app2.counts().requests, 0);

@@ -17,6 +17,9 @@
 //! - `passive`: every backend's remembered request failures and outlier record, updated
 //!   by compare-and-swap from whichever worker saw the failure (and by each worker's tick, with
 //!   its request counts), so 1 failure on worker A and 2 on worker B are 3.
+//! - `history`: the newest changes of every pool's backends and fleet guard, appended by
+//!   compare-and-swap by the VM that reports each ([`upcheck_policy::history`]), read by the
+//!   status page.
 //!
 //! Every table is keyed by backend (name, cluster and address), so a pool never reads another
 //! pool's backends. Values that do not decode (corrupt, or written by something else under
@@ -27,8 +30,9 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
 use std::time::Duration;
 use upcheck_policy::config::HealthChecks;
+use upcheck_policy::history::HistoryTable;
 use upcheck_policy::lease::{self, LeaseTable};
-use upcheck_policy::tables::keys::{ACTIVE, ANNOUNCE, LEASES, PASSIVE};
+use upcheck_policy::tables::keys::{ACTIVE, ANNOUNCE, HISTORY, LEASES, PASSIVE};
 use upcheck_policy::tables::{
     self, ActiveTable, AnnounceTable, Applied, PassiveChange, PassiveTable, TableError,
 };
@@ -90,11 +94,9 @@ fn decode_u64(bytes: &[u8]) -> Option<u64> {
     bytes.get(..8)?.try_into().ok().map(u64::from_le_bytes)
 }
 
-/// A fingerprint of a plugin configuration (FNV-1a).
+/// A fingerprint of a plugin configuration ([`lease::fingerprint`]).
 pub fn fingerprint(config: &[u8]) -> u64 {
-    config.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
+    lease::fingerprint(config)
 }
 
 /// Takes or renews the probing lease of the configuration whose fingerprint is `config`, for
@@ -206,4 +208,21 @@ pub fn update_passive(
         tables::encode_passive,
         |table| change.apply(table, checks),
     )
+}
+
+/// The history of changes, if it changed since `seen`.
+pub fn read_history(seen: Option<u32>) -> Option<(HistoryTable, u32)> {
+    read_if_changed(HISTORY, seen, tables::decode_history)
+}
+
+/// Changes the history with `append`, atomically with respect to other VMs; returns the
+/// history as written.
+pub fn update_history(append: &dyn Fn(&mut HistoryTable)) -> Option<HistoryTable> {
+    update(
+        HISTORY,
+        tables::decode_history,
+        tables::encode_history,
+        append,
+    )
+    .map(|(table, ())| table)
 }

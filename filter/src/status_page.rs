@@ -57,9 +57,10 @@ fn answer(v: &mut Vm) -> bool {
         (Answer::Page(form), _) => {
             let now = vm::now();
             // Both tables read anew, changed or not: with no tick here, that is also what
-            // brings ejections that expired since up to date.
+            // brings ejections that expired since up to date. Then the history of changes.
             v.resync();
             v.take_in(now);
+            v.take_in_history();
             let Some(pool) = v.pool.as_ref() else {
                 return false;
             };

@@ -16,6 +16,7 @@ use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 use upcheck_policy::config::HealthChecks;
 use upcheck_policy::events::EjectionReason;
+use upcheck_policy::history::HistoryTable;
 use upcheck_policy::host::{self, Dispatch, Host};
 use upcheck_policy::tables::{ActiveTable, Applied, PassiveChange, PassiveTable};
 use upcheck_policy::{Config, Effects, Event, Level, Member, Pick, Pool, Routed, Time};
@@ -77,6 +78,7 @@ pub struct Vm {
     seen_announced: Option<u32>,
     seen_active: Option<u32>,
     seen_passive: Option<u32>,
+    seen_history: Option<u32>,
 }
 
 impl Vm {
@@ -88,6 +90,7 @@ impl Vm {
         let seen = &mut self.seen_passive;
         let mut envoy = Envoy {
             fleet_guard: self.fleet_guard,
+            now,
         };
         let latest = || {
             let (table, cas) = shared::read_passive(*seen)?;
@@ -160,11 +163,24 @@ impl Vm {
         self.carry_out(effects, now);
     }
 
+    /// Takes in the history of changes if it changed since the last look: only the status page
+    /// shows it.
+    pub fn take_in_history(&mut self) {
+        let Some(pool) = self.pool.as_mut() else {
+            return;
+        };
+        if let Some((table, cas)) = shared::read_history(self.seen_history) {
+            pool.history_published(&table);
+            self.seen_history = Some(cas);
+        }
+    }
+
     /// Forgets what was read, so the next sync takes everything in again.
     pub fn resync(&mut self) {
         self.seen_announced = None;
         self.seen_active = None;
         self.seen_passive = None;
+        self.seen_history = None;
     }
 
     /// Carries out what the policy asked for ([`host::carry_out`]).
@@ -177,6 +193,7 @@ impl Vm {
         };
         let mut envoy = Envoy {
             fleet_guard: self.fleet_guard,
+            now,
         };
         host::carry_out(pool, &mut envoy, effects, now);
     }
@@ -187,11 +204,13 @@ impl Vm {
 struct Envoy {
     /// The fleet guard's gauge.
     fleet_guard: Option<u32>,
+    /// When the effects are carried out: the time a change is logged with.
+    now: Time,
 }
 
 impl Host<BackendMetrics> for Envoy {
     fn report(&mut self, pool: &Pool<BackendMetrics>, event: &Event) {
-        report(pool, self.fleet_guard, event);
+        report(pool, self.fleet_guard, event, self.now);
     }
 
     fn share(
@@ -214,10 +233,14 @@ impl Host<BackendMetrics> for Envoy {
     fn publish_active(&mut self, table: ActiveTable) {
         shared::write_active(&table);
     }
+
+    fn record(&mut self, append: &dyn Fn(&mut HistoryTable)) -> Option<HistoryTable> {
+        shared::update_history(append)
+    }
 }
 
-/// Turns an event into a log line and metrics.
-fn report(pool: &Pool<BackendMetrics>, fleet_guard: Option<u32>, event: &Event) {
+/// Turns an event into a log line (in the pool's `log_format`) and metrics.
+fn report(pool: &Pool<BackendMetrics>, fleet_guard: Option<u32>, event: &Event, now: Time) {
     let handles = |index: usize| pool.members().get(index).map(|m| &m.handles);
     match event {
         Event::Probed { index, outcome, .. } if !outcome.passed() => {
@@ -253,10 +276,13 @@ fn report(pool: &Pool<BackendMetrics>, fleet_guard: Option<u32>, event: &Event) 
         Event::Guard(guard) => metrics::set(fleet_guard, u64::from(guard.engaged())),
         _ => {}
     }
-    match event.level() {
-        Level::Error => log::error!("upcheck: {event}"),
-        Level::Warn => log::warn!("upcheck: {event}"),
-        Level::Info => log::info!("upcheck: {event}"),
-        Level::Debug => log::debug!("upcheck: {event}"),
+    let level = match event.level() {
+        Level::Error => log::Level::Error,
+        Level::Warn => log::Level::Warn,
+        Level::Info => log::Level::Info,
+        Level::Debug => log::Level::Debug,
+    };
+    if log::log_enabled!(level) {
+        log::log!(level, "upcheck: {}", pool.log_line(event, now));
     }
 }

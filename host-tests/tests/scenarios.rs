@@ -427,6 +427,104 @@ fn a_status_page_reconfigured_with_its_pool_shows_the_pools_new_backends() {
     );
 }
 
+/// The history of a page's JSON form, each change without its `ago_ms` (which moves with the
+/// time the page is read).
+fn history_of(page: &upcheck_host_tests::RequestRecord) -> Vec<serde_json::Value> {
+    let v: serde_json::Value = serde_json::from_slice(&page.body)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&page.body)));
+    let mut history = v["history"].as_array().cloned().unwrap_or_default();
+    for change in &mut history {
+        change.as_object_mut().map(|c| c.remove("ago_ms"));
+    }
+    history
+}
+
+#[test]
+fn every_workers_status_page_shows_the_same_history_of_changes() {
+    let mut host = host();
+    host.upstream("app1");
+    host.upstream("app2")
+        .path("/up", Behaviour::status(200))
+        .from(secs(12), Behaviour::status(502))
+        .from(secs(32), Behaviour::status(200));
+    ok(host.listen(PAGE_LISTENER, BOTH_PAGE));
+    ok(host.start(BOTH));
+    ok(host.advance(secs(45)));
+    let first = ok(host.request(local(PAGE_LISTENER, "/upcheck/status.json")));
+    let second = ok(host.request(local(PAGE_LISTENER, "/upcheck/status.json")));
+    assert_ne!(first.worker, second.worker, "two workers answered");
+    let history = history_of(&first);
+    assert_eq!(history, history_of(&second));
+    println!(
+        "the history, as worker {} and worker {} show it: {}",
+        first.worker,
+        second.worker,
+        serde_json::to_string_pretty(&history).unwrap_or_default()
+    );
+    let app2: Vec<(&str, &str, &str)> = history
+        .iter()
+        .filter(|c| c["backend"] == "app2")
+        .map(|c| {
+            let field = |k: &str| c[k].as_str().unwrap_or_default();
+            (field("from"), field("to"), field("cause"))
+        })
+        .collect();
+    assert_eq!(
+        app2,
+        [
+            ("unhealthy", "healthy", "healthy: 1 probe passed"),
+            ("healthy", "unhealthy", "unhealthy: 1 probe answered 502"),
+            ("unknown", "healthy", "healthy: 1 probe passed"),
+        ],
+        "newest first: {history:#?}"
+    );
+    let html = ok(host.request(local(PAGE_LISTENER, "/upcheck/status.html")));
+    let html = String::from_utf8_lossy(&html.body);
+    assert!(
+        html.contains(
+            "<td class=\"name\">app2</td><td class=\"change\">healthy &rarr; unhealthy</td>"
+        ),
+        "{html}"
+    );
+    let text = ok(host.request(local(PAGE_LISTENER, "/upcheck/status")));
+    let text = String::from_utf8_lossy(&text.body);
+    assert!(
+        text.contains(" app2 healthy → unhealthy: unhealthy: 1 probe answered 502\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn in_the_json_log_format_each_change_is_logged_as_one_json_object() {
+    let mut host = host();
+    host.upstream("app1");
+    host.upstream("app2").path("/up", Behaviour::status(502));
+    ok(host.start(r#"{"upstreams":[{"name":"app1"},{"name":"app2"}],"log_format":"json"}"#));
+    ok(host.advance(secs(2)));
+    let changes: Vec<serde_json::Value> = host
+        .logs()
+        .iter()
+        .filter_map(|line| line.message.strip_prefix("upcheck: {"))
+        .map(|json| {
+            serde_json::from_str(&format!("{{{json}")).unwrap_or_else(|e| panic!("{e}: {{{json}"))
+        })
+        .collect();
+    let app2 = changes
+        .iter()
+        .find(|c| c["backend"] == "app2")
+        .unwrap_or_else(|| panic!("{changes:#?}"));
+    assert_eq!(app2["type"], "eject_unhealthy");
+    assert_eq!(app2["from"], "unknown");
+    assert_eq!(app2["to"], "unhealthy");
+    assert_eq!(app2["cause"], "unhealthy: 1 probe answered 502");
+    let timestamp = app2["timestamp"].as_str().unwrap_or_default();
+    assert!(
+        timestamp.starts_with("2023-11-14T22:13:20.") && timestamp.ends_with('Z'),
+        "the host's clock starts at 1,700,000,000 s: {timestamp}"
+    );
+    assert_eq!(changes.len(), 2, "one object per change: {changes:#?}");
+}
+
 #[test]
 fn a_status_page_listener_bound_to_a_public_address_refuses_every_connection_to_it() {
     let mut host = host();

@@ -148,6 +148,27 @@ fn script(host: &mut Host, flap: &Flap) {
         .all_from(flap.until, healthy);
 }
 
+/// Where the history of changes is in shared data.
+const HISTORY: &str = upcheck_policy::tables::keys::HISTORY;
+
+/// Whether the history of changes holds at most the default `history` (64) changes, as the
+/// module's own decoder reads it.
+fn history_is_bounded(host: &Host) -> Result<(), String> {
+    let (bytes, _cas) = host
+        .shared_data(HISTORY)
+        .ok_or("no history of changes in shared data")?;
+    let history = upcheck_policy::tables::decode_history(&bytes)
+        .map_err(|e| format!("the history does not decode: {e}"))?;
+    let limit = upcheck_policy::config::DEFAULT_HISTORY as usize;
+    if history.len() > limit {
+        return Err(format!(
+            "{} changes in the history, more than {limit}",
+            history.len()
+        ));
+    }
+    Ok(())
+}
+
 /// What the VMs and the shared data hold at one moment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Footprint {
@@ -156,12 +177,18 @@ struct Footprint {
 }
 
 impl Footprint {
+    /// The history of changes is left out of the shared bytes: it is bounded by its count
+    /// ([`history_is_bounded`]), and its bytes vary with the reasons of the changes in it.
     fn of(host: &mut Host) -> Footprint {
+        let mut shared = host.shared_data_usage();
+        if let Some((history, _cas)) = host.shared_data(HISTORY) {
+            shared.bytes -= HISTORY.len() + history.len();
+        }
         Footprint {
             pages: (0..host.vm_count())
                 .map(|vm| host.memory_pages(vm))
                 .collect(),
-            shared: host.shared_data_usage(),
+            shared,
         }
     }
 
@@ -349,6 +376,9 @@ fn a_day_of_flapping_backends_and_hourly_new_configurations_leaks_nothing_and_st
             "shared data grew after warm-up: {:?}, then {:?}",
             warm.shared, high.shared
         ));
+    }
+    if let Err(unbounded) = history_is_bounded(&host) {
+        broken.push(unbounded);
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }

@@ -150,13 +150,20 @@ pub enum Health {
     Unhealthy,
 }
 
-impl fmt::Display for Health {
-    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.pad(match self {
+impl Health {
+    /// Its name, as the status page and the history write it.
+    pub fn name(self) -> &'static str {
+        match self {
             Health::Unknown => "unknown",
             Health::Healthy => "healthy",
             Health::Unhealthy => "unhealthy",
-        })
+        }
+    }
+}
+
+impl fmt::Display for Health {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.pad(self.name())
     }
 }
 

@@ -34,7 +34,11 @@
 //! for the cap (rule 4) it is neither ejected nor a candidate, and is not one of the N (with one
 //! of two draining, the other is the last one and is never ejected). Only when every backend
 //! drains do the rules work over all of them, drains aside, so traffic keeps flowing
-//! ([`Guard::AllDraining`]).
+//! ([`Guard::AllDraining`]). And when none of those that do not drain accepts connections (the
+//! one left restarts while the other drains), the draining backends that still accept take the
+//! traffic until one of them does ([`Guard::DrainingServe`]): a draining backend still serves,
+//! and a user sent to a closed port gets nothing. Only connections refused count here, never a
+//! failed probe, so the guard's own evidence still never brings a draining backend back.
 
 use crate::active::{ActiveHealth, Health, ProbeOutcome};
 use crate::config::Config;
@@ -100,6 +104,8 @@ pub enum Guard {
     Panic,
     /// Every backend drains: all keep taking traffic, by the rules as if none drained.
     AllDraining,
+    /// No backend that stays accepts connections; the draining ones that do take the traffic.
+    DrainingServe,
 }
 
 impl Guard {
@@ -117,6 +123,7 @@ impl fmt::Display for Guard {
             Guard::NothingServing => "no backend accepts connections; trying all",
             Guard::Panic => "fewer backends healthy than min_healthy_percent; spreading over all that accept connections",
             Guard::AllDraining => "every backend drains; all keep taking traffic",
+            Guard::DrainingServe => "no backend that stays accepts connections; the draining ones that do keep serving",
         })
     }
 }
@@ -170,6 +177,21 @@ pub fn route<B: Borrow<Evidence>>(backends: &[B], now: Time, config: &Config) ->
         .filter(|(_, d)| !**d)
         .map(|(b, _)| *b)
         .collect();
+    if !staying.iter().any(|b| b.accepting()) {
+        let serving: Vec<bool> = backends
+            .iter()
+            .zip(&draining)
+            .map(|(b, d)| *d && b.accepting())
+            .collect();
+        if serving.contains(&true) {
+            return Routing {
+                routable: serving,
+                ejected: vec![false; backends.len()],
+                guard: Guard::DrainingServe,
+                shared_cause: None,
+            };
+        }
+    }
     let among = route_among(&staying, now, config);
     // Back to one entry per backend, false for each that drains.
     let spread = |of: &[bool]| -> Vec<bool> {

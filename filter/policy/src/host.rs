@@ -4,12 +4,14 @@
 //! way, so it is written once, here: events are reported, changes are shared by
 //! compare-and-swap and each written table goes back in ([`Pool::passive_written`]), probes are
 //! sent and each send goes back in ([`Pool::probe_sent`], [`Pool::probe_refused`]), the probe
-//! table is published, and whatever that asked for in turn is carried out after. The host
+//! table is published, the changes among the events are appended to the process-wide history
+//! and the history as written goes back in ([`Pool::history_published`]), and whatever that asked for in turn is carried out after. The host
 //! ([`Host`]) only does each thing: the proxy-wasm adapter with host calls, the tests by
 //! recording what they were asked.
 
 use crate::config::{Config, HealthChecks};
 use crate::events::{Effects, Event};
+use crate::history::{self, Change, HistoryTable};
 use crate::pool::{Member, Pool};
 use crate::tables::{ActiveTable, Applied, PassiveChange, PassiveTable};
 use crate::time::Time;
@@ -34,6 +36,11 @@ pub trait Host<H> {
 
     /// Publishes the probe table of the backends this VM probes.
     fn publish_active(&mut self, table: ActiveTable);
+
+    /// Changes the process-wide history by compare-and-swap, `append` changing the table as
+    /// read ([`history::append`]): the table as written, or `None` if it could not be written
+    /// (the changes are then missing from the history, though not from the log).
+    fn record(&mut self, append: &dyn Fn(&mut HistoryTable)) -> Option<HistoryTable>;
 }
 
 /// What came of asking the host for a probe.
@@ -62,6 +69,7 @@ pub fn carry_out<H>(pool: &mut Pool<H>, host: &mut impl Host<H>, effects: Effect
         for event in &events {
             host.report(pool, event);
         }
+        record(pool, host, &events, now);
         let mut more = Effects::default();
         if !share.is_empty() {
             let checks = pool.config().health_checks.clone();
@@ -85,5 +93,22 @@ pub fn carry_out<H>(pool: &mut Pool<H>, host: &mut impl Host<H>, effects: Effect
             host.publish_active(pool.active_table());
         }
         effects = more;
+    }
+}
+
+/// Appends the changes among `events` (those [`Pool::change_of`] finds) to the process-wide
+/// history, keeping its newest `history`, and takes the history as written in.
+fn record<H>(pool: &mut Pool<H>, host: &mut impl Host<H>, events: &[Event], now: Time) {
+    let changes: Vec<Change> = events
+        .iter()
+        .filter_map(|e| pool.change_of(e, now))
+        .collect();
+    if changes.is_empty() {
+        return;
+    }
+    let size = usize::try_from(pool.config().history).unwrap_or(usize::MAX);
+    let append = |table: &mut HistoryTable| history::append(table, &changes, size);
+    if let Some(table) = host.record(&append) {
+        pool.history_published(&table);
     }
 }

@@ -64,6 +64,14 @@ pub fn claim(table: &mut LeaseTable, config: u64, me: u64, now: Time, ttl: Durat
     true
 }
 
+/// A fingerprint of some bytes (FNV-1a): a plugin configuration's, which names its lease, or a
+/// pool's backends' ([`crate::pool::Pool::history_key`]).
+pub fn fingerprint(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,9 @@
 //! a browser) and for a machine (JSON), rendered from a [`Pool`] with no I/O; and what a status
 //! page filter (`"role": "status_page"`) answers each request with ([`answer`]).
 //!
+//! Every form ends with the history of the pool's changes, newest first ([`crate::history`]):
+//! unlike probes, every change is shared, so every worker's page shows the same history.
+//!
 //! The HTML page says, per backend, why it takes traffic or not. It shows the last probe only:
 //! any worker may answer the page, but only the one holding the probing lease sees probes go out
 //! and come back, and what the workers share is each backend's latest probe, so a probe history
@@ -17,6 +20,8 @@ use crate::config::duration;
 use crate::config::StatusPage;
 use crate::drain::Drain;
 use crate::guard::Guard;
+use crate::history::timestamp;
+use crate::literal::quoted;
 use crate::pool::{Member, Pool};
 use crate::time::Time;
 use crate::warm_up::Warming;
@@ -228,6 +233,7 @@ pub fn text<H>(pool: &Pool<H>, now: Time) -> String {
     }
     let guard = pool.guard();
     let _ = writeln!(out, "fleet guard: {guard}");
+    text_history(&mut out, pool, now);
     out
 }
 
@@ -238,7 +244,7 @@ pub fn text<H>(pool: &Pool<H>, now: Time) -> String {
 /// not decide (they time out while its pages answer, or fail alike with its peers'); `draining` is
 /// `null` or, while it drains, `{"by", "since_ms"}` (what said so; how long ago); `warming` is
 /// `null` or, while it warms up, `{"percent", "ends_in_ms"}` (its share of its weight, and when it
-/// gets the whole).
+/// gets the whole). `history` lists the pool's changes newest first ([`json_history`]).
 pub fn json<H>(pool: &Pool<H>, now: Time) -> String {
     let mut out = String::from("{\"backends\":[");
     for (i, l) in lines(pool, now).enumerate() {
@@ -313,28 +319,12 @@ pub fn json<H>(pool: &Pool<H>, now: Time) -> String {
     let guard = pool.guard();
     let _ = write!(
         out,
-        "],\"fleet_guard\":{},\"fleet_guard_reason\":{}}}",
+        "],\"fleet_guard\":{},\"fleet_guard_reason\":{}",
         guard.engaged(),
         quoted(&guard.to_string())
     );
-    out
-}
-
-/// A JSON string literal.
-fn quoted(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    json_history(&mut out, pool, now);
+    out.push('}');
     out
 }
 
@@ -374,14 +364,90 @@ pub fn html<H>(pool: &Pool<H>, now: Time) -> String {
     let guard = pool.guard();
     let _ = write!(
         out,
-        "</tbody></table>\n<p id=\"fleet-guard\" class=\"guard{}\">fleet guard: {}</p>\n\
-         <p class=\"note\">Probe status and the last probe are what the prober last shared; \
-         upcheck keeps each backend's latest probe only. This page reloads every {HTML_REFRESH_SECS} s.</p>\n\
-         </body></html>\n",
+        "</tbody></table>\n<p id=\"fleet-guard\" class=\"guard{}\">fleet guard: {}</p>\n",
         if guard.engaged() { " engaged" } else { "" },
         escaped(&guard.to_string())
     );
+    html_history(&mut out, pool, now);
+    let _ = write!(
+        out,
+        "<p class=\"note\">Probe status and the last probe are what the prober last shared; \
+         upcheck keeps each backend's latest probe only. This page reloads every {HTML_REFRESH_SECS} s.</p>\n\
+         </body></html>\n"
+    );
     out
+}
+
+/// The history in the text form, newest first, after the fleet guard: one line per change
+/// (when, how long ago, backend, from -> to, why); nothing while there is none.
+fn text_history<H>(out: &mut String, pool: &Pool<H>, now: Time) {
+    if pool.history().is_empty() {
+        return;
+    }
+    out.push_str("history, newest first:\n");
+    for c in pool.history().iter().rev() {
+        let _ = writeln!(
+            out,
+            "  {} ({} ago) {} {} → {}: {}",
+            timestamp(c.at),
+            ago(now, c.at),
+            c.backend.as_deref().unwrap_or("fleet guard"),
+            c.kind.from(),
+            c.kind.to(),
+            c.cause
+        );
+    }
+}
+
+/// The history as the JSON form's `history` member: newest first, each change `{"at"
+/// (RFC 3339, UTC), "ago_ms", "backend" (`null` for the fleet guard), "from", "to", "type" (as
+/// in the JSON log), "cause"}`.
+fn json_history<H>(out: &mut String, pool: &Pool<H>, now: Time) {
+    out.push_str(",\"history\":[");
+    for (i, c) in pool.history().iter().rev().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let ms = now.saturating_sub(c.at).as_millis();
+        let _ = write!(
+            out,
+            "{{\"at\":\"{}\",\"ago_ms\":{},\"backend\":{},\"from\":\"{}\",\"to\":\"{}\",\"type\":\"{}\",\"cause\":{}}}",
+            timestamp(c.at),
+            u64::try_from(ms).unwrap_or(u64::MAX),
+            c.backend.as_deref().map_or_else(|| "null".to_owned(), quoted),
+            c.kind.from(),
+            c.kind.to(),
+            c.kind.event_type(),
+            quoted(&c.cause)
+        );
+    }
+    out.push(']');
+}
+
+/// The history as the HTML page's table (`<table id="history">`), newest first: how long ago
+/// and when, backend, from → to, why.
+fn html_history<H>(out: &mut String, pool: &Pool<H>, now: Time) {
+    out.push_str(
+        "<h2>History</h2>\n<table id=\"history\"><thead><tr><th>when</th><th>backend</th>\
+         <th>change</th><th>why</th></tr></thead><tbody>\n",
+    );
+    if pool.history().is_empty() {
+        out.push_str("<tr><td colspan=\"4\" class=\"note\">no changes yet</td></tr>\n");
+    }
+    for c in pool.history().iter().rev() {
+        let _ = writeln!(
+            out,
+            "<tr class=\"change\"><td class=\"when\">{} ago<br><span class=\"note\">{}</span></td>\
+             <td class=\"name\">{}</td><td class=\"change\">{} &rarr; {}</td><td class=\"why\">{}</td></tr>",
+            ago(now, c.at),
+            timestamp(c.at),
+            escaped(c.backend.as_deref().unwrap_or("fleet guard")),
+            c.kind.from(),
+            c.kind.to(),
+            escaped(&c.cause)
+        );
+    }
+    out.push_str("</tbody></table>\n");
 }
 
 /// One backend's row of the HTML page.
@@ -691,11 +757,6 @@ mod tests {
         assert_eq!(Form::Html.content_type(), "text/html; charset=utf-8");
         let now = Duration::from_secs(1);
         assert_eq!(Form::Json.render(&pool(), now), json(&pool(), now));
-    }
-
-    #[test]
-    fn json_strings_escape_quotes_and_control_characters() {
-        assert_eq!(quoted("a\"b\\c\nd"), r#""a\"b\\c\u000ad""#);
     }
 
     #[test]

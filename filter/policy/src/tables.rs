@@ -4,7 +4,8 @@
 //! or an old one draining after an update) can share one. The backend tables are keyed by a
 //! backend's [`Upstream::key`](crate::config::Upstream::key), so a pool only ever reads its own
 //! backends; the lease table ([`LeaseTable`], see [`crate::lease`]) is keyed by configuration.
-//! Besides the leases, three tables live there:
+//! Besides the leases and the history of changes ([`HistoryTable`], see [`crate::history`]),
+//! three tables live there:
 //! - the announcements ([`AnnounceTable`]): for each backend, the newest configuration that lists
 //!   it, written when a configuration is taken; that configuration's prober probes it, so a
 //!   backend is probed once however many configurations list it, and an update's new backends
@@ -25,8 +26,9 @@
 //! bytes give an error, never a panic or an unbounded allocation.
 
 use crate::active::ActiveHealth;
-use crate::config::{HealthChecks, MAX_FAILS_LIMIT};
+use crate::config::{HealthChecks, MAX_FAILS_LIMIT, MAX_HISTORY, MAX_NAME_LEN};
 use crate::drain::{Drain, Signal};
+use crate::history::{Change, HistoryTable, MAX_CAUSE_LEN, MAX_KEY_LEN};
 use crate::lease::LeaseTable;
 use crate::outcome::{Failure, FailureKind};
 use crate::outlier::{Ejection, RunRule, Traffic, Verdict};
@@ -42,7 +44,7 @@ const VERSION: u8 = 5;
 /// The shared-data keys of the tables, named with the format version: a build of another
 /// version reads and writes keys of its own, so two builds that share a `vm_id` (an upgrade
 /// while the old listener drains) never overwrite each other's tables or leases; each runs its
-/// own prober for its own VMs. Shared data has no delete, so a version leaves at most these four
+/// own prober for its own VMs. Shared data has no delete, so a version leaves at most these five
 /// keys behind.
 pub mod keys {
     /// Probing leases by configuration ([`crate::lease`]).
@@ -53,11 +55,14 @@ pub mod keys {
     pub const ACTIVE: &str = "upcheck.v5.active";
     /// Request failures and outlier records by backend.
     pub const PASSIVE: &str = "upcheck.v5.passive";
+    /// The newest changes of every pool's backends and fleet guard ([`crate::history`]).
+    pub const HISTORY: &str = "upcheck.v5.history";
 }
 const ACTIVE: u8 = b'a';
 const PASSIVE: u8 = b'p';
 const ANNOUNCE: u8 = b'n';
 const LEASES: u8 = b'l';
+const HISTORY: u8 = b'h';
 
 /// Probe state by backend key.
 pub type ActiveTable = Vec<(String, ActiveHealth)>;
@@ -153,6 +158,30 @@ pub fn decode_passive(bytes: &[u8]) -> Result<PassiveTable, TableError> {
     let limit = usize::try_from(MAX_FAILS_LIMIT).unwrap_or(usize::MAX);
     if table.iter().any(|(_, p)| p.failures.len() > limit) {
         return Err(TableError("more failures than any max_fails"));
+    }
+    Ok(table)
+}
+
+/// The history's bytes.
+pub fn encode_history(table: &HistoryTable) -> Vec<u8> {
+    encode(HISTORY, table)
+}
+
+/// Reads what [`encode_history`] wrote, refusing more changes, or longer names, keys or causes,
+/// than any writer writes.
+pub fn decode_history(bytes: &[u8]) -> Result<HistoryTable, TableError> {
+    let table: HistoryTable = decode(HISTORY, bytes)?;
+    let limit = usize::try_from(MAX_HISTORY).unwrap_or(usize::MAX);
+    if table.len() > limit {
+        return Err(TableError("more changes than any history keeps"));
+    }
+    let oversized = |c: &Change| {
+        c.cause.len() > MAX_CAUSE_LEN
+            || c.key.len() > MAX_KEY_LEN
+            || c.backend.as_ref().is_some_and(|b| b.len() > MAX_NAME_LEN)
+    };
+    if table.iter().any(oversized) {
+        return Err(TableError("a change longer than any written"));
     }
     Ok(table)
 }
@@ -471,6 +500,55 @@ mod tests {
         assert!(decode_leases(&[0; 16]).is_err(), "a lease of the old form");
     }
 
+    proptest! {
+        #[test]
+        fn any_bytes_under_the_history_tag_decode_or_are_refused_without_a_panic(
+            body in proptest::collection::vec(any::<u8>(), 0..256)
+        ) {
+            let mut bytes = vec![b'u', b'c', HISTORY, VERSION];
+            bytes.extend(body);
+            if let Ok(table) = decode_history(&bytes) {
+                prop_assert!(table.len() <= MAX_HISTORY as usize);
+            }
+        }
+    }
+
+    fn change(cause: &str) -> Change {
+        Change {
+            at: secs(1),
+            backend: Some("app2".into()),
+            key: "app2@app2".into(),
+            kind: crate::history::Kind::Ejected,
+            cause: cause.into(),
+        }
+    }
+
+    #[test]
+    fn a_history_that_is_cut_short_mislabelled_or_oversized_is_refused() {
+        let good = encode_history(&vec![change("ejected for 30s")]);
+        assert!(decode_history(&good).is_ok());
+        for len in 0..good.len() {
+            assert!(
+                decode_history(good.get(..len).unwrap_or_default()).is_err(),
+                "prefix of {len}"
+            );
+        }
+        assert!(
+            decode_passive(&good).is_err(),
+            "a history is not a passive table"
+        );
+        let long = encode_history(&vec![change(&"x".repeat(MAX_CAUSE_LEN + 1))]);
+        assert!(
+            decode_history(&long).is_err(),
+            "a cause longer than any written"
+        );
+        let many = vec![change("c"); MAX_HISTORY as usize + 1];
+        assert!(
+            decode_history(&encode_history(&many)).is_err(),
+            "more than the limit"
+        );
+    }
+
     #[test]
     fn a_table_claiming_more_failures_than_any_max_fails_is_refused() {
         let health = PassiveHealth {
@@ -577,7 +655,13 @@ mod tests {
     #[test]
     fn every_shared_data_key_names_the_format_version_its_tables_are_written_in() {
         let prefix = format!("upcheck.v{VERSION}.");
-        for key in [keys::LEASES, keys::ANNOUNCE, keys::ACTIVE, keys::PASSIVE] {
+        for key in [
+            keys::LEASES,
+            keys::ANNOUNCE,
+            keys::ACTIVE,
+            keys::PASSIVE,
+            keys::HISTORY,
+        ] {
             assert!(
                 key.starts_with(&prefix),
                 "{key} is not named for version {VERSION}"

@@ -270,6 +270,33 @@ fn a_weight_of_zero_and_percentages_over_100_are_refused() {
 }
 
 #[test]
+fn a_history_of_zero_or_past_its_limit_and_an_unknown_log_format_are_refused() {
+    refused(&[
+        (top(r#""history":0"#), "history: must be at least 1, got 0"),
+        (
+            top(r#""history":1001"#),
+            "history: must be at most 1000, got 1001",
+        ),
+        (
+            top(r#""history":-1"#),
+            "history: expected a whole number, got the number -1",
+        ),
+        (
+            top(r#""log_format":"xml""#),
+            r#"log_format: expected "text" or "json", got "xml""#,
+        ),
+        (
+            top(r#""log_format":null"#),
+            "log_format: expected a string, got null; null turns off only a field that can be off, so leave this one out for its default",
+        ),
+    ]);
+    let c = Config::parse(top(r#""history":1000,"log_format":"json""#).as_bytes())
+        .expect("the limit itself is taken");
+    assert_eq!(c.history, 1000);
+    assert_eq!(c.log_format, upcheck_policy::config::LogFormat::Json);
+}
+
+#[test]
 fn hostile_header_values_and_paths_are_refused() {
     let e = error(&with_active(r#""headers": {"X-A": "ok\r\nInjected: 1"}"#));
     assert!(

@@ -195,11 +195,62 @@ fn the_guard_never_brings_a_draining_backend_back_whatever_the_other_does() {
     );
     assert_eq!(proxy.guard(), Guard::LastDown);
     assert!(picks(&mut proxy, 10, secs(10)).iter().all(|p| p == "app2"));
-    // app2 then refuses connections too: all that is left is tried, which is app2.
+    // app2 then refuses connections too: a closed port serves nobody, so app1, draining but
+    // still accepting, takes the users (its failed probes had no say in it).
     probe(&mut proxy, "app2", ProbeOutcome::Refused, secs(20));
     request(&mut proxy, "app2", REFUSED, secs(20));
+    assert_eq!(routable(&proxy), ["app1"]);
+    assert_eq!(proxy.guard(), Guard::DrainingServe);
+}
+
+#[test]
+fn a_restart_while_the_other_drains_sends_users_to_the_draining_one_until_the_port_opens() {
+    let mut proxy = two_healthy();
+    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
     assert_eq!(routable(&proxy), ["app2"]);
-    assert!(picks(&mut proxy, 10, secs(20)).iter().all(|p| p == "app2"));
+    // app2's process goes away: its port refuses.
+    request(&mut proxy, "app2", REFUSED, secs(2));
+    assert_eq!(routable(&proxy), ["app1"]);
+    assert_eq!(proxy.guard(), Guard::DrainingServe);
+    assert!(picks(&mut proxy, 10, secs(2)).iter().all(|p| p == "app1"));
+    assert_eq!(guard_events(&proxy), [Guard::DrainingServe]);
+    assert_eq!(failures_counted(&proxy), 1, "the refusal is app2's failure");
+    // app2 boots: its port accepts and its probe times out. It is all that stays, so it is
+    // tried again; app1 still drains and takes nothing new.
+    probe(&mut proxy, "app2", ProbeOutcome::Timeout(secs(5)), secs(4));
+    assert_eq!(routable(&proxy), ["app2"]);
+    // It answers /up again: the guard is off and app1 still drains.
+    probe(&mut proxy, "app2", ProbeOutcome::Pass, secs(6));
+    proxy.tick(secs(6));
+    assert_eq!(routable(&proxy), ["app2"]);
+    assert_eq!(proxy.guard(), Guard::Off);
+    assert!(proxy.members()[0].evidence.draining());
+}
+
+#[test]
+fn a_draining_backend_that_refuses_takes_nothing_even_when_the_other_refuses_too() {
+    let mut proxy = two_healthy();
+    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    probe(&mut proxy, "app1", ProbeOutcome::Refused, secs(2));
+    request(&mut proxy, "app2", REFUSED, secs(2));
+    assert_eq!(
+        routable(&proxy),
+        ["app2"],
+        "nothing serves: the one that stays is tried"
+    );
+    assert_eq!(proxy.guard(), Guard::Off);
+}
+
+#[test]
+fn a_retry_from_the_only_backend_in_rotation_goes_to_a_draining_one_that_accepts() {
+    let mut proxy = two_healthy();
+    assert_eq!(proxy.pool.retry_choice(1), 0, "app1's turn is next");
+    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    assert_eq!(routable(&proxy), ["app2"]);
+    assert_eq!(proxy.pool.retry_choice(1), 0);
+    // Once app1 refuses too, a retry stays with app2.
+    probe(&mut proxy, "app1", ProbeOutcome::Refused, secs(2));
+    assert_eq!(proxy.pool.retry_choice(1), 1);
 }
 
 #[test]

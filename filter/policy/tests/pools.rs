@@ -97,9 +97,11 @@ fn a_status_page_pool_shows_what_the_traffic_pool_shares_and_asks_for_nothing() 
     let mut page = Pool::new(config(&names, r#""role":"status_page""#), secs(0), |_| ());
     for now in [secs(4), secs(12)] {
         traffic.tick(now);
-        // As the module's status page does on every request: both tables read anew.
+        // As the module's status page does on every request: both tables read anew, then the
+        // history of changes.
         let mut effects = page.active_published(&traffic.active_table(), now);
         effects.extend(page.passive_published(&traffic.table, now));
+        page.history_published(&traffic.history);
         assert!(effects.is_empty(), "at {now:?}: {effects:?}");
         assert_eq!(
             upcheck_policy::page::json(&page, now),
@@ -111,5 +113,11 @@ fn a_status_page_pool_shows_what_the_traffic_pool_shares_and_asks_for_nothing() 
         traffic.routable(),
         ["app1", "app3"],
         "app1's failures expired by 12 s, on both"
+    );
+    assert_eq!(
+        page.history().len(),
+        5,
+        "three first probes, app1 ejected and back: {:#?}",
+        page.history()
     );
 }

@@ -4,7 +4,7 @@
 //! spans fields, is checked afterwards by [`super::validate`].
 
 use super::json::{or_off, read, text, whole, Json, Refusal};
-use super::{RoutingMode, MAX_EXPECT_BODY_LEN, MAX_NAME_LEN, MAX_VALUE_LEN};
+use super::{LogFormat, RoutingMode, MAX_EXPECT_BODY_LEN, MAX_NAME_LEN, MAX_VALUE_LEN};
 use serde::Deserializer;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -76,6 +76,15 @@ pub fn routing<'de, D: Deserializer<'de>>(d: D) -> Result<RoutingMode, D::Error>
         "cluster" => Ok(RoutingMode::Cluster),
         "host" => Ok(RoutingMode::Host),
         other => Err(format!("expected \"cluster\" or \"host\", got {other:?}").into()),
+    })
+}
+
+/// `log_format`: `"text"` or `"json"`.
+pub fn log_format<'de, D: Deserializer<'de>>(d: D) -> Result<LogFormat, D::Error> {
+    read(d, A_STRING, |found| match text(found)?.as_str() {
+        "text" => Ok(LogFormat::Text),
+        "json" => Ok(LogFormat::Json),
+        other => Err(format!("expected \"text\" or \"json\", got {other:?}").into()),
     })
 }
 

@@ -82,6 +82,11 @@ pub struct Config {
     /// Default: 10% of the active interval, which [`Config::parse`] fills in; cannot be off.
     #[serde(serialize_with = "duration::optional::serialize")]
     pub jitter: Option<Duration>,
+    /// How many changes of the pool's backends and fleet guard the history keeps, newest last
+    /// ([`crate::history`]), within [`Config::HISTORY`]. Default [`DEFAULT_HISTORY`].
+    pub history: u32,
+    /// How each change is written to the log. Default [`LogFormat::Text`].
+    pub log_format: LogFormat,
     /// What the filter does with the pool: route its traffic, or serve its status page. Default
     /// [`Role::Traffic`]. In JSON `role` is a member of the top level, and so are the page's
     /// `status_path` and `status_public`.
@@ -97,6 +102,23 @@ pub struct Config {
 pub const DEFAULT_ROUTE_HEADER: &str = "x-upcheck-upstream";
 /// The default `max_ejection_percent`.
 pub const DEFAULT_MAX_EJECTION_PERCENT: u8 = 50;
+/// The default `history`: changes kept.
+pub const DEFAULT_HISTORY: u32 = 64;
+/// The largest `history`; a process-wide history holding more is not upcheck's, and ignored.
+pub const MAX_HISTORY: u32 = 1000;
+
+/// How a change is written to the log (`log_format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One line of prose per event, with its reason (`app2 unhealthy: 1 probe answered 502`).
+    #[default]
+    Text,
+    /// Each change as one JSON object shaped after Envoy's `HealthCheckEvent` (`type`,
+    /// `backend`, `cause`, `timestamp`), for log shippers ([`crate::history::Change::json`]);
+    /// other events stay prose.
+    Json,
+}
 
 /// What a filter configured with a pool does with it.
 ///
@@ -567,6 +589,9 @@ impl ConfigError {
 }
 
 impl Config {
+    /// What `history` may be.
+    pub const HISTORY: RangeInclusive<u32> = 1..=MAX_HISTORY;
+
     /// Parses and checks a plugin configuration, and fills every default in (`cluster`,
     /// `authority`, `jitter` included).
     pub fn parse(json: &[u8]) -> Result<Config, ConfigError> {

@@ -6,9 +6,9 @@
 use super::duration::exact;
 use super::fleet::{check_credentials, check_lease_ttl, Fleet};
 use super::{
-    grammar, json, Active, Config, ConfigError, HealthChecks, Outlier, Passive, Role, RoutingMode,
-    SlowStart, StatusPage, Upstream, DEFAULT_MAX_EJECTION_PERCENT, DEFAULT_ROUTE_HEADER,
-    MAX_UPSTREAMS,
+    grammar, json, Active, Config, ConfigError, HealthChecks, LogFormat, Outlier, Passive, Role,
+    RoutingMode, SlowStart, StatusPage, Upstream, DEFAULT_HISTORY, DEFAULT_MAX_EJECTION_PERCENT,
+    DEFAULT_ROUTE_HEADER, MAX_UPSTREAMS,
 };
 use serde::{Deserialize, Deserializer};
 use std::collections::HashSet;
@@ -35,6 +35,10 @@ pub struct Document {
     min_healthy_percent: Option<u8>,
     #[serde(deserialize_with = "grammar::some_duration")]
     jitter: Option<Duration>,
+    #[serde(deserialize_with = "grammar::count")]
+    history: u32,
+    #[serde(deserialize_with = "grammar::log_format")]
+    log_format: LogFormat,
     /// Whether `role` is `"status_page"`.
     #[serde(rename = "role", deserialize_with = "grammar::serves_page")]
     serves_page: bool,
@@ -56,6 +60,8 @@ impl Default for Document {
             max_ejection_percent: DEFAULT_MAX_EJECTION_PERCENT,
             min_healthy_percent: None,
             jitter: None,
+            history: DEFAULT_HISTORY,
+            log_format: LogFormat::default(),
             serves_page: false,
             status_path: None,
             status_public: None,
@@ -167,9 +173,12 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
         max_ejection_percent: document.max_ejection_percent,
         min_healthy_percent: document.min_healthy_percent,
         jitter: document.jitter,
+        history: document.history,
+        log_format: document.log_format,
         role,
         fleet: document.fleet,
     };
+    within("history", config.history, &Config::HISTORY)?;
     for (i, u) in config.upstreams.iter().enumerate() {
         within(
             &format!("upstreams[{i}].weight"),

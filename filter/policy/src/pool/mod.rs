@@ -22,6 +22,7 @@
 //!
 //! The entry points are split by observation: `probes` (active checks), `requests` (real
 //! requests), `peers` (the outlier comparison), `tables` (the process-wide tables in and out),
+//! `history` (which events are changes, and the pool's share of the history of them),
 //! and every one of them ends in `refresh`, which works the routing out again in named steps.
 //!
 //! Both routing modes share all of this: in `cluster` routing the pick names the backend's
@@ -32,6 +33,7 @@ use crate::config::{Config, Upstream};
 use crate::drain::Drain;
 use crate::events::{Effects, Event};
 use crate::guard::{Evidence, Guard};
+use crate::history::Change;
 use crate::outcome::RequestOutcome;
 use crate::outlier::Traffic;
 use crate::passive::Outstanding;
@@ -42,6 +44,7 @@ use crate::time::Time;
 use crate::warm_up::{warming, Warming};
 
 mod fleet;
+mod history;
 mod peers;
 mod probes;
 mod refresh;
@@ -226,6 +229,9 @@ pub struct Pool<H = ()> {
     /// stalled up to one tick early, which is why `stall_after` is 500 ms or more, and a latency
     /// is a whole number of ticks, which `min_latency` (250 ms) and the factor of 4 absorb.
     ticked: Time,
+    /// This pool's newest changes, oldest first, as the process-wide history was last read or
+    /// written ([`crate::history`]).
+    history: Vec<Change>,
 }
 
 impl<H> Pool<H> {
@@ -249,6 +255,7 @@ impl<H> Pool<H> {
             weights: Vec::new(),
             outstanding: Outstanding::default(),
             ticked: now,
+            history: Vec::new(),
         };
         pool.configure(config, now, handles);
         pool
@@ -463,11 +470,21 @@ impl<H> Pool<H> {
     }
 
     /// Where a retry of a request picked for `first` should go: another routable backend, the
-    /// one whose turn is next, or `first` again when it is the only one. A retry never goes to a
-    /// backend out of rotation: in host routing, a header naming one address would let the
+    /// one whose turn is next; when `first` is the only one, a draining backend that still
+    /// accepts connections (it serves while it drains, and the retry would otherwise meet the
+    /// backend that just failed it); else `first` again. A retry never goes to a backend out of
+    /// rotation for its health: in host routing, a header naming one address would let the
     /// proxy's fallback balancer pick any backend of the pool for the retry.
     pub fn retry_choice(&self, first: usize) -> usize {
-        self.rotation.next_other_than(first).unwrap_or(first)
+        self.rotation
+            .next_other_than(first)
+            .or_else(|| {
+                self.members
+                    .iter()
+                    .position(|m| m.evidence.draining() && m.evidence.accepting() && !m.routable)
+            })
+            .filter(|other| *other != first)
+            .unwrap_or(first)
     }
 
     /// Whether a pick of backend `index` should be checked against the process-wide table

@@ -4,7 +4,7 @@
 //! [`Proxy`] plays the adapter's part with no host: it holds the probing lease, answers probes
 //! with what a backend or Envoy would send for each outcome, and keeps the process-wide passive
 //! table in memory, applying each change the pool asks for (a tick's request counts included)
-//! and handing the written table back. [`Proxy::serve`] sends real traffic through it: picks,
+//! and handing the written table back, and the history of changes likewise. [`Proxy::serve`] sends real traffic through it: picks,
 //! requests in flight, ticks.
 
 #![allow(dead_code)] // each test file uses its own subset
@@ -12,6 +12,7 @@
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 use upcheck_policy::config::HealthChecks;
+use upcheck_policy::history::HistoryTable;
 use upcheck_policy::host::{self, Dispatch, Host};
 use upcheck_policy::tables::{ActiveTable, Applied, PassiveChange, PassiveTable};
 use upcheck_policy::{
@@ -48,6 +49,8 @@ pub struct Proxy {
     pub probes_asked: Vec<usize>,
     /// How many times the pool asked for the probe table to be published.
     pub publications: usize,
+    /// The process-wide history of changes, as the pool appended to it.
+    pub history: HistoryTable,
     next_token: u32,
     next_request: u32,
 }
@@ -59,6 +62,7 @@ struct Recorder<'a> {
     events: &'a mut Vec<Event>,
     probes_asked: &'a mut Vec<usize>,
     publications: &'a mut usize,
+    history: &'a mut HistoryTable,
 }
 
 impl Host<()> for Recorder<'_> {
@@ -82,6 +86,11 @@ impl Host<()> for Recorder<'_> {
 
     fn publish_active(&mut self, _table: ActiveTable) {
         *self.publications += 1;
+    }
+
+    fn record(&mut self, append: &dyn Fn(&mut HistoryTable)) -> Option<HistoryTable> {
+        append(self.history);
+        Some(self.history.clone())
     }
 }
 
@@ -131,6 +140,7 @@ impl Proxy {
             events: Vec::new(),
             probes_asked: Vec::new(),
             publications: 0,
+            history: HistoryTable::new(),
             next_token: 1,
             next_request: 1,
         };
@@ -146,6 +156,7 @@ impl Proxy {
             events: &mut self.events,
             probes_asked: &mut self.probes_asked,
             publications: &mut self.publications,
+            history: &mut self.history,
         };
         host::carry_out(&mut self.pool, &mut recorder, effects, now);
     }
