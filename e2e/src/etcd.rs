@@ -213,9 +213,7 @@ impl Etcd {
             ("/v3/auth/enable", json!({})),
         ];
         for (path, body) in steps {
-            self.post(path, body)
-                .await
-                .context(path)?;
+            self.post(path, body).await.context(path)?;
         }
         let answer = self
             .post(
