@@ -19,7 +19,7 @@ use tokio::time::{sleep, Instant};
 use upcheck_cli::envoy::{render, Settings};
 
 use crate::envoy::{binary, module};
-use crate::envoy_process::{EnvoyProcess, Launch, PATIENCE};
+use crate::envoy_process::{EnvoyProcess, Launch, PATIENCE, PORT_ATTEMPTS};
 use crate::ports::free_addr;
 use crate::upstream::FakeUpstream;
 
@@ -62,8 +62,26 @@ fn b64(bytes: &[u8]) -> String {
 }
 
 impl Etcd {
-    /// Starts a cluster of `size` members and waits until every one answers `/health`.
+    /// Starts a cluster of `size` members and waits until every one answers `/health`. Its ports
+    /// are picked free just before, and another process can take one in between: the cluster is
+    /// then started again on other ports, up to [`PORT_ATTEMPTS`] times in all.
     pub async fn start(size: usize) -> Result<Etcd> {
+        let mut attempt = 1;
+        loop {
+            match Etcd::start_once(size).await {
+                Err(e)
+                    if attempt < PORT_ATTEMPTS
+                        && e.to_string().contains("address already in use") =>
+                {
+                    eprintln!("attempt {attempt}: {e:#}; starting etcd on other ports");
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn start_once(size: usize) -> Result<Etcd> {
         let binary = etcd_binary()?;
         let dir = tempfile::Builder::new().prefix("upcheck-etcd-").tempdir()?;
         let mut members = Vec::new();
@@ -104,7 +122,7 @@ impl Etcd {
                 .with_context(|| format!("cannot run {}", binary.display()))?;
             m.child = Some(child);
         }
-        let etcd = Etcd {
+        let mut etcd = Etcd {
             members,
             dir,
             http: reqwest::Client::builder()
@@ -116,6 +134,9 @@ impl Etcd {
         let deadline = Instant::now() + PATIENCE;
         for i in 0..size {
             while !etcd.healthy(i).await {
+                if etcd.exited(i) {
+                    bail!("etcd member {i} exited: {}", etcd.log(i));
+                }
                 if Instant::now() > deadline {
                     bail!(
                         "etcd member {i} not healthy after {PATIENCE:?}: {}",
@@ -147,6 +168,14 @@ impl Etcd {
             Ok(r) => r.text().await.is_ok_and(|t| t.contains("\"true\"")),
             Err(_) => false,
         }
+    }
+
+    /// Whether member `i` has exited.
+    fn exited(&mut self, i: usize) -> bool {
+        self.members
+            .get_mut(i)
+            .and_then(|m| m.child.as_mut())
+            .is_some_and(|c| c.try_wait().ok().flatten().is_some())
     }
 
     /// Member `i`'s log so far.
@@ -333,8 +362,25 @@ pub fn plugin(backends: &[&FakeUpstream], fleet: Option<Value>) -> Value {
 
 impl Balancer {
     /// Starts an Envoy (one worker) with `plugin`, joined to `etcd` if given, as `upcheck envoy
-    /// [--etcd …]` writes it, and waits until it is ready.
+    /// [--etcd …]` writes it, and waits until it is ready; started again on other ports when one
+    /// was taken meanwhile, up to [`PORT_ATTEMPTS`] times in all.
     pub async fn start(plugin: &Value, etcd: Option<&Etcd>) -> Result<Balancer> {
+        let mut attempt = 1;
+        loop {
+            match Balancer::start_once(plugin, etcd).await {
+                Err(e)
+                    if attempt < PORT_ATTEMPTS
+                        && e.to_string().contains("Address already in use") =>
+                {
+                    eprintln!("attempt {attempt}: a port was taken; starting Envoy on other ports");
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn start_once(plugin: &Value, etcd: Option<&Etcd>) -> Result<Balancer> {
         let mut source = upcheck_cli::plugin::read(plugin.to_string().as_bytes())
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let joined = match etcd {
@@ -369,7 +415,7 @@ impl Balancer {
             args: &["--log-level", "info", "--file-flush-interval-msec", "100"],
         })?;
         if let Err(e) = process.until_ready(admin, Duration::from_millis(50)).await {
-            bail!("{e}: {}", process.log());
+            bail!("{e}: {}{}", process.log(), process.output());
         }
         Ok(Balancer {
             process: Some(process),

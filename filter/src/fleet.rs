@@ -3,12 +3,89 @@
 //! (etcd's JSON gateway), each answer goes back to the core as read, and the core's notes become
 //! log lines. Which backends this balancer then probes, and what the others published, the pool
 //! takes in ([`upcheck_policy::Pool::fleet_view`]).
+//!
+//! The stats show it: `upcheck.fleet.local` (1 while fallen back to probing everything here),
+//! `upcheck.fleet.balancers` (how many the last read counted) and, per backend,
+//! `upcheck.<name>.probe_duty` (1 on the balancer that probes it), each set when it changes.
 
+use crate::metrics;
 use crate::vm::Vm;
 use proxy_wasm::hostcalls;
-use proxy_wasm::types::{BufferType, MapType, Status};
-use upcheck_policy::fleet::{Fleet, Request, MAX_ANSWER};
-use upcheck_policy::{Level, Time};
+use proxy_wasm::types::{BufferType, MapType, MetricType, Status};
+use upcheck_policy::fleet::{Duty, Fleet, Request, MAX_ANSWER};
+use upcheck_policy::{Level, Pool, Time};
+
+/// This balancer's part in the fleet, with the gauges that show it.
+pub struct Part {
+    fleet: Fleet,
+    local: Gauge,
+    balancers: Gauge,
+    /// Per backend key, its `probe_duty` gauge.
+    duties: Vec<(String, Gauge)>,
+}
+
+/// A gauge and the value it was last set to.
+struct Gauge {
+    id: Option<u32>,
+    shown: Option<u64>,
+}
+
+impl Gauge {
+    fn define(name: &str) -> Gauge {
+        let id = match hostcalls::define_metric(MetricType::Gauge, name) {
+            Ok(id) => Some(id),
+            Err(status) => {
+                log::warn!("upcheck: metric {name} not reported: the host refused it ({status:?})");
+                None
+            }
+        };
+        Gauge { id, shown: None }
+    }
+
+    fn show(&mut self, value: u64) {
+        if self.shown != Some(value) {
+            metrics::set(self.id, value);
+            self.shown = Some(value);
+        }
+    }
+}
+
+impl Part {
+    fn new(fleet: Fleet) -> Part {
+        Part {
+            fleet,
+            local: Gauge::define("upcheck.fleet.local"),
+            balancers: Gauge::define("upcheck.fleet.balancers"),
+            duties: Vec::new(),
+        }
+    }
+
+    /// Sets the gauges to what the fleet says now.
+    fn show<H>(&mut self, pool: &Pool<H>) {
+        let members = pool.members();
+        let same = self.duties.len() == members.len()
+            && self
+                .duties
+                .iter()
+                .zip(members)
+                .all(|((k, _), m)| *k == m.key);
+        if !same {
+            self.duties = members
+                .iter()
+                .map(|m| {
+                    let name = format!("upcheck.{}.probe_duty", m.name());
+                    (m.key.clone(), Gauge::define(&name))
+                })
+                .collect();
+        }
+        self.local.show(u64::from(self.fleet.local()));
+        self.balancers
+            .show(u64::try_from(self.fleet.balancers()).unwrap_or(u64::MAX));
+        for (key, gauge) in &mut self.duties {
+            gauge.show(u64::from(self.fleet.duty(key) == Duty::Here));
+        }
+    }
+}
 
 /// Time passing on the prober: the fleet's calls go out, and the pool takes in where each
 /// backend's duty is. Without a `fleet` in the configuration there is none.
@@ -20,22 +97,25 @@ pub fn tick(v: &mut Vm, now: Time) {
         v.fleet = None;
         return;
     };
-    let fleet = match &mut v.fleet {
-        Some(fleet) if *fleet.settings() == settings => fleet,
-        slot => slot.insert(Fleet::new(settings, now)),
+    let part = match &mut v.fleet {
+        Some(part) if *part.fleet.settings() == settings => part,
+        slot => slot.insert(Part::new(Fleet::new(settings, now))),
     };
+    let fleet = &mut part.fleet;
     let requests = fleet.tick(now, &pool.active_table());
     send(fleet, requests, now);
     log(fleet);
     let effects = pool.fleet_view(fleet, now);
+    part.show(pool);
     v.carry_out(effects, now);
 }
 
 /// The answer to call `token`, if it was the fleet's (else false: a probe's).
 pub fn answer(v: &mut Vm, token: u32, body_size: usize, now: Time) -> bool {
-    let (Some(fleet), Some(pool)) = (v.fleet.as_mut(), v.pool.as_mut()) else {
+    let (Some(part), Some(pool)) = (v.fleet.as_mut(), v.pool.as_mut()) else {
         return false;
     };
+    let fleet = &mut part.fleet;
     if !fleet.owns(token) {
         return false;
     }
@@ -55,6 +135,7 @@ pub fn answer(v: &mut Vm, token: u32, body_size: usize, now: Time) -> bool {
     fleet.answered(token, status, &body, now);
     log(fleet);
     let effects = pool.fleet_view(fleet, now);
+    part.show(pool);
     v.carry_out(effects, now);
     true
 }
@@ -87,12 +168,13 @@ fn send(fleet: &mut Fleet, requests: Vec<Request>, now: Time) {
 
 fn log(fleet: &mut Fleet) {
     for note in fleet.take_notes() {
-        match note.level {
-            Level::Error => log::error!("upcheck: {}", note.text),
-            Level::Warn => log::warn!("upcheck: {}", note.text),
-            Level::Info => log::info!("upcheck: {}", note.text),
-            Level::Debug => log::debug!("upcheck: {}", note.text),
-        }
+        let level = match note.level {
+            Level::Error => log::Level::Error,
+            Level::Warn => log::Level::Warn,
+            Level::Info => log::Level::Info,
+            Level::Debug => log::Level::Debug,
+        };
+        log::log!(level, "upcheck: {}", note.text);
     }
 }
 

@@ -64,7 +64,7 @@ pub struct Vm {
     /// The fleet guard's gauge.
     pub fleet_guard: Option<u32>,
     /// On the VM that probes, with a `fleet` configured: its part in the fleet of balancers.
-    pub fleet: Option<upcheck_policy::fleet::Fleet>,
+    pub fleet: Option<crate::fleet::Part>,
     /// Requests (HTTP contexts) waiting at cold start.
     pub parked: Vec<u32>,
     /// Requests resumed after waiting, with their picks.

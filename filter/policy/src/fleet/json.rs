@@ -231,7 +231,12 @@ pub fn quoted(text: &str) -> String {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
             c if u32::from(c) < 0x20 => {
-                out.push_str(&format!("\\u{:04x}", u32::from(c)));
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let n = usize::try_from(u32::from(c)).unwrap_or(0);
+                out.push_str("\\u00");
+                for digit in [n >> 4, n & 15] {
+                    out.push(char::from(HEX.get(digit).copied().unwrap_or(b'0')));
+                }
             }
             c => out.push(c),
         }

@@ -109,8 +109,9 @@ pub enum Duty {
     Here,
     /// Probed by another balancer (or about to be, by whichever claims it first).
     Elsewhere {
-        /// The holder, as its lease ID in hex; `None` while nobody holds it.
-        holder: Option<String>,
+        /// The holder's lease ID (its name in the fleet, shown in hex); `None` while nobody
+        /// holds it.
+        holder: Option<i64>,
         /// The probe state the holder published, if any.
         health: Option<ActiveHealth>,
     },
@@ -288,8 +289,8 @@ impl Fleet {
         self.local = local;
         if local {
             let text = format!(
-                "fleet: no usable answer from etcd for {} ({}); every backend is probed here until it answers",
-                crate::config::duration::display(self.ttl()),
+                "fleet: no usable answer from etcd for {}s ({}); every backend is probed here until it answers",
+                self.ttl().as_secs(),
                 self.why
             );
             self.note(Level::Warn, text);
@@ -438,8 +439,7 @@ impl Fleet {
     pub fn refused(&mut self, call: Call, why: &str, now: Time) {
         self.settle(
             call,
-            None,
-            format!("the proxy refused the call ({why})").as_bytes(),
+            Err(format!("the proxy refused the call ({why})")),
             now,
         );
     }
@@ -451,7 +451,7 @@ impl Fleet {
             return false;
         };
         let (_, call) = self.on_wire.swap_remove(at);
-        self.settle(call, status, body, now);
+        self.settle(call, Ok((status, body)), now);
         true
     }
 
@@ -462,10 +462,16 @@ impl Fleet {
         self.why = why;
     }
 
-    fn settle(&mut self, call: Call, status: Option<u16>, body: &[u8], now: Time) {
-        let refusal = (status.is_none() && !body.is_empty())
-            .then(|| String::from_utf8_lossy(body).into_owned());
-        let fail = |why: String| refusal.clone().unwrap_or(why);
+    /// What came of `call`: its answer (status and body), or why it never went out.
+    fn settle(&mut self, call: Call, answer: Result<(Option<u16>, &[u8]), String>, now: Time) {
+        let (status, body) = match &answer {
+            Ok((status, body)) => (*status, *body),
+            Err(_) => (None, &[][..]),
+        };
+        let fail = |why: String| match &answer {
+            Err(refused) => refused.clone(),
+            Ok(_) => why,
+        };
         match call {
             Call::Authenticate => match etcd::token(status, body) {
                 Ok(token) => {
@@ -632,10 +638,7 @@ impl Fleet {
                 .find(|(k, by, _)| k == key && *by == holder)
                 .map(|(_, _, h)| *h)
         });
-        Duty::Elsewhere {
-            holder: holder.map(|h| format!("{h:x}")),
-            health,
-        }
+        Duty::Elsewhere { holder, health }
     }
 }
 

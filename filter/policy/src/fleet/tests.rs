@@ -448,7 +448,10 @@ fn a_steady_balancer_reads_every_third_tick_and_renews_its_lease_every_third_of_
 
 /// The pool of one balancer, with the fleet object, holding its process's probing lease.
 fn pool_of(names: &[&str], now: Time) -> crate::pool::Pool {
-    let upstreams: Vec<String> = names.iter().map(|n| format!("{{\"name\":\"{n}\"}}")).collect();
+    let upstreams: Vec<String> = names
+        .iter()
+        .map(|n| format!("{{\"name\":\"{n}\"}}"))
+        .collect();
     let json = format!(
         r#"{{"upstreams":[{}],"health_checks":{{"active":{{"interval":"1s","timeout":"500ms"}}}},"fleet":{{"cluster":"etcd"}}}}"#,
         upstreams.join(",")
@@ -495,14 +498,29 @@ fn a_pool_probes_only_the_backends_whose_duty_it_holds_and_takes_the_others_resu
     // Each backend is probed by one of the two, once per interval (30 ticks: 6 s).
     for backend in 0..2 {
         let by: Vec<u32> = probed.iter().map(|p| p[backend]).collect();
-        assert_eq!(by.iter().filter(|n| **n > 0).count(), 1, "backend {backend}: {probed:?}");
-        assert!((5..=7).contains(&by.iter().sum::<u32>()), "backend {backend}: {probed:?}");
+        assert_eq!(
+            by.iter().filter(|n| **n > 0).count(),
+            1,
+            "backend {backend}: {probed:?}"
+        );
+        assert!(
+            (5..=7).contains(&by.iter().sum::<u32>()),
+            "backend {backend}: {probed:?}"
+        );
     }
     // And the other takes its state in from etcd, as published.
     for (p, pool) in pools.iter().enumerate() {
         for (i, m) in pool.members().iter().enumerate() {
-            assert_eq!(m.evidence.active.status, Health::Healthy, "pool {p}, backend {i}");
-            assert_eq!(pool.probed_elsewhere(i), probed[p][i] == 0, "pool {p}, backend {i}");
+            assert_eq!(
+                m.evidence.active.status,
+                Health::Healthy,
+                "pool {p}, backend {i}"
+            );
+            assert_eq!(
+                pool.probed_elsewhere(i),
+                probed[p][i] == 0,
+                "pool {p}, backend {i}"
+            );
         }
     }
 }
