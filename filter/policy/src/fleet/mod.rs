@@ -643,4 +643,4 @@ impl Fleet {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -7,12 +7,12 @@ use crate::config::fleet::Fleet as Settings;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-const TICK: Duration = Duration::from_millis(200);
-const S: Duration = Duration::from_secs(1);
+pub(crate) const TICK: Duration = Duration::from_millis(200);
+pub(crate) const S: Duration = Duration::from_secs(1);
 
 /// An etcd that answers the gateway's requests as etcd 3.4 does, for what the fleet asks.
 #[derive(Default)]
-struct Etcd {
+pub(crate) struct Etcd {
     kv: BTreeMap<String, (Vec<u8>, i64)>,
     leases: BTreeMap<i64, (Duration, Time)>,
     next: i64,
@@ -48,7 +48,7 @@ impl Etcd {
         }
     }
 
-    fn answer(&mut self, request: &Request, now: Time) -> (Option<u16>, Vec<u8>) {
+    pub(crate) fn answer(&mut self, request: &Request, now: Time) -> (Option<u16>, Vec<u8>) {
         if self.down {
             return (Some(503), b"upstream connect error".to_vec());
         }
@@ -138,13 +138,13 @@ impl Etcd {
 }
 
 /// One balancer: its fleet, and the probe state of each backend as it last probed it.
-struct Balancer {
-    fleet: Fleet,
-    up: bool,
-    token: u32,
+pub(crate) struct Balancer {
+    pub(crate) fleet: Fleet,
+    pub(crate) up: bool,
+    pub(crate) token: u32,
 }
 
-fn settings() -> Settings {
+pub(crate) fn settings() -> Settings {
     Settings {
         cluster: "etcd".into(),
         ..Settings::default()
@@ -193,7 +193,7 @@ fn here(b: &Balancer, own: &[(String, ActiveHealth)]) -> Vec<bool> {
         .collect()
 }
 
-fn balancers(n: usize, now: Time) -> Vec<Balancer> {
+pub(crate) fn balancers(n: usize, now: Time) -> Vec<Balancer> {
     (0..n)
         .map(|_| Balancer {
             fleet: Fleet::new(settings(), now),
@@ -444,83 +444,4 @@ fn a_steady_balancer_reads_every_third_tick_and_renews_its_lease_every_third_of_
     run(&mut etcd, &mut fleet, &own, now, 30);
     let counts: Vec<(&str, usize)> = etcd.by_path.iter().map(|(p, n)| (*p, *n)).collect();
     assert_eq!(counts, [("/v3/kv/range", 10), ("/v3/lease/keepalive", 3)]);
-}
-
-/// The pool of one balancer, with the fleet object, holding its process's probing lease.
-fn pool_of(names: &[&str], now: Time) -> crate::pool::Pool {
-    let upstreams: Vec<String> = names
-        .iter()
-        .map(|n| format!("{{\"name\":\"{n}\"}}"))
-        .collect();
-    let json = format!(
-        r#"{{"upstreams":[{}],"health_checks":{{"active":{{"interval":"1s","timeout":"500ms"}}}},"fleet":{{"cluster":"etcd"}}}}"#,
-        upstreams.join(",")
-    );
-    let config = crate::config::Config::parse(json.as_bytes()).unwrap();
-    let mut pool = crate::pool::Pool::new(config, now, |_| ());
-    let _ = pool.lease(true, now, 1);
-    pool
-}
-
-#[test]
-fn a_pool_probes_only_the_backends_whose_duty_it_holds_and_takes_the_others_results_in() {
-    let mut etcd = Etcd::default();
-    let names = ["app0", "app1"];
-    let mut pools = [pool_of(&names, S), pool_of(&names, S)];
-    let mut fleet = balancers(2, S);
-    let mut now = S;
-    let mut probed = [[0u32; 2]; 2];
-    for tick in 0..40 {
-        for (b, pool) in fleet.iter_mut().zip(pools.iter_mut()) {
-            let own = pool.active_table();
-            for request in b.fleet.tick(now, &own) {
-                b.token += 1;
-                b.fleet.sent(request.call.clone(), b.token);
-                let (status, body) = etcd.answer(&request, now);
-                b.fleet.answered(b.token, status, &body, now);
-            }
-            let _ = pool.fleet_view(&b.fleet, now);
-        }
-        for (p, pool) in pools.iter_mut().enumerate() {
-            for index in pool.tick(now).probes {
-                // Counted once the duties settled: at the start the first balancer holds both
-                // until the second registers, then gives one back.
-                if tick >= 10 {
-                    probed[p][index] += 1;
-                }
-                // Every probe passes at once.
-                pool.probe_sent(index, 1, now);
-                let _ = pool.probe_answered(1, Some(200), false, b"", now);
-            }
-        }
-        now += TICK;
-    }
-    // Each backend is probed by one of the two, once per interval (30 ticks: 6 s).
-    for backend in 0..2 {
-        let by: Vec<u32> = probed.iter().map(|p| p[backend]).collect();
-        assert_eq!(
-            by.iter().filter(|n| **n > 0).count(),
-            1,
-            "backend {backend}: {probed:?}"
-        );
-        assert!(
-            (5..=7).contains(&by.iter().sum::<u32>()),
-            "backend {backend}: {probed:?}"
-        );
-    }
-    // And the other takes its state in from etcd, as published.
-    for (p, pool) in pools.iter().enumerate() {
-        for (i, m) in pool.members().iter().enumerate() {
-            assert_eq!(
-                m.evidence.active.status,
-                Health::Healthy,
-                "pool {p}, backend {i}"
-            );
-            assert_eq!(
-                pool.probed_elsewhere(i),
-                probed[p][i] == 0,
-                "pool {p}, backend {i}"
-            );
-        }
-    }
 }
