@@ -35,6 +35,7 @@ $(WASM): $(RAW_WASM)
 	@echo "upcheck.wasm: $$(stat -c %s $@) bytes ($$(stat -c %s $(RAW_WASM)) before wasm-opt)"
 
 include mk/envoy.mk
+include mk/nginx.mk
 include mk/run.mk
 include mk/bench.mk
 
@@ -42,6 +43,8 @@ unit:
 	$(CARGO) test -p upcheck-policy
 
 # In the host-test profile (see Cargo.toml), with the day-long soak the dev profile leaves out.
+# Both host profiles run: tests/hosts.rs drives the module as Envoy 1.40 and as NGINX with
+# ngx_wasm_module.
 host-test: $(WASM)
 	$(CARGO) test --profile host-test -p upcheck-host-tests
 	$(CARGO) test --profile host-test -p upcheck-host-tests --test soak -- --ignored --nocapture

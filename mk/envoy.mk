@@ -5,7 +5,8 @@
 #   make envoy            install Envoy 1.40 into .venv when missing, check and print its version
 #   make e2e              the e2e crate's tests against it (exports UPCHECK_ENVOY and UPCHECK_WASM),
 #                         and upcheck-cli's, whose written configurations Envoy validates (with its
-#                         `simulate` feature, whose tests run the module in wasmtime)
+#                         `simulate` feature, whose tests run the module in wasmtime), and Debian's
+#                         `nginx -t` the NGINX ones (mk/nginx.mk)
 #   make chromium         Debian's chromium when missing: the status page's browser scenario
 #   make validate-config  `envoy --mode validate` on each of CONFIGS with the built module
 #
@@ -52,7 +53,7 @@ chromium:
 # cargo picks dependencies' features per invocation, so host-tests/Cargo.toml dev-depends on
 # upcheck-e2e, and the CLI's property tests use proptest as host-tests' do, which makes both
 # invocations build wasmtime's dependencies with the same features.)
-e2e: envoy chromium etcd $(WASM)
+e2e: envoy chromium nginx etcd $(WASM)
 	$(CARGO) test --profile host-test -p upcheck-e2e -p upcheck-cli --features upcheck-cli/simulate \
 		--no-fail-fast
 

@@ -38,6 +38,10 @@ enum Command {
     /// probe clusters, the routes and their retries, the wasm filter with the plugin
     /// configuration, admin on loopback.
     Envoy(EnvoyArgs),
+    /// Write a complete, commented NGINX configuration for upcheck, for an NGINX built with
+    /// Kong's ngx_wasm_module: the wasm block, one upstream per backend, the routing map and
+    /// proxy_pass with failover where it is safe, the status page on loopback.
+    Nginx(NginxArgs),
     /// Check a plugin configuration as the module does: print the configuration in force, every
     /// default filled in (JSON, on standard output), and a one-line summary (on standard error).
     Check {
@@ -96,6 +100,34 @@ struct EnvoyArgs {
     output: Option<PathBuf>,
 }
 
+#[derive(Args)]
+struct NginxArgs {
+    /// An upcheck plugin configuration (JSON) whose upstreams carry `address`; `-` reads
+    /// standard input.
+    #[arg(required_unless_present = "from_caddy", conflicts_with = "from_caddy")]
+    config: Option<PathBuf>,
+    /// Caddy's JSON configuration (`curl localhost:2019/config/`) instead: its reverse_proxy
+    /// handler's upstreams (named app1, app2, … in order) and health_checks.
+    #[arg(long, value_name = "CADDY.json")]
+    from_caddy: Option<PathBuf>,
+    /// Where users connect.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:8080")]
+    listen: SocketAddr,
+    /// The status page's server; must be a loopback address (ngx_wasm_module does not tell
+    /// the filter which address a connection was made to, so the listen closes the page).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9902")]
+    status: SocketAddr,
+    /// Path of upcheck.wasm on the load balancer.
+    #[arg(long, value_name = "PATH", default_value = "/etc/upcheck/upcheck.wasm")]
+    wasm: String,
+    /// NGINX's worker processes.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    workers: u32,
+    /// Write here (replaced atomically) instead of standard output.
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    output: Option<PathBuf>,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum Routing {
     /// One pool cluster; a failed attempt is retried on another backend (recommended).
@@ -115,6 +147,7 @@ enum Failure {
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Envoy(args) => envoy(args),
+        Command::Nginx(args) => nginx(args),
         Command::Check { config } => check(&config),
         #[cfg(feature = "simulate")]
         Command::Simulate(args) => simulate::run(args),
@@ -171,21 +204,8 @@ fn envoy(args: EnvoyArgs) -> Result<(), Failure> {
             args.admin
         )));
     }
-    let (path, mut source): (&Path, Source) = match (&args.from_caddy, &args.config) {
-        (Some(path), _) => (
-            path,
-            caddy::import(&read(path)?).map_err(|e| invalid(path, e))?,
-        ),
-        (None, Some(path)) => (
-            path,
-            plugin::read(&read(path)?).map_err(|e| invalid(path, e))?,
-        ),
-        (None, None) => {
-            return Err(Failure::Input(
-                "give a plugin configuration, or Caddy's with --from-caddy".into(),
-            ))
-        }
-    };
+    let (path, mut source) = source(args.from_caddy.as_ref(), args.config.as_ref())?;
+    let path = path.as_path();
     let routing = args.routing.map(|r| match r {
         Routing::Host => RoutingMode::Host,
         Routing::Cluster => RoutingMode::Cluster,
@@ -229,14 +249,71 @@ fn envoy(args: EnvoyArgs) -> Result<(), Failure> {
         concurrency: args.concurrency,
         input,
     };
-    let yaml = render(&deployment, &settings);
-    match &args.output {
-        Some(out) => output::replace(out, &yaml)
+    write_out(args.output.as_ref(), &render(&deployment, &settings))
+}
+
+/// The input of `upcheck envoy` or `upcheck nginx`: where it was read from, and what it says.
+fn source(
+    from_caddy: Option<&PathBuf>,
+    config: Option<&PathBuf>,
+) -> Result<(PathBuf, Source), Failure> {
+    match (from_caddy, config) {
+        (Some(path), _) => Ok((
+            path.clone(),
+            caddy::import(&read(path)?).map_err(|e| invalid(path, e))?,
+        )),
+        (None, Some(path)) => Ok((
+            path.clone(),
+            plugin::read(&read(path)?).map_err(|e| invalid(path, e))?,
+        )),
+        (None, None) => Err(Failure::Input(
+            "give a plugin configuration, or Caddy's with --from-caddy".into(),
+        )),
+    }
+}
+
+/// Writes `text` to `out`, or to standard output.
+fn write_out(out: Option<&PathBuf>, text: &str) -> Result<(), Failure> {
+    match out {
+        Some(out) => output::replace(out, text)
             .map_err(|e| Failure::Output(format!("{}: cannot write: {e}", out.display()))),
         None => io::stdout()
-            .write_all(yaml.as_bytes())
+            .write_all(text.as_bytes())
             .map_err(|e| Failure::Output(format!("standard output: {e}"))),
     }
+}
+
+fn nginx(args: NginxArgs) -> Result<(), Failure> {
+    if !args.status.ip().is_loopback() {
+        return Err(Failure::Input(format!(
+            "--status {}: the status page names every backend, and in NGINX only the address              its server listens on closes it to other machines; keep it on loopback (127.0.0.1              or [::1])",
+            args.status
+        )));
+    }
+    let overlap = args.listen.ip() == args.status.ip() || args.listen.ip().is_unspecified();
+    if args.listen.port() == args.status.port() && overlap {
+        return Err(Failure::Input(format!(
+            "--status {}: --listen {} takes that port; give the status page another one",
+            args.status, args.listen
+        )));
+    }
+    let (path, source) = source(args.from_caddy.as_ref(), args.config.as_ref())?;
+    let plan = upcheck_cli::nginx::plan(&source).map_err(|e| invalid(&path, e))?;
+    let input = match &source.part {
+        Some(part) => format!("{} ({part})", name(&path)),
+        None => name(&path),
+    };
+    let settings = upcheck_cli::nginx::Settings {
+        listen: args.listen,
+        status: args.status,
+        wasm: args.wasm,
+        workers: args.workers,
+        input,
+    };
+    write_out(
+        args.output.as_ref(),
+        &upcheck_cli::nginx::render(&plan, &settings),
+    )
 }
 
 fn check(path: &Path) -> Result<(), Failure> {

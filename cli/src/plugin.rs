@@ -150,6 +150,32 @@ impl Document {
         self.members.get("upstreams")?.get(i)?.get("address")
     }
 
+    /// The document as NGINX with ngx_wasm_module runs it: `"proxy": "nginx"` first, each
+    /// upstream's `cluster` the `host:port` in `clusters` (probes are dispatched there, and the
+    /// route header carries it), no `address`, and the status page served on every connection
+    /// to its server, which NGINX binds to loopback (that host does not tell the filter the
+    /// address a connection was made to).
+    pub fn for_nginx(&self, clusters: &[String]) -> Document {
+        let mut members = Map::new();
+        members.insert("proxy".into(), Value::String("nginx".into()));
+        for (key, value) in &self.members {
+            let value = match (key.as_str(), value) {
+                ("upstreams", Value::Array(upstreams)) => Value::Array(
+                    upstreams
+                        .iter()
+                        .zip(clusters)
+                        .map(|(upstream, cluster)| with_cluster(upstream, cluster))
+                        .collect(),
+                ),
+                _ => value.clone(),
+            };
+            members.insert(key.clone(), value);
+        }
+        let mut page = self.page.clone();
+        page.insert("status_public".into(), Value::Bool(true));
+        Document { members, page }
+    }
+
     /// The traffic listener's document as JSON text: `routing` first, then the members in
     /// order; each upstream on a line of its own, each member of `health_checks` too.
     pub fn text(&self, routing: RoutingMode, addresses: Addresses) -> String {
@@ -184,6 +210,17 @@ impl Document {
             }
         }
         lines
+    }
+}
+
+/// `upstream` without its `address`, its `cluster` set to `cluster`.
+fn with_cluster(upstream: &Value, cluster: &str) -> Value {
+    match without_address(upstream) {
+        Value::Object(mut fields) => {
+            fields.insert("cluster".into(), Value::String(cluster.into()));
+            Value::Object(fields)
+        }
+        other => other,
     }
 }
 

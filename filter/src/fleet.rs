@@ -8,9 +8,9 @@
 //! `upcheck.fleet.balancers` (how many the last read counted) and, per backend,
 //! `upcheck.<name>.probe_duty` (1 on the balancer that probes it), each set when it changes.
 
+use crate::hostcall as hostcalls;
 use crate::metrics;
 use crate::vm::Vm;
-use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, MetricType, Status};
 use upcheck_policy::fleet::{Duty, Fleet, Request, MAX_ANSWER};
 use upcheck_policy::{Level, Pool, Time};

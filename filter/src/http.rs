@@ -8,8 +8,8 @@
 //! drain signal ([`drain::SIGNAL_HEADER`]) says so to the policy, and the header is removed on
 //! its way to the client: it is the backend's word to the balancer, not to users.
 
+use crate::hostcall as hostcalls;
 use crate::vm::{self, Handle};
-use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, MapType};
 use std::time::Duration;
@@ -84,6 +84,15 @@ impl Http {
         });
     }
 
+    /// Whether the proxy reports its response flags ([`upcheck_policy::Proxy`]).
+    fn flags_reported(&self) -> bool {
+        vm::with(&self.vm, |v| {
+            v.pool
+                .as_ref()
+                .is_some_and(|p| p.config().proxy.reports_response_flags())
+        }) == Some(true)
+    }
+
     /// Whether the proxy retried this request, read only in `host` routing (where the route may
     /// retry); hosts without the properties are taken at their word that it was not.
     fn retry(&self) -> Retry {
@@ -137,8 +146,12 @@ pub fn route<H>(pool: &Pool<H>, backend: Option<usize>) {
     let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, header, Some(value));
 }
 
-/// Envoy's response flags for this stream (0 when the host does not say).
-fn response_flags() -> u64 {
+/// Envoy's response flags for this stream (0 when the host does not say), asked for only of a
+/// proxy that reports them: ngx_wasm_module answers NotFound and logs an error for each ask.
+fn response_flags(reported: bool) -> u64 {
+    if !reported {
+        return 0;
+    }
     hostcalls::get_property(vec!["response", "flags"])
         .ok()
         .flatten()
@@ -195,8 +208,10 @@ impl HttpContext for Http {
             let _ = hostcalls::remove_map_value(MapType::HttpResponseHeaders, drain::SIGNAL_HEADER);
         }
         let retry = self.retry();
+        let reported = self.flags_reported();
         self.settle(retry, |latency| {
-            RequestOutcome::ended(Some(status), latency, response_flags).signalled(signalled)
+            RequestOutcome::ended(Some(status), latency, || response_flags(reported))
+                .signalled(signalled)
         });
         Action::Continue
     }
@@ -208,7 +223,7 @@ impl HttpContext for Http {
         // No response headers reached the client: the backend failed, or the client left. A
         // request still parked when it ended reached no backend, so the proxy has no flags for it.
         let flags = if self.pick.is_some() {
-            response_flags()
+            response_flags(self.flags_reported())
         } else {
             0
         };

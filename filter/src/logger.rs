@@ -1,12 +1,14 @@
-//! Log lines go to the host's log, at the level the host runs at.
+//! Log lines go to the host's log, from the configuration's `log_level` up.
 //!
 //! The SDK's own logger unwraps the result of every `proxy_log` call (and its panic hook does
 //! too), so a host that ever refused a log line would kill the VM. This one drops such a line
-//! instead, and takes its level from the host (`envoy --log-level debug` shows upcheck's debug
-//! lines too).
+//! instead. It does not ask the host for its level: ngx_wasm_module declares
+//! `proxy_get_log_level` with another signature than the SDK's, so a module importing it does
+//! not even load there. The host filters the lines again by its own level.
 
-use proxy_wasm::hostcalls;
+use crate::hostcall as hostcalls;
 use proxy_wasm::types::LogLevel;
+use upcheck_policy::config;
 
 struct HostLog;
 
@@ -34,7 +36,8 @@ impl log::Log for HostLog {
     fn flush(&self) {}
 }
 
-/// Installs the logger (once per VM) and a panic hook that reports a panic before the VM dies.
+/// Installs the logger (once per VM), at info until a configuration says otherwise, and a
+/// panic hook that reports a panic before the VM dies.
 pub fn install() {
     if log::set_logger(&LOGGER).is_err() {
         return; // already installed in this VM
@@ -42,18 +45,17 @@ pub fn install() {
     std::panic::set_hook(Box::new(|panic| {
         let _ = hostcalls::log(LogLevel::Critical, &format!("upcheck: {panic}"));
     }));
-    follow_host_level();
+    log::set_max_level(log::LevelFilter::Info);
 }
 
-/// Logs at the level the host runs at (info if it does not say).
-pub fn follow_host_level() {
-    let level = match hostcalls::get_log_level() {
-        Ok(LogLevel::Trace) => log::LevelFilter::Trace,
-        Ok(LogLevel::Debug) => log::LevelFilter::Debug,
-        Ok(LogLevel::Warn) => log::LevelFilter::Warn,
-        Ok(LogLevel::Error) => log::LevelFilter::Error,
-        Ok(LogLevel::Critical) => log::LevelFilter::Off,
-        Ok(LogLevel::Info) | Err(_) => log::LevelFilter::Info,
-    };
-    log::set_max_level(level);
+/// Logs from `level` up.
+pub fn set_level(level: config::LogLevel) {
+    log::set_max_level(match level {
+        config::LogLevel::Trace => log::LevelFilter::Trace,
+        config::LogLevel::Debug => log::LevelFilter::Debug,
+        config::LogLevel::Info => log::LevelFilter::Info,
+        config::LogLevel::Warn => log::LevelFilter::Warn,
+        config::LogLevel::Error => log::LevelFilter::Error,
+        config::LogLevel::Off => log::LevelFilter::Off,
+    });
 }

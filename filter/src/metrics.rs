@@ -9,7 +9,7 @@
 //! never stops routing. (The SDK itself panics on any status but `Ok` from `define_metric`; Envoy
 //! 1.40 has defined every counter and gauge upcheck asks for in every end-to-end run.)
 
-use proxy_wasm::hostcalls;
+use crate::hostcall as hostcalls;
 use proxy_wasm::types::MetricType;
 use upcheck_policy::config::Upstream;
 use upcheck_policy::outlier::Verdict;

@@ -1,16 +1,22 @@
 //! Active checks on the wire: sending the probes the policy asks for and reading their answers.
 //!
-//! Probes go out through `dispatch_http_call` to each backend's cluster. An answer is read as
+//! Probes go out through `dispatch_http_call` to each backend's cluster (an Envoy cluster's name,
+//! or the `host:port` ngx_wasm_module connects to). An answer is read as
 //! its status, its header names (which tell the policy whether the proxy made it itself,
 //! [`active::proxy_made`], and whether it carries the drain signal, [`drain::signalled`]) and
-//! as much of the body as the policy needs; the policy classifies it.
+//! as much of the body as the policy needs; the policy classifies it. A call that came back
+//! with no answer at all (ngx_wasm_module's shape of a failed dispatch: no headers) is handed
+//! over with the host's reason, its `:dispatch_status`.
 
+use crate::hostcall as hostcalls;
 use crate::metrics::{self, BackendMetrics};
-use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, Status};
 use upcheck_policy::host::Dispatch;
 use upcheck_policy::{active, drain};
 use upcheck_policy::{Config, Effects, Member, Pool, Time};
+
+/// Where ngx_wasm_module says why a dispatch came back without an answer.
+const DISPATCH_STATUS: &str = ":dispatch_status";
 
 /// Sends a probe, by `config`, to `member`: its token, or what the proxy said in refusing it.
 pub fn dispatch(config: &Config, member: &Member<BackendMetrics>) -> Dispatch {
@@ -43,6 +49,12 @@ pub fn answer(pool: &mut Pool<BackendMetrics>, token: u32, body_size: usize, now
         .iter()
         .find(|(n, _)| n == ":status")
         .and_then(|(_, v)| v.trim().parse::<u16>().ok());
+    if status.is_none() {
+        // No answer at all: ngx_wasm_module says why in a pseudo-header of its own.
+        let reason =
+            hostcalls::get_map_value(MapType::HttpCallResponseHeaders, DISPATCH_STATUS).ok();
+        return pool.probe_unanswered(token, reason.flatten().as_deref(), now);
+    }
     let proxy_made = active::proxy_made(headers.iter().map(|(n, _)| n.as_str()));
     let signalled = drain::signalled(headers.iter().map(|(n, _)| n.as_str()));
     let wanted = pool.probe_body_wanted(body_size, proxy_made);

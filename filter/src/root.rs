@@ -2,25 +2,26 @@
 //! on the VM holding the lease — the probes.
 //!
 //! Every VM ticks (Envoy ticks the main thread's and each worker's), so every VM tries the lease;
-//! one wins and probes for the whole process. The first tick comes quickly so the first probe
-//! round goes out within 100 ms of start, not one tick period later.
+//! one wins and probes for the whole process. The timer is set once for the life of the root
+//! context (a host may refuse to change it), at [`WAKE`]; a wake-up does a tick's work when
+//! [`tick_due`] says so, at once after a (re)configuration, so the first probe round goes out
+//! within one wake-up of start.
 //!
 //! A configuration whose role is the status page ([`upcheck_policy::Role`]) gets none of that:
 //! no tick, no lease, no announcement, no metrics; its requests go to a [`StatusPage`] context,
 //! which reads the shared tables when the page is asked for.
 
 use crate::fleet;
+use crate::hostcall as hostcalls;
 use crate::http::{self, Http};
 use crate::metrics::{self, BackendMetrics};
 use crate::probes;
 use crate::shared;
 use crate::status_page::StatusPage;
 use crate::vm::{self, Handle, Resumed, Vm};
-use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
-use std::time::Duration;
-use upcheck_policy::{lease, nanos, Config, Pick, Pool, Time, FIRST_TICK, TICK};
+use upcheck_policy::{lease, nanos, tick_due, Config, Pick, Pool, Time, WAKE};
 
 /// One VM's root context.
 #[derive(Default)]
@@ -30,26 +31,29 @@ pub struct Root {
     id: u64,
     /// Fingerprint of its plugin configuration, for the lease.
     config_fingerprint: u64,
-    /// Whether the tick period is the steady one.
-    steady: bool,
-    /// Whether a tick period was set (and not cleared since).
+    /// When the last tick's work was done; none since the last (re)configuration.
+    last_tick: Option<Time>,
+    /// Whether the timer was set (once, for the root context's life).
     ticking: bool,
     /// Whether its configuration serves the status page rather than the traffic.
     serves_page: bool,
 }
 
 impl Root {
-    fn set_tick(&mut self, period: Duration) {
-        if let Err(status) = hostcalls::set_tick_period(period) {
+    /// Starts the timer, the first time only: its period never changes.
+    fn start_timer(&mut self) {
+        if self.ticking {
+            return;
+        }
+        self.ticking = true;
+        if let Err(status) = hostcalls::set_tick_period(WAKE) {
             log::error!("upcheck: the host refused a tick period ({status:?}); probes cannot run");
         }
-        self.steady = period == TICK;
-        self.ticking = !period.is_zero();
     }
 
     /// Takes a status page configuration: a pool to render, without metric handles, that only
-    /// ever takes in what the traffic filters share. A root context that routed before stops
-    /// ticking, and its lease lapses.
+    /// ever takes in what the traffic filters share. A root context that routed before ignores
+    /// its timer from now on, and its lease lapses.
     fn serve_page(&mut self, config: Config, now: Time) -> bool {
         log::debug!(
             "upcheck: serving the status page of {} backends",
@@ -60,9 +64,6 @@ impl Root {
             v.pool = Some(Pool::new(config, now, |_| BackendMetrics::default()));
             v.resync();
         });
-        if self.ticking {
-            self.set_tick(Duration::ZERO);
-        }
         self.serves_page = true;
         configured.is_some()
     }
@@ -118,6 +119,7 @@ impl RootContext for Root {
                 return false;
             }
         };
+        crate::logger::set_level(config.log_level);
         let now = vm::now();
         if config.status_page().is_some() {
             return self.serve_page(config, now);
@@ -154,7 +156,8 @@ impl RootContext for Root {
             v.resync();
             v.sync(fingerprint, now);
         });
-        self.set_tick(FIRST_TICK);
+        self.last_tick = None;
+        self.start_timer();
         configured.is_some()
     }
 
@@ -163,9 +166,10 @@ impl RootContext for Root {
             return;
         }
         let now = vm::now();
-        if !self.steady {
-            self.set_tick(TICK);
+        if !tick_due(self.last_tick, now) {
+            return;
         }
+        self.last_tick = Some(now);
         let held = shared::hold_lease(self.id, self.config_fingerprint, now, lease::TTL);
         let seed = self.id ^ nanos(now);
         let fingerprint = self.config_fingerprint;

@@ -26,7 +26,7 @@
 //! these keys) are reported and ignored rather than trusted; a table that does not decode is
 //! replaced when written.
 
-use proxy_wasm::hostcalls;
+use crate::hostcall as hostcalls;
 use proxy_wasm::types::Status;
 use std::time::Duration;
 use upcheck_policy::config::HealthChecks;

@@ -4,8 +4,8 @@
 //! the request's path and local address, takes in the tables the pool's traffic filters share,
 //! and sends the answer. It never probes, announces, routes or writes shared data.
 
+use crate::hostcall as hostcalls;
 use crate::vm::{self, Vm};
-use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, MapType};
 use upcheck_policy::page::{self, Answer};

@@ -7,10 +7,10 @@
 //! changes are shared by compare-and-swap and the written table goes back in, probes are sent,
 //! the probe table is published, and events become log lines and metrics.
 
+use crate::hostcall as hostcalls;
 use crate::metrics::{self, BackendMetrics};
 use crate::probes;
 use crate::shared;
-use proxy_wasm::hostcalls;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};

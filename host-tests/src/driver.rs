@@ -12,7 +12,8 @@
 use crate::abi::{Headers, ACTION_CONTINUE, ACTION_PAUSE};
 use crate::clock::Event;
 use crate::envoy::{self, Reply, StreamInfo};
-use crate::host::{Host, HostError};
+use crate::host::{Host, HostError, Profile};
+use crate::nginx;
 use crate::upstream::Sender;
 use crate::vm::{Intent, Phase, Stream, VmStatus, ROOT_CONTEXT};
 use std::collections::BTreeMap;
@@ -402,7 +403,14 @@ impl Host {
             self.process.borrow_mut().clock.schedule(after, event);
         }
         self.callback(vm, "proxy_on_context_create", context, &[root as i32])?;
-        let action = self.callback(vm, "proxy_on_request_headers", context, &[headers, 1])?;
+        // ngx_wasm_module passes end_of_stream false in every header callback.
+        let end_of_stream = i32::from(self.options.profile == Profile::Envoy);
+        let action = self.callback(
+            vm,
+            "proxy_on_request_headers",
+            context,
+            &[headers, end_of_stream],
+        )?;
         if action.is_some_and(|action| action != ACTION_CONTINUE) {
             if let Some(stream) = self.stream(vm, context) {
                 stream.phase = Phase::Paused;
@@ -456,9 +464,16 @@ impl Host {
         });
         let Some((cluster, address, behaviour)) = target else {
             drop(process);
-            return self.respond(vm, context, Reply::cluster_not_found());
+            let reply = match self.options.profile {
+                Profile::Envoy => Reply::cluster_not_found(),
+                Profile::Nginx => nginx::no_upstream(),
+            };
+            return self.respond(vm, context, reply);
         };
-        let exchange = envoy::exchange(behaviour, Some(route_timeout), &cluster, wall);
+        let exchange = match self.options.profile {
+            Profile::Envoy => envoy::exchange(behaviour, Some(route_timeout), &cluster, wall),
+            Profile::Nginx => nginx::proxy(behaviour, route_timeout, &cluster, wall),
+        };
         if let Some((after, reply)) = exchange {
             let event = Event::UpstreamReply { vm, context, reply };
             process.clock.schedule(after, event);
@@ -498,7 +513,7 @@ impl Host {
         let headers = reply.headers.len() as i32;
         stream.response_headers = Some(reply.headers);
         let body = reply.body;
-        let end_of_stream = i32::from(body.is_empty());
+        let end_of_stream = i32::from(body.is_empty() && self.options.profile == Profile::Envoy);
         let action = self.callback(
             vm,
             "proxy_on_response_headers",

@@ -36,6 +36,9 @@ pub(crate) struct Reply {
     pub body: Vec<u8>,
     pub flags: u64,
     pub details: String,
+    /// Why a dispatch came back without an answer, as ngx_wasm_module's `:dispatch_status`
+    /// says ([`crate::nginx`]); Envoy has no such header.
+    pub dispatch_status: Option<&'static str>,
 }
 
 impl Reply {
@@ -54,6 +57,7 @@ impl Reply {
             body: body.as_bytes().to_vec(),
             flags,
             details: details.to_string(),
+            dispatch_status: None,
         }
     }
 

@@ -44,6 +44,21 @@ pub struct HostOptions {
     pub log_level: LogLevel,
     /// What a guest trap does.
     pub on_trap: OnTrap,
+    /// Which proxy the host behaves as. Default [`Profile::Envoy`].
+    pub profile: Profile,
+}
+
+/// Which proxy-wasm host the host behaves as.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Profile {
+    /// Envoy 1.40 ([`crate::envoy`]).
+    #[default]
+    Envoy,
+    /// NGINX with Kong's ngx_wasm_module ([`crate::nginx`]): its import signatures, its tick
+    /// rule, dispatches by `host:port` failing with no headers, NotFound for the properties it
+    /// lacks, metrics that trap when used as the other kind, no response flags, NGINX's own
+    /// 502 and 504.
+    Nginx,
 }
 
 impl Default for HostOptions {
@@ -55,6 +70,7 @@ impl Default for HostOptions {
             vm_config: String::new(),
             log_level: LogLevel::Info,
             on_trap: OnTrap::Fail,
+            profile: Profile::Envoy,
         }
     }
 }
@@ -197,11 +213,11 @@ impl Host {
     pub fn new(wasm: impl AsRef<[u8]>, options: HostOptions) -> Result<Host, HostError> {
         let load = |e: wasmtime::Error| HostError::Load(format!("{e:?}"));
         let module = compile(wasm.as_ref())?;
-        let linker = imports::linker(module.engine()).map_err(load)?;
+        let linker = imports::linker(module.engine(), options.profile).map_err(load)?;
         let process = Rc::new(RefCell::new(Process::default()));
         let vms = (0..=options.workers)
             .map(|vm| {
-                let state = HostState::new(vm, process.clone(), options.log_level);
+                let state = HostState::new(vm, process.clone(), options.log_level, options.profile);
                 Vm::new(&linker, &module, state)
             })
             .collect::<wasmtime::Result<Vec<Vm>>>()
@@ -464,7 +480,10 @@ impl Host {
         if instance.status != VmStatus::Running {
             return Ok(None);
         }
-        instance.state_mut().effective_context = context;
+        let state = instance.state_mut();
+        state.effective_context = context;
+        state.callback.clear();
+        state.callback.push_str(name);
         match instance.invoke(name, args) {
             Ok(None) => Ok(None),
             Ok(Some(called)) => {
@@ -525,6 +544,13 @@ impl Host {
                 .or_insert_with(|| Upstream::new(port))
         });
         Script::new(upstream)
+    }
+
+    /// The `127.0.0.1:port` address of upstream `name`, if it exists: what an NGINX
+    /// configuration names it by ([`Profile::Nginx`] dispatches and routes by address).
+    pub fn address(&self, name: &str) -> Option<String> {
+        let process = self.process.borrow();
+        process.upstreams.get(name).map(|u| u.address.clone())
     }
 
     /// What upstream `cluster` was sent so far (zero counts if it does not exist).
@@ -673,7 +699,12 @@ impl Host {
             )));
         };
         self.process.borrow_mut().clock.forget_vm(vm);
-        let state = HostState::new(vm, self.process.clone(), self.options.log_level);
+        let state = HostState::new(
+            vm,
+            self.process.clone(),
+            self.options.log_level,
+            self.options.profile,
+        );
         self.vms[vm] = Vm::new(&self.linker, &self.module, state)
             .map_err(|e| HostError::Load(format!("{e:?}")))?;
         self.start_vm(vm, &plugin_config)

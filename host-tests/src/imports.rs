@@ -14,12 +14,14 @@ use crate::abi::{
 };
 use crate::clock::Event;
 use crate::envoy::{self, Reply};
+use crate::host::Profile;
 use crate::memory::{give, read, read_string, write, write_u32, Fault, Hostcall};
+use crate::nginx;
 use crate::process::{CallRecord, LogLine, Metric};
 use crate::upstream::Sender;
 use crate::vm::{HostState, Intent, Phase};
 use std::time::Duration;
-use wasmtime::{Caller, Engine, Linker};
+use wasmtime::{Caller, Engine, FuncType, Linker, Val, ValType};
 
 type Ctx<'a> = Caller<'a, HostState>;
 
@@ -41,8 +43,52 @@ fn errno(result: Hostcall) -> wasmtime::Result<i32> {
     }
 }
 
-/// A linker with every hostcall; instances of any VM of the host link against it.
-pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
+/// A trap with `message`, as a host that refuses a call by trapping does.
+fn trap<T>(message: String) -> Hostcall<T> {
+    Err(Fault::Trap(wasmtime::Error::msg(message)))
+}
+
+/// A linker with every hostcall of `profile`; instances of any VM of the host link against it.
+pub(crate) fn linker(engine: &Engine, profile: Profile) -> wasmtime::Result<Linker<HostState>> {
+    let mut l = envoy_linker(engine)?;
+    if profile == Profile::Nginx {
+        nginx_imports(&mut l)?;
+    }
+    Ok(l)
+}
+
+/// What ngx_wasm_module declares otherwise than Envoy: `proxy_get_log_level` with two
+/// parameters (a module importing the SDK's one-parameter form does not link), and the calls it
+/// does not implement, which trap.
+fn nginx_imports(l: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    l.allow_shadowing(true);
+    let engine = l.engine().clone();
+    let not_implemented = |name: &str, params: usize| {
+        let ty = FuncType::new(
+            &engine,
+            std::iter::repeat_n(ValType::I32, params),
+            [ValType::I32],
+        );
+        let name = name.to_string();
+        (
+            ty,
+            move |_: Ctx, _: &[Val], _: &mut [Val]| -> wasmtime::Result<()> {
+                wasmtime::bail!("host trap (function not yet implemented): {name}")
+            },
+        )
+    };
+    let (ty, f) = not_implemented("proxy_get_log_level", nginx::LOG_LEVEL_ARITY);
+    l.func_new("env", "proxy_get_log_level", ty, f)?;
+    for (name, params) in nginx::NOT_IMPLEMENTED {
+        let (ty, f) = not_implemented(name, params);
+        l.func_new("env", name, ty, f)?;
+    }
+    l.allow_shadowing(false);
+    Ok(())
+}
+
+/// Envoy's hostcalls.
+fn envoy_linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
     let mut l = Linker::new(engine);
     l.func_wrap(
         "env",
@@ -352,6 +398,9 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
         "proxy_set_effective_context",
         |mut c: Ctx, context: i32| {
             let state = c.data_mut();
+            if state.profile == Profile::Nginx {
+                return status(Ok(())); // ngx_wasm_module: does nothing
+            }
             let context = context as u32;
             let known = state.is_root(context) || state.streams.contains_key(&context);
             if known {
@@ -402,6 +451,14 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
         "proxy_record_metric",
         |c: Ctx, id: i32, value: i64| {
             let value = value as u64;
+            if c.data().profile == Profile::Nginx {
+                status(nginx_metric(
+                    c.data(),
+                    id,
+                    MetricKind::Counter,
+                    "is a counter",
+                ))?;
+            }
             status(with_metric(c.data(), id, |metric| {
                 match metric.kind {
                     MetricKind::Counter => metric.value = metric.value.saturating_add(value),
@@ -416,6 +473,14 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
         "env",
         "proxy_increment_metric",
         |c: Ctx, id: i32, offset: i64| {
+            if c.data().profile == Profile::Nginx {
+                status(nginx_metric(
+                    c.data(),
+                    id,
+                    MetricKind::Gauge,
+                    "not a counter",
+                ))?;
+            }
             status(with_metric(c.data(), id, |metric| {
                 let magnitude = offset.unsigned_abs();
                 match (metric.kind, offset > 0) {
@@ -539,7 +604,11 @@ fn set_tick_period(c: &mut Ctx, ms: i32) -> Hostcall {
             state.effective_context
         ))));
     }
-    state.tick_period = Duration::from_millis(u64::from(ms as u32));
+    let period = Duration::from_millis(u64::from(ms as u32));
+    if state.profile == Profile::Nginx && !period.is_zero() && !state.tick_period.is_zero() {
+        return trap("tick_period already set".to_string());
+    }
+    state.tick_period = period;
     if !state.tick_period.is_zero() && !state.tick_scheduled {
         state.tick_scheduled = true;
         let event = Event::Tick { vm: state.vm };
@@ -644,6 +713,15 @@ fn get_map_value(
     size_ptr: i32,
 ) -> Hostcall {
     let key = read_string(c, key_ptr, key_len)?.to_ascii_lowercase();
+    let state = c.data();
+    if state.profile == Profile::Nginx && key == ":dispatch_status" {
+        if let (Some(MapType::CallResponseHeaders), Some(reply)) =
+            (MapType::from_raw(kind), state.call_response.as_ref())
+        {
+            let why = reply.dispatch_status.unwrap_or("ok");
+            return give(c, why.as_bytes(), ptr_ptr, size_ptr);
+        }
+    }
     let value = map(c.data(), kind)?
         .iter()
         .find(|(name, _)| *name == key)
@@ -713,7 +791,8 @@ fn get_property(
             let text = String::from_utf8_lossy(&raw);
             let path: Vec<&str> = text.split('\0').collect();
             let stream = state.stream().map(|s| (&s.info, &s.request_headers));
-            envoy::property(&path, stream)
+            let known = state.profile == Profile::Envoy || nginx::has_property(&path);
+            known.then(|| envoy::property(&path, stream)).flatten()
         }
     };
     give(c, &value.ok_or(Status::NotFound)?, ptr_ptr, size_ptr)
@@ -723,6 +802,10 @@ fn get_property(
 fn stream_intent(c: &mut Ctx, kind: i32, intent: fn(u32) -> Intent) -> Hostcall {
     let state = c.data_mut();
     let context = state.effective_context;
+    if state.profile == Profile::Nginx && state.is_root(context) {
+        // ngx_wasm_module resumes the root context's own (background) request: nothing.
+        return Ok(());
+    }
     state.stream().ok_or(Status::BadArgument)?;
     match kind {
         STREAM_HTTP_REQUEST => state.intents.push_back(intent(context)),
@@ -752,25 +835,55 @@ fn http_call(
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
     };
-    let (Some(path), Some(_), Some(_)) = (header(":path"), header(":method"), header(":authority"))
-    else {
+    let nginx = state.profile == Profile::Nginx;
+    if nginx && !nginx::DISPATCH_STEPS.contains(&state.callback.as_str()) {
+        return trap(format!(
+            "can only send HTTP dispatch during {:?}, not {}",
+            nginx::DISPATCH_STEPS,
+            state.callback
+        ));
+    }
+    let path = header(":path");
+    if nginx && (path.is_none() || header(":method").is_none()) {
+        return trap("dispatch failed: no :method or :path".to_string());
+    }
+    let (Some(path), Some(_), Some(_)) = (path, header(":method"), header(":authority")) else {
         return Err(Status::BadArgument.into());
     };
     let mut process = state.process.borrow_mut();
     let now = process.clock.now();
     let wall = process.clock.wall_nanos();
-    let behaviour = process
-        .upstreams
-        .get_mut(cluster)
-        .ok_or(Status::BadArgument)?
-        .receive(Sender::Probe, path, now);
-    let token = process.next_token();
     let timeout = (!timeout.is_zero()).then_some(timeout);
-    let exchange = envoy::exchange(behaviour, timeout, cluster, wall);
+    let token = process.next_token();
+    let (cluster, exchange) = if nginx {
+        // ngx_wasm_module connects to the `host:port` it is given.
+        let found = process
+            .upstreams
+            .iter_mut()
+            .find(|(_, u)| u.address == cluster);
+        match found {
+            Some((name, upstream)) => {
+                let behaviour = upstream.receive(Sender::Probe, path, now);
+                let exchange = nginx::dispatch(behaviour, timeout, name, wall);
+                (name.clone(), exchange)
+            }
+            None => (cluster.to_string(), Some(nginx::unresolved())),
+        }
+    } else {
+        let behaviour = process
+            .upstreams
+            .get_mut(cluster)
+            .ok_or(Status::BadArgument)?
+            .receive(Sender::Probe, path, now);
+        (
+            cluster.to_string(),
+            envoy::exchange(behaviour, timeout, cluster, wall),
+        )
+    };
     process.calls.push(CallRecord {
         token,
         vm: state.vm,
-        cluster: cluster.to_string(),
+        cluster,
         path: path.to_string(),
         sent: now,
         status: exchange.as_ref().map(|(_, reply)| reply.status),
@@ -824,4 +937,17 @@ fn with_metric<T>(
     let mut process = state.process.borrow_mut();
     let metric = process.metrics.get_mut(name).ok_or(Status::NotFound)?;
     Ok(f(metric)?)
+}
+
+/// ngx_wasm_module's check before using metric `id`: one of kind `refused` (or no metric at
+/// all) traps, with its message.
+fn nginx_metric(state: &HostState, id: i32, refused: MetricKind, why: &str) -> Hostcall {
+    let kind = with_metric(state, id, |metric| Ok(metric.kind)).ok();
+    match kind {
+        Some(kind) if kind != refused => Ok(()),
+        Some(_) => trap(format!("could not use metric id \"{id}\": metric {why}")),
+        None => trap(format!(
+            "could not use metric id \"{id}\": metric not found"
+        )),
+    }
 }

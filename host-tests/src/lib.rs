@@ -31,7 +31,9 @@
 //!
 //! Public API, in short:
 //! - [`Host::new`] / [`Host::from_file`] with [`HostOptions`] (workers, route timeout, routing
-//!   header, VM config, log level, [`OnTrap`]); unknown imports fail here ([`HostError::Load`]).
+//!   header, VM config, log level, [`OnTrap`], and the [`Profile`]: Envoy 1.40, or NGINX with
+//!   ngx_wasm_module as [`nginx`] describes it); unknown imports fail here
+//!   ([`HostError::Load`]), and so do imports the profile declares otherwise.
 //! - [`Host::start`] (vm start + configure on every VM; a `false` is [`HostError::Rejected`] with
 //!   the VM's log lines), [`Host::reconfigure`]; [`Host::listen`] before it adds a listener
 //!   with a plugin configuration of its own (the status page's), reached by its address, and
@@ -62,13 +64,14 @@ pub mod envoy;
 mod host;
 mod imports;
 mod memory;
+pub mod nginx;
 mod process;
 mod upstream;
 mod vm;
 
 pub use abi::{Headers, LogLevel};
 pub use driver::{Load, Outcome, RequestRecord, RequestSpec, Traffic};
-pub use host::{Host, HostError, HostOptions, OnTrap};
+pub use host::{Host, HostError, HostOptions, OnTrap, Profile};
 pub use process::{CallRecord, LogLine, SharedDataUsage};
 pub use upstream::{Behaviour, Counts, Script};
 pub use vm::{Fuel, VmStatus};

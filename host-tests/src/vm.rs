@@ -8,6 +8,7 @@
 
 use crate::abi::{BufferType, Headers, LogLevel};
 use crate::envoy::{Reply, StreamInfo};
+use crate::host::Profile;
 use crate::process::Process;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -74,6 +75,10 @@ pub(crate) struct Exports {
 pub(crate) struct HostState {
     pub exports: Exports,
     pub vm: usize,
+    /// Which proxy this host behaves as.
+    pub profile: Profile,
+    /// The export running (the host's callback into the guest).
+    pub callback: String,
     pub process: Rc<RefCell<Process>>,
     pub log_level: LogLevel,
     pub effective_context: u32,
@@ -96,10 +101,17 @@ pub(crate) struct HostState {
 }
 
 impl HostState {
-    pub(crate) fn new(vm: usize, process: Rc<RefCell<Process>>, log_level: LogLevel) -> Self {
+    pub(crate) fn new(
+        vm: usize,
+        process: Rc<RefCell<Process>>,
+        log_level: LogLevel,
+        profile: Profile,
+    ) -> Self {
         HostState {
             exports: Exports::default(),
             vm,
+            profile,
+            callback: String::new(),
             process,
             log_level,
             effective_context: ROOT_CONTEXT,

@@ -7,7 +7,7 @@ use common::{guest, wat_map};
 use std::time::Duration;
 use upcheck_host_tests::envoy::{DC, NC, UF, UT};
 use upcheck_host_tests::{
-    Behaviour, Host, HostError, HostOptions, OnTrap, Outcome, RequestSpec, Val, VmStatus,
+    Behaviour, Host, HostError, HostOptions, OnTrap, Outcome, Profile, RequestSpec, Val, VmStatus,
 };
 
 const INVALID_MEMORY_ACCESS: i32 = 6;
@@ -605,5 +605,67 @@ fn a_tick_period_set_by_a_listeners_plugin_traps_rather_than_taking_the_users_pl
         error.contains("vm0 trapped in proxy_on_configure")
             && error.contains("a tick period set by root context 2"),
         "{error}"
+    );
+}
+
+/// One VM of `profile`'s host.
+fn profile(profile: Profile) -> HostOptions {
+    HostOptions {
+        profile,
+        ..options(0)
+    }
+}
+
+#[test]
+fn a_module_importing_the_sdks_log_level_loads_in_envoy_and_is_refused_by_nginx() {
+    let wasm = r#"(module
+  (import "env" "proxy_get_log_level" (func (param i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "proxy_abi_version_0_2_1")))"#;
+    assert!(Host::new(wasm, profile(Profile::Envoy)).is_ok());
+    match Host::new(wasm, profile(Profile::Nginx)) {
+        Err(HostError::Load(why)) => assert!(
+            why.contains("incompatible import type") && why.contains("proxy_get_log_level"),
+            "{why}"
+        ),
+        Err(other) => panic!("refused otherwise: {other}"),
+        Ok(_) => panic!("loaded in the NGINX profile"),
+    }
+}
+
+#[test]
+fn a_second_tick_period_is_taken_by_envoy_and_traps_in_nginx() {
+    let wasm = guest(
+        r#"
+  (func (export "two_periods") (result i32)
+    (drop (call $tick_period (i32.const 20)))
+    (call $tick_period (i32.const 200)))
+  (func (export "stop_then_start") (result i32)
+    (drop (call $tick_period (i32.const 20)))
+    (drop (call $tick_period (i32.const 0)))
+    (call $tick_period (i32.const 200)))"#,
+    );
+    let mut envoy = Host::new(&wasm, profile(Profile::Envoy)).unwrap();
+    let answered = envoy
+        .call(0, "two_periods", &[])
+        .unwrap()
+        .expect("export exists");
+    assert_eq!(answered[0].unwrap_i32(), 0);
+    let mut nginx = Host::new(&wasm, profile(Profile::Nginx)).unwrap();
+    match nginx.call(0, "two_periods", &[]) {
+        Err(HostError::Trap { message, .. }) => {
+            assert!(message.contains("tick_period already set"), "{message}")
+        }
+        other => panic!("no trap: {other:?}"),
+    }
+    let mut nginx = Host::new(&wasm, profile(Profile::Nginx)).unwrap();
+    let answered: Vec<Val> = nginx
+        .call(0, "stop_then_start", &[])
+        .unwrap()
+        .expect("export exists");
+    assert_eq!(
+        answered[0].unwrap_i32(),
+        0,
+        "a period cleared may be set again"
     );
 }

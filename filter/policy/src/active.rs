@@ -84,6 +84,18 @@ impl ProbeOutcome {
         ProbeOutcome::Pass
     }
 
+    /// What a probe found that came back without any answer, by the proxy's word for why
+    /// (`reason`, ngx_wasm_module's `:dispatch_status`): `"timeout"` is a timeout after the
+    /// probe's `timeout`; anything else, or no word at all, is nothing serving (`"broken
+    /// connection"`, `"resolver failure"`, `"tls handshake failure"`, `"reader failure"`, or
+    /// a reset before any answer).
+    pub fn unanswered(reason: Option<&str>, config: &ActiveConfig) -> ProbeOutcome {
+        match reason {
+            Some("timeout") => ProbeOutcome::Timeout(config.timeout),
+            _ => ProbeOutcome::Refused,
+        }
+    }
+
     /// Whether the probe passed.
     pub fn passed(self) -> bool {
         self == ProbeOutcome::Pass
@@ -327,6 +339,22 @@ impl ActiveHealth {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dispatch_that_timed_out_is_a_timeout_and_any_other_failure_nothing_serving() {
+        let config = ActiveConfig::default();
+        assert_eq!(
+            ProbeOutcome::unanswered(Some("timeout"), &config),
+            ProbeOutcome::Timeout(config.timeout)
+        );
+        for reason in [Some("broken connection"), Some("resolver failure"), None] {
+            assert_eq!(
+                ProbeOutcome::unanswered(reason, &config),
+                ProbeOutcome::Refused,
+                "{reason:?}"
+            );
+        }
+    }
 
     #[test]
     fn an_answer_is_the_proxys_own_only_when_it_carries_no_header_but_the_proxys_three() {

@@ -44,10 +44,10 @@ pub mod warm_up;
 pub use config::{duration, status_match};
 
 pub use active::{ActiveHealth, Down, Health, Pages, ProbeOutcome, Transition};
-pub use config::{Config, ConfigError, Role, RoutingMode, StatusPage};
+pub use config::{Config, ConfigError, Proxy, Role, RoutingMode, StatusPage};
 pub use events::{Effects, Event, Level};
 pub use guard::{Evidence, Guard, Routing};
 pub use outcome::{ProxyFailure, RequestOutcome};
 pub use passive::{Outstanding, PassiveHealth};
 pub use pool::{Member, Pick, Pool, Routed};
-pub use time::{nanos, Time, FIRST_TICK, TICK};
+pub use time::{nanos, tick_due, Time, TICK, WAKE};

@@ -931,3 +931,45 @@ fn the_effective_json_reads_back_to_an_equal_config() {
         )
     );
 }
+
+#[test]
+fn an_nginx_configuration_dispatches_probes_to_each_clusters_address() {
+    let json = r#"{"proxy":"nginx","upstreams":[
+        {"name":"app1","cluster":"127.0.0.1:3001"},{"name":"app2","cluster":"app2.internal:80"}]}"#;
+    let c = Config::parse(json.as_bytes()).expect("parses");
+    assert_eq!(c.proxy, upcheck_policy::Proxy::Nginx);
+    assert!(!c.proxy.reports_response_flags());
+    assert_eq!(c.upstreams[0].cluster(), "127.0.0.1:3001");
+    let envoy = Config::parse(CADDY.as_bytes()).expect("parses");
+    assert_eq!(envoy.proxy, upcheck_policy::Proxy::Envoy);
+    assert!(envoy.proxy.reports_response_flags());
+}
+
+#[test]
+fn what_needs_envoy_is_refused_for_nginx_with_the_field_named() {
+    refused(&[
+        (
+            r#"{"proxy":"nginx","routing":"host","upstreams":[{"name":"a","address":"127.0.0.1:1"}]}"#.into(),
+            "routing: \"host\" needs Envoy (its override_host policy and retries); with \"proxy\": \"nginx\" use \"cluster\", the route header naming each backend's cluster",
+        ),
+        (
+            r#"{"proxy":"nginx","upstreams":[{"name":"a","cluster":"pool_a"},{"name":"b","cluster":"app:http"}]}"#.into(),
+            "upstreams[1].cluster: with \"proxy\": \"nginx\" probes are dispatched to the cluster: expected host or host:port (a host name, an IPv4 address or a bracketed IPv6 address; a port 1-65535), got \"app:http\"",
+        ),
+        (top(r#""proxy":"caddy""#), "proxy: expected \"envoy\" or \"nginx\", got \"caddy\""),
+    ]);
+}
+
+#[test]
+fn the_log_level_is_read_from_the_configuration_and_defaults_to_info() {
+    use upcheck_policy::config::LogLevel;
+    let c = Config::parse(top(r#""log_level":"debug""#).as_bytes()).expect("parses");
+    assert_eq!(c.log_level, LogLevel::Debug);
+    let plain = Config::parse(CADDY.as_bytes()).expect("parses");
+    assert_eq!(plain.log_level, LogLevel::Info);
+    let e = error(&top(r#""log_level":"verbose""#));
+    assert_eq!(
+        e,
+        "log_level: expected \"trace\", \"debug\", \"info\", \"warn\", \"error\" or \"off\", got \"verbose\""
+    );
+}

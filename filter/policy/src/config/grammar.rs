@@ -4,7 +4,9 @@
 //! spans fields, is checked afterwards by [`super::validate`].
 
 use super::json::{or_off, read, text, whole, Json, Refusal};
-use super::{LogFormat, RoutingMode, MAX_EXPECT_BODY_LEN, MAX_NAME_LEN, MAX_VALUE_LEN};
+use super::{
+    LogFormat, LogLevel, Proxy, RoutingMode, MAX_EXPECT_BODY_LEN, MAX_NAME_LEN, MAX_VALUE_LEN,
+};
 use serde::Deserializer;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -76,6 +78,31 @@ pub fn routing<'de, D: Deserializer<'de>>(d: D) -> Result<RoutingMode, D::Error>
         "cluster" => Ok(RoutingMode::Cluster),
         "host" => Ok(RoutingMode::Host),
         other => Err(format!("expected \"cluster\" or \"host\", got {other:?}").into()),
+    })
+}
+
+/// `proxy`: `"envoy"` or `"nginx"`.
+pub fn proxy<'de, D: Deserializer<'de>>(d: D) -> Result<Proxy, D::Error> {
+    read(d, A_STRING, |found| match text(found)?.as_str() {
+        "envoy" => Ok(Proxy::Envoy),
+        "nginx" => Ok(Proxy::Nginx),
+        other => Err(format!("expected \"envoy\" or \"nginx\", got {other:?}").into()),
+    })
+}
+
+/// `log_level`: `"trace"`, `"debug"`, `"info"`, `"warn"`, `"error"` or `"off"`.
+pub fn log_level<'de, D: Deserializer<'de>>(d: D) -> Result<LogLevel, D::Error> {
+    read(d, A_STRING, |found| match text(found)?.as_str() {
+        "trace" => Ok(LogLevel::Trace),
+        "debug" => Ok(LogLevel::Debug),
+        "info" => Ok(LogLevel::Info),
+        "warn" => Ok(LogLevel::Warn),
+        "error" => Ok(LogLevel::Error),
+        "off" => Ok(LogLevel::Off),
+        other => Err(format!(
+            "expected \"trace\", \"debug\", \"info\", \"warn\", \"error\" or \"off\", got {other:?}"
+        )
+        .into()),
     })
 }
 

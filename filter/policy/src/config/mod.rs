@@ -64,6 +64,8 @@ pub struct Config {
     /// Active and passive checks and outlier detection. Default: all on, with the defaults of
     /// [`Active`], [`Passive`] and [`Outlier`].
     pub health_checks: HealthChecks,
+    /// Which proxy runs the module, and so what may be asked of it. Default [`Proxy::Envoy`].
+    pub proxy: Proxy,
     /// How the pick reaches the proxy. Default [`RoutingMode::Cluster`].
     pub routing: RoutingMode,
     /// Request header that carries the pick: the backend's cluster (`routing: "cluster"`, for
@@ -92,6 +94,9 @@ pub struct Config {
     /// `status_path` and `status_public`.
     #[serde(flatten)]
     pub role: Role,
+    /// The least severe log lines written: the host's own level filters them again. Default
+    /// [`LogLevel::Info`].
+    pub log_level: LogLevel,
     /// The balancers that share one view of health through etcd, when there are several
     /// ([`fleet::Fleet`]). Default: none, and upcheck runs alone.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -160,6 +165,59 @@ impl Default for StatusPage {
             public: false,
         }
     }
+}
+
+/// Which proxy runs the module. Both speak proxy-wasm, but not alike: what upcheck asks of
+/// each, and what it reads from each, follows from this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Proxy {
+    /// Envoy 1.40 (the default): `cluster` names an Envoy cluster, the response flags tell the
+    /// proxy's own failures from a backend's, retries follow upcheck's word (`routing: "host"`),
+    /// and a request can wait at cold start for the first probe.
+    #[default]
+    Envoy,
+    /// NGINX with Kong's ngx_wasm_module: `cluster` is the `host:port` probes are dispatched to,
+    /// and what the route header carries for NGINX to map onto an `upstream` block. It has no
+    /// response flags (a refused connection and a backend's own 503 look alike), no retry
+    /// policy upcheck can steer (`routing: "host"` is refused), and a tick cannot resume a
+    /// paused request, so requests at cold start are not held.
+    Nginx,
+}
+
+impl Proxy {
+    /// Whether the proxy reports why it failed a request itself (Envoy's response flags);
+    /// where it does not, they are not asked for.
+    pub fn reports_response_flags(self) -> bool {
+        self == Proxy::Envoy
+    }
+
+    /// Whether a request paused at cold start can be resumed from the tick.
+    pub fn resumes_held_requests(self) -> bool {
+        self == Proxy::Envoy
+    }
+}
+
+/// The least severe log line upcheck writes. The host filters again by its own level (Envoy's
+/// `--log-level`, NGINX's `error_log`); upcheck does not ask the host for it, since not every
+/// host answers (ngx_wasm_module declares `proxy_get_log_level` unlike the SDK and does not
+/// implement it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    /// Everything.
+    Trace,
+    /// Also what upcheck is doing (configured, serving the page).
+    Debug,
+    /// Health changes and ejections with their reasons (the default).
+    #[default]
+    Info,
+    /// Only what needs an operator.
+    Warn,
+    /// Only errors.
+    Error,
+    /// Nothing.
+    Off,
 }
 
 /// How the pick reaches the proxy.

@@ -6,9 +6,9 @@
 use super::duration::exact;
 use super::fleet::{check_credentials, check_lease_ttl, Fleet};
 use super::{
-    grammar, json, Active, Config, ConfigError, HealthChecks, LogFormat, Outlier, Passive, Role,
-    RoutingMode, SlowStart, StatusPage, Upstream, DEFAULT_HISTORY, DEFAULT_MAX_EJECTION_PERCENT,
-    DEFAULT_ROUTE_HEADER, MAX_UPSTREAMS,
+    grammar, json, Active, Config, ConfigError, HealthChecks, LogFormat, LogLevel, Outlier,
+    Passive, Proxy, Role, RoutingMode, SlowStart, StatusPage, Upstream, DEFAULT_HISTORY,
+    DEFAULT_MAX_EJECTION_PERCENT, DEFAULT_ROUTE_HEADER, MAX_UPSTREAMS,
 };
 use serde::{Deserialize, Deserializer};
 use std::collections::HashSet;
@@ -25,6 +25,8 @@ pub struct Document {
     upstreams: Option<Vec<Upstream>>,
     #[serde(deserialize_with = "json::object")]
     health_checks: HealthChecks,
+    #[serde(deserialize_with = "grammar::proxy")]
+    proxy: Proxy,
     #[serde(deserialize_with = "grammar::routing")]
     routing: RoutingMode,
     #[serde(deserialize_with = "grammar::route_header")]
@@ -46,6 +48,8 @@ pub struct Document {
     status_path: Option<String>,
     #[serde(deserialize_with = "some_flag")]
     status_public: Option<bool>,
+    #[serde(deserialize_with = "grammar::log_level")]
+    log_level: LogLevel,
     #[serde(deserialize_with = "some_fleet")]
     fleet: Option<Fleet>,
 }
@@ -55,6 +59,7 @@ impl Default for Document {
         Document {
             upstreams: None,
             health_checks: HealthChecks::default(),
+            proxy: Proxy::default(),
             routing: RoutingMode::default(),
             route_header: DEFAULT_ROUTE_HEADER.into(),
             max_ejection_percent: DEFAULT_MAX_EJECTION_PERCENT,
@@ -65,6 +70,7 @@ impl Default for Document {
             serves_page: false,
             status_path: None,
             status_public: None,
+            log_level: LogLevel::default(),
             fleet: None,
         }
     }
@@ -168,6 +174,7 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
     let mut config = Config {
         upstreams,
         health_checks: document.health_checks,
+        proxy: document.proxy,
         routing: document.routing,
         route_header: document.route_header,
         max_ejection_percent: document.max_ejection_percent,
@@ -176,6 +183,7 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
         history: document.history,
         log_format: document.log_format,
         role,
+        log_level: document.log_level,
         fleet: document.fleet,
     };
     within("history", config.history, &Config::HISTORY)?;
@@ -189,7 +197,9 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
     let checks = &mut config.health_checks;
     ranges(&mut checks.active, &checks.passive, &checks.outlier)?;
     slow_start(&checks.slow_start)?;
+    envoy_only(&config)?;
     check_upstreams(&config)?;
+    check_proxy(&config)?;
     across_fields(&config)?;
     if let Some(f) = &config.fleet {
         fleet(f)?;
@@ -332,6 +342,39 @@ fn check_upstreams(config: &Config) -> Result<(), ConfigError> {
                 ));
             }
         }
+    }
+    Ok(())
+}
+
+/// What only Envoy can do, refused for another proxy: NGINX has no load balancer that takes
+/// the address upcheck names, nor a retry policy upcheck can steer.
+fn envoy_only(config: &Config) -> Result<(), ConfigError> {
+    if config.proxy != Proxy::Envoy && config.routing == RoutingMode::Host {
+        return Err(fail(
+            "routing",
+            "\"host\" needs Envoy (its override_host policy and retries); with \"proxy\": \"nginx\" use \"cluster\", the route header naming each backend's cluster",
+        ));
+    }
+    Ok(())
+}
+
+/// What NGINX needs of each upstream: it dispatches probes to an address, not a cluster name.
+fn check_proxy(config: &Config) -> Result<(), ConfigError> {
+    if config.proxy != Proxy::Nginx {
+        return Ok(());
+    }
+    for (i, u) in config.upstreams.iter().enumerate() {
+        grammar::check_authority(u.cluster()).map_err(|reason| {
+            let field = if u.cluster.is_some() {
+                "cluster"
+            } else {
+                "name"
+            };
+            fail(
+                format!("upstreams[{i}].{field}"),
+                format!("with \"proxy\": \"nginx\" probes are dispatched to the cluster: {reason}"),
+            )
+        })?;
     }
     Ok(())
 }

@@ -537,7 +537,7 @@ impl<H> Pool<H> {
         let wait_until = self
             .started
             .saturating_add(self.config.health_checks.active.timeout);
-        if !self.heard && now < wait_until {
+        if !self.heard && now < wait_until && self.config.proxy.resumes_held_requests() {
             return Pick::Wait(wait_until);
         }
         match self.rotation.advance() {

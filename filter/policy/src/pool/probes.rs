@@ -124,6 +124,38 @@ impl<H> Pool<H> {
         body: &[u8],
         now: Time,
     ) -> Effects {
+        let answer = Answer {
+            status,
+            proxy_made,
+            signalled,
+            body,
+            unanswered: ProbeOutcome::Refused,
+        };
+        self.settle_probe(token, answer, now)
+    }
+
+    /// Probe `token` came back with no answer at all, and the proxy's word for why: `reason` is
+    /// ngx_wasm_module's `:dispatch_status` ([`ProbeOutcome::unanswered`]); Envoy gives none,
+    /// since it answers a failed call with a 503 or 504 of its own.
+    pub fn probe_unanswered(&mut self, token: u32, reason: Option<&str>, now: Time) -> Effects {
+        let answer = Answer {
+            status: None,
+            proxy_made: false,
+            signalled: false,
+            body: &[],
+            unanswered: ProbeOutcome::unanswered(reason, &self.config.health_checks.active),
+        };
+        self.settle_probe(token, answer, now)
+    }
+
+    fn settle_probe(&mut self, token: u32, answer: Answer, now: Time) -> Effects {
+        let Answer {
+            status,
+            proxy_made,
+            signalled,
+            body,
+            unanswered,
+        } = answer;
         let mut effects = Effects::default();
         let Some(prober) = self.prober.as_mut() else {
             return effects;
@@ -144,7 +176,7 @@ impl<H> Pool<H> {
         let drain = status.and_then(|s| Signal::of_probe(s, proxy_made, signalled, active));
         let outcome = match status {
             Some(status) => ProbeOutcome::classify(status, proxy_made, body, active),
-            None => ProbeOutcome::Refused,
+            None => unanswered,
         };
         match drain {
             Some(by) => self.observe_drain(index, by, probe.sent, now, &mut effects),
@@ -316,4 +348,14 @@ impl<H> Pool<H> {
             _ => Pages::Unknown,
         }
     }
+}
+
+/// A probe's answer as [`Pool::settle_probe`] takes it in.
+struct Answer<'a> {
+    status: Option<u16>,
+    proxy_made: bool,
+    signalled: bool,
+    body: &'a [u8],
+    /// What a probe without a status found.
+    unanswered: ProbeOutcome,
 }

@@ -1,0 +1,341 @@
+//! The host calls upcheck makes, on the raw proxy-wasm ABI 0.2.1, each handing back whatever
+//! status the host answered.
+//!
+//! The SDK's own wrappers (proxy-wasm 0.2.5 `hostcalls`) panic on any status they were not
+//! written to expect: `set_tick_period`, `define_metric`, `set_shared_data`, `get_map` and most
+//! others accept `Ok` alone, and a panic kills the VM. Hosts differ in what they answer: Envoy's
+//! statuses are not NGINX's (ngx_wasm_module answers NotFound for a property it lacks and an
+//! internal failure where Envoy answers a bad argument). So every call upcheck makes goes
+//! through here, with the SDK's signatures so callers read the same, and every status comes back
+//! as a value: a number no `Status` names becomes `InternalFailure`, never a panic and never a
+//! value the enum cannot hold. Maps and strings from the host are read without trusting their
+//! sizes or their encoding.
+//!
+//! The one call left to the SDK is `dispatch_http_call`: the SDK must record its token to
+//! deliver the answer to the context that sent it, and only its own wrapper does that. It
+//! accepts `Ok`, `BadArgument` and `InternalFailure`: what Envoy 1.40 answered in every run
+//! here (an unknown cluster, a probe without `:authority`), and every status ngx_wasm_module's
+//! source answers with (it traps instead for a call made outside the callbacks that may make
+//! one, or without `:method` or `:path`, which upcheck never does).
+//!
+//! Only what is declared here is imported: the module asks a host for nothing it does not use
+//! (no `proxy_get_log_level`, which ngx_wasm_module declares with another signature than the
+//! SDK's, so a module importing it does not load there at all).
+
+use proxy_wasm::types::{BufferType, Bytes, LogLevel, MapType, MetricType, Status};
+use std::ptr::{null, null_mut};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub use proxy_wasm::hostcalls::dispatch_http_call;
+
+#[link(wasm_import_module = "env")]
+extern "C" {
+    fn proxy_log(level: u32, message: *const u8, size: usize) -> u32;
+    fn proxy_get_current_time_nanoseconds(time: *mut u64) -> u32;
+    fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
+    fn proxy_get_buffer_bytes(
+        kind: u32,
+        start: usize,
+        max: usize,
+        data: *mut *mut u8,
+        size: *mut usize,
+    ) -> u32;
+    fn proxy_get_header_map_pairs(kind: u32, data: *mut *mut u8, size: *mut usize) -> u32;
+    fn proxy_get_header_map_value(
+        kind: u32,
+        key: *const u8,
+        key_size: usize,
+        data: *mut *mut u8,
+        size: *mut usize,
+    ) -> u32;
+    fn proxy_replace_header_map_value(
+        kind: u32,
+        key: *const u8,
+        key_size: usize,
+        value: *const u8,
+        value_size: usize,
+    ) -> u32;
+    fn proxy_remove_header_map_value(kind: u32, key: *const u8, key_size: usize) -> u32;
+    fn proxy_get_property(
+        path: *const u8,
+        path_size: usize,
+        data: *mut *mut u8,
+        size: *mut usize,
+    ) -> u32;
+    fn proxy_get_shared_data(
+        key: *const u8,
+        key_size: usize,
+        data: *mut *mut u8,
+        size: *mut usize,
+        cas: *mut u32,
+    ) -> u32;
+    fn proxy_set_shared_data(
+        key: *const u8,
+        key_size: usize,
+        value: *const u8,
+        value_size: usize,
+        cas: u32,
+    ) -> u32;
+    fn proxy_set_effective_context(context: u32) -> u32;
+    fn proxy_continue_stream(stream: u32) -> u32;
+    fn proxy_send_local_response(
+        status: u32,
+        details: *const u8,
+        details_size: usize,
+        body: *const u8,
+        body_size: usize,
+        headers: *const u8,
+        headers_size: usize,
+        grpc_status: i32,
+    ) -> u32;
+    fn proxy_define_metric(kind: u32, name: *const u8, name_size: usize, id: *mut u32) -> u32;
+    fn proxy_increment_metric(id: u32, offset: i64) -> u32;
+    fn proxy_record_metric(id: u32, value: u64) -> u32;
+}
+
+/// `proxy_continue_stream`'s number for the HTTP request.
+const STREAM_HTTP_REQUEST: u32 = 0;
+
+/// The status a host answered, `Ok(())` for `Ok`.
+fn result(raw: u32) -> Result<(), Status> {
+    Err(match raw {
+        0 => return Ok(()),
+        1 => Status::NotFound,
+        2 => Status::BadArgument,
+        3 => Status::SerializationFailure,
+        4 => Status::ParseFailure,
+        7 => Status::Empty,
+        8 => Status::CasMismatch,
+        _ => Status::InternalFailure,
+    })
+}
+
+/// Takes ownership of `size` bytes the host wrote into memory it had the module allocate
+/// (`proxy_on_memory_allocate`); none when it wrote nothing.
+///
+/// # Safety
+/// `data` is null or what the host returned from a call that hands the guest an allocation of
+/// `size` bytes, as the ABI promises.
+unsafe fn take(data: *mut u8, size: usize) -> Option<Bytes> {
+    if data.is_null() {
+        return None;
+    }
+    Some(Vec::from_raw_parts(data, size, size))
+}
+
+/// Writes a log line.
+pub fn log(level: LogLevel, message: &str) -> Result<(), Status> {
+    result(unsafe { proxy_log(level as u32, message.as_ptr(), message.len()) })
+}
+
+/// The host's wall clock.
+pub fn get_current_time() -> Result<SystemTime, Status> {
+    let mut nanos = 0u64;
+    result(unsafe { proxy_get_current_time_nanoseconds(&mut nanos) })?;
+    Ok(UNIX_EPOCH + Duration::from_nanos(nanos))
+}
+
+/// Sets this root context's tick period (whole milliseconds, at most u32::MAX).
+pub fn set_tick_period(period: Duration) -> Result<(), Status> {
+    let ms = u32::try_from(period.as_millis()).unwrap_or(u32::MAX);
+    result(unsafe { proxy_set_tick_period_milliseconds(ms) })
+}
+
+/// Up to `max` bytes of a buffer from `start`; none if the host has none.
+pub fn get_buffer(kind: BufferType, start: usize, max: usize) -> Result<Option<Bytes>, Status> {
+    let (mut data, mut size) = (null_mut(), 0usize);
+    match result(unsafe { proxy_get_buffer_bytes(kind as u32, start, max, &mut data, &mut size) }) {
+        Ok(()) => Ok(unsafe { take(data, size) }),
+        Err(Status::NotFound) => Ok(None),
+        Err(status) => Err(status),
+    }
+}
+
+/// Every pair of a header map (lower-case names as the host gives them); a map the host
+/// serialized inconsistently reads as far as it is whole.
+pub fn get_map(kind: MapType) -> Result<Vec<(String, String)>, Status> {
+    let (mut data, mut size) = (null_mut(), 0usize);
+    result(unsafe { proxy_get_header_map_pairs(kind as u32, &mut data, &mut size) })?;
+    Ok(unsafe { take(data, size) }
+        .map(|bytes| deserialize_map(&bytes))
+        .unwrap_or_default())
+}
+
+/// One header's value; none if the map lacks it.
+pub fn get_map_value(kind: MapType, key: &str) -> Result<Option<String>, Status> {
+    let (mut data, mut size) = (null_mut(), 0usize);
+    let raw = unsafe {
+        proxy_get_header_map_value(kind as u32, key.as_ptr(), key.len(), &mut data, &mut size)
+    };
+    match result(raw) {
+        Ok(()) => Ok(Some(
+            unsafe { take(data, size) }
+                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+                .unwrap_or_default(),
+        )),
+        Err(Status::NotFound) => Ok(None),
+        Err(status) => Err(status),
+    }
+}
+
+/// Removes every value of a header.
+pub fn remove_map_value(kind: MapType, key: &str) -> Result<(), Status> {
+    result(unsafe { proxy_remove_header_map_value(kind as u32, key.as_ptr(), key.len()) })
+}
+
+/// Replaces every value of a header with `value`, or removes it (`None`).
+pub fn set_map_value(kind: MapType, key: &str, value: Option<&str>) -> Result<(), Status> {
+    let Some(value) = value else {
+        return remove_map_value(kind, key);
+    };
+    result(unsafe {
+        proxy_replace_header_map_value(
+            kind as u32,
+            key.as_ptr(),
+            key.len(),
+            value.as_ptr(),
+            value.len(),
+        )
+    })
+}
+
+/// A property's value; none when the host does not have it (NotFound). Any other refusal comes
+/// back as its status, which callers take as "unknown" too.
+pub fn get_property(path: Vec<&str>) -> Result<Option<Bytes>, Status> {
+    let path = path.join("\0");
+    let (mut data, mut size) = (null_mut(), 0usize);
+    match result(unsafe { proxy_get_property(path.as_ptr(), path.len(), &mut data, &mut size) }) {
+        Ok(()) => Ok(unsafe { take(data, size) }),
+        Err(Status::NotFound) => Ok(None),
+        Err(status) => Err(status),
+    }
+}
+
+/// A shared-data value and its compare-and-swap number; neither if the key does not exist.
+pub fn get_shared_data(key: &str) -> Result<(Option<Bytes>, Option<u32>), Status> {
+    let (mut data, mut size, mut cas) = (null_mut(), 0usize, 0u32);
+    let raw =
+        unsafe { proxy_get_shared_data(key.as_ptr(), key.len(), &mut data, &mut size, &mut cas) };
+    match result(raw) {
+        Ok(()) => Ok((unsafe { take(data, size) }, (cas != 0).then_some(cas))),
+        Err(Status::NotFound) => Ok((None, None)),
+        Err(status) => Err(status),
+    }
+}
+
+/// Writes a shared-data value if its compare-and-swap number is still `cas` (any, if none).
+pub fn set_shared_data(key: &str, value: Option<&[u8]>, cas: Option<u32>) -> Result<(), Status> {
+    result(unsafe {
+        proxy_set_shared_data(
+            key.as_ptr(),
+            key.len(),
+            value.map_or(null(), <[u8]>::as_ptr),
+            value.map_or(0, <[u8]>::len),
+            cas.unwrap_or(0),
+        )
+    })
+}
+
+/// Makes `context` the one later calls are about.
+pub fn set_effective_context(context: u32) -> Result<(), Status> {
+    result(unsafe { proxy_set_effective_context(context) })
+}
+
+/// Resumes the paused request of the effective context.
+pub fn resume_http_request() -> Result<(), Status> {
+    result(unsafe { proxy_continue_stream(STREAM_HTTP_REQUEST) })
+}
+
+/// Answers the current request from the filter.
+pub fn send_http_response(
+    status: u32,
+    headers: Vec<(&str, &str)>,
+    body: Option<&[u8]>,
+) -> Result<(), Status> {
+    let headers = serialize_map(&headers);
+    result(unsafe {
+        proxy_send_local_response(
+            status,
+            null(),
+            0,
+            body.map_or(null(), <[u8]>::as_ptr),
+            body.map_or(0, <[u8]>::len),
+            headers.as_ptr(),
+            headers.len(),
+            -1,
+        )
+    })
+}
+
+/// Defines a metric; its id.
+pub fn define_metric(kind: MetricType, name: &str) -> Result<u32, Status> {
+    let mut id = 0u32;
+    result(unsafe { proxy_define_metric(kind as u32, name.as_ptr(), name.len(), &mut id) })?;
+    Ok(id)
+}
+
+/// Adds `offset` to a counter.
+pub fn increment_metric(id: u32, offset: i64) -> Result<(), Status> {
+    result(unsafe { proxy_increment_metric(id, offset) })
+}
+
+/// Sets a gauge.
+pub fn record_metric(id: u32, value: u64) -> Result<(), Status> {
+    result(unsafe { proxy_record_metric(id, value) })
+}
+
+/// A header map in the ABI's form: a u32 count, a (name length, value length) pair of u32 per
+/// entry, then each name and value followed by a NUL.
+fn serialize_map(pairs: &[(&str, &str)]) -> Bytes {
+    let len = |n: usize| u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes();
+    let mut bytes = Vec::with_capacity(
+        4 + pairs
+            .iter()
+            .map(|(n, v)| n.len() + v.len() + 10)
+            .sum::<usize>(),
+    );
+    bytes.extend_from_slice(&len(pairs.len()));
+    for (name, value) in pairs {
+        bytes.extend_from_slice(&len(name.len()));
+        bytes.extend_from_slice(&len(value.len()));
+    }
+    for (name, value) in pairs {
+        bytes.extend_from_slice(name.as_bytes());
+        bytes.push(0);
+        bytes.extend_from_slice(value.as_bytes());
+        bytes.push(0);
+    }
+    bytes
+}
+
+/// Reads a header map in the ABI's form, up to the first entry whose sizes point outside it.
+fn deserialize_map(bytes: &[u8]) -> Vec<(String, String)> {
+    let word = |at: usize| -> Option<usize> {
+        let raw: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
+        usize::try_from(u32::from_le_bytes(raw)).ok()
+    };
+    let Some(count) = word(0) else {
+        return Vec::new();
+    };
+    let Some(mut at) = count.checked_mul(8).and_then(|n| n.checked_add(4)) else {
+        return Vec::new();
+    };
+    let mut pairs = Vec::with_capacity(count.min(bytes.len() / 10));
+    let mut text = |len: usize| -> Option<String> {
+        let end = at.checked_add(len)?;
+        let part = bytes.get(at..end)?;
+        at = end.checked_add(1)?;
+        Some(String::from_utf8_lossy(part).into_owned())
+    };
+    for i in 0..count {
+        let sizes = (|| Some((word(4 + i * 8)?, word(8 + i * 8)?)))();
+        let Some((name, value)) = sizes else {
+            break;
+        };
+        let (Some(name), Some(value)) = (text(name), text(value)) else {
+            break;
+        };
+        pairs.push((name, value));
+    }
+    pairs
+}
