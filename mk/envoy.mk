@@ -6,7 +6,8 @@
 #   make e2e              the e2e crate's tests against it (exports UPCHECK_ENVOY and UPCHECK_WASM),
 #                         and upcheck-cli's, whose written configurations Envoy validates (with its
 #                         `simulate` feature, whose tests run the module in wasmtime), and Debian's
-#                         `nginx -t` the NGINX ones (mk/nginx.mk)
+#                         `nginx -t` the NGINX ones (mk/nginx.mk); the fleet's tests run a real
+#                         etcd cluster from Debian's etcd-server (mk/etcd.mk, UPCHECK_ETCD)
 #   make chromium         Debian's chromium when missing: the status page's browser scenario
 #   make validate-config  `envoy --mode validate` on each of CONFIGS with the built module
 #

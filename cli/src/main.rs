@@ -351,9 +351,19 @@ fn summary(config: &Config) -> String {
     };
     let active = &config.health_checks.active;
     let passive = &config.health_checks.passive;
+    let shared = match &config.fleet {
+        Some(fleet) => format!(
+            "; probe duties shared with the other balancers through etcd (cluster {}, prefix {}, \
+             lease {})",
+            fleet.cluster,
+            fleet.prefix,
+            display(fleet.lease_ttl)
+        ),
+        None => String::new(),
+    };
     format!(
         "{} upstream{} ({}), routing {routing}; probes GET {} every {}, timeout {}; {} failure{} \
-         within {} eject a backend",
+         within {} eject a backend{shared}",
         names.len(),
         if names.len() == 1 { "" } else { "s" },
         names.join(", "),

@@ -127,8 +127,16 @@ fn check_reads_a_fleet_object_and_refuses_a_bad_one_naming_the_field() {
     let good = r#"{"upstreams": [{"name": "app1"}], "fleet": {"cluster": "etcd"}}"#;
     let output = upcheck(&workspace(), &["check", "-"], good.as_bytes());
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    let effective = String::from_utf8(output.stdout).expect("utf-8");
+    let effective = String::from_utf8(output.stdout.clone()).expect("utf-8");
     assert!(effective.contains(r#""lease_ttl": "6s""#), "{effective}");
+    assert!(
+        stderr(&output).contains(
+            "probe duties shared with the other balancers through etcd (cluster etcd, prefix \
+             upcheck, lease 6.0s)"
+        ),
+        "{}",
+        stderr(&output)
+    );
     let bad =
         r#"{"upstreams": [{"name": "app1"}], "fleet": {"cluster": "etcd", "lease_ttl": "1s"}}"#;
     let output = upcheck(&workspace(), &["check", "-"], bad.as_bytes());
