@@ -5,7 +5,8 @@
 #   make unit        the policy core, natively
 #   make host-test   the real upcheck.wasm in a wasmtime proxy-wasm host, on a virtual clock,
 #                    including a soak of a day of virtual time (about 2.5 min)
-#   make e2e         the real upcheck.wasm in a real Envoy 1.40
+#   make e2e         the real upcheck.wasm in a real Envoy 1.40, a real Prometheus scraping it
+#   make rules       the Prometheus alert rules (config/prometheus): promtool check and unit tests
 #   make run         the incident, live: app1 healthy, app2 answering 502, Envoy with upcheck
 #   make bench       what upcheck costs, side by side with a floor filter and Envoy's own checks
 #   make lint        rustfmt and clippy
@@ -38,6 +39,10 @@ include mk/envoy.mk
 include mk/nginx.mk
 include mk/run.mk
 include mk/bench.mk
+include mk/prometheus.mk
+
+# The operating tests (cli/tests/prometheus.rs) scrape Envoy with Debian's Prometheus.
+e2e: prometheus
 
 unit:
 	$(CARGO) test -p upcheck-policy
@@ -51,7 +56,7 @@ host-test: $(WASM)
 
 # The lint first: clippy enforces the filter's no-panic rules (no unwrap, expect or indexing). It
 # lints the CLI twice: with `simulate`, and as operators build it, without.
-test: lint unit host-test e2e
+test: lint unit host-test e2e rules
 
 lint: tools
 	@rustup component list --installed | grep -q '^clippy' || rustup component add clippy rustfmt

@@ -21,6 +21,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use upcheck_policy::duration::display;
+use upcheck_policy::series;
 use upcheck_policy::RoutingMode;
 
 use crate::deployment::{Backend, Deployment, Endpoint, POOL};
@@ -621,6 +622,7 @@ fn document(d: &Deployment, s: &Settings) -> Node {
         }
     };
     map([
+        ("stats_config", stats_config()),
         (
             "admin",
             map([(
@@ -653,6 +655,26 @@ fn document(d: &Deployment, s: &Settings) -> Node {
             .gap(),
         ),
     ])
+}
+
+/// Envoy's tag rules for upcheck's metrics ([`series::STATS_TAGS`]), so that Prometheus sees
+/// the backend (and the state, and the pool where the configuration names one) as a label: the
+/// bootstrap's `stats_config`.
+pub fn stats_config() -> Node {
+    let rules = series::STATS_TAGS.iter().map(|rule| {
+        map([
+            ("tag_name", text(rule.label)),
+            ("regex", quoted(rule.regex)),
+        ])
+        .note(rule.about)
+    });
+    map([("stats_tags", list(rules))]).note(
+        "upcheck's metrics carry the backend in their names (wasmcustom.upcheck.app1.healthy); \
+         these rules make it a label, so /stats/prometheus shows upcheck_healthy{backend=\"app1\"} \
+         and one alert or dashboard panel covers every backend (docs/operating.md lists the \
+         series). A plugin configuration with a `pool` name adds a pool label, for an Envoy that \
+         runs several pools.",
+    )
 }
 
 /// A listener `name` on `addr` with an HTTP connection manager whose one virtual host, for every

@@ -111,12 +111,14 @@ async fn the_readme_steps_take_caddys_json_to_an_envoy_that_probes_and_serves_bo
 
     let prometheus = envoy.admin("/stats/prometheus?filter=upcheck").await?;
     for line in [
-        "# TYPE upcheck_app1_probes counter",
-        "# TYPE upcheck_app2_probe_failures counter",
-        "upcheck_app2_probe_failures{} 0",
-        "# TYPE upcheck_app1_healthy gauge",
-        "upcheck_app1_healthy{} 1",
-        "upcheck_app2_healthy{} 1",
+        "# TYPE upcheck_probes counter",
+        "# TYPE upcheck_probe_failures counter",
+        "upcheck_probe_failures{backend=\"app2\"} 0",
+        "# TYPE upcheck_healthy gauge",
+        "upcheck_healthy{backend=\"app1\"} 1",
+        "upcheck_healthy{backend=\"app2\"} 1",
+        "upcheck_state{backend=\"app2\",state=\"healthy\"} 1",
+        "upcheck_state{backend=\"app2\",state=\"unknown\"} 0",
         "upcheck_fleet_guard{} 0",
     ] {
         assert!(

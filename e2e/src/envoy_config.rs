@@ -9,6 +9,8 @@
 //! retry once on another backend); both with the wasm filter before the router, and the status
 //! page on a listener of its own ([`status_listener`]). They are stated once, in the CLI; only
 //! the addresses, the module path, the plugin configuration and the per-try timeout vary here.
+//! Every bootstrap carries the stats tag rules `upcheck envoy` writes, so the tests see the
+//! labelled series operators do.
 //!
 //! The listener and clusters are not put in the bootstrap: they are dynamic resources read from
 //! files (see [`crate::xds`]), so a test can add a backend or change the plugin configuration
@@ -22,7 +24,7 @@ use serde_json::{json, Value};
 pub use upcheck_cli::deployment::POOL;
 use upcheck_cli::deployment::{Backend, Endpoint};
 pub use upcheck_cli::envoy::Routing;
-use upcheck_cli::envoy::{plugin_configuration, Shape};
+use upcheck_cli::envoy::{plugin_configuration, stats_config, Shape};
 
 use crate::upstream::ROUTING_HEADER;
 
@@ -45,6 +47,7 @@ pub fn bootstrap(admin: SocketAddr, lds: &Path, cds: &Path) -> Value {
     };
     json!({
         "node": {"id": "upcheck-e2e", "cluster": "upcheck-e2e"},
+        "stats_config": stats_config().json(),
         "admin": {"address": socket_address(admin)},
         "dynamic_resources": {
             "lds_config": from_file(lds),
@@ -68,6 +71,7 @@ pub fn static_bootstrap(admin: SocketAddr, listeners: Vec<Value>, clusters: Vec<
     };
     json!({
         "node": {"id": "upcheck-e2e", "cluster": "upcheck-e2e"},
+        "stats_config": stats_config().json(),
         "admin": {"address": socket_address(admin)},
         "static_resources": {
             "listeners": listeners.into_iter().map(untyped).collect::<Vec<_>>(),

@@ -10,7 +10,8 @@
 //! ([`plugin`]), requests written by hand ([`raw_http`]), and an address of this machine that is
 //! not loopback ([`local_address`]), a headless browser to look at the status page with
 //! ([`browser`]), and the operators' Caddy JSON turned into an Envoy configuration by the built
-//! `upcheck` binary ([`caddy`]). A scenario reads:
+//! `upcheck` binary ([`caddy`]). A real Prometheus scrapes an Envoy as an operator's would
+//! ([`prometheus`]). A scenario reads:
 //!
 //! ```no_run
 //! # async fn scenario() -> anyhow::Result<()> {
@@ -48,6 +49,7 @@ pub mod local_address;
 pub mod mode;
 pub mod plugin;
 pub mod ports;
+pub mod prometheus;
 pub mod raw_http;
 pub mod replay;
 pub mod upstream;

@@ -1,5 +1,6 @@
-//! Envoy stats under `upcheck.` (shown as `wasmcustom.upcheck.*`): counters are summed over
-//! every VM by the host; gauges are last-writer-wins, so only the prober writes them.
+//! Envoy stats under `upcheck.` (shown as `wasmcustom.upcheck.*`), named by
+//! [`upcheck_policy::series`], whose tag rules make the backend a Prometheus label: counters are
+//! summed over every VM by the host; gauges are last-writer-wins, so only the prober writes them.
 //!
 //! The one per-request counter, `requests`, is counted in guest memory and added to the host's
 //! counter on each tick, one host call per backend that had requests: a host call per request
@@ -11,8 +12,11 @@
 
 use crate::hostcall as hostcalls;
 use proxy_wasm::types::MetricType;
+use std::time::Duration;
 use upcheck_policy::config::Upstream;
 use upcheck_policy::outlier::Verdict;
+use upcheck_policy::series::{self, Kind, Metric};
+use upcheck_policy::{State, Time};
 
 /// One backend's metrics: the handles the pool keeps in each backend's record.
 #[derive(Debug, Default, Clone)]
@@ -33,6 +37,14 @@ pub struct BackendMetrics {
     pub healthy: Option<u32>,
     /// 1 while it drains (gauge).
     pub draining: Option<u32>,
+    /// Changes of its state.
+    pub state_changes: Option<u32>,
+    /// One gauge per state, in [`State::ALL`]'s order: 1 for the state it is in.
+    pub states: [Option<u32>; 5],
+    /// Its last probe's latency in milliseconds (gauge).
+    pub probe_latency_ms: Option<u32>,
+    /// When its state last changed, in Unix seconds (gauge).
+    pub last_change_seconds: Option<u32>,
     /// Requests routed since the last [`BackendMetrics::flush_requests`], not yet in `requests`.
     unflushed_requests: u64,
 }
@@ -48,26 +60,57 @@ fn define(kind: MetricType, name: &str) -> Option<u32> {
 }
 
 impl BackendMetrics {
-    /// Defines `upstream`'s metrics (the host returns the same id for a name defined again, so
-    /// a reconfiguration keeps the counts).
-    pub fn define(upstream: &Upstream) -> BackendMetrics {
+    /// Defines the metrics of `upstream` of `pool` (the host returns the same id for a name
+    /// defined again, so a reconfiguration keeps the counts).
+    pub fn define(pool: Option<&str>, upstream: &Upstream) -> BackendMetrics {
         let name = &upstream.name;
-        let counter = |what: &str| define(MetricType::Counter, &format!("upcheck.{name}.{what}"));
+        let of = |metric: Metric| {
+            let kind = match metric.kind {
+                Kind::Counter => MetricType::Counter,
+                Kind::Gauge => MetricType::Gauge,
+            };
+            define(kind, &series::backend_stat(pool, name, metric.name))
+        };
         BackendMetrics {
-            probes: counter("probes"),
-            probe_failures: counter("probe_failures"),
-            requests: counter("requests"),
-            request_failures: counter("request_failures"),
-            ejections: counter("ejections"),
+            probes: of(series::PROBES),
+            probe_failures: of(series::PROBE_FAILURES),
+            requests: of(series::REQUESTS),
+            request_failures: of(series::REQUEST_FAILURES),
+            ejections: of(series::EJECTIONS),
             outliers: OutlierMetrics {
-                failing: counter("outlier_failing"),
-                slow: counter("outlier_slow"),
-                stalled: counter("outlier_stalled"),
+                failing: of(series::OUTLIER_FAILING),
+                slow: of(series::OUTLIER_SLOW),
+                stalled: of(series::OUTLIER_STALLED),
             },
-            healthy: define(MetricType::Gauge, &format!("upcheck.{name}.healthy")),
-            draining: define(MetricType::Gauge, &format!("upcheck.{name}.draining")),
+            healthy: of(series::HEALTHY),
+            draining: of(series::DRAINING),
+            state_changes: of(series::STATE_CHANGES),
+            states: State::ALL.map(|state| {
+                define(
+                    MetricType::Gauge,
+                    &series::state_stat(pool, name, state.as_str()),
+                )
+            }),
+            probe_latency_ms: of(series::PROBE_LATENCY_MS),
+            last_change_seconds: of(series::LAST_CHANGE_SECONDS),
             unflushed_requests: 0,
         }
+    }
+
+    /// Sets its state gauges: 1 for `state`, 0 for the others, and when it began.
+    pub fn set_state(&self, state: State, since: Time) {
+        for (id, each) in self.states.iter().zip(State::ALL) {
+            set(*id, u64::from(each == state));
+        }
+        set(self.last_change_seconds, since.as_secs());
+    }
+
+    /// Sets its last probe's latency.
+    pub fn set_probe_latency(&self, latency: Duration) {
+        set(
+            self.probe_latency_ms,
+            u64::try_from(latency.as_millis()).unwrap_or(u64::MAX),
+        );
     }
 
     /// Counts one routed request; it reaches `requests` at the next flush. True if it is the
@@ -113,9 +156,12 @@ impl OutlierMetrics {
     }
 }
 
-/// The fleet guard's gauge: 1 while it widens the routable set.
-pub fn define_fleet_guard() -> Option<u32> {
-    define(MetricType::Gauge, "upcheck.fleet_guard")
+/// The fleet guard's gauge of `pool`: 1 while it widens the routable set.
+pub fn define_fleet_guard(pool: Option<&str>) -> Option<u32> {
+    define(
+        MetricType::Gauge,
+        &series::pool_stat(pool, series::FLEET_GUARD),
+    )
 }
 
 /// Adds one to a counter.

@@ -136,14 +136,18 @@ impl RootContext for Root {
                 "upcheck: configured with {} backends",
                 config.upstreams.len()
             );
-            v.fleet_guard = metrics::define_fleet_guard();
+            let name = config.pool.clone();
+            let define = |u: &_| BackendMetrics::define(name.as_deref(), u);
+            v.fleet_guard = metrics::define_fleet_guard(name.as_deref());
             v.last_tick = now;
             // Counts for a backend the new configuration drops would go with its record.
             v.flush_requests();
+            // A pool given another name has its metrics under other names: it starts afresh too.
+            let renamed = v.pool.as_ref().is_some_and(|p| p.config().pool != name);
             let effects = match v.pool.as_mut() {
-                Some(pool) if !afresh => pool.configure(config, now, BackendMetrics::define),
+                Some(pool) if !afresh && !renamed => pool.configure(config, now, define),
                 _ => {
-                    v.pool = Some(Pool::new(config, now, BackendMetrics::define));
+                    v.pool = Some(Pool::new(config, now, define));
                     Default::default()
                 }
             };

@@ -243,8 +243,33 @@ impl Host<BackendMetrics> for Envoy {
 fn report(pool: &Pool<BackendMetrics>, fleet_guard: Option<u32>, event: &Event, now: Time) {
     let handles = |index: usize| pool.members().get(index).map(|m| &m.handles);
     match event {
-        Event::Probed { index, outcome, .. } if !outcome.passed() => {
-            metrics::increment(handles(*index).and_then(|m| m.probe_failures));
+        Event::Probed {
+            index,
+            outcome,
+            latency,
+            ..
+        } => {
+            let m = handles(*index);
+            if let Some(m) = m {
+                m.set_probe_latency(*latency);
+            }
+            if !outcome.passed() {
+                metrics::increment(m.and_then(|m| m.probe_failures));
+            }
+        }
+        Event::State {
+            index,
+            state,
+            since,
+            change,
+            ..
+        } => {
+            if let Some(m) = handles(*index) {
+                m.set_state(*state, *since);
+                if *change {
+                    metrics::increment(m.state_changes);
+                }
+            }
         }
         Event::RequestFailed { index, .. } => {
             metrics::increment(handles(*index).and_then(|m| m.request_failures));

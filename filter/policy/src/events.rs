@@ -13,7 +13,9 @@ use crate::drain::{Drain, Signal};
 use crate::guard::Guard;
 use crate::outcome::Failure;
 use crate::outlier::Verdict;
+use crate::state::State;
 use crate::tables::PassiveChange;
+use crate::time::Time;
 use std::fmt;
 use std::time::Duration;
 
@@ -76,6 +78,22 @@ pub enum Event {
         name: String,
         /// What the probe found.
         outcome: ProbeOutcome,
+        /// How long it took to settle, from being sent.
+        latency: Duration,
+    },
+    /// A backend's state in one word ([`State`]), reported by its prober as it changes and
+    /// afresh by a VM that begins probing (its gauges).
+    State {
+        /// Backend position.
+        index: usize,
+        /// Backend name.
+        name: String,
+        /// The state it is in.
+        state: State,
+        /// Since when.
+        since: Time,
+        /// Whether it just changed to it (rather than being reported afresh).
+        change: bool,
     },
     /// A backend's health by probes changed.
     HealthChanged {
@@ -223,9 +241,10 @@ impl Event {
             | Event::DrainStarted { .. }
             | Event::DrainEnded { .. }
             | Event::Guard(_) => Level::Info,
-            Event::Probed { .. } | Event::RequestFailed { .. } | Event::InService { .. } => {
-                Level::Debug
-            }
+            Event::Probed { .. }
+            | Event::RequestFailed { .. }
+            | Event::InService { .. }
+            | Event::State { .. } => Level::Debug,
         }
     }
 }
@@ -235,6 +254,7 @@ impl fmt::Display for Event {
         match self {
             Event::Probing => f.write_str("this VM now probes for the process"),
             Event::Probed { name, outcome, .. } => write!(f, "{name}: probe {outcome}"),
+            Event::State { name, state, .. } => write!(f, "{name} is {}", state.as_str()),
             Event::HealthChanged { name, to, reason, .. } => write!(f, "{name} {to}: {reason}"),
             Event::Unprobeable { name, cluster, why } => write!(
                 f,

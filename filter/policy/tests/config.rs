@@ -240,6 +240,47 @@ fn empty_or_duplicate_upstreams_are_refused() {
 }
 
 #[test]
+fn a_name_that_would_lose_a_part_in_its_metric_label_is_refused_and_dotted_names_are_not() {
+    for name in ["app.", ".app", "a..b"] {
+        let json = format!(
+            r#"{{"upstreams":[{{"name":"ok"}},{{"name":"{name}","authority":"localhost"}}]}}"#
+        );
+        let e = error(&json);
+        assert!(
+            e.starts_with(&format!(
+                "upstreams[1].name: \"{name}\" must not begin or end with a dot"
+            )),
+            "{e}"
+        );
+    }
+    for name in ["app.v2", "app-3", "a:b", "x_y"] {
+        let json = format!(r#"{{"upstreams":[{{"name":"{name}","authority":"localhost"}}]}}"#);
+        assert!(Config::parse(json.as_bytes()).is_ok(), "{name} refused");
+    }
+}
+
+#[test]
+fn a_pool_name_is_letters_digits_underscores_and_dashes() {
+    let config = Config::parse(br#"{"pool":"site-2_a","upstreams":[{"name":"a"}]}"#);
+    assert_eq!(config.map(|c| c.pool), Ok(Some("site-2_a".to_owned())));
+    assert_eq!(
+        Config::parse(br#"{"upstreams":[{"name":"a"}]}"#).map(|c| c.pool),
+        Ok(None)
+    );
+    let e = error(r#"{"pool":"a.b","upstreams":[{"name":"a"}]}"#);
+    assert_eq!(e, "pool: \"a.b\" contains '.', which is not allowed");
+    let e = error(&format!(
+        r#"{{"pool":"{}","upstreams":[{{"name":"a"}}]}}"#,
+        "p".repeat(65)
+    ));
+    assert_eq!(e, "pool: must be at most 64 bytes long, got 65");
+    assert_eq!(
+        error(r#"{"pool":"","upstreams":[{"name":"a"}]}"#),
+        "pool: must not be empty"
+    );
+}
+
+#[test]
 fn bad_status_classes_are_refused() {
     let e = error(&with_active(r#""expect_status": "6xx""#));
     assert!(

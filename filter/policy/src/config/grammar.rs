@@ -5,7 +5,8 @@
 
 use super::json::{or_off, read, text, whole, Json, Refusal};
 use super::{
-    LogFormat, LogLevel, Proxy, RoutingMode, MAX_EXPECT_BODY_LEN, MAX_NAME_LEN, MAX_VALUE_LEN,
+    LogFormat, LogLevel, Proxy, RoutingMode, MAX_EXPECT_BODY_LEN, MAX_NAME_LEN, MAX_POOL_LEN,
+    MAX_VALUE_LEN,
 };
 use serde::Deserializer;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -212,6 +213,22 @@ pub fn route_header<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error>
         }
         word(&header, is_tchar, MAX_NAME_LEN)?;
         Ok(header)
+    })
+}
+
+/// `pool`: a name for the `pool` label of the pool's metrics, which Envoy's tag rule reads as
+/// letters, digits, `_` and `-` ([`crate::series`]), or `null` for none.
+pub fn pool<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    read(d, A_STRING, |found| {
+        or_off(found, |found| {
+            let pool = text(found)?;
+            word(
+                &pool,
+                |c| c.is_ascii_alphanumeric() || c == '_' || c == '-',
+                MAX_POOL_LEN,
+            )?;
+            Ok(pool)
+        })
     })
 }
 

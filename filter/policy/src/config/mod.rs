@@ -19,7 +19,7 @@
 //!
 //! - **Unknown and repeated fields are errors**: a config with two `max_fails` is a mistake, not a
 //!   choice. Probe header names repeat when they differ only in case.
-//! - **`null` turns off a field that can be off**: `min_healthy_percent`,
+//! - **`null` turns off a field that can be off**: `min_healthy_percent`, `pool`,
 //!   `upstreams[].address`, `health_checks.active.expect_body`,
 //!   `health_checks.active.drain_status`, `health_checks.passive.unhealthy_latency` and
 //!   `health_checks.slow_start` (or its `window`). On any other field `null` is an error naming
@@ -73,6 +73,11 @@ pub struct Config {
     /// balancing policy). Any client-supplied copy is removed first. Default
     /// [`DEFAULT_ROUTE_HEADER`].
     pub route_header: String,
+    /// The pool's name, for an Envoy that runs several pools: its metrics carry it as the `pool`
+    /// label (`upcheck_healthy{pool="site",backend="app1"}`), so two pools' backends of one
+    /// name stay apart. Letters, digits, `_` and `-`, at most [`MAX_POOL_LEN`] bytes. Default:
+    /// none (`null`), and no `pool` label.
+    pub pool: Option<String>,
     /// At most this percentage of the backends passing active checks may be passively ejected at
     /// once, by Envoy's rule: one more may go while (ejected + 1) / N stays within it, and never the
     /// last one. Default [`DEFAULT_MAX_EJECTION_PERCENT`]: one of two.
@@ -585,6 +590,8 @@ pub const MAX_STREAK: u32 = 1000;
 pub const MAX_UPSTREAMS: usize = 10_000;
 /// The longest upstream name, cluster, probe header name or `route_header`, in bytes.
 pub const MAX_NAME_LEN: usize = 128;
+/// The longest `pool` name, in bytes.
+pub const MAX_POOL_LEN: usize = 64;
 /// The longest probe header value, probe path, `status_path` or authority, in bytes.
 pub const MAX_VALUE_LEN: usize = 4096;
 /// The most probe headers; each value of a header given a list counts once.

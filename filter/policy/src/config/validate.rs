@@ -10,6 +10,7 @@ use super::{
     Passive, Proxy, Role, RoutingMode, SlowStart, StatusPage, Upstream, DEFAULT_HISTORY,
     DEFAULT_MAX_EJECTION_PERCENT, DEFAULT_ROUTE_HEADER, MAX_UPSTREAMS,
 };
+use crate::series;
 use serde::{Deserialize, Deserializer};
 use std::collections::HashSet;
 use std::fmt::Display;
@@ -31,6 +32,8 @@ pub struct Document {
     routing: RoutingMode,
     #[serde(deserialize_with = "grammar::route_header")]
     route_header: String,
+    #[serde(deserialize_with = "grammar::pool")]
+    pool: Option<String>,
     #[serde(deserialize_with = "grammar::percent")]
     max_ejection_percent: u8,
     #[serde(deserialize_with = "grammar::percent_or_off")]
@@ -62,6 +65,7 @@ impl Default for Document {
             proxy: Proxy::default(),
             routing: RoutingMode::default(),
             route_header: DEFAULT_ROUTE_HEADER.into(),
+            pool: None,
             max_ejection_percent: DEFAULT_MAX_EJECTION_PERCENT,
             min_healthy_percent: None,
             jitter: None,
@@ -177,6 +181,7 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
         proxy: document.proxy,
         routing: document.routing,
         route_header: document.route_header,
+        pool: document.pool,
         max_ejection_percent: document.max_ejection_percent,
         min_healthy_percent: document.min_healthy_percent,
         jitter: document.jitter,
@@ -316,6 +321,9 @@ fn check_upstreams(config: &Config) -> Result<(), ConfigError> {
         let at = |field: &str| format!("upstreams[{i}].{field}");
         if u.name.is_empty() {
             return Err(fail(at("name"), "missing; every upstream needs a name"));
+        }
+        if let Some(reason) = series::label_value_problem(&u.name) {
+            return Err(fail(at("name"), format!("{:?} {reason}", u.name)));
         }
         if !names.insert(u.name.as_str()) {
             return Err(fail(at("name"), format!("{:?} is listed twice", u.name)));

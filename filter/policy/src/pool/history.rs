@@ -45,6 +45,7 @@ fn kind_of(event: &Event) -> Option<(Kind, Option<&str>)> {
         | Event::RequestFailed { .. }
         | Event::CapReached { .. }
         | Event::InService { .. }
+        | Event::State { .. }
         | Event::ProbeContradicted { .. } => return None,
     };
     Some((kind, Some(name.as_str())))

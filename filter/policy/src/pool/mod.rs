@@ -39,6 +39,7 @@ use crate::outlier::Traffic;
 use crate::passive::Outstanding;
 use crate::schedule::{ProbeSlot, Schedule};
 use crate::select::Rotation;
+use crate::state::State;
 use crate::tables::PassiveTable;
 use crate::time::Time;
 use crate::warm_up::{warming, Warming};
@@ -93,6 +94,9 @@ pub struct Member<H> {
     accepting: bool,
     /// Passing probes and not ejected, as last reported (`None`: not yet).
     in_service: Option<bool>,
+    /// Its state in one word, since when (as this VM saw it change), and whether this VM
+    /// reported it.
+    state: (State, Time, bool),
     /// When it is probed next.
     probe: ProbeSlot,
     /// Whether a probe the proxy refused to send was reported.
@@ -129,6 +133,11 @@ impl<H> Member<H> {
     /// Where it stands in its passive ejection's lifecycle.
     pub fn ejection(&self) -> EjectionState {
         self.ejection
+    }
+
+    /// Its state in one word, and since when, as of the last time the routing was worked out.
+    pub fn state(&self) -> (State, Time) {
+        (self.state.0, self.state.1)
     }
 }
 
@@ -294,6 +303,7 @@ impl<H> Pool<H> {
                     routable: false,
                     accepting: true,
                     in_service: None,
+                    state: (State::Unknown, now, false),
                     probe: ProbeSlot::due_at(now),
                     unprobeable: false,
                     newest_probe: None,
@@ -419,6 +429,7 @@ impl<H> Pool<H> {
                     m.probe = ProbeSlot::due_at(now);
                     // Report every gauge and contact afresh from this VM.
                     m.in_service = None;
+                    m.state.2 = false;
                 }
                 self.prober = Some(Prober {
                     schedule: Schedule::new(seed),

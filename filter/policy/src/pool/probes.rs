@@ -243,6 +243,7 @@ impl<H> Pool<H> {
             index,
             name: m.name().to_owned(),
             outcome,
+            latency: now.saturating_sub(sent),
         });
         if transition == (Transition::Contradicted { first: true }) {
             effects.events.push(Event::ProbeContradicted {

@@ -14,6 +14,7 @@ use crate::config::Passive as PassiveConfig;
 use crate::events::{Effects, Event};
 use crate::guard::{route, Evidence, Guard, Routing};
 use crate::select::Rotation;
+use crate::state::State;
 use crate::time::Time;
 use crate::warm_up::{warming, STEPS};
 
@@ -67,6 +68,7 @@ impl<H> Pool<H> {
             m.follow_contact(reporting, effects);
             m.follow_service(i, ejected, reporting, effects);
             m.follow_drain(i, reporting, now, effects);
+            m.follow_state(i, ejected, reporting, now, effects);
             m.routable = routable;
         }
         routable_changed
@@ -306,6 +308,38 @@ impl<H> Member<H> {
                     accepting,
                 });
             }
+        }
+    }
+
+    /// Follows its state in one word, reported by its prober when it changes and when that VM
+    /// begins probing (its gauges).
+    fn follow_state(
+        &mut self,
+        index: usize,
+        ejected: bool,
+        reporting: bool,
+        now: Time,
+        effects: &mut Effects,
+    ) {
+        let state = State::of(
+            self.evidence.active.status,
+            ejected,
+            self.evidence.passive.drain.is_some(),
+        );
+        let (was, since, reported) = self.state;
+        let change = state != was;
+        if change {
+            self.state = (state, now, false);
+        }
+        if reporting && (change || !reported) {
+            self.state.2 = true;
+            effects.events.push(Event::State {
+                index,
+                name: self.name().to_owned(),
+                state,
+                since: if change { now } else { since },
+                change,
+            });
         }
     }
 
