@@ -125,8 +125,8 @@ async fn three_balancers_probe_each_backend_once_per_interval_and_hand_a_dead_ho
         let duties = futures_counts(&fleet, &format!("{name}.probe_duty")).await?;
         assert_eq!(duties.iter().sum::<u64>(), 1, "{name}: {duties:?}");
     }
-    assert_eq!(futures_counts(&fleet, "fleet.balancers").await?, [3, 3, 3]);
-    assert_eq!(futures_counts(&fleet, "fleet.local").await?, [0, 0, 0]);
+    assert_eq!(futures_counts(&fleet, "fleet_balancers").await?, [3, 3, 3]);
+    assert_eq!(futures_counts(&fleet, "fleet_local").await?, [0, 0, 0]);
 
     // A value under the prefix that no upcheck wrote: ignored and logged, nothing else.
     etcd.put("upcheck/v1/active/app1@app1@forged", b"\x00garbage")

@@ -4,8 +4,9 @@
 //! log lines. Which backends this balancer then probes, and what the others published, the pool
 //! takes in ([`upcheck_policy::Pool::fleet_view`]).
 //!
-//! The stats show it: `upcheck.fleet.local` (1 while fallen back to probing everything here),
-//! `upcheck.fleet.balancers` (how many the last read counted) and, per backend,
+//! The stats show it, named as every metric of the pool is ([`upcheck_policy::series`]):
+//! `upcheck.fleet_local` (1 while fallen back to probing everything here),
+//! `upcheck.fleet_balancers` (how many the last read counted) and, per backend,
 //! `upcheck.<name>.probe_duty` (1 on the balancer that probes it), each set when it changes.
 
 use crate::hostcall as hostcalls;
@@ -13,7 +14,7 @@ use crate::metrics;
 use crate::vm::Vm;
 use proxy_wasm::types::{BufferType, MapType, MetricType, Status};
 use upcheck_policy::fleet::{Duty, Fleet, Request, MAX_ANSWER};
-use upcheck_policy::{Level, Pool, Time};
+use upcheck_policy::{series, Level, Pool, Time};
 
 /// This balancer's part in the fleet, with the gauges that show it.
 pub struct Part {
@@ -51,11 +52,12 @@ impl Gauge {
 }
 
 impl Part {
-    fn new(fleet: Fleet) -> Part {
+    fn new<H>(fleet: Fleet, pool: &Pool<H>) -> Part {
+        let name = pool.config().pool.as_deref();
         Part {
             fleet,
-            local: Gauge::define("upcheck.fleet.local"),
-            balancers: Gauge::define("upcheck.fleet.balancers"),
+            local: Gauge::define(&series::pool_stat(name, "fleet_local")),
+            balancers: Gauge::define(&series::pool_stat(name, "fleet_balancers")),
             duties: Vec::new(),
         }
     }
@@ -73,7 +75,8 @@ impl Part {
             self.duties = members
                 .iter()
                 .map(|m| {
-                    let name = format!("upcheck.{}.probe_duty", m.name());
+                    let pool = pool.config().pool.as_deref();
+                    let name = series::backend_stat(pool, m.name(), "probe_duty");
                     (m.key.clone(), Gauge::define(&name))
                 })
                 .collect();
@@ -99,7 +102,7 @@ pub fn tick(v: &mut Vm, now: Time) {
     };
     let part = match &mut v.fleet {
         Some(part) if *part.fleet.settings() == settings => part,
-        slot => slot.insert(Part::new(Fleet::new(settings, now))),
+        slot => slot.insert(Part::new(Fleet::new(settings, now), pool)),
     };
     let fleet = &mut part.fleet;
     let requests = fleet.tick(now, &pool.active_table());
