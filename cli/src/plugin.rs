@@ -137,6 +137,14 @@ impl Document {
         Document { members, page }
     }
 
+    /// The `fleet` member as written, added as an empty object when missing, for
+    /// `upcheck envoy --etcd` to complete ([`crate::etcd`]).
+    pub fn fleet_mut(&mut self) -> &mut Value {
+        self.members
+            .entry("fleet")
+            .or_insert_with(|| Value::Object(Map::new()))
+    }
+
     /// The `address` of the `i`th upstream, as written.
     pub fn address(&self, i: usize) -> Option<&Value> {
         self.members.get("upstreams")?.get(i)?.get("address")

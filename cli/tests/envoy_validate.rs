@@ -83,6 +83,26 @@ fn the_shipped_configurations_pass_envoys_validation() {
 }
 
 #[test]
+fn a_fleet_sharing_through_etcd_passes_envoys_validation_in_both_routings() {
+    for routing in ["host", "cluster"] {
+        let args = [
+            "envoy",
+            "--from-caddy",
+            "config/caddy.json",
+            "--routing",
+            routing,
+            "--etcd",
+            "127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379",
+        ];
+        let yaml = written(&args);
+        assert!(yaml.contains("\"fleet\""), "{yaml}");
+        if let Err(said) = validate(&yaml) {
+            panic!("upcheck {}: Envoy refused it:\n{said}", args.join(" "));
+        }
+    }
+}
+
+#[test]
 fn every_mapping_of_a_caddy_import_passes_envoys_validation() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let caddy = dir.path().join("caddy.json");

@@ -854,7 +854,7 @@ fn tail(text: &str, lines: usize) -> String {
 }
 
 /// The Envoy binary from `UPCHECK_ENVOY`, checked once to be Envoy [`VERSION`].
-fn binary() -> Result<&'static Path> {
+pub fn binary() -> Result<&'static Path> {
     static CHECKED: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
     let checked = CHECKED.get_or_init(|| {
         let path = required_path(

@@ -44,6 +44,7 @@ pub mod caddy;
 pub mod envoy;
 pub mod envoy_config;
 pub mod envoy_process;
+pub mod etcd;
 pub mod local_address;
 pub mod mode;
 pub mod plugin;

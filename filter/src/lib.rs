@@ -14,6 +14,7 @@
     clippy::indexing_slicing
 )]
 
+mod fleet;
 mod hostcall;
 mod http;
 mod logger;

@@ -11,6 +11,7 @@
 //! no tick, no lease, no announcement, no metrics; its requests go to a [`StatusPage`] context,
 //! which reads the shared tables when the page is asked for.
 
+use crate::fleet;
 use crate::hostcall as hostcalls;
 use crate::http::{self, Http};
 use crate::metrics::{self, BackendMetrics};
@@ -84,6 +85,9 @@ impl Context for Root {
         let now = vm::now();
         let fingerprint = self.config_fingerprint;
         vm::with(&self.vm, |v| {
+            if fleet::answer(v, token, body_size, now) {
+                return;
+            }
             // What other VMs saw since this VM's last tick first: whether the answer changes
             // what anyone sees (a pass after a refusal a worker just shared) is judged on it.
             v.sync(fingerprint, now);
@@ -189,6 +193,11 @@ impl RootContext for Root {
             if let Some(pool) = v.pool.as_mut() {
                 let effects = pool.lease(held, now, seed);
                 v.carry_out(effects, now);
+            }
+            if held {
+                fleet::tick(v, now);
+            } else {
+                v.fleet = None;
             }
             v.last_tick = now;
             v.flush_requests();

@@ -63,6 +63,8 @@ pub struct Vm {
     pub pool: Option<Pool<BackendMetrics>>,
     /// The fleet guard's gauge.
     pub fleet_guard: Option<u32>,
+    /// On the VM that probes, with a `fleet` configured: its part in the fleet of balancers.
+    pub fleet: Option<crate::fleet::Part>,
     /// Requests (HTTP contexts) waiting at cold start.
     pub parked: Vec<u32>,
     /// Requests resumed after waiting, with their picks.

@@ -22,6 +22,7 @@ pub mod active;
 pub mod config;
 pub mod drain;
 pub mod events;
+pub mod fleet;
 pub mod guard;
 pub mod history;
 pub mod host;

@@ -13,6 +13,19 @@ const DOCS: &str = include_str!("../../../docs/configuration.md");
 /// The smallest configuration of each role.
 const TRAFFIC: &str = r#"{"upstreams":[{"name":"app1"}]}"#;
 const PAGE: &str = r#"{"upstreams":[{"name":"app1"}],"role":"status_page"}"#;
+/// The smallest configuration with the `fleet` object, whose fields exist only with it.
+const FLEET: &str = r#"{"upstreams":[{"name":"app1"}],"fleet":{"cluster":"etcd"}}"#;
+
+/// The smallest configuration in which `field` exists.
+fn smallest(field: &str) -> &'static str {
+    if field.starts_with("status_") {
+        PAGE
+    } else if field.starts_with("fleet.") {
+        FLEET
+    } else {
+        TRAFFIC
+    }
+}
 
 /// One row of the table of fields.
 struct Row {
@@ -96,12 +109,7 @@ fn leaves(prefix: &str, v: &Value, out: &mut BTreeSet<String>) {
 
 /// The smallest configuration of the field's role, with `value` at `field`.
 fn with(field: &str, value: Value) -> String {
-    let mut doc: Value = serde_json::from_str(if field.starts_with("status_") {
-        PAGE
-    } else {
-        TRAFFIC
-    })
-    .expect("JSON");
+    let mut doc: Value = serde_json::from_str(smallest(field)).expect("JSON");
     let (parent, key) = match field.rsplit_once('.') {
         Some((parent, key)) => (Some(parent), key),
         None => (None, field),
@@ -190,12 +198,12 @@ fn the_table_lists_every_field_of_the_effective_configuration_and_no_other() {
     let mut in_force = BTreeSet::new();
     leaves("", &effective(TRAFFIC), &mut in_force);
     leaves("", &effective(PAGE), &mut in_force);
+    leaves("", &effective(FLEET), &mut in_force);
     let documented: BTreeSet<String> = rows().into_iter().map(|row| row.field).collect();
     let missing: Vec<&String> = in_force.difference(&documented).collect();
     assert!(missing.is_empty(), "fields without a row: {missing:?}");
     for field in &documented {
-        let known = lookup(&effective(TRAFFIC), field).is_some()
-            || lookup(&effective(PAGE), field).is_some();
+        let known = lookup(&effective(smallest(field)), field).is_some();
         assert!(known, "{field} is documented but not a field");
     }
 }
@@ -203,21 +211,17 @@ fn the_table_lists_every_field_of_the_effective_configuration_and_no_other() {
 #[test]
 fn every_documented_default_is_the_one_in_force_when_the_field_is_left_out() {
     let traffic = effective(TRAFFIC);
-    let page = effective(PAGE);
     let active_interval = lookup(&traffic, "health_checks.active.interval").cloned();
     for row in rows() {
         let field = row.field.as_str();
-        let root = if field.starts_with("status_") {
-            &page
-        } else {
-            &traffic
-        };
-        let in_force = lookup(root, field).unwrap_or_else(|| panic!("{field} is not in force"));
+        let root = effective(smallest(field));
+        let in_force = lookup(&root, field).unwrap_or_else(|| panic!("{field} is not in force"));
         match row.default.as_str() {
             "required" => {
                 let doc = match field {
                     "upstreams" => "{}".to_owned(),
                     "upstreams[].name" => r#"{"upstreams":[{"weight":1}]}"#.to_owned(),
+                    "fleet.cluster" => r#"{"upstreams":[{"name":"app1"}],"fleet":{}}"#.to_owned(),
                     other => panic!("{other}: the test does not know how to leave it out"),
                 };
                 let error = Config::parse(doc.as_bytes()).expect_err("refused without it");

@@ -39,6 +39,7 @@
 //!   can make every worker hold, and every check is linear in the size of the document.
 
 pub mod duration;
+pub mod fleet;
 mod grammar;
 mod headers;
 mod json;
@@ -101,6 +102,10 @@ pub struct Config {
     /// The least severe log lines written: the host's own level filters them again. Default
     /// [`LogLevel::Info`].
     pub log_level: LogLevel,
+    /// The balancers that share one view of health through etcd, when there are several
+    /// ([`fleet::Fleet`]). Default: none, and upcheck runs alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<fleet::Fleet>,
 }
 
 /// The default `route_header`.

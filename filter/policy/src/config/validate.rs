@@ -4,6 +4,7 @@
 //! names the field it is about.
 
 use super::duration::exact;
+use super::fleet::{check_credentials, check_lease_ttl, Fleet};
 use super::{
     grammar, json, Active, Config, ConfigError, HealthChecks, LogFormat, LogLevel, Outlier,
     Passive, Proxy, Role, RoutingMode, SlowStart, StatusPage, Upstream, DEFAULT_HISTORY,
@@ -52,6 +53,8 @@ pub struct Document {
     status_public: Option<bool>,
     #[serde(deserialize_with = "grammar::log_level")]
     log_level: LogLevel,
+    #[serde(deserialize_with = "some_fleet")]
+    fleet: Option<Fleet>,
 }
 
 impl Default for Document {
@@ -72,6 +75,7 @@ impl Default for Document {
             status_path: None,
             status_public: None,
             log_level: LogLevel::default(),
+            fleet: None,
         }
     }
 }
@@ -81,6 +85,10 @@ fn upstreams<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Upstream>>, D
         format!("at most {MAX_UPSTREAMS} upstreams are allowed")
     })
     .map(Some)
+}
+
+fn some_fleet<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Fleet>, D::Error> {
+    json::object(d).map(Some)
 }
 
 fn some_flag<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
@@ -181,6 +189,7 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
         log_format: document.log_format,
         role,
         log_level: document.log_level,
+        fleet: document.fleet,
     };
     within("history", config.history, &Config::HISTORY)?;
     for (i, u) in config.upstreams.iter().enumerate() {
@@ -197,12 +206,27 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
     check_upstreams(&config)?;
     check_proxy(&config)?;
     across_fields(&config)?;
+    if let Some(f) = &config.fleet {
+        fleet(f)?;
+    }
     config.jitter = Some(config.jitter());
     for u in &mut config.upstreams {
         u.cluster = Some(u.cluster().to_owned());
         u.authority = Some(u.authority().to_owned());
     }
     Ok(config)
+}
+
+/// `fleet`: the etcd cluster named, the lease within what etcd takes.
+fn fleet(fleet: &Fleet) -> Result<(), ConfigError> {
+    if fleet.cluster.is_empty() {
+        return Err(fail(
+            "fleet.cluster",
+            "missing; name the Envoy cluster that reaches etcd, e.g. \"etcd\"",
+        ));
+    }
+    check_lease_ttl(fleet.lease_ttl).map_err(|reason| fail("fleet.lease_ttl", reason))?;
+    check_credentials(fleet).map_err(|(path, reason)| fail(path, reason))
 }
 
 /// The role, from `role` and the page's fields: those are the status page's, and refused in a

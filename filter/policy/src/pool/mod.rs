@@ -12,7 +12,9 @@
 //!   shared at once with this VM's verdict on its backend and the run rule as it sees the peers,
 //!   so a broken backend goes out within a few requests, not at the next tick;
 //! - [`Pool::active_published`], [`Pool::passive_written`]: tables another VM (or this one)
-//!   wrote to shared data.
+//!   wrote to shared data;
+//! - [`Pool::fleet_view`]: on the prober, which backends other balancers probe and what they
+//!   published ([`crate::fleet`]).
 //!
 //! The pool never calls the host. The effects are carried out by [`crate::host::carry_out`]
 //! (compare-and-swap, probes, log lines, metrics), which hands back what came of them through the
@@ -42,6 +44,7 @@ use crate::tables::PassiveTable;
 use crate::time::Time;
 use crate::warm_up::{warming, Warming};
 
+mod fleet;
 mod history;
 mod peers;
 mod probes;
@@ -78,6 +81,9 @@ pub struct Member<H> {
     pub key: String,
     /// Whether this configuration is the newest that lists it, so its prober probes it.
     probed_here: bool,
+    /// Whether another balancer of the fleet probes it ([`crate::fleet`]): then its probe state
+    /// comes from that balancer's published results, and it is not probed here.
+    elsewhere: bool,
     /// Back in rotation with the backends whose probes fail alike (fleet rule 3).
     pub back: bool,
     /// What probes and requests say about it.
@@ -283,12 +289,15 @@ impl<H> Pool<H> {
             let member = match previous.and_then(|at| old.get_mut(at).and_then(Option::take)) {
                 Some(mut member) => {
                     member.upstream = upstream.clone();
+                    // Where its duty is, the next fleet view says (before any probe is due).
+                    member.elsewhere = false;
                     member
                 }
                 None => Member {
                     upstream: upstream.clone(),
                     key,
                     probed_here: true,
+                    elsewhere: false,
                     back: false,
                     evidence: Evidence::new(now),
                     routable: false,

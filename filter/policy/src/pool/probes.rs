@@ -55,7 +55,7 @@ impl<H> Pool<H> {
         }
         let mut earliest = now.saturating_add(interval);
         for (i, m) in self.members.iter_mut().enumerate() {
-            if !m.probed_here {
+            if !m.probed_here || m.elsewhere {
                 continue;
             }
             if prober.schedule.take(&mut m.probe, now, interval, jitter) {

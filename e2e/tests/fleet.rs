@@ -1,0 +1,276 @@
+//! Several load balancers, one view of health: three real Envoys with upcheck in front of the same
+//! two backends, sharing probe duties through a real 3-member etcd cluster on 127.0.0.1, users
+//! spread over the three. Beside it, in the same run, the same three Envoys without the `fleet`
+//! object, as today. Figures print with `--nocapture`.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::time::{sleep, Instant};
+use upcheck_e2e::etcd::{plugin, Balancer, Etcd};
+use upcheck_e2e::mode::Mode;
+use upcheck_e2e::plugin::INTERVAL;
+use upcheck_e2e::upstream::FakeUpstream;
+
+/// The tests of this file run one at a time: each runs three etcd members and several Envoys on a
+/// machine of two cores.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The lease TTL of the test's fleet: long enough to ride out an etcd leader election (about
+/// 1 s with etcd's default timing), short enough that a dead holder is replaced quickly.
+const TTL: Duration = Duration::from_secs(3);
+
+/// Users' requests over `balancers` in turn for `intervals` probe intervals, 10 a second: how
+/// many failed, of how many.
+async fn users(balancers: &[&Balancer], intervals: u32) -> (u32, u32) {
+    let per_interval = 10;
+    let (mut failed, mut sent) = (0, 0);
+    for i in 0..intervals * per_interval {
+        let b = balancers[i as usize % balancers.len()];
+        sent += 1;
+        if !b.user_request().await {
+            failed += 1;
+        }
+        sleep(INTERVAL / per_interval).await;
+    }
+    (failed, sent)
+}
+
+fn probes(backends: &[&FakeUpstream]) -> Vec<u64> {
+    backends.iter().map(|b| b.counts().probes).collect()
+}
+
+fn since(before: &[u64], backends: &[&FakeUpstream]) -> Vec<u64> {
+    probes(backends)
+        .iter()
+        .zip(before)
+        .map(|(now, then)| now - then)
+        .collect()
+}
+
+/// Waits (at most 20 s) until etcd holds `balancers` balancer keys and a duty for each of
+/// `backends` backends.
+async fn until_settled(etcd: &Etcd, balancers: usize, backends: usize) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let keys = etcd.range("upcheck/").await?;
+        let count = |kind: &str| {
+            keys.iter()
+                .filter(|(k, _, _)| k.starts_with(&format!("upcheck/v1/{kind}/")))
+                .count()
+        };
+        if count("balancers") == balancers && count("duty") == backends {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "not settled: {keys:?}");
+        sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_balancers_probe_each_backend_once_per_interval_and_hand_a_dead_holders_duty_over(
+) -> anyhow::Result<()> {
+    let _turn = TURN.lock().await;
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
+    let backends = [&app1, &app2];
+
+    // Today: three Envoys, each probing every backend.
+    let alone = plugin(&backends, None);
+    let mut today = Vec::new();
+    for _ in 0..3 {
+        today.push(Balancer::start(&alone, None).await?);
+    }
+    sleep(2 * INTERVAL).await;
+    let before = probes(&backends);
+    let (failed, sent) = users(&today.iter().collect::<Vec<_>>(), 5).await;
+    let alone_probes = since(&before, &backends);
+    println!("without a fleet, 3 balancers: probes per backend in 5 intervals {alone_probes:?}; users failed {failed} of {sent}");
+    assert_eq!(failed, 0);
+    for n in &alone_probes {
+        assert!(
+            (13..=17).contains(n),
+            "each of 3 balancers probes: {alone_probes:?}"
+        );
+    }
+    drop(today);
+
+    // With the fleet: one prober per backend across the three.
+    let mut etcd = Etcd::start(3).await?;
+    let shared = plugin(
+        &backends,
+        Some(json!({"cluster": "etcd", "lease_ttl": "3s"})),
+    );
+    let mut fleet = Vec::new();
+    for _ in 0..3 {
+        fleet.push(Balancer::start(&shared, Some(&etcd)).await?);
+    }
+    until_settled(&etcd, 3, 2).await?;
+    sleep(2 * INTERVAL).await;
+    let before = probes(&backends);
+    let (failed, sent) = users(&fleet.iter().collect::<Vec<_>>(), 10).await;
+    let shared_probes = since(&before, &backends);
+    println!("with the fleet, 3 balancers: probes per backend in 10 intervals {shared_probes:?}; users failed {failed} of {sent}");
+    assert_eq!(failed, 0);
+    for n in &shared_probes {
+        assert!(
+            (9..=11).contains(n),
+            "one prober per backend: {shared_probes:?}"
+        );
+    }
+
+    // The stats say the same: each backend's probe duty on one balancer, three counted, none
+    // fallen back.
+    for name in ["app1", "app2"] {
+        let duties = futures_counts(&fleet, &format!("{name}.probe_duty")).await?;
+        assert_eq!(duties.iter().sum::<u64>(), 1, "{name}: {duties:?}");
+    }
+    assert_eq!(futures_counts(&fleet, "fleet_balancers").await?, [3, 3, 3]);
+    assert_eq!(futures_counts(&fleet, "fleet_local").await?, [0, 0, 0]);
+
+    // A value under the prefix that no upcheck wrote: ignored and logged, nothing else.
+    etcd.put("upcheck/v1/active/app1@app1@forged", b"\x00garbage")
+        .await?;
+    etcd.put("upcheck/v2/duty/app1", b"a later version").await?;
+    sleep(2 * INTERVAL).await;
+    for b in &fleet {
+        let log = b.log();
+        assert!(
+            log.contains("fleet: ignored the value at \"upcheck/v1/active/app1@app1@forged\""),
+            "{log}"
+        );
+        assert!(
+            log.contains("fleet: ignored the value at \"upcheck/v2/duty/app1\""),
+            "{log}"
+        );
+        assert!(b.user_request().await, "still serving");
+    }
+
+    // One etcd member killed: nothing changes.
+    etcd.kill(0);
+    sleep(2 * INTERVAL).await;
+    let before = probes(&backends);
+    let (failed, sent) = users(&fleet.iter().collect::<Vec<_>>(), 5).await;
+    let one_down = since(&before, &backends);
+    println!("one etcd member killed: probes per backend in 5 intervals {one_down:?}; users failed {failed} of {sent}");
+    assert_eq!(failed, 0);
+    for n in &one_down {
+        assert!(
+            (4..=6).contains(n),
+            "still one prober per backend: {one_down:?}"
+        );
+    }
+    for b in &fleet {
+        assert!(
+            !b.log().contains("no usable answer from etcd"),
+            "{}",
+            b.log()
+        );
+    }
+
+    // The balancer probing app1 killed with SIGKILL: another takes its duty over.
+    let counts: Vec<u64> = futures_counts(&fleet, "app1.probes").await?;
+    sleep(2 * INTERVAL).await;
+    let later: Vec<u64> = futures_counts(&fleet, "app1.probes").await?;
+    let holder = (0..3)
+        .find(|i| later[*i] > counts[*i])
+        .expect("one balancer probes app1");
+    fleet[holder].kill();
+    let killed = Instant::now();
+    let survivors: Vec<&Balancer> = fleet
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != holder)
+        .map(|(_, b)| b)
+        .collect();
+    let mut at_kill = Vec::new();
+    for b in &survivors {
+        at_kill.push(b.counter("app1.probes").await?);
+    }
+    let deadline = killed + TTL + 3 * INTERVAL;
+    let taken_over = loop {
+        let mut now = Vec::new();
+        for b in &survivors {
+            now.push(b.counter("app1.probes").await?);
+        }
+        if now.iter().zip(&at_kill).any(|(n, k)| n > k) {
+            break killed.elapsed();
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "nobody probes app1 {:?} after its holder was killed",
+            killed.elapsed()
+        );
+        sleep(Duration::from_millis(100)).await;
+    };
+    println!("holder killed: app1 probed by another balancer {taken_over:?} later (TTL {TTL:?}, interval {INTERVAL:?})");
+    assert!(taken_over <= TTL + 2 * INTERVAL, "{taken_over:?}");
+    sleep(INTERVAL).await;
+    let before = probes(&backends);
+    let (failed, sent) = users(&survivors, 5).await;
+    let after = since(&before, &backends);
+    println!("after the handover, 2 balancers: probes per backend in 5 intervals {after:?}; users failed {failed} of {sent}");
+    assert_eq!(failed, 0);
+    for n in &after {
+        assert!(
+            (4..=6).contains(n),
+            "one prober per backend again: {after:?}"
+        );
+    }
+    Ok(())
+}
+
+/// Each balancer's counter `name`.
+async fn futures_counts(fleet: &[Balancer], name: &str) -> anyhow::Result<Vec<u64>> {
+    let mut out = Vec::new();
+    for b in fleet {
+        out.push(b.counter(name).await?);
+    }
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_etcds_authentication_on_and_a_role_for_the_prefix_only_the_balancers_share_as_before(
+) -> anyhow::Result<()> {
+    let _turn = TURN.lock().await;
+    const PASSWORD: &str = "pass-of-the-balancers";
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
+    let backends = [&app1, &app2];
+    let mut etcd = Etcd::start(3).await?;
+    etcd.enable_auth("balancer", PASSWORD, "upcheck/").await?;
+    assert!(etcd.may_read("balancer", PASSWORD, "upcheck/").await?);
+    assert!(
+        !etcd.may_read("balancer", PASSWORD, "elsewhere/").await?,
+        "the role is the prefix's only"
+    );
+    let shared = plugin(
+        &backends,
+        Some(
+            json!({"cluster": "etcd", "lease_ttl": "3s", "user": "balancer", "password": PASSWORD}),
+        ),
+    );
+    let mut fleet = Vec::new();
+    for _ in 0..2 {
+        fleet.push(Balancer::start(&shared, Some(&etcd)).await?);
+    }
+    until_settled(&etcd, 2, 2).await?;
+    sleep(2 * INTERVAL).await;
+    let before = probes(&backends);
+    let (failed, sent) = users(&fleet.iter().collect::<Vec<_>>(), 5).await;
+    let shared_probes = since(&before, &backends);
+    println!("auth on, 2 balancers: probes per backend in 5 intervals {shared_probes:?}; users failed {failed} of {sent}");
+    assert_eq!(failed, 0);
+    for n in &shared_probes {
+        assert!(
+            (4..=6).contains(n),
+            "one prober per backend: {shared_probes:?}"
+        );
+    }
+    for b in &fleet {
+        let shown = b.log() + &b.stats_and_page().await?;
+        assert!(!shown.contains(PASSWORD), "the password is shown: {shown}");
+        assert!(!shown.contains("no usable answer from etcd"), "{shown}");
+    }
+    Ok(())
+}

@@ -1,0 +1,646 @@
+//! Several balancers, one view of health: probe duties and probe results shared through etcd.
+//!
+//! With N balancers in front of M backends, each probing every backend, a backend gets N probes
+//! per interval and each balancer must see a failure for itself. With a `fleet` object
+//! ([`crate::config::fleet`]), the VM that probes for its Envoy ([`crate::lease`]) also speaks
+//! for it in etcd, where the balancers of a pool meet under one prefix:
+//!
+//! - `{prefix}/v1/balancers/{lease}`: one key per balancer, living by its etcd lease, so the
+//!   balancers can count themselves;
+//! - `{prefix}/v1/duty/{backend}`: which balancer probes that backend, created only if absent
+//!   (a transaction comparing its create revision with 0) and living by the holder's lease, so a
+//!   balancer that dies or loses etcd loses its duties when its lease expires, and another takes
+//!   them. Each balancer claims free duties up to its share (M / N, rounded up), starting at a
+//!   place of its own in the list, and gives one back per tick while it holds more, so duties
+//!   spread over the balancers rather than all landing on the first;
+//! - `{prefix}/v1/active/{backend}`: the holder's probe state of that backend, published after
+//!   each result and living by the holder's lease.
+//!
+//! Every balancer reads the prefix every [`READ_EVERY`] and takes a published result in as its
+//! own workers take its prober's ([`crate::pool::Pool::fleet_view`]); the backends whose duty is
+//! elsewhere are not probed here.
+//!
+//! Fail local, never fail closed: without a usable read for one lease TTL (etcd down, slow, or
+//! answering garbage), a balancer probes every backend itself again, exactly as without a
+//! `fleet`, and says so once; when etcd answers again it rejoins without a burst (the backends it
+//! probes keep their schedule, and it stops probing those another balancer holds). What etcd
+//! holds is untrusted: a value that does not parse, was written by another version, or claims a
+//! holder other than the lease it lives by is ignored with one log line per key, and nothing read
+//! from etcd can take a backend out except a result published by that backend's duty holder.
+//!
+//! The module is pure: requests go out as values ([`Request`]), the adapter sends them with
+//! `dispatch_http_call` to the `fleet.cluster` and hands back each answer
+//! ([`Fleet::answered`]); what happened to say goes out as [`Note`]s.
+
+pub mod etcd;
+pub mod json;
+
+use crate::active::ActiveHealth;
+use crate::config::fleet::Fleet as Settings;
+use crate::events::Level;
+use crate::time::Time;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// How often the prefix is read: often enough that a result published by a duty holder reaches
+/// every balancer within a second.
+pub const READ_EVERY: Duration = Duration::from_millis(500);
+
+/// How much of an etcd answer is read at most.
+pub const MAX_ANSWER: usize = 4 << 20;
+
+/// The version of the key layout and the values (the `v1` in every key).
+const VERSION: u8 = 1;
+
+/// At most this many keys with a bad value are remembered, so each is logged once.
+const MAX_REFUSED: usize = 64;
+
+/// One call to etcd, as a value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Call {
+    /// `/v3/auth/authenticate`, for a token.
+    Authenticate,
+    /// `/v3/lease/grant`: this balancer's lease.
+    Grant,
+    /// `/v3/lease/keepalive` of the lease.
+    KeepAlive,
+    /// `/v3/kv/put` of this balancer's key.
+    Register,
+    /// `/v3/kv/range` of the prefix.
+    Read,
+    /// `/v3/kv/txn`: take this backend's probe duty if nobody holds it.
+    Claim(String),
+    /// `/v3/kv/txn`: give this backend's probe duty back.
+    Release(String),
+    /// `/v3/kv/put`: this backend's probe state.
+    Publish(String, ActiveHealth),
+}
+
+/// A request for the adapter to send to `fleet.cluster`: `POST path` with `body` (JSON), the
+/// `authorization` header when `token` is set, and this timeout.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// What it is for; handed back with its token ([`Fleet::sent`]).
+    pub call: Call,
+    /// The gateway's path.
+    pub path: &'static str,
+    /// The JSON body.
+    pub body: String,
+    /// etcd's auth token, when etcd has authentication on.
+    pub token: Option<String>,
+    /// How long to wait for the answer.
+    pub timeout: Duration,
+}
+
+/// Something to log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    /// How loud.
+    pub level: Level,
+    /// What happened.
+    pub text: String,
+}
+
+/// Where a backend's probe duty is, as this balancer sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Duty {
+    /// Probed here: this balancer holds the duty, or the fleet is not in use (alone, or fallen
+    /// back to local).
+    Here,
+    /// Probed by another balancer (or about to be, by whichever claims it first).
+    Elsewhere {
+        /// The holder's lease ID (its name in the fleet, shown in hex); `None` while nobody
+        /// holds it.
+        holder: Option<i64>,
+        /// The probe state the holder published, if any.
+        health: Option<ActiveHealth>,
+    },
+}
+
+/// A published probe state, as etcd holds it: postcard behind a four-byte tag (`u`, `c`, `f`,
+/// [`VERSION`]), as the shared-data tables are ([`crate::tables`]), so a value of another
+/// version is refused, never misread.
+#[derive(Debug, Serialize, Deserialize)]
+struct Published {
+    /// The publisher's lease ID.
+    by: i64,
+    /// The state.
+    health: ActiveHealth,
+}
+
+impl Published {
+    fn tag() -> [u8; 4] {
+        [b'u', b'c', b'f', VERSION]
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        postcard::to_extend(self, Published::tag().to_vec()).unwrap_or_default()
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Published, String> {
+        let body = match bytes.split_first_chunk::<4>() {
+            Some((tag, body)) if *tag == Published::tag() => body,
+            Some(([b'u', b'c', b'f', v], _)) => {
+                return Err(format!(
+                    "written by another version of upcheck (format {v})"
+                ))
+            }
+            _ => return Err("not a probe state upcheck wrote".into()),
+        };
+        match postcard::take_from_bytes(body) {
+            Ok((value, [])) => Ok(value),
+            Ok(_) => Err("a probe state with trailing bytes".into()),
+            Err(_) => Err("a probe state truncated or corrupt".into()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Membership {
+    /// No lease: to be granted (after authenticating, with credentials).
+    Out,
+    /// A grant (or authentication) is on the wire.
+    Joining,
+    /// Holding this lease, last renewed then.
+    In { lease: i64, kept: Time },
+}
+
+/// This balancer's part in the fleet: its lease, what it last read, what is on the wire.
+#[derive(Debug, Clone)]
+pub struct Fleet {
+    settings: Settings,
+    started: Time,
+    membership: Membership,
+    auth: Option<String>,
+    registered: bool,
+    on_wire: Vec<(u32, Call)>,
+    /// When the last grant or authentication was asked for.
+    tried: Option<Time>,
+    /// When the prefix was last read, and when a read last went out.
+    read: Option<Time>,
+    asked: Option<Time>,
+    balancers: usize,
+    /// By backend key, the holder's lease.
+    duties: Vec<(String, i64)>,
+    /// By backend key, the holder's published state.
+    results: Vec<(String, i64, ActiveHealth)>,
+    /// By backend key, what this balancer last published.
+    published: Vec<(String, ActiveHealth)>,
+    local: bool,
+    why: String,
+    refused: Vec<String>,
+    notes: Vec<Note>,
+}
+
+impl Fleet {
+    /// A balancer that has not spoken to etcd yet, as of `now`: nothing is probed here until the
+    /// first read says what is free, or one lease TTL passes without one.
+    pub fn new(settings: Settings, now: Time) -> Fleet {
+        Fleet {
+            settings,
+            started: now,
+            membership: Membership::Out,
+            auth: None,
+            registered: false,
+            on_wire: Vec::new(),
+            tried: None,
+            read: None,
+            asked: None,
+            balancers: 0,
+            duties: Vec::new(),
+            results: Vec::new(),
+            published: Vec::new(),
+            local: false,
+            why: "no answer from etcd yet".into(),
+            refused: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    fn ttl(&self) -> Duration {
+        self.settings.lease_ttl
+    }
+
+    fn timeout(&self) -> Duration {
+        (self.ttl() / 3).min(Duration::from_secs(2))
+    }
+
+    fn key(&self, kind: &str, name: &str) -> String {
+        format!("{}/v{VERSION}/{kind}/{name}", self.settings.prefix)
+    }
+
+    fn lease(&self) -> Option<i64> {
+        match self.membership {
+            Membership::In { lease, .. } => Some(lease),
+            _ => None,
+        }
+    }
+
+    /// This balancer's name in the fleet: its lease ID in hex, once it has one.
+    pub fn me(&self) -> Option<String> {
+        self.lease().map(|l| format!("{l:x}"))
+    }
+
+    /// Whether this balancer has fallen back to probing every backend itself.
+    pub fn local(&self) -> bool {
+        self.local
+    }
+
+    /// When the prefix was last read.
+    pub fn last_read(&self) -> Option<Time> {
+        self.read
+    }
+
+    /// How many balancers the last read counted.
+    pub fn balancers(&self) -> usize {
+        self.balancers
+    }
+
+    /// What to log since the last look.
+    pub fn take_notes(&mut self) -> Vec<Note> {
+        std::mem::take(&mut self.notes)
+    }
+
+    /// Whether `token` is one of this fleet's calls (not a probe's).
+    pub fn owns(&self, token: u32) -> bool {
+        self.on_wire.iter().any(|(t, _)| *t == token)
+    }
+
+    fn note(&mut self, level: Level, text: String) {
+        self.notes.push(Note { level, text });
+    }
+
+    fn busy(&self, wanted: impl Fn(&Call) -> bool) -> bool {
+        self.on_wire.iter().any(|(_, call)| wanted(call))
+    }
+
+    /// Falls back to local, or rejoins, as the time since the last usable read says.
+    fn judge(&mut self, now: Time) {
+        let since = self.read.unwrap_or(self.started);
+        let local = now.saturating_sub(since) > self.ttl();
+        if local == self.local {
+            return;
+        }
+        self.local = local;
+        if local {
+            let text = format!(
+                "fleet: no usable answer from etcd for {}s ({}); every backend is probed here until it answers",
+                self.ttl().as_secs(),
+                self.why
+            );
+            self.note(Level::Warn, text);
+        } else {
+            let text = format!(
+                "fleet: etcd answers again; probe duties are shared with {} balancer{}",
+                self.balancers,
+                if self.balancers == 1 { "" } else { "s" }
+            );
+            self.note(Level::Info, text);
+        }
+    }
+
+    fn request(&self, call: Call, path: &'static str, body: String) -> Request {
+        Request {
+            call,
+            path,
+            body,
+            token: self.auth.clone(),
+            timeout: self.timeout(),
+        }
+    }
+
+    /// Time passing, with the probe state of the backends this balancer's pool probes (by key):
+    /// the calls to make now.
+    pub fn tick(&mut self, now: Time, own: &[(String, ActiveHealth)]) -> Vec<Request> {
+        self.judge(now);
+        let mut out = Vec::new();
+        let retry = self.ttl() / 3;
+        let due =
+            |at: Option<Time>, every: Duration| at.is_none_or(|t| now.saturating_sub(t) >= every);
+        if let Some((user, password)) = self.settings.credentials() {
+            if self.auth.is_none() {
+                if !self.busy(|c| *c == Call::Authenticate) && due(self.tried, retry) {
+                    self.tried = Some(now);
+                    let body = etcd::authenticate(user, password);
+                    out.push(self.request(Call::Authenticate, "/v3/auth/authenticate", body));
+                }
+                return out;
+            }
+        }
+        match self.membership {
+            Membership::Out => {
+                if due(self.tried, retry) {
+                    self.tried = Some(now);
+                    self.membership = Membership::Joining;
+                    let body = etcd::grant(self.ttl().as_secs());
+                    out.push(self.request(Call::Grant, "/v3/lease/grant", body));
+                }
+            }
+            Membership::Joining => {}
+            Membership::In { lease, kept } => {
+                if now.saturating_sub(kept) >= retry && !self.busy(|c| *c == Call::KeepAlive) {
+                    out.push(self.request(
+                        Call::KeepAlive,
+                        "/v3/lease/keepalive",
+                        etcd::keepalive(lease),
+                    ));
+                }
+                if !self.registered && !self.busy(|c| *c == Call::Register) {
+                    let key = self.key("balancers", &format!("{lease:x}"));
+                    let body = etcd::put(&key, lease.to_string().as_bytes(), lease);
+                    out.push(self.request(Call::Register, "/v3/kv/put", body));
+                }
+            }
+        }
+        if due(self.asked, READ_EVERY) && !self.busy(|c| *c == Call::Read) {
+            self.asked = Some(now);
+            let prefix = format!("{}/", self.settings.prefix);
+            out.push(self.request(Call::Read, "/v3/kv/range", etcd::range(&prefix)));
+        }
+        if let (Some(lease), true, false) = (self.lease(), self.registered, self.local) {
+            if self.read.is_some_and(|r| r >= self.started) {
+                self.share(lease, own, &mut out);
+            }
+        }
+        out
+    }
+
+    /// Claims, gives back and publishes, from the last read.
+    fn share(&mut self, lease: i64, own: &[(String, ActiveHealth)], out: &mut Vec<Request>) {
+        let holder = |key: &str| self.duties.iter().find(|(k, _)| k == key).map(|(_, h)| *h);
+        let held: Vec<&String> = own
+            .iter()
+            .map(|(k, _)| k)
+            .filter(|k| holder(k) == Some(lease))
+            .collect();
+        let claiming = self
+            .on_wire
+            .iter()
+            .filter(|(_, c)| matches!(c, Call::Claim(_)))
+            .count();
+        let share = own.len().div_ceil(self.balancers.max(1));
+        let free: Vec<&String> = own
+            .iter()
+            .map(|(k, _)| k)
+            .filter(|k| holder(k).is_none())
+            .filter(|k| !self.busy(|c| matches!(c, Call::Claim(c) if c == *k)))
+            .collect();
+        let mut wanted = share.saturating_sub(held.len() + claiming);
+        if !free.is_empty() && wanted > 0 {
+            // Start at a place of this balancer's own, so balancers claiming at once mostly
+            // want different duties.
+            let start = usize::try_from(lease.unsigned_abs() % free.len() as u64).unwrap_or(0);
+            let mut claims = Vec::new();
+            for key in free.iter().cycle().skip(start).take(free.len()) {
+                if wanted == 0 {
+                    break;
+                }
+                wanted -= 1;
+                claims.push((*key).clone());
+            }
+            for key in claims {
+                let body =
+                    etcd::create(&self.key("duty", &key), lease.to_string().as_bytes(), lease);
+                out.push(self.request(Call::Claim(key), "/v3/kv/txn", body));
+            }
+        }
+        if held.len() > share && !self.busy(|c| matches!(c, Call::Release(_))) {
+            if let Some(key) = held.last() {
+                let key = (*key).clone();
+                let body = etcd::delete_if(&self.key("duty", &key), lease.to_string().as_bytes());
+                out.push(self.request(Call::Release(key), "/v3/kv/txn", body));
+            }
+        }
+        let publish: Vec<(String, ActiveHealth)> = own
+            .iter()
+            .filter(|(k, _)| held.contains(&k))
+            .filter(|(k, h)| !self.published.iter().any(|(p, ph)| p == k && ph == h))
+            .filter(|(k, _)| !self.busy(|c| matches!(c, Call::Publish(p, _) if p == k)))
+            .cloned()
+            .collect();
+        for (key, health) in publish {
+            let bytes = Published { by: lease, health }.encode();
+            let body = etcd::put(&self.key("active", &key), &bytes, lease);
+            out.push(self.request(Call::Publish(key, health), "/v3/kv/put", body));
+        }
+    }
+
+    /// `call` is on the wire as `token`.
+    pub fn sent(&mut self, call: Call, token: u32) {
+        self.on_wire.push((token, call));
+    }
+
+    /// The proxy refused to send `call`, saying `why`.
+    pub fn refused(&mut self, call: Call, why: &str, now: Time) {
+        self.settle(
+            call,
+            Err(format!("the proxy refused the call ({why})")),
+            now,
+        );
+    }
+
+    /// The answer to `token` (status `None` if the call was reset or timed out): true if it was
+    /// this fleet's.
+    pub fn answered(&mut self, token: u32, status: Option<u16>, body: &[u8], now: Time) -> bool {
+        let Some(at) = self.on_wire.iter().position(|(t, _)| *t == token) else {
+            return false;
+        };
+        let (_, call) = self.on_wire.swap_remove(at);
+        self.settle(call, Ok((status, body)), now);
+        true
+    }
+
+    fn failed(&mut self, why: String) {
+        if self.settings.credentials().is_some() && why.contains("token") {
+            self.auth = None; // expired or revoked: authenticate again
+        }
+        self.why = why;
+    }
+
+    /// What came of `call`: its answer (status and body), or why it never went out.
+    fn settle(&mut self, call: Call, answer: Result<(Option<u16>, &[u8]), String>, now: Time) {
+        let (status, body) = match &answer {
+            Ok((status, body)) => (*status, *body),
+            Err(_) => (None, &[][..]),
+        };
+        let fail = |why: String| match &answer {
+            Err(refused) => refused.clone(),
+            Ok(_) => why,
+        };
+        match call {
+            Call::Authenticate => match etcd::token(status, body) {
+                Ok(token) => {
+                    self.auth = Some(token);
+                    self.tried = None;
+                }
+                Err(why) => self.failed(fail(why)),
+            },
+            Call::Grant => match etcd::granted(status, body) {
+                Ok(lease) => {
+                    self.membership = Membership::In { lease, kept: now };
+                    self.registered = false;
+                    self.published.clear();
+                }
+                Err(why) => {
+                    self.membership = Membership::Out;
+                    self.failed(fail(why));
+                }
+            },
+            Call::KeepAlive => match etcd::kept(status, body) {
+                Ok(true) => {
+                    if let Membership::In { lease, .. } = self.membership {
+                        self.membership = Membership::In { lease, kept: now };
+                    }
+                }
+                Ok(false) => {
+                    let me = self.me().unwrap_or_default();
+                    self.note(
+                        Level::Warn,
+                        format!("fleet: lease {me} expired in etcd; its probe duties are free, and a new lease is asked for"),
+                    );
+                    self.membership = Membership::Out;
+                    self.registered = false;
+                    self.tried = None;
+                }
+                Err(why) => self.failed(fail(why)),
+            },
+            Call::Register => match etcd::put_taken(status, body) {
+                Ok(()) => self.registered = true,
+                Err(why) => self.failed(fail(why)),
+            },
+            Call::Read => match etcd::kvs(status, body) {
+                Ok(kvs) => {
+                    self.take_in(kvs, now);
+                    self.read = Some(now);
+                    self.judge(now);
+                }
+                Err(why) => self.failed(fail(why)),
+            },
+            Call::Claim(key) => match (etcd::succeeded(status, body), self.lease()) {
+                (Ok(true), Some(lease)) => self.set_duty(key, lease),
+                (Ok(_), _) => {}
+                (Err(why), _) => self.failed(fail(why)),
+            },
+            Call::Release(key) => match etcd::succeeded(status, body) {
+                Ok(_) => self.duties.retain(|(k, _)| *k != key),
+                Err(why) => self.failed(fail(why)),
+            },
+            Call::Publish(key, health) => match etcd::put_taken(status, body) {
+                Ok(()) => {
+                    self.published.retain(|(k, _)| *k != key);
+                    self.published.push((key, health));
+                }
+                Err(why) => self.failed(fail(why)),
+            },
+        }
+    }
+
+    fn set_duty(&mut self, key: String, lease: i64) {
+        self.duties.retain(|(k, _)| *k != key);
+        self.duties.push((key, lease));
+    }
+
+    /// Refuses the value at `key`, logging it once.
+    fn refuse(&mut self, key: &str, why: &str) {
+        if self.refused.iter().any(|k| k == key) {
+            return;
+        }
+        if self.refused.len() < MAX_REFUSED {
+            self.refused.push(key.to_owned());
+        }
+        self.note(
+            Level::Warn,
+            format!("fleet: ignored the value at {key:?}: {why}"),
+        );
+    }
+
+    /// A read of the prefix.
+    fn take_in(&mut self, kvs: Vec<etcd::KeyValue>, now: Time) {
+        let mine = format!("{}/v{VERSION}/", self.settings.prefix);
+        let base = format!("{}/", self.settings.prefix);
+        let mut balancers = 0;
+        let mut duties = Vec::new();
+        let mut results = Vec::new();
+        for kv in kvs {
+            let Some(rest) = kv.key.strip_prefix(&mine) else {
+                if kv.key.starts_with(&base) {
+                    self.refuse(&kv.key, "not a key of this version of upcheck");
+                }
+                continue;
+            };
+            let (kind, name) = rest.split_once('/').unwrap_or((rest, ""));
+            let holder = std::str::from_utf8(&kv.value)
+                .ok()
+                .and_then(|v| v.parse::<i64>().ok());
+            match kind {
+                "balancers" if holder == Some(kv.lease) && kv.lease != 0 => balancers += 1,
+                "duty" if holder == Some(kv.lease) && kv.lease != 0 && !name.is_empty() => {
+                    duties.push((name.to_owned(), kv.lease));
+                }
+                "active" => match self.published_state(&kv, now) {
+                    Ok(health) => results.push((name.to_owned(), kv.lease, health)),
+                    Err(why) => {
+                        self.refuse(&kv.key, &why);
+                        continue;
+                    }
+                },
+                "balancers" | "duty" => {
+                    self.refuse(&kv.key, "its value is not the lease it lives by");
+                    continue;
+                }
+                _ => {
+                    self.refuse(&kv.key, "not a key upcheck writes");
+                    continue;
+                }
+            }
+            self.refused.retain(|k| *k != kv.key);
+        }
+        self.balancers = balancers;
+        self.duties = duties;
+        self.results = results;
+    }
+
+    fn published_state(&self, kv: &etcd::KeyValue, now: Time) -> Result<ActiveHealth, String> {
+        let value = Published::decode(&kv.value)?;
+        if value.by != kv.lease || kv.lease == 0 {
+            return Err("published by another than the lease it lives by".into());
+        }
+        let ahead = now.saturating_add(self.ttl());
+        let times = [
+            value.health.last.map(|(t, _)| t),
+            Some(value.health.since),
+            value.health.contradicted,
+            value.health.warm_up,
+        ];
+        if times.into_iter().flatten().any(|t| t > ahead) {
+            return Err("its times are in the future".into());
+        }
+        Ok(value.health)
+    }
+
+    /// Where the duty of the backend whose key is `key` is.
+    pub fn duty(&self, key: &str) -> Duty {
+        if self.local {
+            return Duty::Here;
+        }
+        let holder = self.duties.iter().find(|(k, _)| k == key).map(|(_, h)| *h);
+        if holder.is_some() && holder == self.lease() {
+            return Duty::Here;
+        }
+        let health = holder.and_then(|holder| {
+            self.results
+                .iter()
+                .find(|(k, by, _)| k == key && *by == holder)
+                .map(|(_, _, h)| *h)
+        });
+        Duty::Elsewhere { holder, health }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,447 @@
+//! The fleet against a small etcd of its own: leases that expire, create-if-absent, ranges, the
+//! gateway's answers as etcd 3.4 gives them; several balancers on one virtual clock.
+
+use super::*;
+use crate::active::{Health, ProbeOutcome};
+use crate::config::fleet::Fleet as Settings;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+pub(crate) const TICK: Duration = Duration::from_millis(200);
+pub(crate) const S: Duration = Duration::from_secs(1);
+
+/// An etcd that answers the gateway's requests as etcd 3.4 does, for what the fleet asks.
+#[derive(Default)]
+pub(crate) struct Etcd {
+    kv: BTreeMap<String, (Vec<u8>, i64)>,
+    leases: BTreeMap<i64, (Duration, Time)>,
+    next: i64,
+    down: bool,
+    requests: usize,
+    /// Requests by path.
+    by_path: BTreeMap<&'static str, usize>,
+}
+
+fn b64(v: &Value) -> Vec<u8> {
+    etcd::unbase64(v.as_str().unwrap_or("")).unwrap()
+}
+
+fn text(v: &Value) -> String {
+    String::from_utf8(b64(v)).unwrap()
+}
+
+fn num(v: &Value) -> i64 {
+    v.as_str().unwrap_or("0").parse().unwrap()
+}
+
+impl Etcd {
+    fn expire(&mut self, now: Time) {
+        let gone: Vec<i64> = self
+            .leases
+            .iter()
+            .filter(|(_, (_, until))| *until <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            self.leases.remove(&id);
+            self.kv.retain(|_, (_, lease)| *lease != id);
+        }
+    }
+
+    pub(crate) fn answer(&mut self, request: &Request, now: Time) -> (Option<u16>, Vec<u8>) {
+        if self.down {
+            return (Some(503), b"upstream connect error".to_vec());
+        }
+        self.requests += 1;
+        *self.by_path.entry(request.path).or_default() += 1;
+        self.expire(now);
+        let body: Value = serde_json::from_str(&request.body).unwrap();
+        let ok = |v: Value| (Some(200), v.to_string().into_bytes());
+        match request.path {
+            "/v3/lease/grant" => {
+                self.next += 7_000_000_000_000_001;
+                let ttl = num(&body["TTL"]);
+                let d = Duration::from_secs(ttl as u64);
+                self.leases.insert(self.next, (d, now + d));
+                ok(
+                    serde_json::json!({"header": {}, "ID": self.next.to_string(), "TTL": ttl.to_string()}),
+                )
+            }
+            "/v3/lease/keepalive" => {
+                let id = num(&body["ID"]);
+                match self.leases.get_mut(&id) {
+                    Some((ttl, until)) => {
+                        *until = now + *ttl;
+                        ok(
+                            serde_json::json!({"result": {"ID": id.to_string(), "TTL": ttl.as_secs().to_string()}}),
+                        )
+                    }
+                    None => ok(serde_json::json!({"result": {"ID": id.to_string()}})),
+                }
+            }
+            "/v3/kv/put" => {
+                let lease = num(&body["lease"]);
+                if lease != 0 && !self.leases.contains_key(&lease) {
+                    return (
+                        Some(404),
+                        br#"{"error":"etcdserver: requested lease not found","code":5}"#.to_vec(),
+                    );
+                }
+                self.kv
+                    .insert(text(&body["key"]), (b64(&body["value"]), lease));
+                ok(serde_json::json!({"header": {}}))
+            }
+            "/v3/kv/txn" => {
+                let compare = &body["compare"][0];
+                let key = text(&compare["key"]);
+                let holds = match compare["target"].as_str() {
+                    Some("CREATE") => !self.kv.contains_key(&key),
+                    Some("VALUE") => {
+                        self.kv.get(&key).map(|(v, _)| v.clone()) == Some(b64(&compare["value"]))
+                    }
+                    other => panic!("compare {other:?}"),
+                };
+                if holds {
+                    let success = &body["success"][0];
+                    if let Some(put) = success.get("request_put") {
+                        self.kv
+                            .insert(text(&put["key"]), (b64(&put["value"]), num(&put["lease"])));
+                    } else if let Some(delete) = success.get("request_delete_range") {
+                        self.kv.remove(&text(&delete["key"]));
+                    }
+                    ok(serde_json::json!({"header": {}, "succeeded": true}))
+                } else {
+                    ok(serde_json::json!({"header": {}}))
+                }
+            }
+            "/v3/kv/range" => {
+                let from = text(&body["key"]);
+                let to = text(&body["range_end"]);
+                let kvs: Vec<Value> = self
+                    .kv
+                    .range(from..to)
+                    .map(|(k, (v, lease))| {
+                        serde_json::json!({"key": etcd::base64(k.as_bytes()), "value": etcd::base64(v), "lease": lease.to_string()})
+                    })
+                    .collect();
+                if kvs.is_empty() {
+                    ok(serde_json::json!({"header": {}}))
+                } else {
+                    ok(
+                        serde_json::json!({"header": {}, "kvs": kvs, "count": kvs.len().to_string()}),
+                    )
+                }
+            }
+            other => panic!("{other}"),
+        }
+    }
+}
+
+/// One balancer: its fleet, and the probe state of each backend as it last probed it.
+pub(crate) struct Balancer {
+    pub(crate) fleet: Fleet,
+    pub(crate) up: bool,
+    pub(crate) token: u32,
+}
+
+pub(crate) fn settings() -> Settings {
+    Settings {
+        cluster: "etcd".into(),
+        ..Settings::default()
+    }
+}
+
+fn probed(at: Time) -> ActiveHealth {
+    let mut health = ActiveHealth::new(Duration::ZERO);
+    health.status = Health::Healthy;
+    health.last = Some((at, ProbeOutcome::Pass));
+    health
+}
+
+fn keys(m: usize) -> Vec<(String, ActiveHealth)> {
+    (0..m)
+        .map(|i| (format!("app{i}@app{i}"), probed(Duration::ZERO)))
+        .collect()
+}
+
+/// Runs `balancers` against `etcd` from `from` for `ticks` ticks; every call is answered at once.
+fn run(
+    etcd: &mut Etcd,
+    balancers: &mut [Balancer],
+    own: &[(String, ActiveHealth)],
+    from: Time,
+    ticks: u32,
+) -> Time {
+    let mut now = from;
+    for _ in 0..ticks {
+        for b in balancers.iter_mut().filter(|b| b.up) {
+            for request in b.fleet.tick(now, own) {
+                b.token += 1;
+                b.fleet.sent(request.call.clone(), b.token);
+                let (status, body) = etcd.answer(&request, now);
+                assert!(b.fleet.answered(b.token, status, &body, now));
+            }
+        }
+        now += TICK;
+    }
+    now
+}
+
+fn here(b: &Balancer, own: &[(String, ActiveHealth)]) -> Vec<bool> {
+    own.iter()
+        .map(|(k, _)| b.fleet.duty(k) == Duty::Here)
+        .collect()
+}
+
+pub(crate) fn balancers(n: usize, now: Time) -> Vec<Balancer> {
+    (0..n)
+        .map(|_| Balancer {
+            fleet: Fleet::new(settings(), now),
+            up: true,
+            token: 0,
+        })
+        .collect()
+}
+
+/// For each backend, how many balancers probe it.
+fn probers(balancers: &[Balancer], own: &[(String, ActiveHealth)]) -> Vec<usize> {
+    (0..own.len())
+        .map(|i| balancers.iter().filter(|b| b.up && here(b, own)[i]).count())
+        .collect()
+}
+
+#[test]
+fn each_backend_is_probed_by_exactly_one_of_three_balancers_and_the_duties_spread() {
+    let mut etcd = Etcd::default();
+    let own = keys(6);
+    let mut fleet = balancers(3, S);
+    let now = run(&mut etcd, &mut fleet, &own, S, 20);
+    assert_eq!(probers(&fleet, &own), vec![1; 6]);
+    let held: Vec<usize> = fleet
+        .iter()
+        .map(|b| here(b, &own).iter().filter(|h| **h).count())
+        .collect();
+    assert_eq!(held, vec![2, 2, 2], "spread over the balancers");
+    assert!(fleet
+        .iter()
+        .all(|b| b.fleet.balancers() == 3 && !b.fleet.local()));
+    // Steady: it stays so.
+    run(&mut etcd, &mut fleet, &own, now, 50);
+    assert_eq!(probers(&fleet, &own), vec![1; 6]);
+}
+
+#[test]
+fn a_balancer_that_starts_late_gets_its_share_from_the_others() {
+    let mut etcd = Etcd::default();
+    let own = keys(4);
+    let mut fleet = balancers(1, S);
+    let now = run(&mut etcd, &mut fleet, &own, S, 10);
+    assert_eq!(
+        here(&fleet[0], &own),
+        vec![true; 4],
+        "alone, it holds them all"
+    );
+    fleet.push(Balancer {
+        fleet: Fleet::new(settings(), now),
+        up: true,
+        token: 0,
+    });
+    run(&mut etcd, &mut fleet, &own, now, 20);
+    assert_eq!(probers(&fleet, &own), vec![1; 4]);
+    let late = here(&fleet[1], &own).iter().filter(|h| **h).count();
+    assert_eq!(
+        late, 2,
+        "duties given back one a tick, taken by the newcomer"
+    );
+}
+
+#[test]
+fn a_holders_results_reach_the_others_and_nobody_else_is_trusted_with_them() {
+    let mut etcd = Etcd::default();
+    let own = keys(2);
+    let mut fleet = balancers(2, S);
+    let now = run(&mut etcd, &mut fleet, &own, S, 10);
+    let holder = fleet.iter().position(|b| here(b, &own)[0]).unwrap();
+    let other = 1 - holder;
+    // The holder probes app0 and sees it fail; it publishes at its next tick.
+    let mut mine = own.clone();
+    let mut failing = ActiveHealth::new(Duration::ZERO);
+    failing.status = Health::Unhealthy;
+    failing.last = Some((now, ProbeOutcome::Refused));
+    mine[0].1 = failing;
+    let mut now = now;
+    for _ in 0..5 {
+        for (i, b) in fleet.iter_mut().enumerate() {
+            let state = if i == holder { &mine } else { &own };
+            for request in b.fleet.tick(now, state) {
+                b.token += 1;
+                b.fleet.sent(request.call.clone(), b.token);
+                let (status, body) = etcd.answer(&request, now);
+                b.fleet.answered(b.token, status, &body, now);
+            }
+        }
+        now += TICK;
+    }
+    match fleet[other].fleet.duty(&own[0].0) {
+        Duty::Elsewhere {
+            health: Some(h),
+            holder: Some(_),
+        } => assert_eq!(h, failing),
+        other => panic!("{other:?}"),
+    }
+    // A value forged under the key of the backend the other holds, by a writer without that
+    // lease, is ignored and logged once.
+    let forged_key = format!("upcheck/v1/active/{}", own[1].0);
+    let forged = Published {
+        by: 42,
+        health: failing,
+    }
+    .encode();
+    etcd.kv.insert(forged_key.clone(), (forged, 0));
+    let _ = fleet[holder].fleet.take_notes();
+    run(&mut etcd, &mut fleet, &own, now, 5);
+    let notes = fleet[holder].fleet.take_notes();
+    assert_eq!(
+        notes
+            .iter()
+            .filter(|n| n.text.contains(&forged_key))
+            .count(),
+        1,
+        "{notes:?}"
+    );
+    if let Duty::Elsewhere {
+        health: Some(h), ..
+    } = fleet[holder].fleet.duty(&own[1].0)
+    {
+        assert_ne!(h, failing, "the forged state is not taken in");
+    }
+}
+
+#[test]
+fn garbage_foreign_and_hostile_values_are_ignored_with_one_line_each() {
+    let mut etcd = Etcd::default();
+    let own = keys(2);
+    let mut fleet = balancers(1, S);
+    let now = run(&mut etcd, &mut fleet, &own, S, 5);
+    let lease = fleet[0].fleet.lease().unwrap();
+    let hostile = [
+        (
+            "upcheck/v1/active/app0@app0",
+            b"\xff\xfe not json".to_vec(),
+            lease,
+        ),
+        (
+            "upcheck/v1/active/app1@app1",
+            br#"{"v":2,"by":"1","health":{}}"#.to_vec(),
+            lease,
+        ),
+        ("upcheck/v1/duty/app9@app9", b"12".to_vec(), lease),
+        ("upcheck/v1/whatever", b"x".to_vec(), 0),
+        ("upcheck/v0/duty/app0@app0", b"x".to_vec(), 0),
+    ];
+    for (k, v, l) in &hostile {
+        etcd.kv.insert((*k).to_owned(), (v.clone(), *l));
+    }
+    let _ = fleet[0].fleet.take_notes();
+    run(&mut etcd, &mut fleet, &own, now, 10);
+    let notes = fleet[0].fleet.take_notes();
+    for (k, _, _) in &hostile {
+        assert_eq!(
+            notes.iter().filter(|n| n.text.contains(k)).count(),
+            1,
+            "{k}: {notes:?}"
+        );
+    }
+    assert_eq!(
+        here(&fleet[0], &own),
+        vec![true, true],
+        "its own duties stand"
+    );
+}
+
+#[test]
+fn a_balancer_gone_loses_its_duties_when_its_lease_expires_and_another_takes_them() {
+    let mut etcd = Etcd::default();
+    let own = keys(2);
+    let mut fleet = balancers(2, S);
+    let now = run(&mut etcd, &mut fleet, &own, S, 10);
+    assert_eq!(probers(&fleet, &own), vec![1, 1]);
+    let gone = fleet.iter().position(|b| here(b, &own)[0]).unwrap();
+    fleet[gone].up = false;
+    let ttl = settings().lease_ttl;
+    let ticks = u32::try_from((ttl.as_millis() / TICK.as_millis()) as u64).unwrap() + 3;
+    run(&mut etcd, &mut fleet, &own, now, ticks);
+    assert_eq!(
+        here(&fleet[1 - gone], &own),
+        vec![true, true],
+        "within a TTL and a read"
+    );
+}
+
+#[test]
+fn without_etcd_a_balancer_probes_everything_itself_within_one_ttl_says_so_once_and_rejoins() {
+    let mut etcd = Etcd::default();
+    let own = keys(4);
+    let mut fleet = balancers(2, S);
+    let mut now = run(&mut etcd, &mut fleet, &own, S, 10);
+    for b in &mut fleet {
+        let _ = b.fleet.take_notes();
+    }
+    etcd.down = true;
+    let ttl_ticks = u32::try_from(settings().lease_ttl.as_millis() / TICK.as_millis()).unwrap();
+    now = run(&mut etcd, &mut fleet, &own, now, ttl_ticks - 1);
+    assert_eq!(
+        probers(&fleet, &own),
+        vec![1; 4],
+        "not yet: a blip is no reason"
+    );
+    now = run(&mut etcd, &mut fleet, &own, now, 3);
+    assert_eq!(probers(&fleet, &own), vec![2; 4], "each on its own");
+    now = run(&mut etcd, &mut fleet, &own, now, 20);
+    for b in &mut fleet {
+        let notes = b.fleet.take_notes();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].text.contains("every backend is probed here"),
+            "{notes:?}"
+        );
+        assert!(notes[0].text.contains("etcd answered 503"), "{notes:?}");
+        assert!(b.fleet.local());
+    }
+    etcd.down = false;
+    run(&mut etcd, &mut fleet, &own, now, 20);
+    assert_eq!(probers(&fleet, &own), vec![1; 4], "rejoined");
+    for b in &mut fleet {
+        let notes = b.fleet.take_notes();
+        assert!(
+            notes.iter().any(|n| n.text.contains("etcd answers again")),
+            "{notes:?}"
+        );
+    }
+}
+
+#[test]
+fn a_new_balancer_probes_nothing_until_etcd_says_what_is_free() {
+    let fleet = Fleet::new(settings(), S);
+    assert!(matches!(
+        fleet.duty("app0@app0"),
+        Duty::Elsewhere {
+            holder: None,
+            health: None
+        }
+    ));
+}
+
+#[test]
+fn a_steady_balancer_reads_every_third_tick_and_renews_its_lease_every_third_of_its_ttl() {
+    let mut etcd = Etcd::default();
+    let own = keys(3);
+    let mut fleet = balancers(1, S);
+    let now = run(&mut etcd, &mut fleet, &own, S, 10);
+    etcd.by_path.clear();
+    // 30 ticks (6 s), steady: a read once 500 ms have passed (every third 200 ms tick), a
+    // keepalive every 2 s, nothing else (its duties held, its results published).
+    run(&mut etcd, &mut fleet, &own, now, 30);
+    let counts: Vec<(&str, usize)> = etcd.by_path.iter().map(|(p, n)| (*p, *n)).collect();
+    assert_eq!(counts, [("/v3/kv/range", 10), ("/v3/lease/keepalive", 3)]);
+}

@@ -1,0 +1,190 @@
+//! The fleet's calls to etcd on the wire ([`upcheck_policy::fleet`]): on the VM that probes for
+//! this Envoy, each tick's requests go out by `dispatch_http_call` to the `fleet.cluster`
+//! (etcd's JSON gateway), each answer goes back to the core as read, and the core's notes become
+//! log lines. Which backends this balancer then probes, and what the others published, the pool
+//! takes in ([`upcheck_policy::Pool::fleet_view`]).
+//!
+//! The stats show it, named as every metric of the pool is ([`upcheck_policy::series`]):
+//! `upcheck.fleet_local` (1 while fallen back to probing everything here),
+//! `upcheck.fleet_balancers` (how many the last read counted) and, per backend,
+//! `upcheck.<name>.probe_duty` (1 on the balancer that probes it), each set when it changes.
+
+use crate::hostcall as hostcalls;
+use crate::metrics;
+use crate::vm::Vm;
+use proxy_wasm::types::{BufferType, MapType, MetricType, Status};
+use upcheck_policy::fleet::{Duty, Fleet, Request, MAX_ANSWER};
+use upcheck_policy::{series, Level, Pool, Time};
+
+/// This balancer's part in the fleet, with the gauges that show it.
+pub struct Part {
+    fleet: Fleet,
+    local: Gauge,
+    balancers: Gauge,
+    /// Per backend key, its `probe_duty` gauge.
+    duties: Vec<(String, Gauge)>,
+}
+
+/// A gauge and the value it was last set to.
+struct Gauge {
+    id: Option<u32>,
+    shown: Option<u64>,
+}
+
+impl Gauge {
+    fn define(name: &str) -> Gauge {
+        let id = match hostcalls::define_metric(MetricType::Gauge, name) {
+            Ok(id) => Some(id),
+            Err(status) => {
+                log::warn!("upcheck: metric {name} not reported: the host refused it ({status:?})");
+                None
+            }
+        };
+        Gauge { id, shown: None }
+    }
+
+    fn show(&mut self, value: u64) {
+        if self.shown != Some(value) {
+            metrics::set(self.id, value);
+            self.shown = Some(value);
+        }
+    }
+}
+
+impl Part {
+    fn new<H>(fleet: Fleet, pool: &Pool<H>) -> Part {
+        let name = pool.config().pool.as_deref();
+        Part {
+            fleet,
+            local: Gauge::define(&series::pool_stat(name, "fleet_local")),
+            balancers: Gauge::define(&series::pool_stat(name, "fleet_balancers")),
+            duties: Vec::new(),
+        }
+    }
+
+    /// Sets the gauges to what the fleet says now.
+    fn show<H>(&mut self, pool: &Pool<H>) {
+        let members = pool.members();
+        let same = self.duties.len() == members.len()
+            && self
+                .duties
+                .iter()
+                .zip(members)
+                .all(|((k, _), m)| *k == m.key);
+        if !same {
+            self.duties = members
+                .iter()
+                .map(|m| {
+                    let pool = pool.config().pool.as_deref();
+                    let name = series::backend_stat(pool, m.name(), "probe_duty");
+                    (m.key.clone(), Gauge::define(&name))
+                })
+                .collect();
+        }
+        self.local.show(u64::from(self.fleet.local()));
+        self.balancers
+            .show(u64::try_from(self.fleet.balancers()).unwrap_or(u64::MAX));
+        for (key, gauge) in &mut self.duties {
+            gauge.show(u64::from(self.fleet.duty(key) == Duty::Here));
+        }
+    }
+}
+
+/// Time passing on the prober: the fleet's calls go out, and the pool takes in where each
+/// backend's duty is. Without a `fleet` in the configuration there is none.
+pub fn tick(v: &mut Vm, now: Time) {
+    let Some(pool) = v.pool.as_mut() else {
+        return;
+    };
+    let Some(settings) = pool.config().fleet.clone() else {
+        v.fleet = None;
+        return;
+    };
+    let part = match &mut v.fleet {
+        Some(part) if *part.fleet.settings() == settings => part,
+        slot => slot.insert(Part::new(Fleet::new(settings, now), pool)),
+    };
+    let fleet = &mut part.fleet;
+    let requests = fleet.tick(now, &pool.active_table());
+    send(fleet, requests, now);
+    log(fleet);
+    let effects = pool.fleet_view(fleet, now);
+    part.show(pool);
+    v.carry_out(effects, now);
+}
+
+/// The answer to call `token`, if it was the fleet's (else false: a probe's).
+pub fn answer(v: &mut Vm, token: u32, body_size: usize, now: Time) -> bool {
+    let (Some(part), Some(pool)) = (v.fleet.as_mut(), v.pool.as_mut()) else {
+        return false;
+    };
+    let fleet = &mut part.fleet;
+    if !fleet.owns(token) {
+        return false;
+    }
+    let headers = hostcalls::get_map(MapType::HttpCallResponseHeaders).unwrap_or_default();
+    let status = headers
+        .iter()
+        .find(|(n, _)| n == ":status")
+        .and_then(|(_, v)| v.trim().parse::<u16>().ok());
+    let body = hostcalls::get_buffer(
+        BufferType::HttpCallResponseBody,
+        0,
+        body_size.min(MAX_ANSWER),
+    )
+    .ok()
+    .flatten()
+    .unwrap_or_default();
+    fleet.answered(token, status, &body, now);
+    log(fleet);
+    let effects = pool.fleet_view(fleet, now);
+    part.show(pool);
+    v.carry_out(effects, now);
+    true
+}
+
+fn send(fleet: &mut Fleet, requests: Vec<Request>, now: Time) {
+    let cluster = fleet.settings().cluster.clone();
+    for request in requests {
+        let mut headers: Vec<(&str, &str)> = vec![
+            (":method", "POST"),
+            (":path", request.path),
+            (":authority", cluster.as_str()),
+            ("content-type", "application/json"),
+        ];
+        if let Some(token) = &request.token {
+            headers.push(("authorization", token.as_str()));
+        }
+        let call = hostcalls::dispatch_http_call(
+            &cluster,
+            headers,
+            Some(request.body.as_bytes()),
+            vec![],
+            request.timeout,
+        );
+        match call {
+            Ok(token) => fleet.sent(request.call, token),
+            Err(status) => fleet.refused(request.call, describe(status), now),
+        }
+    }
+}
+
+fn log(fleet: &mut Fleet) {
+    for note in fleet.take_notes() {
+        let level = match note.level {
+            Level::Error => log::Level::Error,
+            Level::Warn => log::Level::Warn,
+            Level::Info => log::Level::Info,
+            Level::Debug => log::Level::Debug,
+        };
+        log::log!(level, "upcheck: {}", note.text);
+    }
+}
+
+fn describe(status: Status) -> &'static str {
+    match status {
+        Status::BadArgument => "bad argument: is the fleet's cluster defined?",
+        Status::NotFound => "not found",
+        _ => "refused",
+    }
+}
