@@ -45,7 +45,7 @@ include mk/prometheus.mk
 e2e: prometheus
 
 unit:
-	$(CARGO) test -p upcheck-policy
+	$(CARGO) test -p upcheck-config -p upcheck-policy
 
 # In the host-test profile (see Cargo.toml), with the day-long soak the dev profile leaves out.
 # Both host profiles run: tests/hosts.rs drives the module as Envoy 1.40 and as NGINX with
@@ -61,7 +61,7 @@ test: lint unit host-test e2e rules
 lint: tools
 	@rustup component list --installed | grep -q '^clippy' || rustup component add clippy rustfmt
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy -p upcheck-policy -p upcheck-host-tests -p upcheck-e2e -p upcheck-bench -p upcheck-cli \
+	$(CARGO) clippy -p upcheck-config -p upcheck-policy -p upcheck-host-tests -p upcheck-e2e -p upcheck-bench -p upcheck-cli \
 		--features upcheck-cli/simulate --all-targets -- -D warnings
 	$(CARGO) clippy -p upcheck-cli --all-targets -- -D warnings
 	$(CARGO) clippy -p upcheck -p upcheck-bench-floor --target $(WASM_TARGET) -- -D warnings

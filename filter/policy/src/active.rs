@@ -5,12 +5,12 @@
 //! unhealthy. Each probe returns a [`Transition`], so the caller logs and counts only when
 //! something actually changed.
 
-use crate::config::duration;
-use crate::config::Active as ActiveConfig;
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
+use upcheck_config::duration;
+use upcheck_config::Active as ActiveConfig;
 
 /// What one probe found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

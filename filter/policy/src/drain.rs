@@ -17,10 +17,10 @@
 //! the one table every VM writes: the VM that reads the signal (the prober on a probe, any worker
 //! on a response) shares it at once, and every other VM takes it in at its next tick.
 
-use crate::config::Active;
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use upcheck_config::Active;
 
 /// The header by which a backend's answer says it drains (in any case). The adapter removes it
 /// from every response on its way to the client.

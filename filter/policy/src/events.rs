@@ -8,7 +8,6 @@
 //! window, or started its outlier ejection, reports that ejection.
 
 use crate::active::{Health, ProbeOutcome, Reason};
-use crate::config::duration;
 use crate::drain::{Drain, Signal};
 use crate::guard::Guard;
 use crate::outcome::Failure;
@@ -18,6 +17,7 @@ use crate::tables::PassiveChange;
 use crate::time::Time;
 use std::fmt;
 use std::time::Duration;
+use upcheck_config::duration;
 
 /// How loud an event is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

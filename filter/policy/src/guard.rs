@@ -41,11 +41,11 @@
 //! failed probe, so the guard's own evidence still never brings a draining backend back.
 
 use crate::active::{ActiveHealth, Health, ProbeOutcome};
-use crate::config::Config;
 use crate::passive::PassiveHealth;
 use crate::time::Time;
 use std::borrow::Borrow;
 use std::fmt;
+use upcheck_config::Config;
 
 /// Everything known about one backend.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,16 +9,16 @@
 //! log line's own words: there is one home for each reason, the event's `Display`.
 //!
 //! Bounded: the table keeps the newest `history` changes (default
-//! [`DEFAULT_HISTORY`](crate::config::DEFAULT_HISTORY), at most [`MAX_HISTORY`](crate::config::MAX_HISTORY)), and each is
+//! [`DEFAULT_HISTORY`](upcheck_config::DEFAULT_HISTORY), at most [`MAX_HISTORY`](upcheck_config::MAX_HISTORY)), and each is
 //! at most a few hundred bytes. Pools that share a `vm_id` share that window, each page showing
 //! its own pool's changes in it. Bytes that do not decode, or hold more changes or longer text
 //! than any writer writes, are ignored ([`crate::tables::decode_history`]).
 
 use crate::active::Health;
-use crate::config::MAX_NAME_LEN;
 use crate::literal::quoted;
 use crate::time::{civil_date, Time};
 use serde::{Deserialize, Serialize};
+use upcheck_config::MAX_NAME_LEN;
 
 /// The longest cause a change keeps, in bytes (a longer one is cut at a character boundary);
 /// the decoder refuses longer, so a table stays bounded.
@@ -36,7 +36,7 @@ pub struct Change {
     pub at: Time,
     /// The backend's name; `None` for the fleet guard.
     pub backend: Option<String>,
-    /// Whose change it is: the backend's key ([`crate::config::Upstream::key`]), or for the
+    /// Whose change it is: the backend's key ([`upcheck_config::Upstream::key`]), or for the
     /// fleet guard the pool's ([`crate::pool::Pool::history_key`]), so each pool sharing a `vm_id` shows its
     /// own.
     pub key: String,

@@ -9,12 +9,12 @@
 //! ([`Host`]) only does each thing: the proxy-wasm adapter with host calls, the tests by
 //! recording what they were asked.
 
-use crate::config::{Config, HealthChecks};
 use crate::events::{Effects, Event};
 use crate::history::{self, Change, HistoryTable};
 use crate::pool::{Member, Pool};
 use crate::tables::{ActiveTable, Applied, PassiveChange, PassiveTable};
 use crate::time::Time;
+use upcheck_config::{Config, HealthChecks};
 
 /// What a host does for the policy, one thing at a time. `H` is the adapter's data per backend
 /// (see [`Pool::new`]).

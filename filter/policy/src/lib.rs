@@ -19,7 +19,6 @@
 )]
 
 pub mod active;
-pub mod config;
 pub mod drain;
 pub mod events;
 pub mod fleet;
@@ -40,6 +39,10 @@ pub mod state;
 pub mod tables;
 pub mod time;
 pub mod warm_up;
+
+/// The plugin configuration, a crate of its own (built for size: it is read once, not per
+/// request).
+pub use upcheck_config as config;
 
 /// The configuration's value grammars, also used to read and write durations and statuses
 /// elsewhere.

@@ -12,11 +12,11 @@
 //! status, and for a 5xx or no answer at all Envoy's response flags, which tell the proxy's own
 //! failure to reach the backend, and the request it never sent, from the backend's own 5xx.
 
-use crate::config::duration;
-use crate::config::Passive as PassiveConfig;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
+use upcheck_config::duration;
+use upcheck_config::Passive as PassiveConfig;
 
 /// How the proxy itself failed a request before the backend answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

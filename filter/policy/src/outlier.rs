@@ -73,13 +73,13 @@
 //! call takes it, and a changed window changes what every index means, so the caller starts
 //! afresh then.
 
-use crate::config::duration;
-use crate::config::Outlier as OutlierConfig;
 pub use crate::outcome::FailureKind;
 use crate::time::{nanos, Time};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
+use upcheck_config::duration;
+use upcheck_config::Outlier as OutlierConfig;
 
 /// Buckets of the latency histogram: bucket 0 is under 1 ms, bucket b is [2^(b−1), 2^b) ms, and
 /// the last is 16.384 s or more.

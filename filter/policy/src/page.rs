@@ -16,8 +16,6 @@
 //! honour a `Vary` header.
 
 use crate::active::{Health, ProbeOutcome};
-use crate::config::duration;
-use crate::config::StatusPage;
 use crate::drain::Drain;
 use crate::guard::Guard;
 use crate::history::timestamp;
@@ -26,6 +24,8 @@ use crate::pool::{Member, Pool};
 use crate::time::Time;
 use crate::warm_up::Warming;
 use std::fmt::Write;
+use upcheck_config::duration;
+use upcheck_config::StatusPage;
 
 /// Whether a request that arrived at `local_address` (the connection's local `ip:port`, Envoy's
 /// `destination.address`) may read the page. Unless `status_public` is set, only a connection
@@ -609,10 +609,10 @@ fn escaped(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
     use crate::outcome::{ProxyFailure, RequestOutcome};
     use crate::pool::Routed;
     use std::time::Duration;
+    use upcheck_config::Config;
 
     /// app1 passes its first probe and app-2 fails it (answering 502), under `config`.
     fn pool_of(config: &[u8]) -> Pool {

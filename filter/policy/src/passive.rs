@@ -5,13 +5,13 @@
 //! that fails one request in three is still failing. Only the newest `max_fails` failures are kept,
 //! so memory per backend is bounded however much traffic fails.
 
-use crate::config::Passive as PassiveConfig;
 use crate::drain::Drain;
 use crate::outlier::{Standing, Traffic};
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::time::Duration;
+use upcheck_config::Passive as PassiveConfig;
 
 /// The failures a backend is remembered for, and whether it is ejected.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]

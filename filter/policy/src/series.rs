@@ -9,7 +9,7 @@
 //! configuration. Measured on Envoy 1.40: a backend name with dots (`app.v2`), dashes, colons or
 //! any other HTTP token character comes through as its label value unchanged, while one ending
 //! in a dot loses it (`trail.` shows as `trail`, the label of another backend); so
-//! [`label_value_problem`] refuses a name with an empty dot-separated part anywhere.
+//! [`upcheck_config::label_value_problem`] refuses a name with an empty dot-separated part anywhere.
 //!
 //! The rules rest on the shape of the names, which this module alone writes: a backend's metric
 //! is the last part and never holds a dot, and a pool-wide metric (`upcheck.fleet_guard`) has a
@@ -181,21 +181,6 @@ pub const STATS_TAGS: [TagRule; 3] = [
     },
 ];
 
-/// Why `name` cannot be a backend's label value as it is, if it cannot: Envoy splits a stat
-/// name at its dots and loses an empty last part (measured: `trail.` is shown as `trail`), so
-/// two backends could end up with one label; an empty part anywhere is refused alike.
-pub fn label_value_problem(name: &str) -> Option<&'static str> {
-    if name.split('.').any(str::is_empty) {
-        Some(
-            "must not begin or end with a dot or hold two dots in a row: Envoy's stats split \
-             the name at its dots, and an empty part can be lost from its Prometheus label \
-             (\"app.\" is shown as \"app\")",
-        )
-    } else {
-        None
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,16 +225,6 @@ mod tests {
     fn the_state_rule_lists_every_state() {
         for state in State::ALL {
             assert!(STATS_TAGS[2].regex.contains(state.as_str()), "{state:?}");
-        }
-    }
-
-    #[test]
-    fn names_with_dots_dashes_and_colons_are_label_values_but_empty_parts_are_not() {
-        for ok in ["app1", "app.v2", "app-3", "a:b", "x_y", "a'b"] {
-            assert_eq!(label_value_problem(ok), None, "{ok}");
-        }
-        for bad in ["app.", ".app", "a..b", "."] {
-            assert!(label_value_problem(bad).is_some(), "{bad}");
         }
     }
 }

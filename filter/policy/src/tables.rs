@@ -2,7 +2,7 @@
 //!
 //! proxy-wasm shared data holds bytes, per `vm_id`; several plugin configurations (listeners,
 //! or an old one draining after an update) can share one. The backend tables are keyed by a
-//! backend's [`Upstream::key`](crate::config::Upstream::key), so a pool only ever reads its own
+//! backend's [`Upstream::key`](upcheck_config::Upstream::key), so a pool only ever reads its own
 //! backends; the lease table ([`LeaseTable`], see [`crate::lease`]) is keyed by configuration.
 //! Besides the leases and the history of changes ([`HistoryTable`], see [`crate::history`]),
 //! three tables live there:
@@ -26,7 +26,6 @@
 //! bytes give an error, never a panic or an unbounded allocation.
 
 use crate::active::ActiveHealth;
-use crate::config::{HealthChecks, MAX_FAILS_LIMIT, MAX_HISTORY, MAX_NAME_LEN};
 use crate::drain::{Drain, Signal};
 use crate::history::{Change, HistoryTable, MAX_CAUSE_LEN, MAX_KEY_LEN};
 use crate::lease::LeaseTable;
@@ -37,6 +36,7 @@ use crate::time::Time;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::fmt;
+use upcheck_config::{HealthChecks, MAX_FAILS_LIMIT, MAX_HISTORY, MAX_NAME_LEN};
 
 /// The format version; bump it whenever a table's types change, with the keys in [`keys`].
 const VERSION: u8 = 5;
@@ -366,10 +366,10 @@ impl OutlierNews {
 mod tests {
     use super::*;
     use crate::active::{Pages, ProbeOutcome};
-    use crate::config::Config;
     use crate::outcome::RequestOutcome;
     use proptest::prelude::*;
     use std::time::Duration;
+    use upcheck_config::Config;
 
     fn secs(n: u64) -> Duration {
         Duration::from_secs(n)

@@ -13,9 +13,9 @@
 //! probe state every VM shares, so every worker ramps alike.
 
 use crate::active::{ActiveHealth, Health};
-use crate::config::SlowStart;
 use crate::time::Time;
 use std::time::Duration;
+use upcheck_config::SlowStart;
 
 /// How finely the share is applied: in twentieths (5 %) of a backend's weight.
 pub const STEPS: u32 = 20;

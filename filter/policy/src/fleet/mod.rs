@@ -2,7 +2,7 @@
 //!
 //! With N balancers in front of M backends, each probing every backend, a backend gets N probes
 //! per interval and each balancer must see a failure for itself. With a `fleet` object
-//! ([`crate::config::fleet`]), the VM that probes for its Envoy ([`crate::lease`]) also speaks
+//! ([`upcheck_config::fleet`]), the VM that probes for its Envoy ([`crate::lease`]) also speaks
 //! for it in etcd, where the balancers of a pool meet under one prefix:
 //!
 //! - `{prefix}/v1/balancers/{lease}`: one key per balancer, living by its etcd lease, so the
@@ -36,11 +36,11 @@ pub mod etcd;
 pub mod json;
 
 use crate::active::ActiveHealth;
-use crate::config::fleet::Fleet as Settings;
 use crate::events::Level;
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
+use upcheck_config::fleet::Fleet as Settings;
 
 /// How often the prefix is read: often enough that a result published by a duty holder reaches
 /// every balancer within a second.

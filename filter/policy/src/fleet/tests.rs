@@ -3,9 +3,9 @@
 
 use super::*;
 use crate::active::{Health, ProbeOutcome};
-use crate::config::fleet::Fleet as Settings;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use upcheck_config::fleet::Fleet as Settings;
 
 pub(crate) const TICK: Duration = Duration::from_millis(200);
 pub(crate) const S: Duration = Duration::from_secs(1);

@@ -65,7 +65,7 @@ mod tests {
             r#"{{"upstreams":[{}],"health_checks":{{"active":{{"interval":"1s","timeout":"500ms"}}}},"fleet":{{"cluster":"etcd"}}}}"#,
             upstreams.join(",")
         );
-        let config = crate::config::Config::parse(json.as_bytes()).unwrap();
+        let config = upcheck_config::Config::parse(json.as_bytes()).unwrap();
         let mut pool = Pool::new(config, now, |_| ());
         let _ = pool.lease(true, now, 1);
         pool

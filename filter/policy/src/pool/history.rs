@@ -3,12 +3,12 @@
 //! this pool's; how many it keeps; and how a change is logged in each `log_format`.
 
 use super::Pool;
-use crate::config::LogFormat;
 use crate::events::Event;
 use crate::guard::Guard;
 use crate::history::{Change, Kind};
 use crate::lease::fingerprint;
 use crate::time::Time;
+use upcheck_config::LogFormat;
 
 /// The change `event` is, if it is one, and about which backend (by name; `None` for the
 /// fleet guard). Probes, failed requests, gauges and the cap keeping a backend in are not

@@ -29,7 +29,6 @@
 //! cluster (Envoy's `cluster_header`), in `host` routing its address (the `override_host` load
 //! balancing policy), and then [`Pool::retry_choice`] names where a retry goes.
 
-use crate::config::{Config, Upstream};
 use crate::drain::Drain;
 use crate::events::{Effects, Event};
 use crate::guard::{Evidence, Guard};
@@ -43,6 +42,7 @@ use crate::state::State;
 use crate::tables::PassiveTable;
 use crate::time::Time;
 use crate::warm_up::{warming, Warming};
+use upcheck_config::{Config, Upstream};
 
 mod fleet;
 mod history;

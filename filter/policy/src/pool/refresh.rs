@@ -10,13 +10,13 @@
 
 use super::{EjectionState, Member, Pool, Prober};
 use crate::active::Health;
-use crate::config::Passive as PassiveConfig;
 use crate::events::{Effects, Event};
 use crate::guard::{route, Evidence, Guard, Routing};
 use crate::select::Rotation;
 use crate::state::State;
 use crate::time::Time;
 use crate::warm_up::{warming, STEPS};
+use upcheck_config::Passive as PassiveConfig;
 
 impl<H> Pool<H> {
     /// Works out the routing again if anything changed or a failure expired, and reports what

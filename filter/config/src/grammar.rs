@@ -217,7 +217,7 @@ pub fn route_header<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error>
 }
 
 /// `pool`: a name for the `pool` label of the pool's metrics, which Envoy's tag rule reads as
-/// letters, digits, `_` and `-` ([`crate::series`]), or `null` for none.
+/// letters, digits, `_` and `-` (the policy's `series`), or `null` for none.
 pub fn pool<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     read(d, A_STRING, |found| {
         or_off(found, |found| {

@@ -10,7 +10,6 @@ use super::{
     Passive, Proxy, Role, RoutingMode, SlowStart, StatusPage, Upstream, DEFAULT_HISTORY,
     DEFAULT_MAX_EJECTION_PERCENT, DEFAULT_ROUTE_HEADER, MAX_UPSTREAMS,
 };
-use crate::series;
 use serde::{Deserialize, Deserializer};
 use std::collections::HashSet;
 use std::fmt::Display;
@@ -322,7 +321,7 @@ fn check_upstreams(config: &Config) -> Result<(), ConfigError> {
         if u.name.is_empty() {
             return Err(fail(at("name"), "missing; every upstream needs a name"));
         }
-        if let Some(reason) = series::label_value_problem(&u.name) {
+        if let Some(reason) = label_value_problem(&u.name) {
             return Err(fail(at("name"), format!("{:?} {reason}", u.name)));
         }
         if !names.insert(u.name.as_str()) {
@@ -444,4 +443,34 @@ fn across_fields(config: &Config) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+/// Why `name` cannot be a backend's label value as it is, if it cannot: Envoy splits a stat
+/// name at its dots and loses an empty last part (measured: `trail.` is shown as `trail`), so
+/// two backends could end up with one label; an empty part anywhere is refused alike.
+pub fn label_value_problem(name: &str) -> Option<&'static str> {
+    if name.split('.').any(str::is_empty) {
+        Some(
+            "must not begin or end with a dot or hold two dots in a row: Envoy's stats split \
+             the name at its dots, and an empty part can be lost from its Prometheus label \
+             (\"app.\" is shown as \"app\")",
+        )
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_with_dots_dashes_and_colons_are_label_values_but_empty_parts_are_not() {
+        for ok in ["app1", "app.v2", "app-3", "a:b", "x_y", "a'b"] {
+            assert_eq!(label_value_problem(ok), None, "{ok}");
+        }
+        for bad in ["app.", ".app", "a..b", "."] {
+            assert!(label_value_problem(bad).is_some(), "{bad}");
+        }
+    }
 }

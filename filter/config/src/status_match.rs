@@ -18,6 +18,7 @@ pub enum StatusMatch {
 
 impl StatusMatch {
     /// Whether `status` is matched.
+    #[inline]
     pub fn matches(self, status: u16) -> bool {
         match self {
             StatusMatch::Code(code) => code == status,

@@ -37,6 +37,20 @@
 //!   is not silently gone.
 //! - **Limits** ([`MAX_UPSTREAMS`], [`MAX_NAME_LEN`], [`MAX_VALUE_LEN`], …) bound what one document
 //!   can make every worker hold, and every check is linear in the size of the document.
+//!
+//! A crate of its own so that it can be built for size (`opt-level = "z"` in the workspace's
+//! release profile): the document is read once per configuration, never per request, and the
+//! derived readers are most of the module's code at the speed-first level.
+
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
 
 pub mod duration;
 pub mod fleet;
@@ -46,6 +60,8 @@ mod json;
 mod slow_start;
 pub mod status_match;
 mod validate;
+
+pub use validate::label_value_problem;
 
 use serde::{Deserialize, Deserializer, Serialize};
 use status_match::StatusMatch;
@@ -90,7 +106,7 @@ pub struct Config {
     #[serde(serialize_with = "duration::optional::serialize")]
     pub jitter: Option<Duration>,
     /// How many changes of the pool's backends and fleet guard the history keeps, newest last
-    /// ([`crate::history`]), within [`Config::HISTORY`]. Default [`DEFAULT_HISTORY`].
+    /// (the policy's `history`), within [`Config::HISTORY`]. Default [`DEFAULT_HISTORY`].
     pub history: u32,
     /// How each change is written to the log. Default [`LogFormat::Text`].
     pub log_format: LogFormat,
@@ -125,7 +141,7 @@ pub enum LogFormat {
     #[default]
     Text,
     /// Each change as one JSON object shaped after Envoy's `HealthCheckEvent` (`type`,
-    /// `backend`, `cause`, `timestamp`), for log shippers ([`crate::history::Change::json`]);
+    /// `backend`, `cause`, `timestamp`), for log shippers (the policy's `history::Change::json`);
     /// other events stay prose.
     Json,
 }
@@ -193,11 +209,13 @@ pub enum Proxy {
 impl Proxy {
     /// Whether the proxy reports why it failed a request itself (Envoy's response flags);
     /// where it does not, they are not asked for.
+    #[inline]
     pub fn reports_response_flags(self) -> bool {
         self == Proxy::Envoy
     }
 
     /// Whether a request paused at cold start can be resumed from the tick.
+    #[inline]
     pub fn resumes_held_requests(self) -> bool {
         self == Proxy::Envoy
     }
@@ -283,11 +301,13 @@ impl Upstream {
     pub const WEIGHT: RangeInclusive<u32> = 1..=MAX_WEIGHT;
 
     /// The cluster probes and requests go to.
+    #[inline]
     pub fn cluster(&self) -> &str {
         self.cluster.as_deref().unwrap_or(&self.name)
     }
 
     /// The `:authority` of its probes.
+    #[inline]
     pub fn authority(&self) -> &str {
         self.authority.as_deref().unwrap_or(&self.name)
     }
@@ -303,6 +323,7 @@ impl Upstream {
     }
 
     /// What the route header carries for it under `routing`.
+    #[inline]
     pub fn route_value(&self, routing: RoutingMode) -> &str {
         match (routing, &self.address) {
             (RoutingMode::Host, Some(address)) => address,
@@ -680,6 +701,7 @@ impl Config {
     }
 
     /// The status page this configuration serves, if its role is to serve one.
+    #[inline]
     pub fn status_page(&self) -> Option<&StatusPage> {
         match &self.role {
             Role::StatusPage(page) => Some(page),
@@ -695,12 +717,14 @@ impl Config {
     }
 
     /// The jitter in force: the configured one, or 10% of the interval.
+    #[inline]
     pub fn jitter(&self) -> Duration {
         self.jitter
             .unwrap_or(self.health_checks.active.interval / 10)
     }
 
     /// One probe round: a backend that goes down is noticed within this long.
+    #[inline]
     pub fn probe_round(&self) -> Duration {
         self.health_checks.active.interval + self.health_checks.active.timeout
     }
