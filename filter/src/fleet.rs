@@ -8,11 +8,15 @@
 //! `upcheck.fleet_local` (1 while fallen back to probing everything here),
 //! `upcheck.fleet_balancers` (how many the last read counted) and, per backend,
 //! `upcheck.<name>.probe_duty` (1 on the balancer that probes it), each set when it changes.
+//! The status page, answered by another VM, reads the same from shared data
+//! ([`crate::shared::write_fleet`]).
 
 use crate::hostcall as hostcalls;
 use crate::metrics;
+use crate::shared;
 use crate::vm::Vm;
 use proxy_wasm::types::{BufferType, MapType, MetricType, Status};
+use upcheck_policy::fleet::shown::Shown;
 use upcheck_policy::fleet::{Duty, Fleet, Request, MAX_ANSWER};
 use upcheck_policy::{series, Level, Pool, Time};
 
@@ -23,6 +27,8 @@ pub struct Part {
     balancers: Gauge,
     /// Per backend key, its `probe_duty` gauge.
     duties: Vec<(String, Gauge)>,
+    /// What the status page was last given.
+    shown: Option<Shown>,
 }
 
 /// A gauge and the value it was last set to.
@@ -59,6 +65,7 @@ impl Part {
             local: Gauge::define(&series::pool_stat(name, "fleet_local")),
             balancers: Gauge::define(&series::pool_stat(name, "fleet_balancers")),
             duties: Vec::new(),
+            shown: None,
         }
     }
 
@@ -86,6 +93,11 @@ impl Part {
             .show(u64::try_from(self.fleet.balancers()).unwrap_or(u64::MAX));
         for (key, gauge) in &mut self.duties {
             gauge.show(u64::from(self.fleet.duty(key) == Duty::Here));
+        }
+        let shown = Shown::of(&self.fleet, members.iter().map(|m| m.key.as_str()));
+        if self.shown.as_ref() != Some(&shown) {
+            shared::write_fleet(&self.fleet.settings().prefix, &shown);
+            self.shown = Some(shown);
         }
     }
 }

@@ -19,7 +19,10 @@
 //!   its request counts), so 1 failure on worker A and 2 on worker B are 3.
 //! - `history`: the newest changes of every pool's backends and fleet guard, appended by
 //!   compare-and-swap by the VM that reports each ([`upcheck_policy::history`]), read by the
-//!   status page.
+//!   status page;
+//! - `fleet.<prefix>`: what the prober of that fleet shows of it (who holds each backend's
+//!   probe duty, when etcd was last read, whether it fell back to local), written by the prober
+//!   when it changes and read by the status page ([`upcheck_policy::fleet::shown`]).
 //!
 //! Every table is keyed by backend (name, cluster and address), so a pool never reads another
 //! pool's backends. Values that do not decode (corrupt, or written by something else under
@@ -30,6 +33,7 @@ use crate::hostcall as hostcalls;
 use proxy_wasm::types::Status;
 use std::time::Duration;
 use upcheck_policy::config::HealthChecks;
+use upcheck_policy::fleet::shown::Shown;
 use upcheck_policy::history::HistoryTable;
 use upcheck_policy::lease::{self, LeaseTable};
 use upcheck_policy::tables::keys::{ACTIVE, ANNOUNCE, HISTORY, LEASES, PASSIVE};
@@ -225,4 +229,18 @@ pub fn update_history(append: &dyn Fn(&mut HistoryTable)) -> Option<HistoryTable
         append,
     )
     .map(|(table, ())| table)
+}
+
+/// Writes what this prober shows of the fleet at `prefix`.
+pub fn write_fleet(prefix: &str, shown: &Shown) {
+    let key = tables::fleet_key(prefix);
+    if let Err(status) = hostcalls::set_shared_data(&key, Some(&tables::encode_fleet(shown)), None)
+    {
+        log::warn!("upcheck: writing shared data {key} failed ({status:?})");
+    }
+}
+
+/// What the prober of the fleet at `prefix` last showed of it.
+pub fn read_fleet(prefix: &str) -> Option<Shown> {
+    read_if_changed(&tables::fleet_key(prefix), None, tables::decode_fleet).map(|(s, _)| s)
 }

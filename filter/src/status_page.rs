@@ -2,9 +2,11 @@
 //! answering every request there itself with the pool's health, so no request of the traffic
 //! listener ever pays for the page. What to answer is the policy's ([`page::answer`]); this reads
 //! the request's path and local address, takes in the tables the pool's traffic filters share,
-//! and sends the answer. It never probes, announces, routes or writes shared data.
+//! (and what the prober shows of the fleet), and sends the answer. It never probes, announces,
+//! routes or writes shared data.
 
 use crate::hostcall as hostcalls;
+use crate::shared;
 use crate::vm::{self, Vm};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, MapType};
@@ -64,7 +66,9 @@ fn answer(v: &mut Vm) -> bool {
             let Some(pool) = v.pool.as_ref() else {
                 return false;
             };
-            (form.content_type(), form.render(pool, now))
+            let fleet = pool.config().fleet.as_ref();
+            let shown = fleet.and_then(|f| shared::read_fleet(&f.prefix));
+            (form.content_type(), form.render(pool, shown.as_ref(), now))
         }
         (_, refusal) => ("text/plain", refusal.unwrap_or_default()),
     };

@@ -17,6 +17,7 @@
 
 use crate::active::{Health, ProbeOutcome};
 use crate::drain::Drain;
+use crate::fleet::shown::{Holder, Shown};
 use crate::guard::Guard;
 use crate::history::timestamp;
 use crate::literal::quoted;
@@ -62,12 +63,12 @@ impl Form {
         }
     }
 
-    /// The page in this form.
-    pub fn render<H>(self, pool: &Pool<H>, now: Time) -> String {
+    /// The page in this form, with what the prober shows of the fleet, if the pool has one.
+    pub fn render<H>(self, pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
         match self {
-            Form::Text => text(pool, now),
-            Form::Json => json(pool, now),
-            Form::Html => html(pool, now),
+            Form::Text => text(pool, fleet, now),
+            Form::Json => json(pool, fleet, now),
+            Form::Html => html(pool, fleet, now),
         }
     }
 }
@@ -144,9 +145,15 @@ struct Line<'a> {
     drain: Option<Drain>,
     /// Its warm-up under way, if it is warming up.
     warming: Option<Warming>,
+    /// Where its probe duty is, with a fleet.
+    duty: Option<Holder>,
 }
 
-fn lines<H>(pool: &Pool<H>, now: Time) -> impl Iterator<Item = Line<'_>> {
+fn lines<'a, H>(
+    pool: &'a Pool<H>,
+    fleet: Option<&'a Shown>,
+    now: Time,
+) -> impl Iterator<Item = Line<'a>> {
     let passive = &pool.config().health_checks.passive;
     pool.members().iter().enumerate().map(move |(i, m)| Line {
         name: m.name(),
@@ -166,7 +173,34 @@ fn lines<H>(pool: &Pool<H>, now: Time) -> impl Iterator<Item = Line<'_>> {
         back: m.back,
         drain: m.draining(),
         warming: pool.warming_up(i, now),
+        duty: fleet.and_then(|f| f.holder(&m.key)),
     })
+}
+
+/// Which balancer probes a backend, in a few words.
+fn duty(holder: &Holder) -> String {
+    match holder {
+        Holder::Here => "probed here".to_owned(),
+        Holder::Other(lease) => format!("probed by balancer {lease:x}"),
+        Holder::Nobody => "probed by no balancer yet".to_owned(),
+    }
+}
+
+/// The fleet in a sentence: this balancer's name, and when it last read the shared view, or
+/// that it has fallen back to local.
+fn fleet_summary(fleet: &Shown, now: Time) -> String {
+    let read = match fleet.read {
+        Some(at) => format!("shared view read {} ago", ago(now, at)),
+        None => "shared view never read".to_owned(),
+    };
+    let me = fleet
+        .me
+        .map_or_else(|| "without a lease".to_owned(), |l| format!("{l:x}"));
+    if fleet.local {
+        format!("fallen back to local, etcd unreachable: every backend is probed here ({read}; balancer {me})")
+    } else {
+        format!("balancer {me} of {}, {read}", fleet.balancers)
+    }
 }
 
 /// What overrides a backend's probes, if anything, in a few words.
@@ -190,9 +224,9 @@ fn ago(now: Time, at: Time) -> String {
 }
 
 /// Plain text: one line per backend, then the fleet guard.
-pub fn text<H>(pool: &Pool<H>, now: Time) -> String {
+pub fn text<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
     let mut out = String::from("upcheck\n");
-    for l in lines(pool, now) {
+    for l in lines(pool, fleet, now) {
         let _ = write!(
             out,
             "{:<24} {:<9} {:<9} failures={} {}",
@@ -224,12 +258,18 @@ pub fn text<H>(pool: &Pool<H>, now: Time) -> String {
                 ago(w.until, now)
             );
         }
+        if let Some(holder) = &l.duty {
+            let _ = write!(out, "{} ", duty(holder));
+        }
         match l.last_probe {
             Some((at, outcome)) => {
                 let _ = writeln!(out, "last probe {outcome} {} ago", ago(now, at));
             }
             None => out.push_str("not probed yet\n"),
         }
+    }
+    if let Some(fleet) = fleet {
+        let _ = writeln!(out, "fleet: {}", fleet_summary(fleet, now));
     }
     let guard = pool.guard();
     let _ = writeln!(out, "fleet guard: {guard}");
@@ -244,10 +284,14 @@ pub fn text<H>(pool: &Pool<H>, now: Time) -> String {
 /// not decide (they time out while its pages answer, or fail alike with its peers'); `draining` is
 /// `null` or, while it drains, `{"by", "since_ms"}` (what said so; how long ago); `warming` is
 /// `null` or, while it warms up, `{"percent", "ends_in_ms"}` (its share of its weight, and when it
-/// gets the whole). `history` lists the pool's changes newest first ([`json_history`]).
-pub fn json<H>(pool: &Pool<H>, now: Time) -> String {
+/// gets the whole); `probe_duty` is `null` without a fleet, else `"here"`, `"nobody"` (while no
+/// balancer holds it) or the holder's lease ID in hex. `fleet` is `null` or `{"balancer",
+/// "balancers", "local", "last_read_ago_ms"}` (this balancer's lease ID, how many balancers the
+/// last read counted, whether it has fallen back to local, how long ago it last read the shared
+/// view). `history` lists the pool's changes newest first ([`json_history`]).
+pub fn json<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
     let mut out = String::from("{\"backends\":[");
-    for (i, l) in lines(pool, now).enumerate() {
+    for (i, l) in lines(pool, fleet, now).enumerate() {
         if i > 0 {
             out.push(',');
         }
@@ -303,6 +347,15 @@ pub fn json<H>(pool: &Pool<H>, now: Time) -> String {
             }
             None => out.push_str(",\"warming\":null"),
         }
+        out.push_str(",\"probe_duty\":");
+        match &l.duty {
+            None => out.push_str("null"),
+            Some(Holder::Here) => out.push_str("\"here\""),
+            Some(Holder::Other(lease)) => {
+                let _ = write!(out, "\"{lease:x}\"");
+            }
+            Some(Holder::Nobody) => out.push_str("\"nobody\""),
+        }
         match l.last_probe {
             Some((at, outcome)) => {
                 let ms = now.saturating_sub(at).as_millis();
@@ -323,6 +376,22 @@ pub fn json<H>(pool: &Pool<H>, now: Time) -> String {
         guard.engaged(),
         quoted(&guard.to_string())
     );
+    match fleet {
+        Some(f) => {
+            let name =
+                f.me.map_or_else(|| "null".to_owned(), |l| format!("\"{l:x}\""));
+            let ms = f.read.map_or_else(
+                || "null".to_owned(),
+                |at| now.saturating_sub(at).as_millis().to_string(),
+            );
+            let _ = write!(
+                out,
+                ",\"fleet\":{{\"balancer\":{name},\"balancers\":{},\"local\":{},\"last_read_ago_ms\":{ms}}}",
+                f.balancers, f.local
+            );
+        }
+        None => out.push_str(",\"fleet\":null"),
+    }
     json_history(&mut out, pool, now);
     out.push('}');
     out
@@ -346,8 +415,10 @@ tr.out td{background:#fff4f4}\
 /// whether it takes traffic and why, its probe status, its last probe and its failures in the
 /// window; then the fleet guard. It reloads itself every 2 s and loads nothing else (inline
 /// style, no scripts, an empty icon so a browser does not ask the backends for `/favicon.ico`);
-/// every name and reason is HTML-escaped.
-pub fn html<H>(pool: &Pool<H>, now: Time) -> String {
+/// every name and reason is HTML-escaped. With a fleet, each row also says which balancer probes
+/// the backend, and a line after the fleet guard's says when the shared view was last read, or
+/// that this balancer has fallen back to local.
+pub fn html<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
     let passive = &pool.config().health_checks.passive;
     let mut out = format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -358,7 +429,7 @@ pub fn html<H>(pool: &Pool<H>, now: Time) -> String {
          </tr></thead><tbody>\n",
         duration::display(passive.fail_duration)
     );
-    for (i, (line, member)) in lines(pool, now).zip(pool.members()).enumerate() {
+    for (i, (line, member)) in lines(pool, fleet, now).zip(pool.members()).enumerate() {
         html_row(&mut out, i, &line, member, pool, now);
     }
     let guard = pool.guard();
@@ -368,6 +439,14 @@ pub fn html<H>(pool: &Pool<H>, now: Time) -> String {
         if guard.engaged() { " engaged" } else { "" },
         escaped(&guard.to_string())
     );
+    if let Some(f) = fleet {
+        let _ = writeln!(
+            out,
+            "<p id=\"fleet\" class=\"guard{}\">fleet: {}</p>",
+            if f.local { " engaged" } else { "" },
+            escaped(&fleet_summary(f, now))
+        );
+    }
     html_history(&mut out, pool, now);
     let _ = write!(
         out,
@@ -480,6 +559,9 @@ fn html_row<H>(
             );
         }
         None => out.push_str("not probed yet"),
+    }
+    if let Some(holder) = &line.duty {
+        let _ = write!(out, "<br><span class=\"duty\">{}</span>", duty(holder));
     }
     let _ = writeln!(
         out,
@@ -644,29 +726,111 @@ mod tests {
     fn every_form_shows_a_warming_backends_share_of_its_weight_and_when_it_ends() {
         let now = Duration::from_secs(55);
         let pool = warming_pool();
-        let text = text(&pool, now);
+        let text = text(&pool, None, now);
         assert!(
             text.contains("failures=0 warming 25 % for 1m15s more last probe passed"),
             "{text}"
         );
         let v: serde_json::Value =
-            serde_json::from_str(&json(&pool, now)).unwrap_or_else(|e| panic!("{e}"));
+            serde_json::from_str(&json(&pool, None, now)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(v["backends"][0]["warming"], serde_json::Value::Null);
         assert_eq!(v["backends"][1]["warming"]["percent"], 25);
         assert_eq!(v["backends"][1]["warming"]["ends_in_ms"], 75_000);
-        let html = html(&pool, now);
+        let html = html(&pool, None, now);
         assert!(
             row(&html, 1).contains(
                 "passing its probes; warming up: 25 % of its weight, the whole from 00:02:10 UTC (in 1m15s)"
             ),
             "{html}"
         );
-        assert!(!super::text(&pool, Duration::from_secs(130)).contains("warming"));
+        assert!(!super::text(&pool, None, Duration::from_secs(130)).contains("warming"));
+    }
+
+    /// app1's duty held here (lease 2a), app-2's by balancer ff, read at 700 ms.
+    fn fleet(pool: &Pool, local: bool) -> Shown {
+        let key = |i: usize| {
+            pool.members()
+                .get(i)
+                .map(|m| m.key.clone())
+                .unwrap_or_default()
+        };
+        Shown {
+            me: Some(0x2a),
+            local,
+            read: Some(Duration::from_millis(700)),
+            balancers: 3,
+            duties: vec![(key(0), Some(0x2a)), (key(1), Some(0xff))],
+        }
+    }
+
+    #[test]
+    fn every_form_shows_which_balancer_probes_each_backend_and_when_the_view_was_read() {
+        let (pool, now) = (pool(), Duration::from_secs(1));
+        let shown = fleet(&pool, false);
+        let text = text(&pool, Some(&shown), now);
+        assert!(
+            text.contains("failures=0 probed here last probe passed"),
+            "{text}"
+        );
+        assert!(
+            text.contains("probed by balancer ff last probe answered 502"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fleet: balancer 2a of 3, shared view read 300ms ago\nfleet guard"),
+            "{text}"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&json(&pool, Some(&shown), now)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v["backends"][0]["probe_duty"], "here");
+        assert_eq!(v["backends"][1]["probe_duty"], "ff");
+        assert_eq!(
+            v["fleet"],
+            serde_json::json!({"balancer": "2a", "balancers": 3, "local": false, "last_read_ago_ms": 300})
+        );
+        let html = html(&pool, Some(&shown), now);
+        assert!(
+            row(&html, 1).contains("<span class=\"duty\">probed by balancer ff</span>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<p id=\"fleet\" class=\"guard\">fleet: balancer 2a of 3"),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn every_form_says_a_balancer_fallen_back_to_local_probes_everything_itself() {
+        let (pool, now) = (pool(), Duration::from_secs(9));
+        let shown = fleet(&pool, true);
+        let text = text(&pool, Some(&shown), now);
+        assert!(
+            text.contains("probed here last probe answered 502"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fleet: fallen back to local, etcd unreachable: every backend is probed here (shared view read 8.3s ago; balancer 2a)"),
+            "{text}"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&json(&pool, Some(&shown), now)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v["fleet"]["local"], true);
+        assert_eq!(v["backends"][1]["probe_duty"], "here");
+        let html = html(&pool, Some(&shown), now);
+        assert!(
+            html.contains("<p id=\"fleet\" class=\"guard engaged\">fleet: fallen back to local"),
+            "{html}"
+        );
+        let alone = json(&pool, None, now);
+        assert!(
+            alone.contains("\"fleet\":null") && !super::text(&pool, None, now).contains("fleet:"),
+            "{alone}"
+        );
     }
 
     #[test]
     fn the_json_status_is_valid_json_with_every_backend() {
-        let json = json(&pool(), Duration::from_secs(1));
+        let json = json(&pool(), None, Duration::from_secs(1));
         let v: serde_json::Value =
             serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
         assert_eq!(v["backends"][0]["name"], "app1");
@@ -756,12 +920,15 @@ mod tests {
         assert_eq!(Form::Json.content_type(), "application/json");
         assert_eq!(Form::Html.content_type(), "text/html; charset=utf-8");
         let now = Duration::from_secs(1);
-        assert_eq!(Form::Json.render(&pool(), now), json(&pool(), now));
+        assert_eq!(
+            Form::Json.render(&pool(), None, now),
+            json(&pool(), None, now)
+        );
     }
 
     #[test]
     fn the_text_status_reads_one_line_per_backend() {
-        let text = text(&pool(), Duration::from_secs(1));
+        let text = text(&pool(), None, Duration::from_secs(1));
         assert!(text.contains("app1                     in        healthy   failures=0 last probe passed 990ms ago"), "{text}");
         assert!(
             text.contains("out       unhealthy failures=0 last probe answered 502 980ms ago"),
@@ -781,7 +948,7 @@ mod tests {
 
     #[test]
     fn the_html_page_has_one_row_per_backend_saying_in_or_out() {
-        let html = html(&pool(), Duration::from_secs(1));
+        let html = html(&pool(), None, Duration::from_secs(1));
         assert_eq!(html.matches("<tr id=\"backend-").count(), 2, "{html}");
         assert!(
             row(&html, 0).contains("<td class=\"name\">app1</td>"),
@@ -803,7 +970,7 @@ mod tests {
 
     #[test]
     fn the_html_page_says_why_a_backend_failing_its_probes_is_out() {
-        let html = html(&pool(), Duration::from_secs(1));
+        let html = html(&pool(), None, Duration::from_secs(1));
         let app2 = row(&html, 1);
         assert!(
             app2.contains("failing its probes: 1 in a row, the last answered 502"),
@@ -847,7 +1014,7 @@ mod tests {
                 pool.passive_written(&table, Some((&change, applied)), at);
             }
         }
-        let html = html(&pool, Duration::from_secs(5));
+        let html = html(&pool, None, Duration::from_secs(5));
         let a = row(&html, 0);
         assert!(a.contains("<td class=\"traffic out\">out</td>"), "{a}");
         assert!(
@@ -862,7 +1029,7 @@ mod tests {
         let mut pool = pool();
         pool.probe_sent(1, 3, Duration::from_secs(1));
         pool.probe_answered(3, Some(503), true, b"", Duration::from_secs(2));
-        let html = html(&pool, Duration::from_secs(2));
+        let html = html(&pool, None, Duration::from_secs(2));
         let app2 = row(&html, 1);
         assert!(
             app2.contains("refusing connections while other backends accept them"),
@@ -875,7 +1042,7 @@ mod tests {
         let mut pool = pool();
         pool.probe_sent(0, 3, Duration::from_secs(1));
         pool.probe_answered(3, Some(500), false, b"", Duration::from_secs(1));
-        let html = html(&pool, Duration::from_secs(2));
+        let html = html(&pool, None, Duration::from_secs(2));
         assert!(
             row(&html, 0).contains("kept in by the fleet guard: every backend fails its probes"),
             "{html}"
@@ -894,7 +1061,11 @@ mod tests {
             br#"{"upstreams":[{"name":"app&'1","authority":"app1"},{"name":"app2"}]}"#,
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        let html = html(&Pool::new(config, Duration::ZERO, |_| ()), Duration::ZERO);
+        let html = html(
+            &Pool::new(config, Duration::ZERO, |_| ()),
+            None,
+            Duration::ZERO,
+        );
         assert!(
             html.contains("<td class=\"name\">app&amp;&#39;1</td>"),
             "{html}"
@@ -912,7 +1083,7 @@ mod tests {
 
     #[test]
     fn the_html_page_reloads_itself_and_loads_nothing_else() {
-        let html = html(&pool(), Duration::from_secs(1));
+        let html = html(&pool(), None, Duration::from_secs(1));
         assert!(
             html.contains("<meta http-equiv=\"refresh\" content=\"2\">"),
             "{html}"

@@ -27,6 +27,7 @@
 
 use crate::active::ActiveHealth;
 use crate::drain::{Drain, Signal};
+use crate::fleet::shown::Shown;
 use crate::history::{Change, HistoryTable, MAX_CAUSE_LEN, MAX_KEY_LEN};
 use crate::lease::LeaseTable;
 use crate::outcome::{Failure, FailureKind};
@@ -36,7 +37,7 @@ use crate::time::Time;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::fmt;
-use upcheck_config::{HealthChecks, MAX_FAILS_LIMIT, MAX_HISTORY, MAX_NAME_LEN};
+use upcheck_config::{HealthChecks, MAX_FAILS_LIMIT, MAX_HISTORY, MAX_NAME_LEN, MAX_UPSTREAMS};
 
 /// The format version; bump it whenever a table's types change, with the keys in [`keys`].
 const VERSION: u8 = 5;
@@ -57,12 +58,16 @@ pub mod keys {
     pub const PASSIVE: &str = "upcheck.v5.passive";
     /// The newest changes of every pool's backends and fleet guard ([`crate::history`]).
     pub const HISTORY: &str = "upcheck.v5.history";
+    /// Followed by `.` and a fleet prefix ([`super::fleet_key`]): what that fleet's prober
+    /// shows of it ([`crate::fleet::shown`]).
+    pub const FLEET: &str = "upcheck.v5.fleet";
 }
 const ACTIVE: u8 = b'a';
 const PASSIVE: u8 = b'p';
 const ANNOUNCE: u8 = b'n';
 const LEASES: u8 = b'l';
 const HISTORY: u8 = b'h';
+const FLEET: u8 = b'b';
 
 /// Probe state by backend key.
 pub type ActiveTable = Vec<(String, ActiveHealth)>;
@@ -184,6 +189,60 @@ pub fn decode_history(bytes: &[u8]) -> Result<HistoryTable, TableError> {
         return Err(TableError("a change longer than any written"));
     }
     Ok(table)
+}
+
+/// The shared-data key of what the prober of the fleet at `prefix` shows of it: one key per
+/// prefix, written by that prober alone, so no compare-and-swap is needed.
+pub fn fleet_key(prefix: &str) -> String {
+    format!("{}.{prefix}", keys::FLEET)
+}
+
+/// What a prober shows of its fleet, as bytes: entries of the announcements' form (a key and a
+/// number), so no code of its own is spent on them: four without a key (this balancer's lease or
+/// 0, whether it is local, when it last read in milliseconds plus one or 0, how many balancers
+/// it counted), then each backend's key and its duty holder's lease (0: nobody; etcd never
+/// grants lease 0).
+pub fn encode_fleet(shown: &Shown) -> Vec<u8> {
+    let lease = |l: Option<i64>| l.map_or(0, i64::cast_unsigned);
+    let read = shown.read.map_or(0, |t| {
+        u64::try_from(t.as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1)
+    });
+    let head = [
+        lease(shown.me),
+        u64::from(shown.local),
+        read,
+        u64::from(shown.balancers),
+    ];
+    let entries: AnnounceTable = head
+        .into_iter()
+        .map(|n| (String::new(), n))
+        .chain(shown.duties.iter().map(|(k, l)| (k.clone(), lease(*l))))
+        .collect();
+    encode(FLEET, &entries)
+}
+
+/// Reads what [`encode_fleet`] wrote, refusing more backends or longer keys than any writer
+/// writes.
+pub fn decode_fleet(bytes: &[u8]) -> Result<Shown, TableError> {
+    let entries: AnnounceTable = decode(FLEET, bytes)?;
+    let Some(([(_, me), (_, local), (_, read), (_, balancers)], duties)) =
+        entries.split_first_chunk::<4>()
+    else {
+        return Err(TableError("a fleet without its head"));
+    };
+    if duties.len() > MAX_UPSTREAMS || duties.iter().any(|(k, _)| k.len() > MAX_KEY_LEN) {
+        return Err(TableError("a fleet larger than any written"));
+    }
+    let lease = |n: u64| (n != 0).then_some(n.cast_signed());
+    Ok(Shown {
+        me: lease(*me),
+        local: *local != 0,
+        read: read.checked_sub(1).map(Time::from_millis),
+        balancers: u32::try_from(*balancers).unwrap_or(u32::MAX),
+        duties: duties.iter().map(|(k, n)| (k.clone(), lease(*n))).collect(),
+    })
 }
 
 /// A change to the process-wide passive table, made by one VM and applied to the table as read.
@@ -498,6 +557,38 @@ mod tests {
         let announce = encode_announce(&vec![("app1".to_owned(), 7)]);
         assert!(decode_leases(&announce).is_err());
         assert!(decode_leases(&[0; 16]).is_err(), "a lease of the old form");
+    }
+
+    #[test]
+    fn what_a_prober_shows_of_its_fleet_survives_the_round_trip_and_is_bounded() {
+        let shown = Shown {
+            me: Some(7),
+            read: Some(secs(2)),
+            duties: vec![("app1".into(), Some(7)), ("app2".into(), None)],
+            ..Shown::default()
+        };
+        assert_eq!(decode_fleet(&encode_fleet(&shown)), Ok(shown));
+        let long = vec![("k".repeat(MAX_KEY_LEN + 1), None)];
+        let hostile = Shown {
+            duties: long,
+            ..Shown::default()
+        };
+        assert!(decode_fleet(&encode_fleet(&hostile)).is_err());
+        assert!(decode_fleet(&encode_history(&HistoryTable::default())).is_err());
+        assert_eq!(fleet_key("site/pool-1"), "upcheck.v5.fleet.site/pool-1");
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_under_the_fleet_tag_decode_or_are_refused_without_a_panic(
+            body in proptest::collection::vec(any::<u8>(), 0..256)
+        ) {
+            let mut bytes = vec![b'u', b'c', FLEET, VERSION];
+            bytes.extend(body);
+            if let Ok(shown) = decode_fleet(&bytes) {
+                prop_assert!(shown.duties.len() <= MAX_UPSTREAMS);
+            }
+        }
     }
 
     proptest! {

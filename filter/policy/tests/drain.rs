@@ -420,7 +420,7 @@ fn the_status_page_shows_a_draining_backend_with_what_said_so_and_since_when_in_
     let mut proxy = two_healthy();
     probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
     let now = secs(4);
-    let text = page::text(&proxy.pool, now);
+    let text = page::text(&proxy.pool, None, now);
     let app1 = text
         .lines()
         .find(|l| l.starts_with("app1"))
@@ -432,13 +432,13 @@ fn the_status_page_shows_a_draining_backend_with_what_said_so_and_since_when_in_
         "{app1}"
     );
     let json: serde_json::Value =
-        serde_json::from_str(&page::json(&proxy.pool, now)).expect("valid JSON");
+        serde_json::from_str(&page::json(&proxy.pool, None, now)).expect("valid JSON");
     assert_eq!(
         json["backends"][0]["draining"],
         serde_json::json!({"by": "its probe's answer carried x-envoy-immediate-health-check-fail", "since_ms": 3000})
     );
     assert_eq!(json["backends"][1]["draining"], serde_json::Value::Null);
-    let html = page::html(&proxy.pool, now);
+    let html = page::html(&proxy.pool, None, now);
     let row = html
         .lines()
         .find(|l| l.contains("id=\"backend-0\""))

@@ -199,7 +199,7 @@ fn every_form_of_the_status_page_shows_the_history_newest_first() {
     let proxy = incident("");
     let now = secs(45);
     let v: serde_json::Value =
-        serde_json::from_str(&page::json(&proxy.pool, now)).expect("the page is JSON");
+        serde_json::from_str(&page::json(&proxy.pool, None, now)).expect("the page is JSON");
     let history = v["history"].as_array().expect("a list");
     assert_eq!(history.len(), 10);
     assert_eq!(history[0]["backend"], "app2");
@@ -214,7 +214,7 @@ fn every_form_of_the_status_page_shows_the_history_newest_first() {
     assert_eq!(history[3]["from"], "off");
     assert_eq!(history[3]["to"], "engaged");
     assert_eq!(history[7]["cause"], "unhealthy: 1 probe answered 502");
-    let text = page::text(&proxy.pool, now);
+    let text = page::text(&proxy.pool, None, now);
     let after_guard = text
         .split_once("fleet guard: off\nhistory, newest first:\n")
         .map(|(_, h)| h)
@@ -229,7 +229,7 @@ fn every_form_of_the_status_page_shows_the_history_newest_first() {
             .contains("(35.0s ago) app2 healthy → unhealthy: unhealthy: 1 probe answered 502\n"),
         "{text}"
     );
-    let html = page::html(&proxy.pool, now);
+    let html = page::html(&proxy.pool, None, now);
     let table = html
         .split_once("<table id=\"history\">")
         .map(|(_, t)| t)

@@ -1318,13 +1318,13 @@ fn through_the_pool_a_backend_that_loses_its_database_mid_traffic_is_out_at_its_
         ["app1"],
         "a passing probe does not lift it"
     );
-    let page = upcheck_policy::page::text(&proxy.pool, secs(31));
+    let page = upcheck_policy::page::text(&proxy.pool, None, secs(31));
     assert!(
         page.contains("ejected (outlier for 19.")
             && page.contains("more: its last 5 requests failed"),
         "{page}"
     );
-    let json = upcheck_policy::page::json(&proxy.pool, secs(31));
+    let json = upcheck_policy::page::json(&proxy.pool, None, secs(31));
     let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
     let outlier = &v["backends"][1]["outlier"];
     assert!(

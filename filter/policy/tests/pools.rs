@@ -104,8 +104,8 @@ fn a_status_page_pool_shows_what_the_traffic_pool_shares_and_asks_for_nothing() 
         page.history_published(&traffic.history);
         assert!(effects.is_empty(), "at {now:?}: {effects:?}");
         assert_eq!(
-            upcheck_policy::page::json(&page, now),
-            upcheck_policy::page::json(&traffic.pool, now),
+            upcheck_policy::page::json(&page, None, now),
+            upcheck_policy::page::json(&traffic.pool, None, now),
             "at {now:?}"
         );
     }

@@ -34,6 +34,7 @@
 
 pub mod etcd;
 pub mod json;
+pub mod shown;
 
 use crate::active::ActiveHealth;
 use crate::events::Level;
@@ -234,7 +235,8 @@ impl Fleet {
         format!("{}/v{VERSION}/{kind}/{name}", self.settings.prefix)
     }
 
-    fn lease(&self) -> Option<i64> {
+    /// This balancer's etcd lease ID, once it has one.
+    pub fn lease(&self) -> Option<i64> {
         match self.membership {
             Membership::In { lease, .. } => Some(lease),
             _ => None,
