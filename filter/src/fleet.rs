@@ -27,8 +27,8 @@ pub struct Part {
     balancers: Gauge,
     /// Per backend key, its `probe_duty` gauge.
     duties: Vec<(String, Gauge)>,
-    /// What the status page was last given.
-    shown: Option<Shown>,
+    /// What the status page was last given, as bytes.
+    shown: Vec<u8>,
 }
 
 /// A gauge and the value it was last set to.
@@ -65,7 +65,7 @@ impl Part {
             local: Gauge::define(&series::pool_stat(name, "fleet_local")),
             balancers: Gauge::define(&series::pool_stat(name, "fleet_balancers")),
             duties: Vec::new(),
-            shown: None,
+            shown: Vec::new(),
         }
     }
 
@@ -95,9 +95,10 @@ impl Part {
             gauge.show(u64::from(self.fleet.duty(key) == Duty::Here));
         }
         let shown = Shown::of(&self.fleet, members.iter().map(|m| m.key.as_str()));
-        if self.shown.as_ref() != Some(&shown) {
-            shared::write_fleet(&self.fleet.settings().prefix, &shown);
-            self.shown = Some(shown);
+        let bytes = shown.encode();
+        if self.shown != bytes {
+            shared::write_fleet(&self.fleet.settings().prefix, &bytes);
+            self.shown = bytes;
         }
     }
 }

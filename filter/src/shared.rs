@@ -231,16 +231,15 @@ pub fn update_history(append: &dyn Fn(&mut HistoryTable)) -> Option<HistoryTable
     .map(|(table, ())| table)
 }
 
-/// Writes what this prober shows of the fleet at `prefix`.
-pub fn write_fleet(prefix: &str, shown: &Shown) {
+/// Writes what this prober shows of the fleet at `prefix` ([`Shown::encode`]).
+pub fn write_fleet(prefix: &str, bytes: &[u8]) {
     let key = tables::fleet_key(prefix);
-    if let Err(status) = hostcalls::set_shared_data(&key, Some(&tables::encode_fleet(shown)), None)
-    {
+    if let Err(status) = hostcalls::set_shared_data(&key, Some(bytes), None) {
         log::warn!("upcheck: writing shared data {key} failed ({status:?})");
     }
 }
 
 /// What the prober of the fleet at `prefix` last showed of it.
 pub fn read_fleet(prefix: &str) -> Option<Shown> {
-    read_if_changed(&tables::fleet_key(prefix), None, tables::decode_fleet).map(|(s, _)| s)
+    read_if_changed(&tables::fleet_key(prefix), None, Shown::decode).map(|(s, _)| s)
 }

@@ -14,7 +14,7 @@ use std::fmt;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-/// The default `fleet.prefix`.
+/// The default `fleet.prefix` when the configuration names no `pool`.
 pub const DEFAULT_PREFIX: &str = "upcheck";
 /// The default `fleet.lease_ttl`.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(6);
@@ -27,7 +27,7 @@ pub const MAX_LEASE_TTL: Duration = Duration::from_secs(3600);
 pub const MAX_PREFIX_LEN: usize = 128;
 
 /// The balancers' shared view, as configured. Defaults in [`Fleet::default`], except `cluster`,
-/// which is required.
+/// which is required; `prefix` left out is completed by the configuration ([`Fleet::prefix_for`]).
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Fleet {
@@ -36,8 +36,10 @@ pub struct Fleet {
     #[serde(deserialize_with = "cluster")]
     pub cluster: String,
     /// Where in etcd's key space the pool's balancers meet: segments of letters, digits, `.`,
-    /// `_` and `-` joined by `/`, at most [`MAX_PREFIX_LEN`] bytes. Default [`DEFAULT_PREFIX`].
-    #[serde(deserialize_with = "prefix")]
+    /// `_` and `-` joined by `/`, at most [`MAX_PREFIX_LEN`] bytes. Default: the configuration's
+    /// `pool` when set, else [`DEFAULT_PREFIX`] (left out, it reads as empty, and the
+    /// configuration fills it in).
+    #[serde(deserialize_with = "prefix", default = "String::new")]
     pub prefix: String,
     /// How long a balancer that stopped answering keeps its probe duties: its etcd lease's TTL,
     /// in whole seconds, within [`Fleet::LEASE_TTL`]. Default [`DEFAULT_LEASE_TTL`].
@@ -68,6 +70,12 @@ impl Default for Fleet {
 impl Fleet {
     /// What `lease_ttl` may be.
     pub const LEASE_TTL: RangeInclusive<Duration> = MIN_LEASE_TTL..=MAX_LEASE_TTL;
+
+    /// The prefix when none is given: the pool's name (`pool`) when set, else [`DEFAULT_PREFIX`]
+    /// (a pool's name, letters, digits, `_` and `-`, is a clean path).
+    pub fn prefix_for(pool: Option<&str>) -> String {
+        pool.unwrap_or(DEFAULT_PREFIX).to_owned()
+    }
 
     /// The user and password, when etcd has authentication on.
     pub fn credentials(&self) -> Option<(&str, &str)> {

@@ -205,8 +205,12 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
     check_upstreams(&config)?;
     check_proxy(&config)?;
     across_fields(&config)?;
-    if let Some(f) = &config.fleet {
+    let pool = config.pool.clone();
+    if let Some(f) = &mut config.fleet {
         fleet(f)?;
+        if f.prefix.is_empty() {
+            f.prefix = Fleet::prefix_for(pool.as_deref());
+        }
     }
     config.jitter = Some(config.jitter());
     for u in &mut config.upstreams {

@@ -189,17 +189,17 @@ fn duty(holder: &Holder) -> String {
 /// The fleet in a sentence: this balancer's name, and when it last read the shared view, or
 /// that it has fallen back to local.
 fn fleet_summary(fleet: &Shown, now: Time) -> String {
-    let read = match fleet.read {
+    let read = match fleet.read() {
         Some(at) => format!("shared view read {} ago", ago(now, at)),
         None => "shared view never read".to_owned(),
     };
     let me = fleet
-        .me
+        .me()
         .map_or_else(|| "without a lease".to_owned(), |l| format!("{l:x}"));
-    if fleet.local {
+    if fleet.local() {
         format!("fallen back to local, etcd unreachable: every backend is probed here ({read}; balancer {me})")
     } else {
-        format!("balancer {me} of {}, {read}", fleet.balancers)
+        format!("balancer {me} of {}, {read}", fleet.balancers())
     }
 }
 
@@ -378,16 +378,18 @@ pub fn json<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
     );
     match fleet {
         Some(f) => {
-            let name =
-                f.me.map_or_else(|| "null".to_owned(), |l| format!("\"{l:x}\""));
-            let ms = f.read.map_or_else(
+            let name = f
+                .me()
+                .map_or_else(|| "null".to_owned(), |l| format!("\"{l:x}\""));
+            let ms = f.read().map_or_else(
                 || "null".to_owned(),
                 |at| now.saturating_sub(at).as_millis().to_string(),
             );
             let _ = write!(
                 out,
                 ",\"fleet\":{{\"balancer\":{name},\"balancers\":{},\"local\":{},\"last_read_ago_ms\":{ms}}}",
-                f.balancers, f.local
+                f.balancers(),
+                f.local()
             );
         }
         None => out.push_str(",\"fleet\":null"),
@@ -443,7 +445,7 @@ pub fn html<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
         let _ = writeln!(
             out,
             "<p id=\"fleet\" class=\"guard{}\">fleet: {}</p>",
-            if f.local { " engaged" } else { "" },
+            if f.local() { " engaged" } else { "" },
             escaped(&fleet_summary(f, now))
         );
     }
@@ -748,19 +750,15 @@ mod tests {
 
     /// app1's duty held here (lease 2a), app-2's by balancer ff, read at 700 ms.
     fn fleet(pool: &Pool, local: bool) -> Shown {
-        let key = |i: usize| {
-            pool.members()
-                .get(i)
-                .map(|m| m.key.clone())
-                .unwrap_or_default()
-        };
-        Shown {
-            me: Some(0x2a),
+        let duties = pool.members().iter().map(|m| m.key.clone());
+        let duties = duties.zip([Some(0x2a), Some(0xff)]);
+        Shown::new(
+            Some(0x2a),
             local,
-            read: Some(Duration::from_millis(700)),
-            balancers: 3,
-            duties: vec![(key(0), Some(0x2a)), (key(1), Some(0xff))],
-        }
+            Some(Duration::from_millis(700)),
+            3,
+            duties,
+        )
     }
 
     #[test]

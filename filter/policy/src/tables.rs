@@ -27,7 +27,6 @@
 
 use crate::active::ActiveHealth;
 use crate::drain::{Drain, Signal};
-use crate::fleet::shown::Shown;
 use crate::history::{Change, HistoryTable, MAX_CAUSE_LEN, MAX_KEY_LEN};
 use crate::lease::LeaseTable;
 use crate::outcome::{Failure, FailureKind};
@@ -197,52 +196,23 @@ pub fn fleet_key(prefix: &str) -> String {
     format!("{}.{prefix}", keys::FLEET)
 }
 
-/// What a prober shows of its fleet, as bytes: entries of the announcements' form (a key and a
-/// number), so no code of its own is spent on them: four without a key (this balancer's lease or
-/// 0, whether it is local, when it last read in milliseconds plus one or 0, how many balancers
-/// it counted), then each backend's key and its duty holder's lease (0: nobody; etcd never
-/// grants lease 0).
-pub fn encode_fleet(shown: &Shown) -> Vec<u8> {
-    let lease = |l: Option<i64>| l.map_or(0, i64::cast_unsigned);
-    let read = shown.read.map_or(0, |t| {
-        u64::try_from(t.as_millis())
-            .unwrap_or(u64::MAX)
-            .saturating_add(1)
-    });
-    let head = [
-        lease(shown.me),
-        u64::from(shown.local),
-        read,
-        u64::from(shown.balancers),
-    ];
-    let entries: AnnounceTable = head
-        .into_iter()
-        .map(|n| (String::new(), n))
-        .chain(shown.duties.iter().map(|(k, l)| (k.clone(), lease(*l))))
-        .collect();
-    encode(FLEET, &entries)
+/// What a prober shows of its fleet ([`crate::fleet::shown`]) as bytes: entries of the
+/// announcements' form, so they cost no code of their own.
+pub fn encode_fleet(entries: &AnnounceTable) -> Vec<u8> {
+    encode(FLEET, entries)
 }
 
-/// Reads what [`encode_fleet`] wrote, refusing more backends or longer keys than any writer
-/// writes.
-pub fn decode_fleet(bytes: &[u8]) -> Result<Shown, TableError> {
+/// Reads what [`encode_fleet`] wrote, refusing fewer entries than the head's four, more than
+/// those and a backend's each, or longer keys than any writer writes.
+pub fn decode_fleet(bytes: &[u8]) -> Result<AnnounceTable, TableError> {
     let entries: AnnounceTable = decode(FLEET, bytes)?;
-    let Some(([(_, me), (_, local), (_, read), (_, balancers)], duties)) =
-        entries.split_first_chunk::<4>()
-    else {
+    if entries.len() < 4 {
         return Err(TableError("a fleet without its head"));
-    };
-    if duties.len() > MAX_UPSTREAMS || duties.iter().any(|(k, _)| k.len() > MAX_KEY_LEN) {
+    }
+    if entries.len() > MAX_UPSTREAMS + 4 || entries.iter().any(|(k, _)| k.len() > MAX_KEY_LEN) {
         return Err(TableError("a fleet larger than any written"));
     }
-    let lease = |n: u64| (n != 0).then_some(n.cast_signed());
-    Ok(Shown {
-        me: lease(*me),
-        local: *local != 0,
-        read: read.checked_sub(1).map(Time::from_millis),
-        balancers: u32::try_from(*balancers).unwrap_or(u32::MAX),
-        duties: duties.iter().map(|(k, n)| (k.clone(), lease(*n))).collect(),
-    })
+    Ok(entries)
 }
 
 /// A change to the process-wide passive table, made by one VM and applied to the table as read.
@@ -560,20 +530,12 @@ mod tests {
     }
 
     #[test]
-    fn what_a_prober_shows_of_its_fleet_survives_the_round_trip_and_is_bounded() {
-        let shown = Shown {
-            me: Some(7),
-            read: Some(secs(2)),
-            duties: vec![("app1".into(), Some(7)), ("app2".into(), None)],
-            ..Shown::default()
-        };
-        assert_eq!(decode_fleet(&encode_fleet(&shown)), Ok(shown));
-        let long = vec![("k".repeat(MAX_KEY_LEN + 1), None)];
-        let hostile = Shown {
-            duties: long,
-            ..Shown::default()
-        };
-        assert!(decode_fleet(&encode_fleet(&hostile)).is_err());
+    fn a_fleet_record_is_bounded_and_no_other_table_reads_as_one() {
+        let entries = vec![(String::new(), 1); 4];
+        assert_eq!(decode_fleet(&encode_fleet(&entries)), Ok(entries));
+        let long = vec![("k".repeat(MAX_KEY_LEN + 1), 0)];
+        assert!(decode_fleet(&encode_fleet(&long)).is_err());
+        assert!(decode_fleet(&encode_announce(&vec![(String::new(), 1)])).is_err());
         assert!(decode_fleet(&encode_history(&HistoryTable::default())).is_err());
         assert_eq!(fleet_key("site/pool-1"), "upcheck.v5.fleet.site/pool-1");
     }
@@ -585,8 +547,8 @@ mod tests {
         ) {
             let mut bytes = vec![b'u', b'c', FLEET, VERSION];
             bytes.extend(body);
-            if let Ok(shown) = decode_fleet(&bytes) {
-                prop_assert!(shown.duties.len() <= MAX_UPSTREAMS);
+            if let Ok(entries) = decode_fleet(&bytes) {
+                prop_assert!(entries.len() <= MAX_UPSTREAMS + 4);
             }
         }
     }

@@ -228,6 +228,13 @@ fn every_documented_default_is_the_one_in_force_when_the_field_is_left_out() {
                 assert!(names(&error, field), "{field}: {error}");
             }
             "the `name`" => assert_eq!(in_force, &json!("app1"), "{field}"),
+            "the `pool`, else `\"upcheck\"`" => {
+                assert_eq!(in_force, &json!("upcheck"), "{field}: without a pool");
+                let mut doc: Value = serde_json::from_str(smallest(field)).expect("JSON");
+                doc["pool"] = json!("site-1");
+                let pooled = effective(&doc.to_string());
+                assert_eq!(lookup(&pooled, field), Some(&json!("site-1")), "{field}");
+            }
             "a tenth of `health_checks.active.interval`" => {
                 let interval = active_interval
                     .as_ref()

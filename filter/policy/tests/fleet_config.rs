@@ -37,6 +37,22 @@ fn a_fleet_naming_its_cluster_takes_the_defaults_for_the_rest() {
 }
 
 #[test]
+fn a_fleets_prefix_defaults_to_the_pools_name_when_the_pool_has_one() {
+    let json = r#"{"upstreams":[{"name":"app1"}],"pool":"site-1","fleet":{"cluster":"etcd"}}"#;
+    let config = Config::parse(json.as_bytes()).unwrap();
+    assert_eq!(config.fleet.clone().unwrap().prefix, "site-1");
+    let again = Config::parse(config.effective_json().as_bytes()).unwrap();
+    assert_eq!(again, config, "the effective form reads back");
+    let json = r#"{"upstreams":[{"name":"app1"}],"pool":"site-1","fleet":{"cluster":"etcd","prefix":"a/b"}}"#;
+    let config = Config::parse(json.as_bytes()).unwrap();
+    assert_eq!(
+        config.fleet.unwrap().prefix,
+        "a/b",
+        "a prefix given is kept"
+    );
+}
+
+#[test]
 fn every_field_of_a_fleet_is_read_as_written() {
     let config = parse(
         r#"{"cluster":"etcd","prefix":"site/pool-1","lease_ttl":"10s",

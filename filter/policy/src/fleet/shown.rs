@@ -3,27 +3,26 @@
 //!
 //! Only the prober VM speaks to etcd, and the page is answered by another VM (the status page
 //! listener's), so the prober writes this small record into shared data, by prefix
-//! ([`crate::tables::keys::FLEET`]), whenever it changes, and the page reads it back as untrusted
-//! bytes ([`crate::tables::decode_fleet`]). A balancer is named by its etcd lease ID, never by
+//! ([`crate::tables::fleet_key`]), whenever it changes, and the page reads it back as untrusted
+//! bytes ([`Shown::decode`]). A balancer is named by its etcd lease ID, never by
 //! anything of its credentials.
+//!
+//! The record is kept in the announcements' form, a key and a number per entry, so its bytes
+//! cost no code of their own: four entries without a key (this balancer's lease or 0, 1 if it
+//! has fallen back to local, when it last read in milliseconds plus one or 0, how many balancers
+//! it counted), then each backend's key and its duty holder's lease (0: nobody; etcd never
+//! grants lease 0).
 
 use super::{Duty, Fleet};
+use crate::tables::{self, AnnounceTable, TableError};
 use crate::time::Time;
 
+/// The entries before the backends'.
+const HEAD: usize = 4;
+
 /// The fleet as one balancer sees it, for its status page.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Shown {
-    /// This balancer's lease ID, once it has one.
-    pub me: Option<i64>,
-    /// Whether it has fallen back to probing every backend itself (etcd unreachable).
-    pub local: bool,
-    /// When it last read the shared view (to the millisecond).
-    pub read: Option<Time>,
-    /// How many balancers that read counted.
-    pub balancers: u32,
-    /// By backend key, the lease of the balancer holding its probe duty (`None`: nobody yet).
-    pub duties: Vec<(String, Option<i64>)>,
-}
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shown(AnnounceTable);
 
 /// Where one backend's probe duty is, as the page says it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,36 +35,99 @@ pub enum Holder {
     Nobody,
 }
 
+fn lease(l: Option<i64>) -> u64 {
+    l.map_or(0, i64::cast_unsigned)
+}
+
 impl Shown {
+    /// A balancer with lease `me` (if it has one), fallen back to `local` or not, that last
+    /// read the shared view at `read` and counted `balancers`, and where each backend's duty is,
+    /// by key.
+    pub fn new(
+        me: Option<i64>,
+        local: bool,
+        read: Option<Time>,
+        balancers: usize,
+        duties: impl Iterator<Item = (String, Option<i64>)>,
+    ) -> Shown {
+        let read = read.map_or(0, |t| {
+            u64::try_from(t.as_millis())
+                .unwrap_or(u64::MAX)
+                .saturating_add(1)
+        });
+        let balancers = u64::try_from(balancers).unwrap_or(u64::MAX);
+        let head = [lease(me), u64::from(local), read, balancers];
+        Shown(
+            head.into_iter()
+                .map(|n| (String::new(), n))
+                .chain(duties.map(|(k, l)| (k, lease(l))))
+                .collect(),
+        )
+    }
+
     /// What `fleet` shows of the backends whose keys are `keys`.
     pub fn of<'a>(fleet: &Fleet, keys: impl Iterator<Item = &'a str>) -> Shown {
         let me = fleet.lease();
-        Shown {
+        let duties = keys.map(|key| {
+            let holder = match fleet.duty(key) {
+                Duty::Here => me,
+                Duty::Elsewhere { holder, .. } => holder,
+            };
+            (key.to_owned(), holder)
+        });
+        Shown::new(
             me,
-            local: fleet.local(),
-            read: fleet.last_read(),
-            balancers: u32::try_from(fleet.balancers()).unwrap_or(u32::MAX),
-            duties: keys
-                .map(|key| {
-                    let holder = match fleet.duty(key) {
-                        Duty::Here => me,
-                        Duty::Elsewhere { holder, .. } => holder,
-                    };
-                    (key.to_owned(), holder)
-                })
-                .collect(),
-        }
+            fleet.local(),
+            fleet.last_read(),
+            fleet.balancers(),
+            duties,
+        )
+    }
+
+    /// Its bytes, for shared data.
+    pub fn encode(&self) -> Vec<u8> {
+        tables::encode_fleet(&self.0)
+    }
+
+    /// Reads back what [`Shown::encode`] wrote, refusing bytes that are not such a record.
+    pub fn decode(bytes: &[u8]) -> Result<Shown, TableError> {
+        tables::decode_fleet(bytes).map(Shown)
+    }
+
+    fn head(&self, at: usize) -> u64 {
+        self.0.get(at).map_or(0, |(_, n)| *n)
+    }
+
+    /// This balancer's lease ID, once it has one.
+    pub fn me(&self) -> Option<i64> {
+        Some(self.head(0).cast_signed()).filter(|l| *l != 0)
+    }
+
+    /// Whether it has fallen back to probing every backend itself (etcd unreachable).
+    pub fn local(&self) -> bool {
+        self.head(1) != 0
+    }
+
+    /// When it last read the shared view (to the millisecond).
+    pub fn read(&self) -> Option<Time> {
+        self.head(2).checked_sub(1).map(Time::from_millis)
+    }
+
+    /// How many balancers that read counted.
+    pub fn balancers(&self) -> u64 {
+        self.head(3)
     }
 
     /// Where the probe duty of the backend whose key is `key` is; `None` if this record does
     /// not know the backend.
     pub fn holder(&self, key: &str) -> Option<Holder> {
-        let (_, holder) = self.duties.iter().find(|(k, _)| k == key)?;
+        let (_, holder) = self.0.iter().skip(HEAD).find(|(k, _)| k == key)?;
+        let holder = holder.cast_signed();
         Some(match holder {
-            _ if self.local => Holder::Here,
-            Some(lease) if Some(*lease) == self.me => Holder::Here,
-            Some(lease) => Holder::Other(*lease),
-            None => Holder::Nobody,
+            _ if self.local() => Holder::Here,
+            0 => Holder::Nobody,
+            l if Some(l) == self.me() => Holder::Here,
+            l => Holder::Other(l),
         })
     }
 }
@@ -75,17 +137,9 @@ mod tests {
     use super::*;
 
     fn shown(local: bool) -> Shown {
-        Shown {
-            me: Some(0x2a),
-            local,
-            read: Some(Time::from_secs(3)),
-            balancers: 3,
-            duties: vec![
-                ("a".into(), Some(0x2a)),
-                ("b".into(), Some(0xff)),
-                ("c".into(), None),
-            ],
-        }
+        let duties = [("a", Some(0x2a)), ("b", Some(0xff)), ("c", None)];
+        let duties = duties.into_iter().map(|(k, l)| (k.to_owned(), l));
+        Shown::new(Some(0x2a), local, Some(Time::from_secs(3)), 3, duties)
     }
 
     #[test]
@@ -95,6 +149,12 @@ mod tests {
         assert_eq!(s.holder("b"), Some(Holder::Other(0xff)));
         assert_eq!(s.holder("c"), Some(Holder::Nobody));
         assert_eq!(s.holder("d"), None);
+        assert_eq!(s.holder(""), None, "the head is no backend");
+        assert_eq!(
+            (s.me(), s.local(), s.read(), s.balancers()),
+            (Some(0x2a), false, Some(Time::from_secs(3)), 3)
+        );
+        assert_eq!(Shown::decode(&s.encode()), Ok(s), "the round trip");
     }
 
     #[test]
@@ -103,5 +163,14 @@ mod tests {
         for key in ["a", "b", "c"] {
             assert_eq!(s.holder(key), Some(Holder::Here), "{key}");
         }
+    }
+
+    #[test]
+    fn a_balancer_without_a_lease_or_a_read_says_so() {
+        let s = Shown::new(None, true, None, 0, std::iter::empty());
+        assert_eq!((s.me(), s.read(), s.local()), (None, None, true));
+        assert_eq!(Shown::decode(&s.encode()), Ok(s));
+        let headless = tables::encode_fleet(&vec![(String::new(), 1)]);
+        assert!(Shown::decode(&headless).is_err());
     }
 }
