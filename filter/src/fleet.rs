@@ -16,8 +16,8 @@ use crate::metrics;
 use crate::shared;
 use crate::vm::Vm;
 use proxy_wasm::types::{BufferType, MapType, MetricType, Status};
-use upcheck_policy::fleet::shown::Shown;
-use upcheck_policy::fleet::{Duty, Fleet, Request, MAX_ANSWER};
+use upcheck_policy::fleet::shown::{Holder, Shown};
+use upcheck_policy::fleet::{Fleet, Request, MAX_ANSWER};
 use upcheck_policy::{series, Level, Pool, Time};
 
 /// This balancer's part in the fleet, with the gauges that show it.
@@ -88,13 +88,12 @@ impl Part {
                 })
                 .collect();
         }
-        self.local.show(u64::from(self.fleet.local()));
-        self.balancers
-            .show(u64::try_from(self.fleet.balancers()).unwrap_or(u64::MAX));
-        for (key, gauge) in &mut self.duties {
-            gauge.show(u64::from(self.fleet.duty(key) == Duty::Here));
-        }
         let shown = Shown::of(&self.fleet, members.iter().map(|m| m.key.as_str()));
+        self.local.show(u64::from(shown.local()));
+        self.balancers.show(shown.balancers());
+        for (key, gauge) in &mut self.duties {
+            gauge.show(u64::from(shown.holder(key) == Some(Holder::Here)));
+        }
         let bytes = shown.encode();
         if self.shown != bytes {
             shared::write_fleet(&self.fleet.settings().prefix, &bytes);

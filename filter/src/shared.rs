@@ -239,7 +239,9 @@ pub fn write_fleet(prefix: &str, bytes: &[u8]) {
     }
 }
 
-/// What the prober of the fleet at `prefix` last showed of it.
+/// What the prober of the fleet at `prefix` last showed of it; bytes that are not such a record
+/// show nothing (the page then says nothing of the fleet).
 pub fn read_fleet(prefix: &str) -> Option<Shown> {
-    read_if_changed(&tables::fleet_key(prefix), None, Shown::decode).map(|(s, _)| s)
+    let (bytes, _) = get(&tables::fleet_key(prefix))?;
+    Shown::decode(&bytes).ok()
 }

@@ -177,29 +177,37 @@ fn lines<'a, H>(
     })
 }
 
-/// Which balancer probes a backend, in a few words.
-fn duty(holder: &Holder) -> String {
+/// Which balancer probes a backend, in a few words, onto `out`.
+fn duty(out: &mut String, holder: &Holder) {
     match holder {
-        Holder::Here => "probed here".to_owned(),
-        Holder::Other(lease) => format!("probed by balancer {lease:x}"),
-        Holder::Nobody => "probed by no balancer yet".to_owned(),
+        Holder::Here => out.push_str("probed here"),
+        Holder::Other(lease) => {
+            let _ = write!(out, "probed by balancer {lease:x}");
+        }
+        Holder::Nobody => out.push_str("probed by no balancer yet"),
     }
 }
 
-/// The fleet in a sentence: this balancer's name, and when it last read the shared view, or
-/// that it has fallen back to local.
-fn fleet_summary(fleet: &Shown, now: Time) -> String {
-    let read = match fleet.read() {
-        Some(at) => format!("shared view read {} ago", ago(now, at)),
-        None => "shared view never read".to_owned(),
-    };
-    let me = fleet
-        .me()
-        .map_or_else(|| "without a lease".to_owned(), |l| format!("{l:x}"));
+/// The fleet in a sentence, onto `out`: this balancer's name, whether it has fallen back to
+/// local, and when it last read the shared view. Nothing in it needs escaping in HTML.
+fn fleet_summary(out: &mut String, fleet: &Shown, now: Time) {
+    out.push_str("fleet: balancer ");
+    match fleet.me() {
+        Some(me) => {
+            let _ = write!(out, "{me:x}");
+        }
+        None => out.push_str("without a lease"),
+    }
     if fleet.local() {
-        format!("fallen back to local, etcd unreachable: every backend is probed here ({read}; balancer {me})")
+        out.push_str(", fallen back to local (etcd unreachable): every backend is probed here");
     } else {
-        format!("balancer {me} of {}, {read}", fleet.balancers())
+        let _ = write!(out, " of {}", fleet.balancers());
+    }
+    match fleet.read() {
+        Some(at) => {
+            let _ = write!(out, "; shared view read {} ago", ago(now, at));
+        }
+        None => out.push_str("; shared view never read"),
     }
 }
 
@@ -259,7 +267,8 @@ pub fn text<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
             );
         }
         if let Some(holder) = &l.duty {
-            let _ = write!(out, "{} ", duty(holder));
+            duty(&mut out, holder);
+            out.push(' ');
         }
         match l.last_probe {
             Some((at, outcome)) => {
@@ -269,7 +278,8 @@ pub fn text<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
         }
     }
     if let Some(fleet) = fleet {
-        let _ = writeln!(out, "fleet: {}", fleet_summary(fleet, now));
+        fleet_summary(&mut out, fleet, now);
+        out.push('\n');
     }
     let guard = pool.guard();
     let _ = writeln!(out, "fleet guard: {guard}");
@@ -378,19 +388,25 @@ pub fn json<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
     );
     match fleet {
         Some(f) => {
-            let name = f
-                .me()
-                .map_or_else(|| "null".to_owned(), |l| format!("\"{l:x}\""));
-            let ms = f.read().map_or_else(
-                || "null".to_owned(),
-                |at| now.saturating_sub(at).as_millis().to_string(),
-            );
+            out.push_str(",\"fleet\":{\"balancer\":");
+            match f.me() {
+                Some(me) => {
+                    let _ = write!(out, "\"{me:x}\"");
+                }
+                None => out.push_str("null"),
+            }
             let _ = write!(
                 out,
-                ",\"fleet\":{{\"balancer\":{name},\"balancers\":{},\"local\":{},\"last_read_ago_ms\":{ms}}}",
+                ",\"balancers\":{},\"local\":{},\"last_read_ago_ms\":",
                 f.balancers(),
                 f.local()
             );
+            match f.read() {
+                Some(at) => {
+                    let _ = write!(out, "{}}}", now.saturating_sub(at).as_millis());
+                }
+                None => out.push_str("null}"),
+            }
         }
         None => out.push_str(",\"fleet\":null"),
     }
@@ -442,12 +458,10 @@ pub fn html<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
         escaped(&guard.to_string())
     );
     if let Some(f) = fleet {
-        let _ = writeln!(
-            out,
-            "<p id=\"fleet\" class=\"guard{}\">fleet: {}</p>",
-            if f.local() { " engaged" } else { "" },
-            escaped(&fleet_summary(f, now))
-        );
+        let engaged = if f.local() { " engaged" } else { "" };
+        let _ = write!(out, "<p id=\"fleet\" class=\"guard{engaged}\">");
+        fleet_summary(&mut out, f, now);
+        out.push_str("</p>\n");
     }
     html_history(&mut out, pool, now);
     let _ = write!(
@@ -563,7 +577,9 @@ fn html_row<H>(
         None => out.push_str("not probed yet"),
     }
     if let Some(holder) = &line.duty {
-        let _ = write!(out, "<br><span class=\"duty\">{}</span>", duty(holder));
+        out.push_str("<br><span class=\"duty\">");
+        duty(out, holder);
+        out.push_str("</span>");
     }
     let _ = writeln!(
         out,
@@ -775,7 +791,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("fleet: balancer 2a of 3, shared view read 300ms ago\nfleet guard"),
+            text.contains("fleet: balancer 2a of 3; shared view read 300ms ago\nfleet guard"),
             "{text}"
         );
         let v: serde_json::Value =
@@ -807,7 +823,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("fleet: fallen back to local, etcd unreachable: every backend is probed here (shared view read 8.3s ago; balancer 2a)"),
+            text.contains("fleet: balancer 2a, fallen back to local (etcd unreachable): every backend is probed here; shared view read 8.3s ago"),
             "{text}"
         );
         let v: serde_json::Value =
@@ -816,7 +832,9 @@ mod tests {
         assert_eq!(v["backends"][1]["probe_duty"], "here");
         let html = html(&pool, Some(&shown), now);
         assert!(
-            html.contains("<p id=\"fleet\" class=\"guard engaged\">fleet: fallen back to local"),
+            html.contains(
+                "<p id=\"fleet\" class=\"guard engaged\">fleet: balancer 2a, fallen back to local"
+            ),
             "{html}"
         );
         let alone = json(&pool, None, now);
