@@ -474,6 +474,13 @@ impl Balancer {
         Ok(stats + &page)
     }
 
+    /// Its status page in JSON, as served now.
+    pub async fn page_json(&self) -> Result<Value> {
+        let url = format!("http://{}/upcheck/status.json", self.status);
+        let text = self.http.get(url).send().await?.text().await?;
+        serde_json::from_str(&text).with_context(|| format!("not JSON: {text}"))
+    }
+
     /// A counter of upcheck's (`wasmcustom.upcheck.<name>`), 0 when Envoy has none yet.
     pub async fn counter(&self, name: &str) -> Result<u64> {
         let stat = format!("wasmcustom.upcheck.{name}");

@@ -127,6 +127,46 @@ async fn three_balancers_probe_each_backend_once_per_interval_and_hand_a_dead_ho
     }
     assert_eq!(futures_counts(&fleet, "fleet_balancers").await?, [3, 3, 3]);
     assert_eq!(futures_counts(&fleet, "fleet_local").await?, [0, 0, 0]);
+    // So does each status page (another VM than the prober's): each backend probed here on
+    // exactly one balancer, and by that one's lease on the others.
+    let mut pages = Vec::new();
+    for b in &fleet {
+        pages.push(b.page_json().await?);
+    }
+    for (i, name) in ["app1", "app2"].iter().enumerate() {
+        let duties: Vec<&str> = pages
+            .iter()
+            .map(|p| p["backends"][i]["probe_duty"].as_str().unwrap_or_default())
+            .collect();
+        let here: Vec<usize> = (0..3).filter(|b| duties[*b] == "here").collect();
+        assert_eq!(here.len(), 1, "{name}: {duties:?}");
+        let holder = pages[here[0]]["fleet"]["balancer"]
+            .as_str()
+            .unwrap_or_default();
+        for (b, duty) in duties.iter().enumerate() {
+            assert!(
+                b == here[0] || *duty == holder,
+                "{name}: {duties:?}, held by {holder}"
+            );
+        }
+    }
+    for p in &pages {
+        assert_eq!(p["fleet"]["local"], false, "{p}");
+        assert!(
+            p["fleet"]["last_read_ago_ms"]
+                .as_u64()
+                .is_some_and(|ms| ms < 2_000),
+            "{p}"
+        );
+    }
+    println!(
+        "status pages: {}",
+        pages
+            .iter()
+            .map(|p| p["fleet"].to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
 
     // A value under the prefix that no upcheck wrote: ignored and logged, nothing else.
     etcd.put("upcheck/v1/active/app1@app1@forged", b"\x00garbage")
