@@ -8,7 +8,7 @@
 //! gateway the module uses ([`Etcd::range`], [`Etcd::put`]).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -99,28 +99,7 @@ impl Etcd {
             .collect();
         let initial = initial.join(",");
         for m in &mut members {
-            let data = dir.path().join(&m.name);
-            let log = std::fs::File::create(dir.path().join(format!("{}.log", m.name)))?;
-            let child = Command::new(&binary)
-                .args(["--name", &m.name])
-                .arg("--data-dir")
-                .arg(&data)
-                .args(["--listen-client-urls", &format!("http://{}", m.client)])
-                .args(["--advertise-client-urls", &format!("http://{}", m.client)])
-                .args(["--listen-peer-urls", &format!("http://{}", m.peer)])
-                .args([
-                    "--initial-advertise-peer-urls",
-                    &format!("http://{}", m.peer),
-                ])
-                .args(["--initial-cluster", &initial])
-                .args(["--initial-cluster-state", "new"])
-                .args(["--initial-cluster-token", "upcheck-e2e"])
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .spawn()
-                .with_context(|| format!("cannot run {}", binary.display()))?;
-            m.child = Some(child);
+            m.child = Some(spawn(&binary, dir.path(), m, &initial)?);
         }
         let mut etcd = Etcd {
             members,
@@ -182,6 +161,39 @@ impl Etcd {
     pub fn log(&self, i: usize) -> String {
         let name = format!("m{i}.log");
         std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default()
+    }
+
+    /// Starts every member again on the data it left (after [`Etcd::kill`]), and waits until
+    /// each answers `/health`.
+    pub async fn restart(&mut self) -> Result<()> {
+        let binary = etcd_binary()?;
+        let initial: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("{}=http://{}", m.name, m.peer))
+            .collect();
+        for i in 0..self.members.len() {
+            self.kill(i);
+            if let Some(m) = self.members.get(i) {
+                let child = spawn(&binary, self.dir.path(), m, &initial.join(","))?;
+                if let Some(m) = self.members.get_mut(i) {
+                    m.child = Some(child);
+                }
+            }
+        }
+        let deadline = Instant::now() + PATIENCE;
+        for i in 0..self.members.len() {
+            while !self.healthy(i).await {
+                if Instant::now() > deadline {
+                    bail!(
+                        "etcd member {i} not healthy again after {PATIENCE:?}: {}",
+                        self.log(i)
+                    );
+                }
+                sleep(Duration::from_millis(100)).await;
+            }
+        }
+        Ok(())
     }
 
     /// Kills member `i` with SIGKILL.
@@ -316,6 +328,35 @@ impl Etcd {
         .await
         .map(|_| ())
     }
+}
+
+/// Runs member `m` of the cluster `initial`, its data and log in `dir`: anew, or again on the
+/// data it left (etcd then ignores the `--initial-*` flags).
+fn spawn(binary: &Path, dir: &Path, m: &Member, initial: &str) -> Result<Child> {
+    let data = dir.join(&m.name);
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("{}.log", m.name)))?;
+    Command::new(binary)
+        .args(["--name", &m.name])
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["--listen-client-urls", &format!("http://{}", m.client)])
+        .args(["--advertise-client-urls", &format!("http://{}", m.client)])
+        .args(["--listen-peer-urls", &format!("http://{}", m.peer)])
+        .args([
+            "--initial-advertise-peer-urls",
+            &format!("http://{}", m.peer),
+        ])
+        .args(["--initial-cluster", initial])
+        .args(["--initial-cluster-state", "new"])
+        .args(["--initial-cluster-token", "upcheck-e2e"])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("cannot run {}", binary.display()))
 }
 
 impl Drop for Etcd {

@@ -260,6 +260,120 @@ async fn three_balancers_probe_each_backend_once_per_interval_and_hand_a_dead_ho
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_etcd_member_down_each_balancer_probes_alone_then_rejoins_without_a_burst_or_a_flap(
+) -> anyhow::Result<()> {
+    let _turn = TURN.lock().await;
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
+    let backends = [&app1, &app2];
+    let mut etcd = Etcd::start(3).await?;
+    let shared = plugin(
+        &backends,
+        Some(json!({"cluster": "etcd", "lease_ttl": "3s"})),
+    );
+    let mut fleet = Vec::new();
+    for _ in 0..3 {
+        fleet.push(Balancer::start(&shared, Some(&etcd)).await?);
+    }
+    let all: Vec<&Balancer> = fleet.iter().collect();
+    until_settled(&etcd, 3, 2).await?;
+    sleep(2 * INTERVAL).await;
+
+    // Every member killed: each balancer falls back to probing everything itself within one
+    // TTL (and the tick that notices), says so once, and its page shows it.
+    for i in 0..3 {
+        etcd.kill(i);
+    }
+    let down = Instant::now();
+    let deadline = down + TTL + 2 * INTERVAL;
+    let fell_back = loop {
+        if futures_counts(&fleet, "fleet_local").await? == [1, 1, 1] {
+            break down.elapsed();
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "not fallen back after {:?}",
+            down.elapsed()
+        );
+        sleep(Duration::from_millis(100)).await;
+    };
+    println!(
+        "every etcd member killed: every balancer probing alone {fell_back:?} later (TTL {TTL:?})"
+    );
+    assert!(fell_back <= TTL + INTERVAL, "{fell_back:?}");
+    let before = probes(&backends);
+    let (failed, sent) = users(&all, 5).await;
+    let alone = since(&before, &backends);
+    println!("etcd down, 3 balancers: probes per backend in 5 intervals {alone:?}; users failed {failed} of {sent}");
+    assert_eq!(failed, 0, "falling back costs no user a failure");
+    for n in &alone {
+        assert!(
+            (13..=17).contains(n),
+            "each balancer probes alone: {alone:?}"
+        );
+    }
+    for b in &fleet {
+        let log = b.log();
+        assert_eq!(
+            log.matches("fleet: no usable answer from etcd").count(),
+            1,
+            "{log}"
+        );
+        let page = b.page_json().await?;
+        assert_eq!(page["fleet"]["local"], true, "{page}");
+        for i in 0..2 {
+            assert_eq!(page["backends"][i]["probe_duty"], "here", "{page}");
+        }
+    }
+
+    // etcd back: each rejoins; probes per interval never more than while alone (no burst), one
+    // per backend again once the duties are shared, and no backend ever leaves (no flap).
+    etcd.restart().await?;
+    let back = Instant::now();
+    let mut per_interval = Vec::new();
+    let mut rejoined = None;
+    let mut failed = 0;
+    for _ in 0..15 {
+        let before = probes(&backends);
+        let (f, _) = users(&all, 1).await;
+        failed += f;
+        per_interval.push(since(&before, &backends));
+        if rejoined.is_none() && futures_counts(&fleet, "fleet_local").await? == [0, 0, 0] {
+            rejoined = Some(back.elapsed());
+        }
+    }
+    println!("etcd restarted: rejoined {rejoined:?} later; probes per backend per interval {per_interval:?}; users failed {failed}");
+    assert!(rejoined.is_some(), "not rejoined in 15 intervals");
+    assert_eq!(failed, 0, "rejoining costs no user a failure");
+    for n in per_interval.iter().flatten() {
+        assert!(
+            *n <= 3,
+            "no burst, never more than while alone: {per_interval:?}"
+        );
+    }
+    for backend in 0..2 {
+        let last: u64 = per_interval.iter().rev().take(5).map(|p| p[backend]).sum();
+        assert!(
+            (4..=6).contains(&last),
+            "one prober per backend again: {per_interval:?}"
+        );
+    }
+    for b in &fleet {
+        let page = b.page_json().await?;
+        assert_eq!(page["fleet"]["local"], false, "{page}");
+        let left = page["history"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["to"] == "unhealthy" || c["to"] == "ejected")
+            .count();
+        assert_eq!(left, 0, "no flap: {page}");
+        assert!(b.log().contains("fleet: etcd answers again"), "{}", b.log());
+    }
+    Ok(())
+}
+
 /// Each balancer's counter `name`.
 async fn futures_counts(fleet: &[Balancer], name: &str) -> anyhow::Result<Vec<u64>> {
     let mut out = Vec::new();

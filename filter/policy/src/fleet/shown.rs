@@ -35,8 +35,14 @@ pub enum Holder {
     Nobody,
 }
 
+/// A lease ID (or none, 0) as an entry's number.
 fn lease(l: Option<i64>) -> u64 {
-    l.map_or(0, i64::cast_unsigned)
+    l.map_or(0, |l| u64::from_le_bytes(l.to_le_bytes()))
+}
+
+/// A lease ID back from its entry's number.
+fn signed(n: u64) -> i64 {
+    i64::from_le_bytes(n.to_le_bytes())
 }
 
 impl Shown {
@@ -100,7 +106,7 @@ impl Shown {
 
     /// This balancer's lease ID, once it has one.
     pub fn me(&self) -> Option<i64> {
-        Some(self.head(0).cast_signed()).filter(|l| *l != 0)
+        Some(signed(self.head(0))).filter(|l| *l != 0)
     }
 
     /// Whether it has fallen back to probing every backend itself (etcd unreachable).
@@ -122,7 +128,7 @@ impl Shown {
     /// not know the backend.
     pub fn holder(&self, key: &str) -> Option<Holder> {
         let (_, holder) = self.0.iter().skip(HEAD).find(|(k, _)| k == key)?;
-        let holder = holder.cast_signed();
+        let holder = signed(*holder);
         Some(match holder {
             _ if self.local() => Holder::Here,
             0 => Holder::Nobody,
