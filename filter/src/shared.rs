@@ -233,10 +233,8 @@ pub fn update_history(append: &dyn Fn(&mut HistoryTable)) -> Option<HistoryTable
 
 /// Writes what this prober shows of the fleet at `prefix` ([`Shown::encode`]).
 pub fn write_fleet(prefix: &str, bytes: &[u8]) {
-    let key = tables::fleet_key(prefix);
-    if let Err(status) = hostcalls::set_shared_data(&key, Some(bytes), None) {
-        log::warn!("upcheck: writing shared data {key} failed ({status:?})");
-    }
+    // Only the status page reads it, and it says nothing of the fleet without it.
+    let _ = hostcalls::set_shared_data(&tables::fleet_key(prefix), Some(bytes), None);
 }
 
 /// What the prober of the fleet at `prefix` last showed of it; bytes that are not such a record

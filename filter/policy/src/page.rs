@@ -188,26 +188,28 @@ fn duty(out: &mut String, holder: &Holder) {
     }
 }
 
-/// The fleet in a sentence, onto `out`: this balancer's name, whether it has fallen back to
-/// local, and when it last read the shared view. Nothing in it needs escaping in HTML.
+/// The fleet in a sentence, onto `out`: this balancer's name (its lease ID, 0 before it has
+/// one), whether it has fallen back to local, and when it last read the shared view. Nothing in
+/// it needs escaping in HTML.
 fn fleet_summary(out: &mut String, fleet: &Shown, now: Time) {
-    out.push_str("fleet: balancer ");
-    match fleet.me() {
-        Some(me) => {
-            let _ = write!(out, "{me:x}");
-        }
-        None => out.push_str("without a lease"),
-    }
-    if fleet.local() {
-        out.push_str(", fallen back to local (etcd unreachable): every backend is probed here");
+    let local = if fleet.local() {
+        ", fallen back to local (etcd unreachable): every backend is probed here"
     } else {
-        let _ = write!(out, " of {}", fleet.balancers());
-    }
+        ""
+    };
+    let _ = write!(
+        out,
+        "fleet: balancer {:x} of {}{local}; shared view ",
+        fleet.me().unwrap_or(0),
+        fleet.balancers()
+    );
     match fleet.read() {
         Some(at) => {
-            let _ = write!(out, "; shared view read {} ago", ago(now, at));
+            out.push_str("read ");
+            out.push_str(&ago(now, at));
+            out.push_str(" ago");
         }
-        None => out.push_str("; shared view never read"),
+        None => out.push_str("never read"),
     }
 }
 
@@ -296,9 +298,9 @@ pub fn text<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
 /// `null` or, while it warms up, `{"percent", "ends_in_ms"}` (its share of its weight, and when it
 /// gets the whole); `probe_duty` is `null` without a fleet, else `"here"`, `"nobody"` (while no
 /// balancer holds it) or the holder's lease ID in hex. `fleet` is `null` or `{"balancer",
-/// "balancers", "local", "last_read_ago_ms"}` (this balancer's lease ID, how many balancers the
-/// last read counted, whether it has fallen back to local, how long ago it last read the shared
-/// view). `history` lists the pool's changes newest first ([`json_history`]).
+/// "balancers", "local", "last_read_ago_ms"}` (this balancer's lease ID in hex, `"0"` before it
+/// has one; how many balancers the last read counted; whether it has fallen back to local; how
+/// long ago it last read the shared view, `null` if never). `history` lists the pool's changes newest first ([`json_history`]).
 pub fn json<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
     let mut out = String::from("{\"backends\":[");
     for (i, l) in lines(pool, fleet, now).enumerate() {
@@ -388,16 +390,10 @@ pub fn json<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
     );
     match fleet {
         Some(f) => {
-            out.push_str(",\"fleet\":{\"balancer\":");
-            match f.me() {
-                Some(me) => {
-                    let _ = write!(out, "\"{me:x}\"");
-                }
-                None => out.push_str("null"),
-            }
             let _ = write!(
                 out,
-                ",\"balancers\":{},\"local\":{},\"last_read_ago_ms\":",
+                ",\"fleet\":{{\"balancer\":\"{:x}\",\"balancers\":{},\"local\":{},\"last_read_ago_ms\":",
+                f.me().unwrap_or(0),
                 f.balancers(),
                 f.local()
             );
@@ -823,7 +819,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("fleet: balancer 2a, fallen back to local (etcd unreachable): every backend is probed here; shared view read 8.3s ago"),
+            text.contains("fleet: balancer 2a of 3, fallen back to local (etcd unreachable): every backend is probed here; shared view read 8.3s ago"),
             "{text}"
         );
         let v: serde_json::Value =
@@ -833,7 +829,7 @@ mod tests {
         let html = html(&pool, Some(&shown), now);
         assert!(
             html.contains(
-                "<p id=\"fleet\" class=\"guard engaged\">fleet: balancer 2a, fallen back to local"
+                "<p id=\"fleet\" class=\"guard engaged\">fleet: balancer 2a of 3, fallen back to local"
             ),
             "{html}"
         );
