@@ -33,6 +33,7 @@
 //! ([`Fleet::answered`]); what happened to say goes out as [`Note`]s.
 
 pub mod etcd;
+mod evidence;
 pub mod json;
 
 use crate::active::ActiveHealth;
@@ -74,6 +75,9 @@ pub enum Call {
     Release(String),
     /// `/v3/kv/put`: this backend's probe state.
     Publish(String, ActiveHealth),
+    /// `/v3/kv/put`: the failures this balancer counted at this backend, as the value
+    /// ([`evidence`]).
+    Evidence(String, String),
 }
 
 /// A request for the adapter to send to `fleet.cluster`: `POST path` with `body` (JSON), the
@@ -190,6 +194,7 @@ pub struct Fleet {
     why: String,
     refused: Vec<String>,
     notes: Vec<Note>,
+    evidence: evidence::Evidence,
 }
 
 impl Fleet {
@@ -214,6 +219,7 @@ impl Fleet {
             why: "no answer from etcd yet".into(),
             refused: Vec::new(),
             notes: Vec::new(),
+            evidence: evidence::Evidence::default(),
         }
     }
 
@@ -485,6 +491,7 @@ impl Fleet {
                     self.membership = Membership::In { lease, kept: now };
                     self.registered = false;
                     self.published.clear();
+                    self.evidence.told.clear();
                 }
                 Err(why) => {
                     self.membership = Membership::Out;
@@ -537,6 +544,10 @@ impl Fleet {
                 }
                 Err(why) => self.failed(fail(why)),
             },
+            Call::Evidence(key, value) => match etcd::put_taken(status, body) {
+                Ok(()) => self.told(key, value),
+                Err(why) => self.failed(fail(why)),
+            },
         }
     }
 
@@ -566,6 +577,8 @@ impl Fleet {
         let mut balancers = 0;
         let mut duties = Vec::new();
         let mut results = Vec::new();
+        let mut failures = Vec::new();
+        let latest = now.saturating_add(self.ttl());
         for kv in kvs {
             let Some(rest) = kv.key.strip_prefix(&mine) else {
                 if kv.key.starts_with(&base) {
@@ -589,6 +602,13 @@ impl Fleet {
                         continue;
                     }
                 },
+                "failures" => match evidence::read(&kv, name, latest) {
+                    Ok(published) => failures.push(published),
+                    Err(why) => {
+                        self.refuse(&kv.key, why);
+                        continue;
+                    }
+                },
                 "balancers" | "duty" => {
                     self.refuse(&kv.key, "its value is not the lease it lives by");
                     continue;
@@ -603,6 +623,7 @@ impl Fleet {
         self.balancers = balancers;
         self.duties = duties;
         self.results = results;
+        self.evidence.read = failures;
     }
 
     fn published_state(&self, kv: &etcd::KeyValue, now: Time) -> Result<ActiveHealth, String> {
