@@ -14,6 +14,7 @@
 
 use super::{etcd, Call, Fleet, Request};
 use crate::time::{nanos, Time};
+use std::fmt::Write;
 use std::time::Duration;
 use upcheck_config::MAX_FAILS_LIMIT;
 
@@ -85,8 +86,7 @@ impl Fleet {
         let theirs = self.fleet_failures(key);
         let mut value = HEAD.to_owned();
         for t in own.filter(|t| !theirs.contains(t)) {
-            value += " ";
-            value += &nanos(*t).to_string();
+            let _ = write!(value, " {}", nanos(*t));
         }
         let told = self
             .evidence
