@@ -16,7 +16,7 @@ use super::{etcd, Call, Fleet, Request};
 use crate::time::{nanos, Time};
 use std::fmt::Write;
 use std::time::Duration;
-use upcheck_config::MAX_FAILS_LIMIT;
+use upcheck_config::MAX_FAILS_LIMIT as MAX;
 
 /// How a value starts: the kind and the version of the key layout ([`super::VERSION`]).
 const HEAD: &str = "failures/v1";
@@ -41,7 +41,11 @@ pub(super) fn read(
     let text = std::str::from_utf8(&kv.value).unwrap_or_default();
     let mut words = text.split_ascii_whitespace();
     let backend = match name.split_once('/') {
-        Some((lease, backend)) if *lease == format!("{:x}", kv.lease) && kv.lease != 0 => backend,
+        Some((lease, backend))
+            if i64::from_str_radix(lease, 16) == Ok(kv.lease) && kv.lease != 0 =>
+        {
+            backend
+        }
         _ => return refused,
     };
     if words.next() != Some(HEAD) {
@@ -49,15 +53,15 @@ pub(super) fn read(
     }
     let mut times = Vec::new();
     for word in words {
-        match word.parse::<i64>() {
-            Ok(n) if n >= 0 && times.len() < MAX_FAILS_LIMIT as usize => {
-                times.push(Duration::from_nanos(n.unsigned_abs()));
+        let t = word
+            .parse::<i64>()
+            .map(|n| Duration::from_nanos(n.unsigned_abs()));
+        match t {
+            Ok(t) if t <= latest && !word.starts_with('-') && times.len() < MAX as usize => {
+                times.push(t);
             }
-            _ => return Err("failures corrupt or too many"),
+            _ => return Err("failures corrupt, too many, or in the future"),
         }
-    }
-    if times.iter().any(|t| *t > latest) {
-        return Err("failures in the future");
     }
     Ok((backend.to_owned(), kv.lease, times))
 }
