@@ -15,6 +15,9 @@
 //!   spread over the balancers rather than all landing on the first;
 //! - `{prefix}/v1/active/{backend}`: the holder's probe state of that backend, published after
 //!   each result and living by the holder's lease.
+//! - `{prefix}/v1/failures/{lease}/{backend}`: the request failures each balancer's own process
+//!   counted at that backend, living by its lease, which the others count toward `max_fails`
+//!   ([`Fleet::evidence`]).
 //!
 //! Every balancer reads the prefix every [`READ_EVERY`] and takes a published result in as its
 //! own workers take its prober's ([`crate::pool::Pool::fleet_view`]); the backends whose duty is
@@ -76,7 +79,7 @@ pub enum Call {
     /// `/v3/kv/put`: this backend's probe state.
     Publish(String, ActiveHealth),
     /// `/v3/kv/put`: the failures this balancer counted at this backend, as the value
-    /// ([`evidence`]).
+    /// ([`Fleet::evidence`]).
     Evidence(String, String),
 }
 
