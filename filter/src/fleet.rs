@@ -117,7 +117,8 @@ pub fn tick(v: &mut Vm, now: Time) {
         slot => slot.insert(Part::new(Fleet::new(settings, now), pool)),
     };
     let fleet = &mut part.fleet;
-    let requests = fleet.tick(now, &pool.active_table());
+    let mut requests = fleet.tick(now, &pool.active_table());
+    requests.extend(pool.evidence(fleet));
     send(fleet, requests, now);
     log(fleet);
     let effects = pool.fleet_view(fleet, now);

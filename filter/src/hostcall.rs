@@ -170,7 +170,10 @@ pub fn get_map_value(kind: MapType, key: &str) -> Result<Option<String>, Status>
     match result(raw) {
         Ok(()) => Ok(Some(
             unsafe { take(data, size) }
-                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+                .map(|bytes| {
+                    String::from_utf8(bytes)
+                        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+                })
                 .unwrap_or_default(),
         )),
         Err(Status::NotFound) => Ok(None),

@@ -76,6 +76,14 @@ impl PassiveHealth {
         }
     }
 
+    /// Whether a failure at `at` would be remembered at `now`: still within `fail_duration`, and
+    /// among the newest `max_fails`.
+    pub fn counts(&self, at: Time, now: Time, config: &PassiveConfig) -> bool {
+        let max = usize::try_from(config.max_fails).unwrap_or(usize::MAX);
+        now < at.saturating_add(config.fail_duration)
+            && (self.failures.len() < max || self.failures.front().is_some_and(|t| *t < at))
+    }
+
     /// Failures remembered at `now`.
     pub fn count(&self, now: Time, config: &PassiveConfig) -> u32 {
         let live = self

@@ -242,6 +242,14 @@ pub enum PassiveChange {
         /// What said so.
         by: Signal,
     },
+    /// Failures the other balancers of the fleet counted at a backend ([`crate::fleet`]): each
+    /// not remembered yet is remembered as this process's own are.
+    Fleet {
+        /// The backend's key.
+        key: String,
+        /// When they happened.
+        failures: Vec<Time>,
+    },
     /// A probe sent at `sent` passed without the signal: a drain signalled before then is over.
     Drained {
         /// The backend's key.
@@ -308,6 +316,7 @@ impl PassiveChange {
             PassiveChange::Traffic(_) => None,
             PassiveChange::Eject { key, .. }
             | PassiveChange::Drain { key, .. }
+            | PassiveChange::Fleet { key, .. }
             | PassiveChange::Drained { key, .. } => Some(key),
         }
     }
@@ -351,6 +360,15 @@ impl PassiveChange {
                         since: *at,
                         by: *by,
                     });
+                }
+            }
+            PassiveChange::Fleet { key, failures } => {
+                if let Some(health) = entry_mut(table, key) {
+                    for at in failures {
+                        if !health.failures.contains(at) {
+                            health.record(*at, &checks.passive);
+                        }
+                    }
                 }
             }
             PassiveChange::Drained { key, sent } => {

@@ -15,6 +15,9 @@
 //!   spread over the balancers rather than all landing on the first;
 //! - `{prefix}/v1/active/{backend}`: the holder's probe state of that backend, published after
 //!   each result and living by the holder's lease.
+//! - `{prefix}/v1/failures/{lease}/{backend}`: the request failures each balancer's own process
+//!   counted at that backend, living by its lease, which the others count toward `max_fails`
+//!   ([`Fleet::evidence`]).
 //!
 //! Every balancer reads the prefix every [`READ_EVERY`] and takes a published result in as its
 //! own workers take its prober's ([`crate::pool::Pool::fleet_view`]); the backends whose duty is
@@ -33,6 +36,7 @@
 //! ([`Fleet::answered`]); what happened to say goes out as [`Note`]s.
 
 pub mod etcd;
+mod evidence;
 pub mod json;
 pub mod shown;
 
@@ -75,6 +79,9 @@ pub enum Call {
     Release(String),
     /// `/v3/kv/put`: this backend's probe state.
     Publish(String, ActiveHealth),
+    /// `/v3/kv/put`: the failures this balancer counted at this backend, as the value
+    /// ([`Fleet::evidence`]).
+    Evidence(String, String),
 }
 
 /// A request for the adapter to send to `fleet.cluster`: `POST path` with `body` (JSON), the
@@ -191,6 +198,7 @@ pub struct Fleet {
     why: String,
     refused: Vec<String>,
     notes: Vec<Note>,
+    evidence: evidence::Evidence,
 }
 
 impl Fleet {
@@ -215,6 +223,7 @@ impl Fleet {
             why: "no answer from etcd yet".into(),
             refused: Vec::new(),
             notes: Vec::new(),
+            evidence: evidence::Evidence::default(),
         }
     }
 
@@ -487,6 +496,7 @@ impl Fleet {
                     self.membership = Membership::In { lease, kept: now };
                     self.registered = false;
                     self.published.clear();
+                    self.evidence.told.clear();
                 }
                 Err(why) => {
                     self.membership = Membership::Out;
@@ -539,6 +549,10 @@ impl Fleet {
                 }
                 Err(why) => self.failed(fail(why)),
             },
+            Call::Evidence(key, value) => match etcd::put_taken(status, body) {
+                Ok(()) => self.told(key, value),
+                Err(why) => self.failed(fail(why)),
+            },
         }
     }
 
@@ -568,6 +582,8 @@ impl Fleet {
         let mut balancers = 0;
         let mut duties = Vec::new();
         let mut results = Vec::new();
+        let mut failures = Vec::new();
+        let latest = now.saturating_add(self.ttl());
         for kv in kvs {
             let Some(rest) = kv.key.strip_prefix(&mine) else {
                 if kv.key.starts_with(&base) {
@@ -591,6 +607,13 @@ impl Fleet {
                         continue;
                     }
                 },
+                "failures" => match evidence::read(&kv, name, latest) {
+                    Ok(published) => failures.push(published),
+                    Err(why) => {
+                        self.refuse(&kv.key, why);
+                        continue;
+                    }
+                },
                 "balancers" | "duty" => {
                     self.refuse(&kv.key, "its value is not the lease it lives by");
                     continue;
@@ -605,6 +628,7 @@ impl Fleet {
         self.balancers = balancers;
         self.duties = duties;
         self.results = results;
+        self.evidence.read = failures;
     }
 
     fn published_state(&self, kv: &etcd::KeyValue, now: Time) -> Result<ActiveHealth, String> {

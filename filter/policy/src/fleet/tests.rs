@@ -35,6 +35,22 @@ fn num(v: &Value) -> i64 {
 }
 
 impl Etcd {
+    /// Writes `value` at `key`, living by `lease`, as another writer would.
+    pub(crate) fn put(&mut self, key: &str, value: &[u8], lease: i64) {
+        self.kv.insert(key.to_owned(), (value.to_vec(), lease));
+    }
+
+    /// How many failures the value a balancer (`lease`, in hex) published for `backend` lists.
+    pub(crate) fn failures_of(&self, lease: &str, backend: &str) -> usize {
+        let key = format!("upcheck/v1/failures/{lease}/{backend}");
+        let value = self
+            .kv
+            .get(&key)
+            .map(|(v, _)| v.clone())
+            .unwrap_or_default();
+        String::from_utf8(value).unwrap().split(' ').skip(1).count()
+    }
+
     fn expire(&mut self, now: Time) {
         let gone: Vec<i64> = self
             .leases
