@@ -92,7 +92,7 @@ impl Part {
         self.local.show(u64::from(shown.local()));
         self.balancers.show(shown.balancers());
         for (key, gauge) in &mut self.duties {
-            gauge.show(u64::from(shown.holder(key) == Some(Holder::Here)));
+            gauge.show(u64::from(matches!(shown.holder(key), Some(Holder::Here))));
         }
         let bytes = shown.encode();
         if self.shown != bytes {

@@ -399,7 +399,8 @@ pub fn json<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
             );
             match f.read() {
                 Some(at) => {
-                    let _ = write!(out, "{}}}", now.saturating_sub(at).as_millis());
+                    let ms = now.saturating_sub(at).as_millis();
+                    let _ = write!(out, "{}}}", u64::try_from(ms).unwrap_or(u64::MAX));
                 }
                 None => out.push_str("null}"),
             }

@@ -57,9 +57,8 @@ impl Shown {
         duties: impl Iterator<Item = (String, Option<i64>)>,
     ) -> Shown {
         let read = read.map_or(0, |t| {
-            u64::try_from(t.as_millis())
-                .unwrap_or(u64::MAX)
-                .saturating_add(1)
+            let ms = t.as_secs().saturating_mul(1000);
+            ms.saturating_add(u64::from(t.subsec_millis()) + 1)
         });
         let balancers = u64::try_from(balancers).unwrap_or(u64::MAX);
         let head = [lease(me), u64::from(local), read, balancers];
