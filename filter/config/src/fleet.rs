@@ -27,7 +27,7 @@ pub const MAX_LEASE_TTL: Duration = Duration::from_secs(3600);
 pub const MAX_PREFIX_LEN: usize = 128;
 
 /// The balancers' shared view, as configured. Defaults in [`Fleet::default`], except `cluster`,
-/// which is required; `prefix` left out is completed by the configuration ([`Fleet::prefix_for`]).
+/// which is required, and `prefix`, which the configuration completes when left out.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Fleet {
@@ -70,12 +70,6 @@ impl Default for Fleet {
 impl Fleet {
     /// What `lease_ttl` may be.
     pub const LEASE_TTL: RangeInclusive<Duration> = MIN_LEASE_TTL..=MAX_LEASE_TTL;
-
-    /// The prefix when none is given: the pool's name (`pool`) when set, else [`DEFAULT_PREFIX`]
-    /// (a pool's name, letters, digits, `_` and `-`, is a clean path).
-    pub fn prefix_for(pool: Option<&str>) -> String {
-        pool.unwrap_or(DEFAULT_PREFIX).to_owned()
-    }
 
     /// The user and password, when etcd has authentication on.
     pub fn credentials(&self) -> Option<(&str, &str)> {

@@ -4,7 +4,7 @@
 //! names the field it is about.
 
 use super::duration::exact;
-use super::fleet::{check_credentials, check_lease_ttl, Fleet};
+use super::fleet::{check_credentials, check_lease_ttl, Fleet, DEFAULT_PREFIX};
 use super::{
     grammar, json, Active, Config, ConfigError, HealthChecks, LogFormat, LogLevel, Outlier,
     Passive, Proxy, Role, RoutingMode, SlowStart, StatusPage, Upstream, DEFAULT_HISTORY,
@@ -205,11 +205,16 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
     check_upstreams(&config)?;
     check_proxy(&config)?;
     across_fields(&config)?;
-    let pool = config.pool.clone();
-    if let Some(f) = &mut config.fleet {
+    if let Config {
+        fleet: Some(f),
+        pool,
+        ..
+    } = &mut config
+    {
         fleet(f)?;
         if f.prefix.is_empty() {
-            f.prefix = Fleet::prefix_for(pool.as_deref());
+            // A pool's name (letters, digits, `_` and `-`) is a clean path.
+            f.prefix = pool.as_deref().unwrap_or(DEFAULT_PREFIX).to_owned();
         }
     }
     config.jitter = Some(config.jitter());

@@ -189,8 +189,8 @@ fn duty(out: &mut String, holder: &Holder) {
 }
 
 /// The fleet in a sentence, onto `out`: this balancer's name (its lease ID, 0 before it has
-/// one), whether it has fallen back to local, and when it last read the shared view. Nothing in
-/// it needs escaping in HTML.
+/// one), whether it has fallen back to local, and when it last read the shared view (if ever).
+/// Nothing in it needs escaping in HTML.
 fn fleet_summary(out: &mut String, fleet: &Shown, now: Time) {
     let local = if fleet.local() {
         ", fallen back to local (etcd unreachable): every backend is probed here"
@@ -199,17 +199,14 @@ fn fleet_summary(out: &mut String, fleet: &Shown, now: Time) {
     };
     let _ = write!(
         out,
-        "fleet: balancer {:x} of {}{local}; shared view ",
+        "fleet: balancer {:x} of {}{local}",
         fleet.me().unwrap_or(0),
         fleet.balancers()
     );
-    match fleet.read() {
-        Some(at) => {
-            out.push_str("read ");
-            out.push_str(&ago(now, at));
-            out.push_str(" ago");
-        }
-        None => out.push_str("never read"),
+    if let Some(at) = fleet.read() {
+        out.push_str("; shared view read ");
+        out.push_str(&ago(now, at));
+        out.push_str(" ago");
     }
 }
 
