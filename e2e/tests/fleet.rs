@@ -3,6 +3,7 @@
 //! spread over the three. Beside it, in the same run, the same three Envoys without the `fleet`
 //! object, as today. Figures print with `--nocapture`.
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use serde_json::json;
@@ -67,6 +68,29 @@ async fn until_settled(etcd: &Etcd, balancers: usize, backends: usize) -> anyhow
     }
 }
 
+/// Sends users through `fleet` for `intervals` probe intervals and prints (with `about`) the
+/// probes each backend got meanwhile: no user may fail, and each count is within `expected`
+/// (what `rule` says).
+async fn probes_with_users(
+    about: &str,
+    fleet: &[&Balancer],
+    backends: &[&FakeUpstream],
+    intervals: u32,
+    expected: RangeInclusive<u64>,
+    rule: &str,
+) -> anyhow::Result<()> {
+    let before = probes(backends);
+    let (failed, sent) = users(fleet, intervals).await;
+    let counted = since(&before, backends);
+    println!("{about}: probes per backend in {intervals} intervals {counted:?}; users failed {failed} of {sent}");
+    anyhow::ensure!(failed == 0, "{about}: {failed} of {sent} users failed");
+    anyhow::ensure!(
+        counted.iter().all(|n| expected.contains(n)),
+        "{rule}: {counted:?}, expected {expected:?} each"
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_balancers_probe_each_backend_once_per_interval_and_hand_a_dead_holders_duty_over(
 ) -> anyhow::Result<()> {
@@ -82,17 +106,15 @@ async fn three_balancers_probe_each_backend_once_per_interval_and_hand_a_dead_ho
         today.push(Balancer::start(&alone, None).await?);
     }
     sleep(2 * INTERVAL).await;
-    let before = probes(&backends);
-    let (failed, sent) = users(&today.iter().collect::<Vec<_>>(), 5).await;
-    let alone_probes = since(&before, &backends);
-    println!("without a fleet, 3 balancers: probes per backend in 5 intervals {alone_probes:?}; users failed {failed} of {sent}");
-    assert_eq!(failed, 0);
-    for n in &alone_probes {
-        assert!(
-            (13..=17).contains(n),
-            "each of 3 balancers probes: {alone_probes:?}"
-        );
-    }
+    probes_with_users(
+        "without a fleet, 3 balancers",
+        &today.iter().collect::<Vec<_>>(),
+        &backends,
+        5,
+        13..=17,
+        "each of 3 balancers probes",
+    )
+    .await?;
     drop(today);
 
     // With the fleet: one prober per backend across the three.
@@ -107,17 +129,15 @@ async fn three_balancers_probe_each_backend_once_per_interval_and_hand_a_dead_ho
     }
     until_settled(&etcd, 3, 2).await?;
     sleep(2 * INTERVAL).await;
-    let before = probes(&backends);
-    let (failed, sent) = users(&fleet.iter().collect::<Vec<_>>(), 10).await;
-    let shared_probes = since(&before, &backends);
-    println!("with the fleet, 3 balancers: probes per backend in 10 intervals {shared_probes:?}; users failed {failed} of {sent}");
-    assert_eq!(failed, 0);
-    for n in &shared_probes {
-        assert!(
-            (9..=11).contains(n),
-            "one prober per backend: {shared_probes:?}"
-        );
-    }
+    probes_with_users(
+        "with the fleet, 3 balancers",
+        &fleet.iter().collect::<Vec<_>>(),
+        &backends,
+        10,
+        9..=11,
+        "one prober per backend",
+    )
+    .await?;
 
     // The stats say the same: each backend's probe duty on one balancer, three counted, none
     // fallen back.
@@ -189,17 +209,15 @@ async fn three_balancers_probe_each_backend_once_per_interval_and_hand_a_dead_ho
     // One etcd member killed: nothing changes.
     etcd.kill(0);
     sleep(2 * INTERVAL).await;
-    let before = probes(&backends);
-    let (failed, sent) = users(&fleet.iter().collect::<Vec<_>>(), 5).await;
-    let one_down = since(&before, &backends);
-    println!("one etcd member killed: probes per backend in 5 intervals {one_down:?}; users failed {failed} of {sent}");
-    assert_eq!(failed, 0);
-    for n in &one_down {
-        assert!(
-            (4..=6).contains(n),
-            "still one prober per backend: {one_down:?}"
-        );
-    }
+    probes_with_users(
+        "one etcd member killed",
+        &fleet.iter().collect::<Vec<_>>(),
+        &backends,
+        5,
+        4..=6,
+        "still one prober per backend",
+    )
+    .await?;
     for b in &fleet {
         assert!(
             !b.log().contains("no usable answer from etcd"),
@@ -246,17 +264,15 @@ async fn three_balancers_probe_each_backend_once_per_interval_and_hand_a_dead_ho
     println!("holder killed: app1 probed by another balancer {taken_over:?} later (TTL {TTL:?}, interval {INTERVAL:?})");
     assert!(taken_over <= TTL + 2 * INTERVAL, "{taken_over:?}");
     sleep(INTERVAL).await;
-    let before = probes(&backends);
-    let (failed, sent) = users(&survivors, 5).await;
-    let after = since(&before, &backends);
-    println!("after the handover, 2 balancers: probes per backend in 5 intervals {after:?}; users failed {failed} of {sent}");
-    assert_eq!(failed, 0);
-    for n in &after {
-        assert!(
-            (4..=6).contains(n),
-            "one prober per backend again: {after:?}"
-        );
-    }
+    probes_with_users(
+        "after the handover, 2 balancers",
+        &survivors,
+        &backends,
+        5,
+        4..=6,
+        "one prober per backend again",
+    )
+    .await?;
     Ok(())
 }
 
@@ -302,17 +318,15 @@ async fn with_every_etcd_member_down_each_balancer_probes_alone_then_rejoins_wit
         "every etcd member killed: every balancer probing alone {fell_back:?} later (TTL {TTL:?})"
     );
     assert!(fell_back <= TTL + INTERVAL, "{fell_back:?}");
-    let before = probes(&backends);
-    let (failed, sent) = users(&all, 5).await;
-    let alone = since(&before, &backends);
-    println!("etcd down, 3 balancers: probes per backend in 5 intervals {alone:?}; users failed {failed} of {sent}");
-    assert_eq!(failed, 0, "falling back costs no user a failure");
-    for n in &alone {
-        assert!(
-            (13..=17).contains(n),
-            "each balancer probes alone: {alone:?}"
-        );
-    }
+    probes_with_users(
+        "etcd down, 3 balancers",
+        &all,
+        &backends,
+        5,
+        13..=17,
+        "each balancer probes alone",
+    )
+    .await?;
     for b in &fleet {
         let log = b.log();
         assert_eq!(
@@ -410,17 +424,15 @@ async fn with_etcds_authentication_on_and_a_role_for_the_prefix_only_the_balance
     }
     until_settled(&etcd, 2, 2).await?;
     sleep(2 * INTERVAL).await;
-    let before = probes(&backends);
-    let (failed, sent) = users(&fleet.iter().collect::<Vec<_>>(), 5).await;
-    let shared_probes = since(&before, &backends);
-    println!("auth on, 2 balancers: probes per backend in 5 intervals {shared_probes:?}; users failed {failed} of {sent}");
-    assert_eq!(failed, 0);
-    for n in &shared_probes {
-        assert!(
-            (4..=6).contains(n),
-            "one prober per backend: {shared_probes:?}"
-        );
-    }
+    probes_with_users(
+        "auth on, 2 balancers",
+        &fleet.iter().collect::<Vec<_>>(),
+        &backends,
+        5,
+        4..=6,
+        "one prober per backend",
+    )
+    .await?;
     for b in &fleet {
         let shown = b.log() + &b.stats_and_page().await?;
         assert!(!shown.contains(PASSWORD), "the password is shown: {shown}");

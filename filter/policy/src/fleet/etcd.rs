@@ -8,7 +8,8 @@
 //! `{"error": …, "code": …}`. Bodies are written with `format!`: every value in them is base64, a
 //! number or a string escaped by [`quoted`], so nothing in a key or a password can break out.
 
-use super::json::{self, quoted, Json};
+use super::json::{self, Json};
+use crate::literal::quoted;
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 

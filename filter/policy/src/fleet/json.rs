@@ -222,29 +222,6 @@ impl Reader<'_> {
     }
 }
 
-/// `text` as a JSON string, quoted and escaped.
-pub fn quoted(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                let n = usize::try_from(u32::from(c)).unwrap_or(0);
-                out.push_str("\\u00");
-                for digit in [n >> 4, n & 15] {
-                    out.push(char::from(HEX.get(digit).copied().unwrap_or(b'0')));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,7 +273,10 @@ mod tests {
     #[test]
     fn a_quoted_string_reads_back_as_it_was() {
         for text in ["plain", "q\"b\\s", "ctl\u{1}\n", "é😀"] {
-            assert_eq!(parse(quoted(text).as_bytes()), Ok(Json::Text(text.into())));
+            assert_eq!(
+                parse(crate::literal::quoted(text).as_bytes()),
+                Ok(Json::Text(text.into()))
+            );
         }
     }
 }
