@@ -31,8 +31,10 @@ tools:
 $(RAW_WASM): tools $(shell find filter -name '*.rs' -o -name Cargo.toml) Cargo.toml Cargo.lock
 	$(CARGO) build -p upcheck --target $(WASM_TARGET) --release
 
-$(WASM): $(RAW_WASM)
-	wasm-opt -Oz $(WASM_FEATURES) $(RAW_WASM) -o $@
+# Only the exports a host calls on upcheck stay (mk/exports.sh), then wasm-opt.
+$(WASM): $(RAW_WASM) mk/exports.sh
+	WASM_FEATURES="$(WASM_FEATURES)" mk/exports.sh $(RAW_WASM) target/upcheck.trimmed.wasm
+	wasm-opt -Oz $(WASM_FEATURES) target/upcheck.trimmed.wasm -o $@
 	@echo "upcheck.wasm: $$(stat -c %s $@) bytes ($$(stat -c %s $(RAW_WASM)) before wasm-opt)"
 
 include mk/envoy.mk

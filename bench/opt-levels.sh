@@ -10,7 +10,7 @@
 #
 # Each variant builds into its own target directory (target/opt-LEVEL) with the opt-level set
 # through the environment, so Cargo.toml is not edited and the variants do not rebuild each other.
-# The variants go through `wasm-opt $WASM_OPT` (-Oz, the root Makefile's). The second table says
+# The variants go through mk/exports.sh and `wasm-opt $WASM_OPT` (-Oz), as the root Makefile's. The second table says
 # why that fits every opt-level: each raw module also goes through each of $WASM_OPT_LEVELS,
 # measured for size and instructions (fuel is a count: seconds per module, no Envoy).
 # Start-up timings depend on the machine's load: the 1-minute load average before each
@@ -42,7 +42,8 @@ for level in "${levels[@]}"; do
     echo "opt-levels: building opt-level $level" >&2
     CARGO_PROFILE_RELEASE_OPT_LEVEL=$level cargo build -q -p upcheck \
         --target wasm32-unknown-unknown --release --target-dir "target/opt-$level"
-    wasm-opt "$shipped" "${features[@]}" "$(raw "$level")" -o "target/opt-$level/upcheck.wasm"
+    WASM_FEATURES="${features[*]}" mk/exports.sh "$(raw "$level")" "target/opt-$level/trimmed.wasm"
+    wasm-opt "$shipped" "${features[@]}" "target/opt-$level/trimmed.wasm" -o "target/opt-$level/upcheck.wasm"
 done
 
 # The bench parts, variant after variant, in the same run.
@@ -98,7 +99,7 @@ for level in "${levels[@]}"; do
     for flag in "${explored[@]}"; do
         echo "opt-levels: fuel, opt-level $level, wasm-opt $flag" >&2
         module=$out/upcheck-$level$flag.wasm
-        wasm-opt "$flag" "${features[@]}" "$(raw "$level")" -o "$module"
+        wasm-opt "$flag" "${features[@]}" "target/opt-$level/trimmed.wasm" -o "$module"
         "$runner" --upcheck "$module" --floor "$floor" --out "$out/fuel" --only fuel \
             >"$out/fuel-$level$flag.md"
         printf ' %s B, %s |' "$(size "$module")" "$(figure "$out/fuel-$level$flag.md" "${request[0]}")"

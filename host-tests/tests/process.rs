@@ -161,3 +161,37 @@ fn the_first_probe_round_goes_out_within_100_ms_of_start() {
     ok(host.advance(Duration::from_millis(100)));
     assert_eq!((host.probes_sent("app1"), host.probes_sent("app2")), (1, 1));
 }
+
+#[test]
+fn the_module_exports_every_callback_upcheck_answers_and_none_of_those_it_never_answers() {
+    let engine = wasmtime::Engine::default();
+    let module = wasmtime::Module::from_file(&engine, UPCHECK_WASM)
+        .unwrap_or_else(|e| panic!("{UPCHECK_WASM} loads (run `make build`): {e}"));
+    let exports: Vec<&str> = module.exports().map(|e| e.name()).collect();
+    let answered = [
+        "memory",
+        "_initialize",
+        "malloc",
+        "proxy_abi_version_0_2_1",
+        "proxy_on_context_create",
+        "proxy_on_vm_start",
+        "proxy_on_configure",
+        "proxy_on_tick",
+        "proxy_on_http_call_response",
+        "proxy_on_done",
+        "proxy_on_delete",
+        "proxy_on_request_headers",
+        "proxy_on_response_headers",
+        "proxy_on_log",
+    ];
+    for name in answered {
+        assert!(exports.contains(&name), "{name} missing from {exports:?}");
+    }
+    // gRPC, TCP streams, queues and foreign functions: mk/exports.sh leaves them out.
+    let never = ["grpc", "connection", "_data", "queue", "foreign"];
+    let dead: Vec<&&str> = exports
+        .iter()
+        .filter(|e| never.iter().any(|n| e.contains(n)))
+        .collect();
+    assert!(dead.is_empty(), "callbacks upcheck never answers: {dead:?}");
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Keeps in the module only the exports a host calls on upcheck: mk/exports.sh IN OUT.
+#
+# The proxy-wasm SDK exports every callback of the ABI (0.2.1), and a linker keeps whatever is
+# exported, so the gRPC, TCP-stream, queue and foreign-function callbacks upcheck never answers
+# stay in the module with all they reach: about 17 KB of the 512 KB budget. A host calls only the
+# callbacks a module exports and treats a missing one as the default, so these are dead code.
+# Binaryen's wasm-metadce removes them, given the exports that stay as the roots of its graph;
+# wasm-opt then runs as before. The host tests check the list (host-tests/tests/host_mechanics.rs).
+set -euo pipefail
+in=$1 out=$2
+keep=(
+    memory _initialize malloc proxy_abi_version_0_2_1
+    # The root context: the VM, its configuration, its tick, its calls out, its end.
+    proxy_on_context_create proxy_on_vm_start proxy_on_configure proxy_on_tick
+    proxy_on_http_call_response proxy_on_done proxy_on_delete
+    # The HTTP streams: the filter (http.rs) and the status page (status_page.rs). Body and
+    # trailer callbacks answer "continue", as a missing one would; they stay, so that no host is
+    # asked to treat a missing one as such.
+    proxy_on_request_headers proxy_on_request_body proxy_on_request_trailers
+    proxy_on_response_headers proxy_on_response_body proxy_on_response_trailers proxy_on_log
+)
+graph=$(mktemp)
+trap 'rm -f "$graph"' EXIT
+{
+    printf '[{"name": "host", "root": true, "reaches": ['
+    sep=
+    for e in "${keep[@]}"; do printf '%s"%s"' "$sep" "export:$e"; sep=', '; done
+    printf ']}'
+    for e in "${keep[@]}"; do printf ', {"name": "export:%s", "export": "%s"}' "$e" "$e"; done
+    printf ']\n'
+} >"$graph"
+# rustc's default wasm32 features (the Makefile's WASM_FEATURES), which binaryen must keep.
+wasm-metadce "$in" -f "$graph" -o "$out" ${WASM_FEATURES:---all-features} >/dev/null
