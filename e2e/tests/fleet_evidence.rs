@@ -1,8 +1,9 @@
-//! Passive evidence shared through etcd: a backend that starts answering 502 in the middle of
-//! traffic costs as many failed user requests behind two real Envoys sharing a real etcd as
-//! behind one, and the ejection one of them decides holds on the other at once. Both set-ups run
-//! in the same test, one after the other, with the same traffic; figures print with
-//! `--nocapture`.
+//! Evidence shared through etcd: a backend that starts answering 502 in the middle of traffic
+//! (the passive checks' failures), and a booted backend whose pages start failing with 500 while
+//! its `/up` passes (the peer comparison's counts and its ejection), cost as many failed user
+//! requests behind two real Envoys sharing a real etcd as behind one, and the ejection one of
+//! them decides holds on the other at once. Each test runs its set-ups one after the other, with
+//! the same traffic; figures print with `--nocapture`.
 
 use std::time::Duration;
 
@@ -50,25 +51,30 @@ async fn until_healthy(balancers: &[&Balancer], backend: &str) -> anyhow::Result
     }
 }
 
-/// `broken` starts answering 502; users' requests go over `balancers` in turn for `seconds`:
-/// how many failed, and when (after the switch) each balancer first showed `broken` unhealthy.
+/// Users' requests over `balancers` in turn, `per_second` for `seconds`: how many failed.
+async fn users(balancers: &[&Balancer], per_second: u32, seconds: u32) -> u32 {
+    let mut failed = 0;
+    for i in 0..seconds * per_second {
+        if !balancers[i as usize % balancers.len()].user_request().await {
+            failed += 1;
+        }
+        sleep(Duration::from_secs(1) / per_second).await;
+    }
+    failed
+}
+
+/// `broken` starts answering as `mode` says; users' requests go over `balancers` in turn,
+/// `per_second` for `seconds`: how many failed, and when (after the switch) each balancer first
+/// showed `broken` out of service.
 async fn break_mid_traffic(
     balancers: &[&Balancer],
     broken: &FakeUpstream,
-    seconds: u32,
+    mode: Mode,
+    (per_second, seconds): (u32, u32),
 ) -> anyhow::Result<(u32, Vec<Option<Duration>>)> {
-    broken.set_mode(Mode::Status(502));
+    broken.set_mode(mode);
     let switched = Instant::now();
-    let users = async {
-        let mut failed = 0;
-        for i in 0..seconds * PER_SECOND {
-            if !balancers[i as usize % balancers.len()].user_request().await {
-                failed += 1;
-            }
-            sleep(Duration::from_secs(1) / PER_SECOND).await;
-        }
-        failed
-    };
+    let users = users(balancers, per_second, seconds);
     let gauge = format!("{}.healthy", broken.name());
     let watch = async {
         let mut seen = vec![None; balancers.len()];
@@ -87,6 +93,23 @@ async fn break_mid_traffic(
     Ok((failed, seen?))
 }
 
+/// Two balancers from `plugin` sharing `etcd`, both registered and showing `backend` healthy.
+async fn sharing(
+    plugin: &Value,
+    etcd: &Etcd,
+    backend: &str,
+) -> anyhow::Result<(Balancer, Balancer)> {
+    let a = Balancer::start(plugin, Some(etcd)).await?;
+    let b = Balancer::start(plugin, Some(etcd)).await?;
+    until_healthy(&[&a, &b], backend).await?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while etcd.range("upcheck/v1/balancers/").await?.len() < 2 {
+        anyhow::ensure!(Instant::now() < deadline, "the balancers never registered");
+        sleep(Duration::from_millis(100)).await;
+    }
+    Ok((a, b))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_two_balancers_sharing_etcd_a_broken_backend_fails_no_more_users_than_behind_one(
 ) -> anyhow::Result<()> {
@@ -97,7 +120,8 @@ async fn behind_two_balancers_sharing_etcd_a_broken_backend_fails_no_more_users_
     // One balancer, as today.
     let single = Balancer::start(&config(&backends, None), None).await?;
     until_healthy(&[&single], "app2").await?;
-    let (alone, _) = break_mid_traffic(&[&single], &app2, 5).await?;
+    let (alone, _) =
+        break_mid_traffic(&[&single], &app2, Mode::Status(502), (PER_SECOND, 5)).await?;
     drop(single);
     app2.set_mode(Mode::Ok);
 
@@ -108,7 +132,8 @@ async fn behind_two_balancers_sharing_etcd_a_broken_backend_fails_no_more_users_
         Balancer::start(&apart, None).await?,
     );
     until_healthy(&[&c, &d], "app2").await?;
-    let (unshared, _) = break_mid_traffic(&[&c, &d], &app2, 5).await?;
+    let (unshared, _) =
+        break_mid_traffic(&[&c, &d], &app2, Mode::Status(502), (PER_SECOND, 5)).await?;
     drop((c, d));
     app2.set_mode(Mode::Ok);
 
@@ -118,16 +143,10 @@ async fn behind_two_balancers_sharing_etcd_a_broken_backend_fails_no_more_users_
         &backends,
         Some(json!({"cluster": "etcd", "lease_ttl": "3s"})),
     );
-    let a = Balancer::start(&shared, Some(&etcd)).await?;
-    let b = Balancer::start(&shared, Some(&etcd)).await?;
+    let (a, b) = sharing(&shared, &etcd, "app2").await?;
     let pair = [&a, &b];
-    until_healthy(&pair, "app2").await?;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while etcd.range("upcheck/v1/balancers/").await?.len() < 2 {
-        anyhow::ensure!(Instant::now() < deadline, "the balancers never registered");
-        sleep(Duration::from_millis(100)).await;
-    }
-    let (together, seen) = break_mid_traffic(&pair, &app2, 5).await?;
+    let (together, seen) =
+        break_mid_traffic(&pair, &app2, Mode::Status(502), (PER_SECOND, 5)).await?;
     let mut own = Vec::new();
     for balancer in pair {
         own.push(balancer.counter("app2.request_failures").await?);
@@ -162,5 +181,90 @@ async fn behind_two_balancers_sharing_etcd_a_broken_backend_fails_no_more_users_
     // How soon is a figure, printed (measured: 356 to 386 ms); that it holds on both is asserted.
     let lag = first.abs_diff(second);
     println!("the ejection held on the other balancer {lag:?} after the first");
+    Ok(())
+}
+
+/// The peer comparison's test: three backends, probes rare and passing (`/up` answers 200
+/// throughout), and 500 not among the passive checks' statuses, so only the comparison with the
+/// peers can eject the backend whose pages fail.
+fn peers_config(backends: &[&FakeUpstream], fleet: Option<Value>) -> Value {
+    let mut config = config(backends, fleet);
+    config["health_checks"]["passive"] = json!({"unhealthy_status": [502, 503, 504]});
+    config
+}
+
+/// User requests a second in the peer comparison's test: each of two balancers sees app3 fail
+/// about once a second, so alone it needs about 5 s for `min_failures` (5).
+const PEERS_PER_SECOND: u32 = 6;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_two_balancers_sharing_etcd_a_backend_whose_pages_fail_fails_no_more_users_than_behind_one(
+) -> anyhow::Result<()> {
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
+    let app3 = FakeUpstream::start("app3", Mode::Ok).await?;
+    let backends = [&app1, &app2, &app3];
+    let pages = || Mode::Pages(500);
+    let seconds = 8;
+    let pace = (PEERS_PER_SECOND, seconds);
+    // Each set-up serves 3 s of traffic before the switch, so that app3 was serving when it broke.
+    let warm = 3;
+
+    let single = Balancer::start(&peers_config(&backends, None), None).await?;
+    until_healthy(&[&single], "app3").await?;
+    assert_eq!(users(&[&single], PEERS_PER_SECOND, warm).await, 0);
+    let (alone, _) = break_mid_traffic(&[&single], &app3, pages(), pace).await?;
+    drop(single);
+    app3.set_mode(Mode::Ok);
+
+    let apart = peers_config(&backends, None);
+    let (c, d) = (
+        Balancer::start(&apart, None).await?,
+        Balancer::start(&apart, None).await?,
+    );
+    until_healthy(&[&c, &d], "app3").await?;
+    assert_eq!(users(&[&c, &d], PEERS_PER_SECOND, warm).await, 0);
+    let (unshared, _) = break_mid_traffic(&[&c, &d], &app3, pages(), pace).await?;
+    drop((c, d));
+    app3.set_mode(Mode::Ok);
+
+    let etcd = Etcd::start(1).await?;
+    let fleet = json!({"cluster": "etcd", "lease_ttl": "3s"});
+    let (a, b) = sharing(&peers_config(&backends, Some(fleet)), &etcd, "app3").await?;
+    let pair = [&a, &b];
+    assert_eq!(users(&pair, PEERS_PER_SECOND, warm).await, 0);
+    let (together, seen) = break_mid_traffic(&pair, &app3, pages(), pace).await?;
+    let mut decided = Vec::new();
+    for balancer in pair {
+        decided.push(balancer.counter("app3.outlier_failing").await?);
+    }
+    let published = etcd.range("upcheck/v1/ejected/").await?;
+    println!(
+        "app3's pages answering 500 from mid-traffic (/up 200), {PEERS_PER_SECOND} user requests/s \
+         for {seconds} s: users failed {alone} behind one balancer, {unshared} behind two without \
+         the fleet, {together} behind two sharing etcd (outlier verdicts reached by each: {decided:?}); app3 shown \
+         out on each {seen:?} after the switch; {} ejection published",
+        published.len()
+    );
+    assert!(alone > 0, "the fault was not exercised");
+    assert!(
+        together <= alone + 2,
+        "no more failures behind two than behind one, give or take a read: {together} against {alone}"
+    );
+    assert!(
+        together < unshared,
+        "{together} against {unshared} unshared"
+    );
+    // Each judges on the counts of both, so both may decide at about the same time; one key per
+    // backend holds the ejection either way.
+    assert!(decided.iter().sum::<u64>() >= 1, "{decided:?}");
+    assert_eq!(published.len(), 1, "{published:?}");
+    let [Some(first), Some(second)] = [seen[0], seen[1]] else {
+        panic!("app3 not out on both: {seen:?}");
+    };
+    println!(
+        "the ejection held on the other balancer {:?} after the first",
+        first.abs_diff(second)
+    );
     Ok(())
 }

@@ -118,7 +118,7 @@ pub fn tick(v: &mut Vm, now: Time) {
     };
     let fleet = &mut part.fleet;
     let mut requests = fleet.tick(now, &pool.active_table());
-    requests.extend(pool.evidence(fleet));
+    requests.extend(pool.evidence(fleet, now));
     send(fleet, requests, now);
     log(fleet);
     let effects = pool.fleet_view(fleet, now);

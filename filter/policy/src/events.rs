@@ -46,6 +46,13 @@ pub enum EjectionReason {
     },
     /// It stood out from its peers ([`crate::outlier`]).
     Outlier(Verdict),
+    /// Another balancer of the fleet, with this lease, found it standing out ([`crate::fleet`]).
+    Shared {
+        /// The deciding balancer's lease.
+        by: i64,
+        /// What it found.
+        verdict: Verdict,
+    },
 }
 
 impl fmt::Display for EjectionReason {
@@ -61,6 +68,9 @@ impl fmt::Display for EjectionReason {
                 duration::display(*within)
             ),
             EjectionReason::Outlier(verdict) => write!(f, "{verdict}"),
+            EjectionReason::Shared { by, verdict } => {
+                write!(f, "{verdict}, as balancer {by:x} found")
+            }
         }
     }
 }

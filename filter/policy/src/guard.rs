@@ -42,7 +42,7 @@
 
 use crate::active::{ActiveHealth, Health, ProbeOutcome};
 use crate::passive::PassiveHealth;
-use crate::time::Time;
+use crate::time::{nanos, Time};
 use std::borrow::Borrow;
 use std::fmt;
 use upcheck_config::Config;
@@ -356,12 +356,14 @@ fn capped_ejections(
 ) -> Vec<bool> {
     let passive = &config.health_checks.passive;
     let mut ejected = vec![false; backends.len()];
-    let mut candidates: Vec<(Time, usize)> = backends
+    // By the nanosecond of the ejection's start: (u64, usize) pairs, as the rotation sorts its
+    // members ([`crate::select`]).
+    let mut candidates: Vec<(u64, usize)> = backends
         .iter()
         .zip(base)
         .enumerate()
         .filter(|(_, (_, in_base))| **in_base)
-        .filter_map(|(i, (b, _))| b.passive.ejected_since(now, passive).map(|t| (t, i)))
+        .filter_map(|(i, (b, _))| b.passive.ejected_since(now, passive).map(|t| (nanos(t), i)))
         .collect();
     if candidates.is_empty() {
         return ejected;

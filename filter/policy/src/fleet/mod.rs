@@ -17,7 +17,13 @@
 //!   each result and living by the holder's lease.
 //! - `{prefix}/v1/failures/{lease}/{backend}`: the request failures each balancer's own process
 //!   counted at that backend, living by its lease, which the others count toward `max_fails`
-//!   ([`Fleet::evidence`]).
+//!   ([`Fleet::evidence`]);
+//! - `{prefix}/v1/traffic/{lease}`: the request outcomes each balancer's process counted, per
+//!   backend, living by its lease, which the others add to theirs in the peer comparison
+//!   ([`traffic`]);
+//! - `{prefix}/v1/ejected/{backend}`: an outlier ejection one balancer decided, living by a lease
+//!   of its own that ends with it, which every other balancer holds until that end
+//!   ([`ejections`]).
 //!
 //! Every balancer reads the prefix every [`READ_EVERY`] and takes a published result in as its
 //! own workers take its prober's ([`crate::pool::Pool::fleet_view`]); the backends whose duty is
@@ -29,19 +35,25 @@
 //! probes keep their schedule, and it stops probing those another balancer holds). What etcd
 //! holds is untrusted: a value that does not parse, was written by another version, or claims a
 //! holder other than the lease it lives by is ignored with one log line per key, and nothing read
-//! from etcd can take a backend out except a result published by that backend's duty holder.
+//! from etcd can take a backend out but what a balancer counted in the fleet published under
+//! its lease: a probe result of that backend's duty holder, failures and counts of requests, an
+//! ejection.
 //!
 //! The module is pure: requests go out as values ([`Request`]), the adapter sends them with
 //! `dispatch_http_call` to the `fleet.cluster` and hands back each answer
 //! ([`Fleet::answered`]); what happened to say goes out as [`Note`]s.
 
+pub mod ejections;
 pub mod etcd;
 mod evidence;
 pub mod json;
 pub mod shown;
+pub mod traffic;
 
 use crate::active::ActiveHealth;
 use crate::events::Level;
+use crate::outlier::Standing;
+use crate::tables::{tagged, untagged};
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -61,7 +73,7 @@ const VERSION: u8 = 1;
 const MAX_REFUSED: usize = 64;
 
 /// One call to etcd, as a value.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum Call {
     /// `/v3/auth/authenticate`, for a token.
     Authenticate,
@@ -82,11 +94,18 @@ pub enum Call {
     /// `/v3/kv/put`: the failures this balancer counted at this backend, as the value
     /// ([`Fleet::evidence`]).
     Evidence(String, String),
+    /// `/v3/kv/put`: the request outcomes this balancer counted ([`traffic`]).
+    Traffic(traffic::Counts),
+    /// `/v3/lease/grant`: a lease for this ejection of this backend, as long as it lasts
+    /// ([`ejections`]).
+    GrantEjection(String, Standing),
+    /// `/v3/kv/put`: this backend's ejection, ending then, under its own lease.
+    Eject(String, Time),
 }
 
 /// A request for the adapter to send to `fleet.cluster`: `POST path` with `body` (JSON), the
 /// `authorization` header when `token` is set, and this timeout.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Request {
     /// What it is for; handed back with its token ([`Fleet::sent`]).
     pub call: Call,
@@ -126,7 +145,7 @@ pub enum Duty {
 }
 
 /// A published probe state, as etcd holds it: postcard behind a four-byte tag (`u`, `c`, `f`,
-/// [`VERSION`]), as the shared-data tables are ([`crate::tables`]), so a value of another
+/// [`VERSION`]), as the shared-data tables are ([`crate::tables::tagged`]), so a value of another
 /// version is refused, never misread.
 #[derive(Debug, Serialize, Deserialize)]
 struct Published {
@@ -137,30 +156,7 @@ struct Published {
 }
 
 impl Published {
-    fn tag() -> [u8; 4] {
-        [b'u', b'c', b'f', VERSION]
-    }
-
-    fn encode(&self) -> Vec<u8> {
-        postcard::to_extend(self, Published::tag().to_vec()).unwrap_or_default()
-    }
-
-    fn decode(bytes: &[u8]) -> Result<Published, String> {
-        let body = match bytes.split_first_chunk::<4>() {
-            Some((tag, body)) if *tag == Published::tag() => body,
-            Some(([b'u', b'c', b'f', v], _)) => {
-                return Err(format!(
-                    "written by another version of upcheck (format {v})"
-                ))
-            }
-            _ => return Err("not a probe state upcheck wrote".into()),
-        };
-        match postcard::take_from_bytes(body) {
-            Ok((value, [])) => Ok(value),
-            Ok(_) => Err("a probe state with trailing bytes".into()),
-            Err(_) => Err("a probe state truncated or corrupt".into()),
-        }
-    }
+    const TAG: [u8; 4] = [b'u', b'c', b'f', VERSION];
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,6 +195,8 @@ pub struct Fleet {
     refused: Vec<String>,
     notes: Vec<Note>,
     evidence: evidence::Evidence,
+    traffic: traffic::PeerCounts,
+    ejections: ejections::Ejections,
 }
 
 impl Fleet {
@@ -224,6 +222,8 @@ impl Fleet {
             refused: Vec::new(),
             notes: Vec::new(),
             evidence: evidence::Evidence::default(),
+            traffic: traffic::PeerCounts::default(),
+            ejections: ejections::Ejections::default(),
         }
     }
 
@@ -335,7 +335,7 @@ impl Fleet {
             |at: Option<Time>, every: Duration| at.is_none_or(|t| now.saturating_sub(t) >= every);
         if let Some((user, password)) = self.settings.credentials() {
             if self.auth.is_none() {
-                if !self.busy(|c| *c == Call::Authenticate) && due(self.tried, retry) {
+                if !self.busy(|c| matches!(c, Call::Authenticate)) && due(self.tried, retry) {
                     self.tried = Some(now);
                     let body = etcd::authenticate(user, password);
                     out.push(self.request(Call::Authenticate, "/v3/auth/authenticate", body));
@@ -354,21 +354,22 @@ impl Fleet {
             }
             Membership::Joining => {}
             Membership::In { lease, kept } => {
-                if now.saturating_sub(kept) >= retry && !self.busy(|c| *c == Call::KeepAlive) {
+                if now.saturating_sub(kept) >= retry && !self.busy(|c| matches!(c, Call::KeepAlive))
+                {
                     out.push(self.request(
                         Call::KeepAlive,
                         "/v3/lease/keepalive",
                         etcd::keepalive(lease),
                     ));
                 }
-                if !self.registered && !self.busy(|c| *c == Call::Register) {
+                if !self.registered && !self.busy(|c| matches!(c, Call::Register)) {
                     let key = self.key("balancers", &format!("{lease:x}"));
                     let body = etcd::put(&key, lease.to_string().as_bytes(), lease);
                     out.push(self.request(Call::Register, "/v3/kv/put", body));
                 }
             }
         }
-        if due(self.asked, READ_EVERY) && !self.busy(|c| *c == Call::Read) {
+        if due(self.asked, READ_EVERY) && !self.busy(|c| matches!(c, Call::Read)) {
             self.asked = Some(now);
             let prefix = format!("{}/", self.settings.prefix);
             out.push(self.request(Call::Read, "/v3/kv/range", etcd::range(&prefix)));
@@ -435,7 +436,7 @@ impl Fleet {
             .cloned()
             .collect();
         for (key, health) in publish {
-            let bytes = Published { by: lease, health }.encode();
+            let bytes = tagged(Published::TAG, &Published { by: lease, health });
             let body = etcd::put(&self.key("active", &key), &bytes, lease);
             out.push(self.request(Call::Publish(key, health), "/v3/kv/put", body));
         }
@@ -497,6 +498,7 @@ impl Fleet {
                     self.registered = false;
                     self.published.clear();
                     self.evidence.told.clear();
+                    self.traffic.told = None;
                 }
                 Err(why) => {
                     self.membership = Membership::Out;
@@ -553,6 +555,24 @@ impl Fleet {
                 Ok(()) => self.told(key, value),
                 Err(why) => self.failed(fail(why)),
             },
+            Call::Traffic(counts) => match etcd::put_taken(status, body) {
+                Ok(()) => self.traffic.told = Some((now, counts)),
+                Err(why) => self.failed(fail(why)),
+            },
+            Call::GrantEjection(key, standing) => match etcd::granted(status, body) {
+                Ok(lease) => self.ejection_granted(key, standing, Some(lease)),
+                Err(why) => {
+                    self.ejection_granted(key, standing, None);
+                    self.failed(fail(why));
+                }
+            },
+            Call::Eject(key, until) => match etcd::put_taken(status, body) {
+                Ok(()) => self.ejection_told(key, until, true),
+                Err(why) => {
+                    self.ejection_told(key, until, false);
+                    self.failed(fail(why));
+                }
+            },
         }
     }
 
@@ -579,10 +599,21 @@ impl Fleet {
     fn take_in(&mut self, kvs: Vec<etcd::KeyValue>, now: Time) {
         let mine = format!("{}/v{VERSION}/", self.settings.prefix);
         let base = format!("{}/", self.settings.prefix);
-        let mut balancers = 0;
+        let lease_of = |kv: &etcd::KeyValue| {
+            let value = std::str::from_utf8(&kv.value).ok()?.parse::<i64>().ok();
+            (value == Some(kv.lease) && kv.lease != 0).then_some(kv.lease)
+        };
+        let balancers = format!("{mine}balancers/");
+        let members: Vec<i64> = kvs
+            .iter()
+            .filter(|kv| kv.key.starts_with(&balancers))
+            .filter_map(lease_of)
+            .collect();
         let mut duties = Vec::new();
         let mut results = Vec::new();
         let mut failures = Vec::new();
+        let mut counts = Vec::new();
+        let mut ejected = Vec::new();
         let latest = now.saturating_add(self.ttl());
         for kv in kvs {
             let Some(rest) = kv.key.strip_prefix(&mine) else {
@@ -592,12 +623,10 @@ impl Fleet {
                 continue;
             };
             let (kind, name) = rest.split_once('/').unwrap_or((rest, ""));
-            let holder = std::str::from_utf8(&kv.value)
-                .ok()
-                .and_then(|v| v.parse::<i64>().ok());
+            let holder = lease_of(&kv);
             match kind {
-                "balancers" if holder == Some(kv.lease) && kv.lease != 0 => balancers += 1,
-                "duty" if holder == Some(kv.lease) && kv.lease != 0 && !name.is_empty() => {
+                "balancers" if holder.is_some() => {}
+                "duty" if holder.is_some() && !name.is_empty() => {
                     duties.push((name.to_owned(), kv.lease));
                 }
                 "active" => match self.published_state(&kv, now) {
@@ -614,6 +643,27 @@ impl Fleet {
                         continue;
                     }
                 },
+                "traffic" => match traffic::read(&kv, name, latest, self.traffic.window) {
+                    Ok(read) => counts.push((kv.lease, read)),
+                    Err(why) => {
+                        self.refuse(&kv.key, why);
+                        continue;
+                    }
+                },
+                "ejected" => match ejections::read(&kv, now, latest) {
+                    Ok(Some(shared)) if members.contains(&shared.by) => {
+                        ejected.push((name.to_owned(), shared));
+                    }
+                    Ok(Some(_)) => {
+                        self.refuse(&kv.key, "an ejection decided by no balancer of the fleet");
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(why) => {
+                        self.refuse(&kv.key, &why);
+                        continue;
+                    }
+                },
                 "balancers" | "duty" => {
                     self.refuse(&kv.key, "its value is not the lease it lives by");
                     continue;
@@ -625,14 +675,17 @@ impl Fleet {
             }
             self.refused.retain(|k| *k != kv.key);
         }
-        self.balancers = balancers;
+        self.balancers = members.len();
         self.duties = duties;
         self.results = results;
         self.evidence.read = failures;
+        self.traffic.read = counts;
+        self.ejections.read = ejected;
     }
 
     fn published_state(&self, kv: &etcd::KeyValue, now: Time) -> Result<ActiveHealth, String> {
-        let value = Published::decode(&kv.value)?;
+        let value: Published =
+            untagged(Published::TAG, &kv.value).map_err(|e| format!("a probe state {e}"))?;
         if value.by != kv.lease || kv.lease == 0 {
             return Err("published by another than the lease it lives by".into());
         }

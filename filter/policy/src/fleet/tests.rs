@@ -51,6 +51,20 @@ impl Etcd {
         String::from_utf8(value).unwrap().split(' ').skip(1).count()
     }
 
+    /// The keys under `prefix`, with the lease each lives by.
+    pub(crate) fn under(&self, prefix: &str) -> Vec<(String, i64)> {
+        self.kv
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(k, (_, lease))| (k.clone(), *lease))
+            .collect()
+    }
+
+    /// How many leases were granted.
+    pub(crate) fn leases_granted(&self) -> usize {
+        self.by_path.get("/v3/lease/grant").copied().unwrap_or(0)
+    }
+
     fn expire(&mut self, now: Time) {
         let gone: Vec<i64> = self
             .leases
@@ -308,11 +322,13 @@ fn a_holders_results_reach_the_others_and_nobody_else_is_trusted_with_them() {
     // A value forged under the key of the backend the other holds, by a writer without that
     // lease, is ignored and logged once.
     let forged_key = format!("upcheck/v1/active/{}", own[1].0);
-    let forged = Published {
-        by: 42,
-        health: failing,
-    }
-    .encode();
+    let forged = tagged(
+        Published::TAG,
+        &Published {
+            by: 42,
+            health: failing,
+        },
+    );
     etcd.kv.insert(forged_key.clone(), (forged, 0));
     let _ = fleet[holder].fleet.take_notes();
     run(&mut etcd, &mut fleet, &own, now, 5);

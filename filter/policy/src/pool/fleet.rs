@@ -1,6 +1,8 @@
 //! The fleet's view in: on the prober, which backends another balancer probes, and the probe
 //! state it published, taken in as this VM's own so its workers get it from the probe table as
-//! they get every other result ([`crate::fleet`]).
+//! they get every other result; the others' failures and ejections, taken into the process's
+//! passive table; their request counts, for the prober's peer comparison ([`crate::fleet`]).
+//! And this balancer's evidence out: its failures, ejections and counts.
 
 use super::Pool;
 use crate::events::Effects;
@@ -17,6 +19,18 @@ impl<H> Pool<H> {
         let mut adopted = false;
         let mut back = false;
         for m in &mut self.members {
+            m.fleet_traffic = fleet.fleet_traffic(&m.key).unwrap_or_default();
+            let outlier = &m.evidence.passive.outlier;
+            if let Some(shared) = fleet.shared_ejection(&m.key) {
+                if !outlier.is_ejected(now) && shared.standing.is_ejected(now) {
+                    effects.share.push(PassiveChange::Adopt {
+                        key: m.key.clone(),
+                        at: now,
+                        by: shared.by,
+                        standing: shared.standing.clone(),
+                    });
+                }
+            }
             match fleet.duty(&m.key) {
                 Duty::Here => {
                     back |= std::mem::take(&mut m.elsewhere);
@@ -62,13 +76,31 @@ impl<H> Pool<H> {
         }
     }
 
-    /// The puts that publish the failures this process counted at its backends, where they
-    /// changed ([`Fleet::evidence`]).
-    pub fn evidence(&self, fleet: &Fleet) -> Vec<crate::fleet::Request> {
-        self.members
+    /// What this process has to tell the fleet at `now`: the failures it counted at its
+    /// backends, where they changed ([`Fleet::evidence`]); the outlier ejections in force, not
+    /// published yet ([`Fleet::share_ejections`]); its request counts ([`Fleet::share_traffic`]).
+    pub fn evidence(&self, fleet: &mut Fleet, now: Time) -> Vec<crate::fleet::Request> {
+        let mut out: Vec<_> = self
+            .members
             .iter()
             .filter_map(|m| fleet.evidence(&m.key, m.evidence.passive.failures.iter()))
-            .collect()
+            .collect();
+        let ejections: Vec<_> = self
+            .members
+            .iter()
+            .filter(|m| m.evidence.passive.outlier.is_ejected(now))
+            .map(|m| (m.key.clone(), m.evidence.passive.outlier.clone()))
+            .collect();
+        out.extend(fleet.share_ejections(&ejections, now));
+        let counts = self
+            .members
+            .iter()
+            .filter(|m| !m.evidence.passive.traffic.is_empty())
+            .map(|m| (m.key.clone(), m.evidence.passive.traffic.clone()))
+            .collect();
+        let window = self.config.health_checks.outlier.window;
+        out.extend(fleet.share_traffic(counts, window, now));
+        out
     }
 
     /// Whether another balancer probes backend `index` ([`Pool::fleet_view`]).
@@ -167,10 +199,12 @@ mod tests {
 mod evidence_tests {
     use super::tests::pool_of;
     use crate::fleet::tests::{balancers, Balancer, Etcd, S, TICK};
-    use crate::outcome::{ProxyFailure, RequestOutcome};
+    use crate::outcome::{FailureKind, ProxyFailure, RequestOutcome};
+    use crate::outlier::{Verdict, WindowClock};
     use crate::pool::{Pool, Routed};
-    use crate::tables::PassiveTable;
+    use crate::tables::{PassiveChange, PassiveTable};
     use crate::time::Time;
+    use std::time::Duration;
 
     /// One balancer's pool, its process's passive table, and its part in the fleet.
     struct Site {
@@ -191,24 +225,52 @@ mod evidence_tests {
             }
         }
 
-        fn fail(&mut self, id: u32, index: usize, now: Time) {
+        fn settle(&mut self, id: u32, index: usize, outcome: RequestOutcome, now: Time) {
             let routed = Routed {
                 index,
                 generation: self.pool.generation(),
             };
-            let failed = RequestOutcome::Failed(ProxyFailure::Reset);
             let share = self
                 .pool
-                .request_settled(id, routed, None, failed, || now)
+                .request_settled(id, routed, None, outcome, || now)
                 .share;
             self.carry(share, now);
+        }
+
+        fn fail(&mut self, id: u32, index: usize, now: Time) {
+            self.settle(id, index, RequestOutcome::Failed(ProxyFailure::Reset), now);
+        }
+
+        /// An outlier ejection of backend `index` decided here at `now`.
+        fn eject(&mut self, index: usize, now: Time) {
+            let verdict = Verdict::Run {
+                failed: 5,
+                kind: FailureKind::Status(500),
+                peers_failed: 0,
+                peers_requests: 40,
+            };
+            let key = self.pool.members()[index].key.clone();
+            self.carry(
+                vec![PassiveChange::Eject {
+                    key,
+                    at: now,
+                    verdict,
+                }],
+                now,
+            );
+        }
+
+        /// When the ejection of backend `index` in force at `now` ends, in this process.
+        fn ejected_until(&self, index: usize, now: Time) -> Option<Time> {
+            let outlier = &self.pool.members()[index].evidence.passive.outlier;
+            outlier.in_force(now).map(|(_, until)| until)
         }
 
         /// One tick of the prober: the fleet's calls, answered by `etcd` at once, and the view.
         fn tick(&mut self, etcd: &mut Etcd, now: Time) {
             let b = &mut self.b;
             let mut requests = b.fleet.tick(now, &self.pool.active_table());
-            requests.extend(self.pool.evidence(&b.fleet));
+            requests.extend(self.pool.evidence(&mut b.fleet, now));
             for request in requests {
                 b.token += 1;
                 b.fleet.sent(request.call.clone(), b.token);
@@ -225,16 +287,19 @@ mod evidence_tests {
     }
 
     fn sites(now: Time) -> (Etcd, Vec<Site>) {
+        (Etcd::default(), balancers_at(2, now))
+    }
+
+    fn balancers_at(n: usize, now: Time) -> Vec<Site> {
         let names = ["app0", "app1", "app2"];
-        let sites = balancers(2, now)
+        balancers(n, now)
             .into_iter()
             .map(|b| Site {
                 pool: pool_of(&names, now),
                 table: Vec::new(),
                 b,
             })
-            .collect();
-        (Etcd::default(), sites)
+            .collect()
     }
 
     /// Runs every site for `ticks` ticks from `now`.
@@ -327,5 +392,140 @@ mod evidence_tests {
                 "{key}: {notes:?}"
             );
         }
+    }
+
+    #[test]
+    fn an_outlier_ejection_decided_behind_one_balancer_holds_on_the_other_within_a_second_and_ends_there_with_it(
+    ) {
+        let (mut etcd, mut sites) = sites(S);
+        let now = run(&mut etcd, &mut sites, S, 10);
+        sites[0].eject(1, now);
+        let until = sites[0].ejected_until(1, now).unwrap();
+        assert_eq!(sites[1].ejected_until(1, now), None);
+        let later = run(&mut etcd, &mut sites, now, 5);
+        assert_eq!(
+            sites[1].ejected_until(1, later),
+            Some(until),
+            "held until the same end"
+        );
+        assert!(sites[1].pool.members()[1].ejected());
+        // Published once, under a lease of its own: neither balancer's.
+        let published = etcd.under("upcheck/v1/ejected/");
+        assert_eq!(published.len(), 1, "{published:?}");
+        let leases: Vec<i64> = sites.iter().map(|s| s.b.fleet.lease().unwrap()).collect();
+        assert!(
+            !leases.contains(&published[0].1),
+            "{published:?} {leases:?}"
+        );
+        // It ends on both at its end, and its key goes with it.
+        let after = run(&mut etcd, &mut sites, later, 160);
+        assert!(after > until + S);
+        for site in &mut sites {
+            let share = site.pool.tick(after).share;
+            site.carry(share, after);
+            assert!(!site.pool.members()[1].ejected());
+            assert_eq!(site.ejected_until(1, after), None);
+        }
+        assert!(etcd.under("upcheck/v1/ejected/").is_empty());
+        // The second never published it again.
+        assert!(etcd.leases_granted() <= 3, "two balancers and one ejection");
+    }
+
+    #[test]
+    fn an_ejection_outlives_the_balancer_that_decided_it_and_reaches_one_that_joins_later() {
+        let (mut etcd, mut sites) = sites(S);
+        let now = run(&mut etcd, &mut sites, S, 10);
+        sites[0].eject(2, now);
+        let until = sites[0].ejected_until(2, now).unwrap();
+        let now = run(&mut etcd, &mut sites, now, 3);
+        // The decider dies; its own lease (6 s) expires, the ejection's (30 s) does not.
+        sites.remove(0);
+        let now = run(&mut etcd, &mut sites, now, 40);
+        let mut late = balancers_at(1, now);
+        sites.append(&mut late);
+        let now = run(&mut etcd, &mut sites, now, 10);
+        assert!(now < until);
+        for site in &sites {
+            assert_eq!(site.ejected_until(2, now), Some(until));
+        }
+    }
+
+    #[test]
+    fn an_ejection_forged_corrupt_or_decided_by_no_balancer_ejects_nobody_and_is_logged() {
+        let (mut etcd, mut sites) = sites(S);
+        let now = run(&mut etcd, &mut sites, S, 10);
+        let lease = sites[1].b.fleet.lease().unwrap();
+        let verdict = Verdict::Run {
+            failed: 5,
+            kind: FailureKind::Status(500),
+            peers_failed: 0,
+            peers_requests: 40,
+        };
+        let ejection = |by: i64| {
+            let mut standing = crate::outlier::Standing::default();
+            let config = sites[0].pool.config().health_checks.outlier.clone();
+            let _ = standing.eject(verdict.clone(), now, &config);
+            crate::fleet::ejections::Shared { by, standing }
+        };
+        let tag = [b'u', b'c', b'e', 1];
+        let values: [(&str, Vec<u8>); 3] = [
+            ("upcheck/v1/ejected/app0@app0", b"\xff\x00garbage".to_vec()),
+            (
+                "upcheck/v1/ejected/app1@app1",
+                crate::tables::tagged(tag, &ejection(12345)),
+            ),
+            (
+                "upcheck/v1/ejected/app2@app2",
+                crate::tables::tagged([b'u', b'c', b'e', 9], &ejection(lease)),
+            ),
+        ];
+        for (key, value) in &values {
+            etcd.put(key, value, lease);
+        }
+        run(&mut etcd, &mut sites, now, 5);
+        for site in &sites {
+            assert!(site.pool.members().iter().all(|m| !m.ejected()));
+        }
+        let notes = sites[0].b.fleet.take_notes();
+        for (key, _) in &values {
+            assert!(
+                notes
+                    .iter()
+                    .any(|n| n.text.contains(&format!("ignored the value at {key:?}"))),
+                "{key}: {notes:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_prober_judges_each_backend_on_the_requests_every_balancer_counted() {
+        let (mut etcd, mut sites) = sites(S);
+        let mut now = run(&mut etcd, &mut sites, S, 10);
+        let served = RequestOutcome::Answered {
+            status: 200,
+            latency: Duration::from_millis(3),
+        };
+        for id in 0..12 {
+            sites[1].settle(id, 0, served, now);
+        }
+        sites[1].settle(12, 0, RequestOutcome::Failed(ProxyFailure::Reset), now);
+        // The process-wide counts are shared with its table at its tick.
+        let share = sites[1].pool.tick(now).share;
+        sites[1].carry(share, now);
+        now = run(&mut etcd, &mut sites, now + TICK, 5);
+        let window = sites[0].pool.config().health_checks.outlier.window;
+        let clock = WindowClock::new(now, window);
+        let theirs = &sites[0].pool.members()[0].fleet_traffic;
+        assert!(
+            (theirs.requests_at(clock) - 13.0).abs() < 1e-9,
+            "{theirs:?}"
+        );
+        let seen = super::super::peers::view(&sites[0].pool.members()[0]);
+        assert!((seen.requests_at(clock) - 13.0).abs() < 1e-9);
+        assert!((seen.failures(now, window) - 1.0).abs() < 1e-9);
+        // Its own are not counted twice: the second reads its own value and leaves it out.
+        let own = &sites[1].pool.members()[0];
+        assert!(own.fleet_traffic.is_empty());
+        assert!((super::super::peers::view(own).requests_at(clock) - 13.0).abs() < 1e-9);
     }
 }

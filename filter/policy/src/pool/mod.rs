@@ -108,6 +108,9 @@ pub struct Member<H> {
     ejection: EjectionState,
     /// This VM's request outcomes not yet added to the process-wide counts (at the next tick).
     traffic: Traffic,
+    /// On the prober, the other balancers' counts of its requests, added up, as last read
+    /// ([`crate::fleet::traffic`]).
+    fleet_traffic: Traffic,
     /// Its drain, as last refreshed ([`crate::drain`]).
     drain: Option<Drain>,
     /// The adapter's own data about it (its metric handles).
@@ -309,6 +312,7 @@ impl<H> Pool<H> {
                     newest_probe: None,
                     ejection: EjectionState::None,
                     traffic: Traffic::default(),
+                    fleet_traffic: Traffic::default(),
                     drain: None,
                     handles: handles(upstream),
                 },

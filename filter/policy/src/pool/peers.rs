@@ -35,7 +35,10 @@ impl<H> Pool<H> {
             .members
             .iter()
             .filter(|m| m.routable)
-            .map(|m| m.evidence.passive.traffic.requests_at(clock) + m.traffic.requests_at(clock))
+            .map(|m| {
+                let here = m.evidence.passive.traffic.requests_at(clock);
+                here + m.traffic.requests_at(clock) + m.fleet_traffic.requests_at(clock)
+            })
             .sum();
         if requests < f64::from(config.min_requests) {
             return;
@@ -140,9 +143,12 @@ fn pool_traffic(a: &Option<Traffic>, b: &Option<Traffic>) -> Option<Traffic> {
 }
 
 /// A backend's traffic as this VM knows it: the process-wide counts as last shared, plus its own
-/// since.
+/// since, plus (on the prober of a fleet) the other balancers'.
 pub(super) fn view<H>(m: &Member<H>) -> Traffic {
     let mut traffic = m.evidence.passive.traffic.clone();
     traffic.merge(&m.traffic);
+    if !m.fleet_traffic.is_empty() {
+        traffic.merge(&m.fleet_traffic);
+    }
     traffic
 }

@@ -65,7 +65,10 @@ impl<H> Pool<H> {
             self.report_ejection(index, until, reason, now, &mut effects);
         }
         if let Some((verdict, ejection)) = applied.ejection {
-            let reason = EjectionReason::Outlier(verdict);
+            let reason = match change {
+                PassiveChange::Adopt { by, .. } => EjectionReason::Shared { by: *by, verdict },
+                _ => EjectionReason::Outlier(verdict),
+            };
             self.report_ejection(index, ejection.until, reason, now, &mut effects);
         }
         effects

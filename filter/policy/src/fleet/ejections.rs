@@ -1,0 +1,140 @@
+//! Outlier ejections shared: an ejection one balancer decides holds on every balancer within a
+//! read ([`super::READ_EVERY`]), and ends on all of them at the same time.
+//!
+//! The deciding balancer publishes `{prefix}/v1/ejected/{backend}`: its standing of the backend
+//! ([`Standing`]: the ejection in force, its offences) and its own lease, as `by`. The key lives by a lease of its own, granted for as long as the
+//! ejection lasts and never renewed, so the ejection leaves etcd with its end whatever becomes
+//! of the balancer that decided it. Every other balancer holds it until that end
+//! ([`crate::outlier::Standing::adopt`]), through its process's passive table, where the
+//! fleet guard and the ejection cap judge it as any other; one it holds that way is never
+//! published again. An ejection decided by a balancer the same read does not count among the
+//! balancers, lasting longer than any ejection, beginning in the future or already over is
+//! refused (logged, or, when over, left to expire) and ejects nothing.
+
+use super::{etcd, Call, Fleet, Request, VERSION};
+use crate::outlier::Standing;
+use crate::tables::{tagged, untagged};
+use crate::time::Time;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// The tag of a value: `u`, `c`, `e` and the key layout's version.
+const TAG: [u8; 4] = [b'u', b'c', b'e', VERSION];
+
+/// Longer than any ejection a configuration allows (`max_ejection`), with room for clocks.
+const LONGEST: Duration = Duration::from_secs(2 * 3600);
+
+/// An ejection as the fleet shares it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shared {
+    /// The deciding balancer's lease.
+    pub by: i64,
+    /// Its standing of the backend, with the ejection in force.
+    pub standing: Standing,
+}
+
+/// What this balancer published of its ejections and read of the others'.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Ejections {
+    /// What the last read found, by backend key.
+    pub(super) read: Vec<(String, Shared)>,
+    /// By backend key, the standing whose ejection's lease is granted, to be put, and the lease.
+    pub(super) granted: Vec<(String, Standing, i64)>,
+    /// By backend key, the end of the ejection this balancer last published.
+    pub(super) told: Vec<(String, Time)>,
+}
+
+/// Reads the value at `…/ejected/{backend}` as of `now`: `None` for an ejection that is over.
+pub(super) fn read(kv: &etcd::KeyValue, now: Time, ahead: Time) -> Result<Option<Shared>, String> {
+    let shared: Shared = untagged(TAG, &kv.value).map_err(|e| format!("an ejection {e}"))?;
+    if kv.lease == 0 || shared.by == 0 {
+        return Err("an ejection without its lease".into());
+    }
+    let standing = &shared.standing;
+    let (Some((_, until)), Some(since)) = (standing.in_force(now), standing.ejected_since(now))
+    else {
+        return Ok(None);
+    };
+    if since > ahead || until.saturating_sub(since) > LONGEST {
+        return Err("an ejection beginning in the future or longer than any".into());
+    }
+    Ok(Some(shared))
+}
+
+/// When the ejection in `standing` ends, if one is in force at `now`.
+fn end(standing: &Standing, now: Time) -> Option<Time> {
+    standing.in_force(now).map(|(_, until)| until)
+}
+
+impl Fleet {
+    /// The ejection another balancer decided and shares for the backend whose key is `key`
+    /// (none while fallen back to local).
+    pub fn shared_ejection(&self, key: &str) -> Option<&Shared> {
+        let (_, shared) = self.ejections.read.iter().find(|(k, _)| k == key)?;
+        (!self.local && Some(shared.by) != self.lease()).then_some(shared)
+    }
+
+    /// The standings of this balancer's process with an ejection in force (`own`, by backend
+    /// key), at `now`: the grants and puts that publish those not published yet.
+    pub fn share_ejections(&self, own: &[(String, Standing)], now: Time) -> Vec<Request> {
+        let mut out = Vec::new();
+        let Some(me) = self.lease() else {
+            return out;
+        };
+        if !self.registered || self.local || self.read.is_none() {
+            return out;
+        }
+        let on_wire = |key: &str| {
+            self.busy(|c| matches!(c, Call::GrantEjection(k, _) | Call::Eject(k, _) if k == key))
+        };
+        for (key, standing, lease) in &self.ejections.granted {
+            if let (false, Some(until)) = (on_wire(key), end(standing, now)) {
+                let shared = Shared {
+                    by: me,
+                    standing: standing.clone(),
+                };
+                let body = etcd::put(&self.key("ejected", key), &tagged(TAG, &shared), *lease);
+                out.push(self.request(Call::Eject(key.clone(), until), "/v3/kv/put", body));
+            }
+        }
+        for (key, standing) in own {
+            let Some(until) = end(standing, now) else {
+                continue;
+            };
+            let known =
+                self.ejections
+                    .told
+                    .iter()
+                    .any(|(k, u)| k == key && *u >= until)
+                    || self.ejections.read.iter().any(|(k, s)| {
+                        k == key && end(&s.standing, now).is_some_and(|u| u >= until)
+                    })
+                    || self.ejections.granted.iter().any(|(k, _, _)| k == key);
+            if known || on_wire(key) {
+                continue;
+            }
+            let left = until.saturating_sub(now);
+            let ttl = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+            let call = Call::GrantEjection(key.clone(), standing.clone());
+            out.push(self.request(call, "/v3/lease/grant", etcd::grant(ttl.max(1))));
+        }
+        out
+    }
+
+    /// The lease for the ejection of `key` in `standing` was granted (`Some`) or not.
+    pub(super) fn ejection_granted(&mut self, key: String, standing: Standing, lease: Option<i64>) {
+        self.ejections.granted.retain(|(k, _, _)| *k != key);
+        if let Some(lease) = lease {
+            self.ejections.granted.push((key, standing, lease));
+        }
+    }
+
+    /// The put of the ejection of `key`, until `until`, was taken (`true`) or not.
+    pub(super) fn ejection_told(&mut self, key: String, until: Time, taken: bool) {
+        self.ejections.granted.retain(|(k, _, _)| *k != key);
+        if taken {
+            self.ejections.told.retain(|(k, _)| *k != key);
+            self.ejections.told.push((key, until));
+        }
+    }
+}
