@@ -95,6 +95,21 @@ struct EnvoyArgs {
     /// plugin configuration gets a `fleet` object, the Envoy configuration the etcd cluster).
     #[arg(long, value_name = "ADDR:PORT[,ADDR:PORT…]", value_delimiter = ',')]
     etcd: Vec<SocketAddr>,
+    /// TLS to etcd: the CA (PEM) that signed the members' certificates, which must carry each
+    /// member's IP address (or the --etcd-sni name).
+    #[arg(long, value_name = "FILE")]
+    etcd_ca: Option<PathBuf>,
+    /// The client certificate (PEM) Envoy shows etcd, for etcd's --client-cert-auth; with
+    /// --etcd-key.
+    #[arg(long, value_name = "FILE")]
+    etcd_cert: Option<PathBuf>,
+    /// The private key (PEM) of --etcd-cert.
+    #[arg(long, value_name = "FILE")]
+    etcd_key: Option<PathBuf>,
+    /// The server name sent to etcd, which the members' certificates must carry instead of their
+    /// IP addresses. Default: none.
+    #[arg(long, value_name = "NAME")]
+    etcd_sni: Option<String>,
     /// Write here (replaced atomically) instead of standard output.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: Option<PathBuf>,
@@ -210,10 +225,20 @@ fn envoy(args: EnvoyArgs) -> Result<(), Failure> {
         Routing::Host => RoutingMode::Host,
         Routing::Cluster => RoutingMode::Cluster,
     });
+    let tls = etcd::TlsFlags {
+        ca: args.etcd_ca,
+        cert: args.etcd_cert,
+        key: args.etcd_key,
+        sni: args.etcd_sni,
+    }
+    .tls(!args.etcd.is_empty())
+    .map_err(|e| invalid(path, e))?;
     let etcd = if args.etcd.is_empty() {
         None
     } else {
-        Some(etcd::join(&mut source, args.etcd.clone()).map_err(|e| invalid(path, e))?)
+        let mut etcd = etcd::join(&mut source, args.etcd.clone()).map_err(|e| invalid(path, e))?;
+        etcd.tls = tls;
+        Some(etcd)
     };
     let mut deployment = plan(&source, routing).map_err(|e| invalid(path, e))?;
     deployment.etcd = etcd;

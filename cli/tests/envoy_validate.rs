@@ -83,9 +83,29 @@ fn the_shipped_configurations_pass_envoys_validation() {
 }
 
 #[test]
-fn a_fleet_sharing_through_etcd_passes_envoys_validation_in_both_routings() {
-    for routing in ["host", "cluster"] {
-        let args = [
+fn a_fleet_sharing_through_etcd_passes_envoys_validation_in_both_routings_with_tls_or_without() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let made = upcheck_e2e::tls::Certificates::make(dir.path()).expect("certificates made");
+    let [ca, cert, key] = [&made.ca, &made.client.cert, &made.client.key]
+        .map(|p| p.to_str().expect("a UTF-8 path").to_owned());
+    let ca_only = ["--etcd-ca", ca.as_str()];
+    let client = [
+        "--etcd-ca",
+        ca.as_str(),
+        "--etcd-cert",
+        cert.as_str(),
+        "--etcd-key",
+        key.as_str(),
+        "--etcd-sni",
+        "localhost",
+    ];
+    for (routing, tls) in [
+        ("host", &[][..]),
+        ("cluster", &[][..]),
+        ("host", &client[..]),
+        ("cluster", &ca_only[..]),
+    ] {
+        let mut args = vec![
             "envoy",
             "--from-caddy",
             "config/caddy.json",
@@ -94,12 +114,40 @@ fn a_fleet_sharing_through_etcd_passes_envoys_validation_in_both_routings() {
             "--etcd",
             "127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379",
         ];
+        args.extend(tls);
         let yaml = written(&args);
         assert!(yaml.contains("\"fleet\""), "{yaml}");
+        assert_eq!(
+            yaml.contains("UpstreamTlsContext"),
+            !tls.is_empty(),
+            "{yaml}"
+        );
         if let Err(said) = validate(&yaml) {
             panic!("upcheck {}: Envoy refused it:\n{said}", args.join(" "));
         }
     }
+}
+
+#[test]
+fn tls_to_etcd_with_a_ca_file_that_is_no_certificate_fails_envoys_validation() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(
+        &ca,
+        "-----BEGIN CERTIFICATE-----\nnot one\n-----END CERTIFICATE-----\n",
+    )
+    .expect("written");
+    let yaml = written(&[
+        "envoy",
+        "--from-caddy",
+        "config/caddy.json",
+        "--etcd",
+        "127.0.0.1:2379",
+        "--etcd-ca",
+        ca.to_str().expect("a UTF-8 path"),
+    ]);
+    let said = validate(&yaml).expect_err("Envoy reads the CA file");
+    assert!(said.contains("ca.pem"), "{said}");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! `upcheck envoy --etcd ADDR:PORT[,…]`: the plugin configuration gets its `fleet` object and the
 //! Envoy configuration the etcd cluster, never one users are routed to; `upcheck check` reads the
-//! `fleet` object as the module does.
+//! `fleet` object as the module does. TLS to etcd (`--etcd-ca`, `--etcd-cert`, `--etcd-key`,
+//! `--etcd-sni`) is the etcd cluster's transport socket; each flag given wrongly is refused by name.
 
 mod common;
 
@@ -146,5 +147,168 @@ fn check_reads_a_fleet_object_and_refuses_a_bad_one_naming_the_field() {
             .contains("fleet.lease_ttl: must be at least 2s (etcd's shortest lease), got 1s"),
         "{}",
         stderr(&output)
+    );
+}
+
+/// A file that reads as PEM, which is all `upcheck envoy` checks of a certificate or a key.
+const PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+
+#[test]
+fn tls_to_etcd_becomes_the_clusters_transport_socket_with_the_files_at_absolute_paths() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    std::fs::write(dir.path().join("input.json"), TWO).expect("written");
+    for file in ["ca.pem", "balancer.pem", "balancer.key"] {
+        std::fs::write(dir.path().join(file), PEM).expect("written");
+    }
+    let output = upcheck(
+        dir.path(),
+        &[
+            "envoy",
+            "input.json",
+            "--etcd",
+            "127.0.0.1:2379,127.0.0.1:22379",
+            "--etcd-ca",
+            "ca.pem",
+            "--etcd-cert",
+            "balancer.pem",
+            "--etcd-key",
+            "balancer.key",
+            "--etcd-sni",
+            "localhost",
+        ],
+        b"",
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let yaml = String::from_utf8(output.stdout).expect("utf-8");
+    let at = |file: &str| dir.path().join(file).display().to_string();
+    for line in [
+        "name: envoy.transport_sockets.tls".to_owned(),
+        format!("trusted_ca: {{ filename: {} }}", at("ca.pem")),
+        format!(
+            "- certificate_chain: {{ filename: {} }}",
+            at("balancer.pem")
+        ),
+        format!("private_key: {{ filename: {} }}", at("balancer.key")),
+        "matcher: { exact: localhost }".to_owned(),
+        "sni: localhost".to_owned(),
+    ] {
+        assert!(yaml.contains(&line), "{line:?} in {yaml}");
+    }
+    assert_eq!(yaml.matches("transport_socket:").count(), 1, "etcd's only");
+    assert!(!yaml.contains("MIIB"), "the files are named, never copied");
+}
+
+#[test]
+fn tls_flags_without_etcd_are_refused_naming_the_flag() {
+    let message = refused(&["envoy", "input.json", "--etcd-ca", "ca.pem"], TWO);
+    assert_eq!(
+        message,
+        "--etcd-ca: TLS to etcd needs etcd's members: add --etcd ADDR:PORT[,ADDR:PORT…]"
+    );
+}
+
+#[test]
+fn a_client_certificate_or_an_sni_without_the_ca_is_refused() {
+    let etcd = ["envoy", "input.json", "--etcd", "127.0.0.1:2379"];
+    for (flag, value) in [("--etcd-cert", "balancer.pem"), ("--etcd-sni", "localhost")] {
+        let message = refused(&[&etcd[..], &[flag, value]].concat(), TWO);
+        assert_eq!(
+            message,
+            format!(
+                "{flag}: TLS to etcd needs the CA that signed the members' certificates: add \
+                 --etcd-ca FILE"
+            )
+        );
+    }
+}
+
+#[test]
+fn a_client_certificate_without_its_key_or_a_key_without_its_certificate_is_refused() {
+    let ca = tempfile::NamedTempFile::new().expect("a file");
+    std::fs::write(ca.path(), PEM).expect("written");
+    let ca = ca.path().to_str().expect("UTF-8");
+    let tls = [
+        "envoy",
+        "input.json",
+        "--etcd",
+        "127.0.0.1:2379",
+        "--etcd-ca",
+        ca,
+    ];
+    assert_eq!(
+        refused(&[&tls[..], &["--etcd-cert", "balancer.pem"]].concat(), TWO),
+        "--etcd-cert: the client certificate needs its private key: add --etcd-key FILE"
+    );
+    assert_eq!(
+        refused(&[&tls[..], &["--etcd-key", "balancer.key"]].concat(), TWO),
+        "--etcd-key: the private key needs its client certificate: add --etcd-cert FILE"
+    );
+}
+
+#[test]
+fn a_file_that_cannot_be_read_or_is_not_pem_is_refused_naming_its_flag() {
+    let etcd = ["envoy", "input.json", "--etcd", "127.0.0.1:2379"];
+    assert_eq!(
+        refused(&[&etcd[..], &["--etcd-ca", "missing.pem"]].concat(), TWO),
+        "--etcd-ca: missing.pem: cannot read it: No such file or directory (os error 2)"
+    );
+    let files = tempfile::tempdir().expect("a temporary directory");
+    let (ca, cert, key) = (
+        files.path().join("ca.pem"),
+        files.path().join("balancer.pem"),
+        files.path().join("balancer.key"),
+    );
+    std::fs::write(&ca, PEM).expect("written");
+    std::fs::write(&cert, PEM).expect("written");
+    std::fs::write(&key, "a secret that is not PEM").expect("written");
+    let [ca, cert, key] = [&ca, &cert, &key].map(|p| p.to_str().expect("UTF-8").to_owned());
+    let message = refused(
+        &[
+            &etcd[..],
+            &["--etcd-ca", &ca, "--etcd-cert", &cert, "--etcd-key", &key],
+        ]
+        .concat(),
+        TWO,
+    );
+    assert_eq!(
+        message,
+        format!("--etcd-key: {key}: not PEM (no -----BEGIN line); Envoy reads PEM files")
+    );
+    assert!(!message.contains("secret"));
+    let message = refused(
+        &[
+            &etcd[..],
+            &["--etcd-ca", files.path().to_str().expect("UTF-8")],
+        ]
+        .concat(),
+        TWO,
+    );
+    assert!(
+        message.starts_with("--etcd-ca: ") && message.contains("cannot read it"),
+        "a directory: {message}"
+    );
+}
+
+#[test]
+fn an_sni_that_is_an_ip_address_is_refused() {
+    let ca = tempfile::NamedTempFile::new().expect("a file");
+    std::fs::write(ca.path(), PEM).expect("written");
+    let ca = ca.path().to_str().expect("UTF-8");
+    let message = refused(
+        &[
+            "envoy",
+            "input.json",
+            "--etcd",
+            "127.0.0.1:2379",
+            "--etcd-ca",
+            ca,
+            "--etcd-sni",
+            "127.0.0.1",
+        ],
+        TWO,
+    );
+    assert!(
+        message.starts_with("--etcd-sni: \"127.0.0.1\" is an IP address"),
+        "{message}"
     );
 }

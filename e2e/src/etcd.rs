@@ -6,6 +6,11 @@
 //! directory of its own on free loopback ports and is killed by its own pid when its handle
 //! drops (or when the test kills it). The test reads and writes etcd itself through the same JSON
 //! gateway the module uses ([`Etcd::range`], [`Etcd::put`]).
+//!
+//! [`Etcd::start_tls`] starts the members with client TLS on and a client certificate required
+//! (`--client-cert-auth`), the certificates made by the test ([`crate::tls`]): the balancers
+//! reach it as `upcheck envoy --etcd-ca --etcd-cert --etcd-key` writes, and the harness over
+//! HTTPS with the same CA and client certificate.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,10 +22,12 @@ use serde_json::{json, Value};
 use tempfile::TempDir;
 use tokio::time::{sleep, Instant};
 use upcheck_cli::envoy::{render, Settings};
+use upcheck_cli::etcd::TlsFlags;
 
 use crate::envoy::{binary, module};
 use crate::envoy_process::{EnvoyProcess, Launch, PATIENCE, PORT_ATTEMPTS};
 use crate::ports::free_addr;
+use crate::tls::Certificates;
 use crate::upstream::FakeUpstream;
 
 /// One etcd member.
@@ -38,6 +45,8 @@ pub struct Etcd {
     http: reqwest::Client,
     /// The root user's token, once authentication is on ([`Etcd::enable_auth`]).
     token: Option<String>,
+    /// The certificates of client TLS, when it is on ([`Etcd::start_tls`]).
+    tls: Option<Certificates>,
 }
 
 /// The root user's password in the tests' etcd.
@@ -66,9 +75,19 @@ impl Etcd {
     /// are picked free just before, and another process can take one in between: the cluster is
     /// then started again on other ports, up to [`PORT_ATTEMPTS`] times in all.
     pub async fn start(size: usize) -> Result<Etcd> {
+        Etcd::start_with(size, false).await
+    }
+
+    /// [`Etcd::start`] with client TLS: each member serves HTTPS with a certificate of the test's
+    /// CA and asks every client for a certificate of that CA too.
+    pub async fn start_tls(size: usize) -> Result<Etcd> {
+        Etcd::start_with(size, true).await
+    }
+
+    async fn start_with(size: usize, tls: bool) -> Result<Etcd> {
         let mut attempt = 1;
         loop {
-            match Etcd::start_once(size).await {
+            match Etcd::start_once(size, tls).await {
                 Err(e)
                     if attempt < PORT_ATTEMPTS
                         && e.to_string().contains("address already in use") =>
@@ -81,9 +100,21 @@ impl Etcd {
         }
     }
 
-    async fn start_once(size: usize) -> Result<Etcd> {
+    async fn start_once(size: usize, tls: bool) -> Result<Etcd> {
         let binary = etcd_binary()?;
         let dir = tempfile::Builder::new().prefix("upcheck-etcd-").tempdir()?;
+        let tls = match tls {
+            true => Some(Certificates::make(dir.path())?),
+            false => None,
+        };
+        let timeout = Duration::from_secs(2);
+        let http = match &tls {
+            Some(certificates) => certificates.client(timeout)?,
+            None => reqwest::Client::builder()
+                .no_proxy()
+                .timeout(timeout)
+                .build()?,
+        };
         let mut members = Vec::new();
         for i in 0..size {
             members.push(Member {
@@ -99,16 +130,14 @@ impl Etcd {
             .collect();
         let initial = initial.join(",");
         for m in &mut members {
-            m.child = Some(spawn(&binary, dir.path(), m, &initial)?);
+            m.child = Some(spawn(&binary, dir.path(), m, &initial, tls.as_ref())?);
         }
         let mut etcd = Etcd {
             members,
             dir,
-            http: reqwest::Client::builder()
-                .no_proxy()
-                .timeout(Duration::from_secs(2))
-                .build()?,
+            http,
             token: None,
+            tls,
         };
         let deadline = Instant::now() + PATIENCE;
         for i in 0..size {
@@ -133,16 +162,32 @@ impl Etcd {
         self.members.iter().map(|m| m.client).collect()
     }
 
+    /// What `upcheck envoy` is told of TLS to this cluster: nothing, or its CA and the client
+    /// certificate (`--etcd-ca`, `--etcd-cert`, `--etcd-key`).
+    pub fn tls_flags(&self) -> TlsFlags {
+        match &self.tls {
+            Some(certificates) => TlsFlags {
+                ca: Some(certificates.ca.clone()),
+                cert: Some(certificates.client.cert.clone()),
+                key: Some(certificates.client.key.clone()),
+                sni: None,
+            },
+            None => TlsFlags::default(),
+        }
+    }
+
+    /// The URL of `path` on member `m`, over HTTPS when TLS is on.
+    fn url(&self, m: &Member, path: &str) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}{path}", m.client)
+    }
+
     /// Whether member `i` answers `/health` with `"health":"true"`.
     pub async fn healthy(&self, i: usize) -> bool {
         let Some(m) = self.members.get(i) else {
             return false;
         };
-        let answer = self
-            .http
-            .get(format!("http://{}/health", m.client))
-            .send()
-            .await;
+        let answer = self.http.get(self.url(m, "/health")).send().await;
         match answer {
             Ok(r) => r.text().await.is_ok_and(|t| t.contains("\"true\"")),
             Err(_) => false,
@@ -175,7 +220,13 @@ impl Etcd {
         for i in 0..self.members.len() {
             self.kill(i);
             if let Some(m) = self.members.get(i) {
-                let child = spawn(&binary, self.dir.path(), m, &initial.join(","))?;
+                let child = spawn(
+                    &binary,
+                    self.dir.path(),
+                    m,
+                    &initial.join(","),
+                    self.tls.as_ref(),
+                )?;
                 if let Some(m) = self.members.get_mut(i) {
                     m.child = Some(child);
                 }
@@ -207,7 +258,7 @@ impl Etcd {
     async fn post(&self, path: &str, body: Value) -> Result<Value> {
         let mut last = None;
         for m in &self.members {
-            let url = format!("http://{}{path}", m.client);
+            let url = self.url(m, path);
             let mut request = self.http.post(&url).body(body.to_string());
             if let Some(token) = &self.token {
                 request = request.header("authorization", token);
@@ -280,7 +331,7 @@ impl Etcd {
         let m = self.members.first().context("no member")?;
         let response = self
             .http
-            .post(format!("http://{}/v3/kv/range", m.client))
+            .post(self.url(m, "/v3/kv/range"))
             .header("authorization", token)
             .body(json!({"key": b64(prefix.as_bytes()), "range_end": b64(&end)}).to_string())
             .send()
@@ -331,19 +382,41 @@ impl Etcd {
 }
 
 /// Runs member `m` of the cluster `initial`, its data and log in `dir`: anew, or again on the
-/// data it left (etcd then ignores the `--initial-*` flags).
-fn spawn(binary: &Path, dir: &Path, m: &Member, initial: &str) -> Result<Child> {
+/// data it left (etcd then ignores the `--initial-*` flags); with `tls`, its client URL serves
+/// HTTPS and requires a client certificate of the CA (the peers keep plain HTTP).
+fn spawn(
+    binary: &Path,
+    dir: &Path,
+    m: &Member,
+    initial: &str,
+    tls: Option<&Certificates>,
+) -> Result<Child> {
     let data = dir.join(&m.name);
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join(format!("{}.log", m.name)))?;
-    Command::new(binary)
+    let client = match tls {
+        Some(_) => format!("https://{}", m.client),
+        None => format!("http://{}", m.client),
+    };
+    let mut command = Command::new(binary);
+    if let Some(certificates) = tls {
+        command
+            .arg("--trusted-ca-file")
+            .arg(&certificates.ca)
+            .arg("--cert-file")
+            .arg(&certificates.server.cert)
+            .arg("--key-file")
+            .arg(&certificates.server.key)
+            .arg("--client-cert-auth");
+    }
+    command
         .args(["--name", &m.name])
         .arg("--data-dir")
         .arg(&data)
-        .args(["--listen-client-urls", &format!("http://{}", m.client)])
-        .args(["--advertise-client-urls", &format!("http://{}", m.client)])
+        .args(["--listen-client-urls", &client])
+        .args(["--advertise-client-urls", &client])
         .args(["--listen-peer-urls", &format!("http://{}", m.peer)])
         .args([
             "--initial-advertise-peer-urls",
@@ -425,10 +498,15 @@ impl Balancer {
         let mut source = upcheck_cli::plugin::read(plugin.to_string().as_bytes())
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let joined = match etcd {
-            Some(etcd) => Some(
-                upcheck_cli::etcd::join(&mut source, etcd.clients())
-                    .map_err(|e| anyhow::anyhow!("{e}"))?,
-            ),
+            Some(etcd) => {
+                let mut joined = upcheck_cli::etcd::join(&mut source, etcd.clients())
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                joined.tls = etcd
+                    .tls_flags()
+                    .tls(true)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                Some(joined)
+            }
             None => None,
         };
         let mut deployment =

@@ -52,6 +52,7 @@ pub mod ports;
 pub mod prometheus;
 pub mod raw_http;
 pub mod replay;
+pub mod tls;
 pub mod upstream;
 pub mod upstream_process;
 pub mod wire;

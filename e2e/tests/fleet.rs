@@ -1,7 +1,9 @@
 //! Several load balancers, one view of health: three real Envoys with upcheck in front of the same
 //! two backends, sharing probe duties through a real 3-member etcd cluster on 127.0.0.1, users
 //! spread over the three. Beside it, in the same run, the same three Envoys without the `fleet`
-//! object, as today. Figures print with `--nocapture`.
+//! object, as today. With etcd's authentication on (a role for the prefix only), and with that
+//! over TLS with a client certificate required, two balancers share the same way. Figures print
+//! with `--nocapture`.
 
 use std::ops::RangeInclusive;
 use std::time::Duration;
@@ -397,15 +399,15 @@ async fn futures_counts(fleet: &[Balancer], name: &str) -> anyhow::Result<Vec<u6
     Ok(out)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_etcds_authentication_on_and_a_role_for_the_prefix_only_the_balancers_share_as_before(
-) -> anyhow::Result<()> {
-    let _turn = TURN.lock().await;
+/// Turns `etcd`'s authentication on with a role for the prefix only, and starts two balancers
+/// that share through it as that role's user: each backend is probed once per interval, no user
+/// fails, and the password shows nowhere (log, stats, status page). Returns the balancers.
+async fn two_balancers_with_authentication_on(
+    etcd: &mut Etcd,
+    backends: &[&FakeUpstream],
+    about: &str,
+) -> anyhow::Result<Vec<Balancer>> {
     const PASSWORD: &str = "pass-of-the-balancers";
-    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
-    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let backends = [&app1, &app2];
-    let mut etcd = Etcd::start(3).await?;
     etcd.enable_auth("balancer", PASSWORD, "upcheck/").await?;
     assert!(etcd.may_read("balancer", PASSWORD, "upcheck/").await?);
     assert!(
@@ -413,30 +415,93 @@ async fn with_etcds_authentication_on_and_a_role_for_the_prefix_only_the_balance
         "the role is the prefix's only"
     );
     let shared = plugin(
-        &backends,
+        backends,
         Some(
             json!({"cluster": "etcd", "lease_ttl": "3s", "user": "balancer", "password": PASSWORD}),
         ),
     );
     let mut fleet = Vec::new();
     for _ in 0..2 {
-        fleet.push(Balancer::start(&shared, Some(&etcd)).await?);
+        fleet.push(Balancer::start(&shared, Some(etcd)).await?);
     }
-    until_settled(&etcd, 2, 2).await?;
+    until_settled(etcd, 2, 2).await?;
     sleep(2 * INTERVAL).await;
     probes_with_users(
-        "auth on, 2 balancers",
+        about,
         &fleet.iter().collect::<Vec<_>>(),
-        &backends,
+        backends,
         5,
         4..=6,
         "one prober per backend",
     )
     .await?;
-    for b in &fleet {
+    for (i, b) in fleet.iter().enumerate() {
         let shown = b.log() + &b.stats_and_page().await?;
         assert!(!shown.contains(PASSWORD), "the password is shown: {shown}");
         assert!(!shown.contains("no usable answer from etcd"), "{shown}");
+        let (healthy, checked, failed) = (
+            stat(&shown, "cluster.etcd.membership_healthy"),
+            stat(&shown, "cluster.etcd.health_check.success"),
+            stat(&shown, "cluster.etcd.health_check.failure"),
+        );
+        println!(
+            "{about}, balancer {i}: {healthy} of 3 etcd members healthy by Envoy's checks of \
+             /health ({checked} passed, {failed} failed)"
+        );
+        assert_eq!(healthy, 3, "Envoy's checks of /health pass: {shown}");
+    }
+    Ok(fleet)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_etcds_authentication_on_and_a_role_for_the_prefix_only_the_balancers_share_as_before(
+) -> anyhow::Result<()> {
+    let _turn = TURN.lock().await;
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
+    let mut etcd = Etcd::start(3).await?;
+    two_balancers_with_authentication_on(&mut etcd, &[&app1, &app2], "auth on, 2 balancers")
+        .await?;
+    Ok(())
+}
+
+/// Envoy's statistic `name` in `stats` (`/stats` as text), 0 when it has none.
+fn stat(stats: &str, name: &str) -> u64 {
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_with_a_client_certificate_required_and_authentication_on_the_balancers_share_as_before(
+) -> anyhow::Result<()> {
+    let _turn = TURN.lock().await;
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
+    let mut etcd = Etcd::start_tls(3).await?;
+    let fleet = two_balancers_with_authentication_on(
+        &mut etcd,
+        &[&app1, &app2],
+        "TLS with a client certificate and auth on, 2 balancers",
+    )
+    .await?;
+    for (i, b) in fleet.iter().enumerate() {
+        let stats = b.stats_and_page().await?;
+        let handshakes = stat(&stats, "cluster.etcd.ssl.handshake");
+        let calls = stat(&stats, "cluster.etcd.upstream_rq_200");
+        println!(
+            "TLS, balancer {i}: {handshakes} TLS handshakes with etcd, {calls} calls answered 200"
+        );
+        assert!(
+            handshakes >= 3,
+            "a TLS connection to each member at least: {stats}"
+        );
+        for error in ["connection_error", "fail_verify_error", "fail_verify_san"] {
+            let name = format!("cluster.etcd.ssl.{error}");
+            assert_eq!(stat(&stats, &name), 0, "{name}: {stats}");
+        }
     }
     Ok(())
 }
