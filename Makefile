@@ -4,7 +4,8 @@
 #   make test        everything: lint, unit, host-test, e2e
 #   make unit        the policy core, natively
 #   make host-test   the real upcheck.wasm in a wasmtime proxy-wasm host, on a virtual clock,
-#                    including a soak of a day of virtual time (about 2.5 min)
+#                    including a soak of a day of virtual time (about 2.5 min) and fleets of up
+#                    to 50 balancers sharing a real etcd, paced to real time (about 1.5 min)
 #   make e2e         the real upcheck.wasm in a real Envoy 1.40, a real Prometheus scraping it
 #   make rules       the Prometheus alert rules (config/prometheus): promtool check and unit tests
 #   make run         the incident, live: app1 healthy, app2 answering 502, Envoy with upcheck
@@ -51,10 +52,11 @@ unit:
 
 # In the host-test profile (see Cargo.toml), with the day-long soak the dev profile leaves out.
 # Both host profiles run: tests/hosts.rs drives the module as Envoy 1.40 and as NGINX with
-# ngx_wasm_module.
-host-test: $(WASM)
+# ngx_wasm_module. tests/fleet_scale.rs needs etcd (mk/etcd.mk) and prints its figures.
+host-test: $(WASM) etcd
 	$(CARGO) test --profile host-test -p upcheck-host-tests
 	$(CARGO) test --profile host-test -p upcheck-host-tests --test soak -- --ignored --nocapture
+	$(CARGO) test --profile host-test -p upcheck-host-tests --test fleet_scale -- --ignored --nocapture
 
 # The lint first: clippy enforces the filter's no-panic rules (no unwrap, expect or indexing). It
 # lints the CLI twice: with `simulate`, and as operators build it, without.

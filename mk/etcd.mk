@@ -1,6 +1,8 @@
-# etcd for the fleet's end-to-end tests: Debian's etcd-server (3.4), installed when missing, and
-# the openssl command, with which the TLS tests make their certificates.
-# Included from the root Makefile; `make e2e` depends on it and exports its path.
+# etcd for the fleet's end-to-end tests and the host's fleet benchmark: Debian's etcd-server
+# (3.4), installed when missing, and the openssl command, with which the TLS tests make their
+# certificates.
+# Included from the root Makefile; `make e2e` and `make host-test` depend on it, and it exports
+# its path.
 #
 #   make etcd     install etcd-server and openssl when missing, check and print etcd's version
 #

@@ -56,10 +56,10 @@ fn etcd_binary() -> Result<PathBuf> {
     let path = std::env::var_os("UPCHECK_ETCD")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .context("UPCHECK_ETCD is not set: run the tests through `make e2e`, which installs etcd-server (mk/etcd.mk)")?;
+        .context("UPCHECK_ETCD is not set: run the tests through `make e2e` or `make host-test`, which install etcd-server (mk/etcd.mk)")?;
     if !path.is_file() {
         bail!(
-            "UPCHECK_ETCD={} is not a file: run the tests through `make e2e`",
+            "UPCHECK_ETCD={} is not a file: run the tests through `make e2e` or `make host-test`",
             path.display()
         );
     }

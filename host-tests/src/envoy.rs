@@ -77,6 +77,30 @@ impl Reply {
         reply
     }
 
+    /// A real server's answer ([`crate::loopback`]), headers as read (`:status` first).
+    pub(crate) fn upstream(status: u16, headers: Headers, body: Vec<u8>) -> Reply {
+        Reply {
+            status,
+            headers,
+            body,
+            flags: 0,
+            details: "via_upstream".to_string(),
+            dispatch_status: None,
+        }
+    }
+
+    /// Envoy's answer when the upstream's answer was not HTTP it could read.
+    pub(crate) fn protocol_error() -> Reply {
+        Reply::new(
+            503,
+            "upstream connect error or disconnect/reset before headers. reset reason: protocol \
+             error",
+            Vec::new(),
+            0,
+            "upstream_reset_before_response_started{protocol_error}",
+        )
+    }
+
     /// Envoy's answer when the upstream refused the connection.
     pub(crate) fn connection_failure() -> Reply {
         Reply::new(

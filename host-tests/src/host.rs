@@ -16,6 +16,7 @@ use crate::abi::{BufferType, LogLevel, MetricKind};
 use crate::clock::Event;
 use crate::driver::RequestRecord;
 use crate::imports;
+use crate::loopback::RealCall;
 use crate::process::{CallRecord, LogLine, Process, SharedDataUsage};
 use crate::upstream::{Counts, Script, Upstream};
 use crate::vm::{Fuel, HostState, Vm, VmStatus, ROOT_CONTEXT};
@@ -23,6 +24,7 @@ use std::cell::{RefCell, RefMut};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::{Mutex, OnceLock};
@@ -382,6 +384,7 @@ impl Host {
     }
 
     pub(crate) fn advance_to(&mut self, deadline: Duration) -> Result<(), HostError> {
+        self.take_real_answers();
         loop {
             let event = self.process.borrow_mut().clock.pop_due(deadline);
             let Some(event) = event else { break };
@@ -551,6 +554,37 @@ impl Host {
     pub fn address(&self, name: &str) -> Option<String> {
         let process = self.process.borrow();
         process.upstreams.get(name).map(|u| u.address.clone())
+    }
+
+    /// Http calls to cluster `name` go to the real HTTP/1.1 server at `address` (etcd's client
+    /// URL, say) from now on, instead of a scripted upstream ([`crate::loopback`]). Each answer
+    /// is delivered at the first [`Host::advance`] after it arrived, at that virtual instant:
+    /// the caller paces the virtual clock to real time.
+    pub fn real_cluster(&mut self, name: &str, address: SocketAddr) {
+        self.process.borrow_mut().loopback.serve(name, address);
+    }
+
+    /// Every call to a real server's cluster answered so far, in the order taken in.
+    pub fn real_calls(&self) -> Vec<RealCall> {
+        self.process.borrow().loopback.answered.clone()
+    }
+
+    /// Puts the real servers' answers that arrived on the agenda, due now.
+    fn take_real_answers(&mut self) {
+        let mut process = self.process.borrow_mut();
+        for (vm, context, token, reply) in process.loopback.take_answers() {
+            if let Some(call) = process.call_mut(token) {
+                call.status = Some(reply.status);
+                call.details.clone_from(&reply.details);
+            }
+            let event = Event::CallResponse {
+                vm,
+                context,
+                token,
+                reply,
+            };
+            process.clock.schedule(Duration::ZERO, event);
+        }
     }
 
     /// What upstream `cluster` was sent so far (zero counts if it does not exist).

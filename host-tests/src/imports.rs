@@ -15,6 +15,7 @@ use crate::abi::{
 use crate::clock::Event;
 use crate::envoy::{self, Reply};
 use crate::host::Profile;
+use crate::loopback;
 use crate::memory::{give, read, read_string, write, write_u32, Fault, Hostcall};
 use crate::nginx;
 use crate::process::{CallRecord, LogLine, Metric};
@@ -338,11 +339,11 @@ fn envoy_linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
                 let cluster = read_string(&mut c, up_ptr, up_len)?;
                 let headers = deserialize_map(&read(&mut c, headers_ptr, headers_len)?)
                     .ok_or(Status::SerializationFailure)?;
-                read(&mut c, body_ptr, body_len)?;
+                let body = read(&mut c, body_ptr, body_len)?;
                 read(&mut c, trailers_ptr, trailers_len)?;
                 write_u32(&mut c, token_ptr, 0)?;
                 let timeout = Duration::from_millis(u64::from(timeout_ms as u32));
-                let token = http_call(c.data(), &cluster, &headers, timeout)?;
+                let token = http_call(c.data(), &cluster, &headers, body, timeout)?;
                 write_u32(&mut c, token_ptr, token)
             })())
         },
@@ -822,11 +823,13 @@ fn stream_intent(c: &mut Ctx, kind: i32, intent: fn(u32) -> Intent) -> Hostcall 
 }
 
 /// Dispatches an http call: checks it as Envoy does, counts it at the upstream, and schedules its
-/// answer (the backend's, or Envoy's 503/504) on the agenda.
+/// answer (the backend's, or Envoy's 503/504) on the agenda; or, to a real server's cluster,
+/// sends it there ([`crate::loopback`]).
 fn http_call(
     state: &HostState,
     cluster: &str,
     headers: &Headers,
+    body: Vec<u8>,
     timeout: Duration,
 ) -> Hostcall<u32> {
     let header = |name: &str| {
@@ -855,6 +858,29 @@ fn http_call(
     let wall = process.clock.wall_nanos();
     let timeout = (!timeout.is_zero()).then_some(timeout);
     let token = process.next_token();
+    if !nginx && process.loopback.serves(cluster) {
+        process.loopback.send(loopback::Call {
+            token,
+            vm: state.vm,
+            context: state.effective_context,
+            cluster,
+            headers,
+            body,
+            timeout,
+            now,
+        });
+        process.calls.push(CallRecord {
+            token,
+            vm: state.vm,
+            cluster: cluster.to_string(),
+            path: path.to_string(),
+            sent: now,
+            status: None,
+            details: String::new(),
+            delivered: None,
+        });
+        return Ok(token);
+    }
     let (cluster, exchange) = if nginx {
         // ngx_wasm_module connects to the `host:port` it is given.
         let found = process

@@ -51,6 +51,8 @@
 //!   [`Host::shared_data_usage`], [`Host::memory_pages`], [`Host::fuel`], [`Host::vm_fuel`],
 //!   [`Host::vm_status`], [`Host::calls`] (every probe as a [`CallRecord`]: sent when, by which
 //!   VM, answered what, delivered when).
+//! - A real server behind a cluster: [`Host::real_cluster`] (etcd for the fleet, as
+//!   [`loopback`] says), [`Host::real_calls`] ([`RealCall`]: path, status, bytes, real time).
 //! - Faults: [`Host::stop_vm`], [`Host::restart_vm`]; guest traps per [`OnTrap`].
 //! - [`Host::call`]: call any export, for tests of the host itself with hand-written guests.
 
@@ -63,6 +65,7 @@ mod driver;
 pub mod envoy;
 mod host;
 mod imports;
+pub mod loopback;
 mod memory;
 pub mod nginx;
 mod process;
@@ -72,6 +75,7 @@ mod vm;
 pub use abi::{Headers, LogLevel};
 pub use driver::{Load, Outcome, RequestRecord, RequestSpec, Traffic};
 pub use host::{Host, HostError, HostOptions, OnTrap, Profile};
+pub use loopback::RealCall;
 pub use process::{CallRecord, LogLine, SharedDataUsage};
 pub use upstream::{Behaviour, Counts, Script};
 pub use vm::{Fuel, VmStatus};

@@ -9,6 +9,7 @@
 
 use crate::abi::{LogLevel, MetricKind, Status};
 use crate::clock::{Clock, Event};
+use crate::loopback::Loopback;
 use crate::upstream::Upstream;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
@@ -55,7 +56,8 @@ pub struct CallRecord {
     /// When it was dispatched.
     pub sent: Duration,
     /// The status of the answer it gets: the backend's, or Envoy's own 503 (connection refused)
-    /// or 504 (timeout); `None` if no answer ever comes (no timeout, a backend that hangs).
+    /// or 504 (timeout); `None` if no answer ever comes (no timeout, a backend that hangs), or,
+    /// for a real server's cluster ([`crate::Host::real_cluster`]), until its answer is taken.
     pub status: Option<u16>,
     /// Envoy's response code details of that answer: `via_upstream` for the backend's own.
     pub details: String,
@@ -100,6 +102,8 @@ pub(crate) struct Process {
     pub metrics: BTreeMap<String, Metric>,
     pub logs: Vec<LogLine>,
     pub upstreams: BTreeMap<String, Upstream>,
+    /// The clusters served by a real server, and their calls.
+    pub loopback: Loopback,
     /// Every http call dispatched, in order (so by token).
     pub calls: Vec<CallRecord>,
     last_token: u32,
