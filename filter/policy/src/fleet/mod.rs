@@ -679,7 +679,7 @@ impl Fleet {
         self.duties = duties;
         self.results = results;
         self.evidence.read = failures;
-        self.traffic.read = counts;
+        self.traffic.read = traffic::others(counts, self.lease());
         self.ejections.read = ejected;
     }
 

@@ -27,8 +27,8 @@ pub type Counts = Vec<(String, Traffic)>;
 /// What this balancer published of its counts and read of the others'.
 #[derive(Debug, Clone, Default)]
 pub(super) struct PeerCounts {
-    /// What the last read found: by publisher's lease, its counts.
-    pub(super) read: Vec<(i64, Counts)>,
+    /// What the last read found of the other balancers' counts, added up per backend key.
+    pub(super) read: Counts,
     /// When this balancer last published, and what.
     pub(super) told: Option<(Time, Counts)>,
     /// The outlier window the counts are kept in, as the pool last said.
@@ -57,23 +57,38 @@ pub(super) fn read(
     Ok(counts)
 }
 
+/// The counts of the balancers other than `me` (by publisher's lease), added up per backend key,
+/// once a read. Balancers of one configuration list the backends in one order, so each is
+/// looked for at its own position first.
+pub(super) fn others(read: Vec<(i64, Counts)>, me: Option<i64>) -> Counts {
+    let mut sum: Counts = Vec::new();
+    for (_, counts) in read.into_iter().filter(|(by, _)| Some(*by) != me) {
+        for (i, (key, t)) in counts.into_iter().enumerate() {
+            let at = match sum.get(i) {
+                Some((k, _)) if *k == key => Some(i),
+                _ => sum.iter().position(|(k, _)| *k == key),
+            };
+            match at.and_then(|at| sum.get_mut(at)) {
+                Some((_, total)) => total.merge(&t),
+                None => sum.push((key, t)),
+            }
+        }
+    }
+    sum
+}
+
 impl Fleet {
     /// The other balancers' counts at the backend whose key is `key`, added up (none while
-    /// fallen back to local).
-    pub fn fleet_traffic(&self, key: &str) -> Option<Traffic> {
+    /// fallen back to local). `index` is where the pool lists it, tried first.
+    pub fn fleet_traffic(&self, index: usize, key: &str) -> Option<&Traffic> {
         if self.local {
             return None;
         }
-        let mut sum: Option<Traffic> = None;
-        for (by, counts) in &self.traffic.read {
-            if Some(*by) == self.lease() {
-                continue;
-            }
-            for (_, t) in counts.iter().filter(|(k, _)| k == key) {
-                sum.get_or_insert_with(Traffic::default).merge(t);
-            }
-        }
-        sum
+        let read = &self.traffic.read;
+        let found = read.get(index).filter(|(k, _)| k == key);
+        found
+            .or_else(|| read.iter().find(|(k, _)| k == key))
+            .map(|(_, t)| t)
     }
 
     /// The counts this balancer's process made (`own`), kept in `window`, at `now`: the put

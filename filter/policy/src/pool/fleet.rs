@@ -7,6 +7,7 @@
 use super::Pool;
 use crate::events::Effects;
 use crate::fleet::{Duty, Fleet};
+use crate::outlier::Traffic;
 use crate::tables::PassiveChange;
 use crate::time::Time;
 
@@ -18,8 +19,12 @@ impl<H> Pool<H> {
         let mut effects = Effects::default();
         let mut adopted = false;
         let mut back = false;
-        for m in &mut self.members {
-            m.fleet_traffic = fleet.fleet_traffic(&m.key).unwrap_or_default();
+        for (i, m) in self.members.iter_mut().enumerate() {
+            match fleet.fleet_traffic(i, &m.key) {
+                Some(theirs) if *theirs != m.fleet_traffic => m.fleet_traffic = theirs.clone(),
+                Some(_) => {}
+                None => m.fleet_traffic = Traffic::default(),
+            }
             let outlier = &m.evidence.passive.outlier;
             if let Some(shared) = fleet.shared_ejection(&m.key) {
                 if !outlier.is_ejected(now) && shared.standing.is_ejected(now) {
