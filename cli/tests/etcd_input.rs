@@ -222,19 +222,30 @@ fn a_client_certificate_or_an_sni_without_the_ca_is_refused() {
     }
 }
 
-#[test]
-fn a_client_certificate_without_its_key_or_a_key_without_its_certificate_is_refused() {
-    let ca = tempfile::NamedTempFile::new().expect("a file");
-    std::fs::write(ca.path(), PEM).expect("written");
+/// A file holding a PEM block, as a CA file.
+fn pem_file() -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().expect("a file");
+    std::fs::write(file.path(), PEM).expect("written");
+    file
+}
+
+/// `upcheck envoy` with one etcd member and `ca` as its CA.
+fn with_ca(ca: &tempfile::NamedTempFile) -> [&str; 6] {
     let ca = ca.path().to_str().expect("UTF-8");
-    let tls = [
+    [
         "envoy",
         "input.json",
         "--etcd",
         "127.0.0.1:2379",
         "--etcd-ca",
         ca,
-    ];
+    ]
+}
+
+#[test]
+fn a_client_certificate_without_its_key_or_a_key_without_its_certificate_is_refused() {
+    let ca = pem_file();
+    let tls = with_ca(&ca);
     assert_eq!(
         refused(&[&tls[..], &["--etcd-cert", "balancer.pem"]].concat(), TWO),
         "--etcd-cert: the client certificate needs its private key: add --etcd-key FILE"
@@ -291,20 +302,9 @@ fn a_file_that_cannot_be_read_or_is_not_pem_is_refused_naming_its_flag() {
 
 #[test]
 fn an_sni_that_is_an_ip_address_is_refused() {
-    let ca = tempfile::NamedTempFile::new().expect("a file");
-    std::fs::write(ca.path(), PEM).expect("written");
-    let ca = ca.path().to_str().expect("UTF-8");
+    let ca = pem_file();
     let message = refused(
-        &[
-            "envoy",
-            "input.json",
-            "--etcd",
-            "127.0.0.1:2379",
-            "--etcd-ca",
-            ca,
-            "--etcd-sni",
-            "127.0.0.1",
-        ],
+        &[&with_ca(&ca)[..], &["--etcd-sni", "127.0.0.1"]].concat(),
         TWO,
     );
     assert!(

@@ -132,7 +132,9 @@ mod tests {
             let failed = (i % 7 == 0).then_some(FailureKind::Status(500));
             busy.record(at, failed, Some(Duration::from_millis(i % 300)), window);
         }
-        let counts: Counts = (0..10).map(|i| (format!("app{i}@app{i}"), busy.clone())).collect();
+        let counts: Counts = (0..10)
+            .map(|i| (format!("app{i}@app{i}"), busy.clone()))
+            .collect();
         let bytes = tagged(TAG, &counts).len();
         println!("a balancer's counts for 10 busy backends: {bytes} bytes");
         assert!(bytes <= 10 * 110, "{bytes}");

@@ -291,6 +291,19 @@ mod evidence_tests {
         }
     }
 
+    /// Asserts that `site`'s fleet logged each of `keys` as ignored.
+    fn ignored_with_a_line_each<'a>(site: &mut Site, keys: impl Iterator<Item = &'a str>) {
+        let notes = site.b.fleet.take_notes();
+        for key in keys {
+            assert!(
+                notes
+                    .iter()
+                    .any(|n| n.text.contains(&format!("ignored the value at {key:?}"))),
+                "{key}: {notes:?}"
+            );
+        }
+    }
+
     fn sites(now: Time) -> (Etcd, Vec<Site>) {
         (Etcd::default(), balancers_at(2, now))
     }
@@ -388,15 +401,7 @@ mod evidence_tests {
                 0
             );
         }
-        let notes = sites[0].b.fleet.take_notes();
-        for (key, _) in &values {
-            assert!(
-                notes
-                    .iter()
-                    .any(|n| n.text.contains(&format!("ignored the value at {key:?}"))),
-                "{key}: {notes:?}"
-            );
-        }
+        ignored_with_a_line_each(&mut sites[0], values.iter().map(|(k, _)| k.as_ref()));
     }
 
     #[test]
@@ -491,15 +496,7 @@ mod evidence_tests {
         for site in &sites {
             assert!(site.pool.members().iter().all(|m| !m.ejected()));
         }
-        let notes = sites[0].b.fleet.take_notes();
-        for (key, _) in &values {
-            assert!(
-                notes
-                    .iter()
-                    .any(|n| n.text.contains(&format!("ignored the value at {key:?}"))),
-                "{key}: {notes:?}"
-            );
-        }
+        ignored_with_a_line_each(&mut sites[0], values.iter().map(|(k, _)| k.as_ref()));
     }
 
     #[test]
