@@ -6,7 +6,7 @@
 # stay in the module with all they reach: about 17 KB of the 512 KB budget. A host calls only the
 # callbacks a module exports and treats a missing one as the default, so these are dead code.
 # Binaryen's wasm-metadce removes them, given the exports that stay as the roots of its graph;
-# wasm-opt then runs as before. The host tests check the list (host-tests/tests/host_mechanics.rs).
+# wasm-opt then runs as before. The host tests check the list (host-tests/tests/process.rs).
 set -euo pipefail
 in=$1 out=$2
 keep=(

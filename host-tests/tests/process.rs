@@ -181,7 +181,11 @@ fn the_module_exports_every_callback_upcheck_answers_and_none_of_those_it_never_
         "proxy_on_done",
         "proxy_on_delete",
         "proxy_on_request_headers",
+        "proxy_on_request_body",
+        "proxy_on_request_trailers",
         "proxy_on_response_headers",
+        "proxy_on_response_body",
+        "proxy_on_response_trailers",
         "proxy_on_log",
     ];
     for name in answered {

@@ -2,14 +2,16 @@
 //! read ([`super::READ_EVERY`]), and ends on all of them at the same time.
 //!
 //! The deciding balancer publishes `{prefix}/v1/ejected/{backend}`: its standing of the backend
-//! ([`Standing`]: the ejection in force, its offences) and its own lease, as `by`. The key lives by a lease of its own, granted for as long as the
-//! ejection lasts and never renewed, so the ejection leaves etcd with its end whatever becomes
-//! of the balancer that decided it. Every other balancer holds it until that end
-//! ([`crate::outlier::Standing::adopt`]), through its process's passive table, where the
-//! fleet guard and the ejection cap judge it as any other; one it holds that way is never
-//! published again. An ejection decided by a balancer the same read does not count among the
-//! balancers, lasting longer than any ejection, beginning in the future or already over is
-//! refused (logged, or, when over, left to expire) and ejects nothing.
+//! ([`Standing`]: the ejection in force, its offences) and its own lease, as `by`. The key lives
+//! by a lease of its own, granted for as long as the ejection lasts and never renewed, so the
+//! ejection leaves etcd with its end whatever becomes of the balancer that decided it. Every
+//! other balancer holds it until that end ([`crate::outlier::Standing::adopt`]), through its
+//! process's passive table, where the fleet guard and the ejection cap judge it as any other.
+//! An ejection a balancer has read is never published by it, so one it holds that way stays the
+//! decider's, and a balancer that joins after the decider died still reads it. Two balancers
+//! that decide at about the same time each hold their own end (etcd keeps the later put). An
+//! ejection longer than this configuration's `max_ejection` or beginning in the future is
+//! refused with a log line and ejects nothing; one that is over is left to expire.
 
 use super::{etcd, Call, Fleet, Request, VERSION};
 use crate::outlier::Standing;
@@ -21,8 +23,8 @@ use std::time::Duration;
 /// The tag of a value: `u`, `c`, `e` and the key layout's version.
 const TAG: [u8; 4] = [b'u', b'c', b'e', VERSION];
 
-/// Longer than any ejection a configuration allows (`max_ejection`), with room for clocks.
-const LONGEST: Duration = Duration::from_secs(2 * 3600);
+/// Room for clocks on a published ejection's length, past `max_ejection`.
+const SLACK: Duration = Duration::from_secs(1);
 
 /// An ejection as the fleet shares it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,12 +42,37 @@ pub(super) struct Ejections {
     pub(super) read: Vec<(String, Shared)>,
     /// By backend key, the standing whose ejection's lease is granted, to be put, and the lease.
     pub(super) granted: Vec<(String, Standing, i64)>,
-    /// By backend key, the end of the ejection this balancer last published.
-    pub(super) told: Vec<(String, Time)>,
+    /// By backend key, the end of an ejection in force that this balancer published or read:
+    /// not to be published (again) by it.
+    pub(super) known: Vec<(String, Time)>,
+    /// The longest ejection this configuration allows (`max_ejection`), as the pool last said.
+    pub(super) longest: Option<Duration>,
 }
 
-/// Reads the value at `…/ejected/{backend}` as of `now`: `None` for an ejection that is over.
-pub(super) fn read(kv: &etcd::KeyValue, now: Time, ahead: Time) -> Result<Option<Shared>, String> {
+impl Ejections {
+    /// Forgets what is over at `now`.
+    fn settle(&mut self, now: Time) {
+        self.known.retain(|(_, until)| *until > now);
+        self.granted.retain(|(_, s, _)| s.is_ejected(now));
+    }
+
+    /// Remembers that the ejection of `key` until `until` is known to etcd.
+    fn know(&mut self, key: &str, until: Time) {
+        if !self.known.iter().any(|(k, u)| k == key && *u >= until) {
+            self.known.retain(|(k, _)| k != key);
+            self.known.push((key.to_owned(), until));
+        }
+    }
+}
+
+/// Reads the value at `…/ejected/{backend}` as of `now`, ejections lasting `longest` at most:
+/// `None` for an ejection that is over.
+pub(super) fn read(
+    kv: &etcd::KeyValue,
+    now: Time,
+    ahead: Time,
+    longest: Option<Duration>,
+) -> Result<Option<Shared>, String> {
     let shared: Shared = untagged(TAG, &kv.value).map_err(|e| format!("an ejection {e}"))?;
     if kv.lease == 0 || shared.by == 0 {
         return Err("an ejection without its lease".into());
@@ -55,8 +82,9 @@ pub(super) fn read(kv: &etcd::KeyValue, now: Time, ahead: Time) -> Result<Option
     else {
         return Ok(None);
     };
-    if since > ahead || until.saturating_sub(since) > LONGEST {
-        return Err("an ejection beginning in the future or longer than any".into());
+    let too_long = longest.is_some_and(|l| until.saturating_sub(since) > l.saturating_add(SLACK));
+    if since > ahead || too_long {
+        return Err("an ejection beginning in the future or longer than max_ejection".into());
     }
     Ok(Some(shared))
 }
@@ -75,8 +103,16 @@ impl Fleet {
     }
 
     /// The standings of this balancer's process with an ejection in force (`own`, by backend
-    /// key), at `now`: the grants and puts that publish those not published yet.
-    pub fn share_ejections(&self, own: &[(String, Standing)], now: Time) -> Vec<Request> {
+    /// key), ejections lasting `longest` at most, at `now`: the grants and puts that publish
+    /// those neither published nor read yet.
+    pub fn share_ejections(
+        &mut self,
+        own: &[(String, Standing)],
+        longest: Duration,
+        now: Time,
+    ) -> Vec<Request> {
+        self.ejections.longest = Some(longest);
+        self.ejections.settle(now);
         let mut out = Vec::new();
         let Some(me) = self.lease() else {
             return out;
@@ -101,15 +137,12 @@ impl Fleet {
             let Some(until) = end(standing, now) else {
                 continue;
             };
-            let known =
-                self.ejections
-                    .told
-                    .iter()
-                    .any(|(k, u)| k == key && *u >= until)
-                    || self.ejections.read.iter().any(|(k, s)| {
-                        k == key && end(&s.standing, now).is_some_and(|u| u >= until)
-                    })
-                    || self.ejections.granted.iter().any(|(k, _, _)| k == key);
+            let known = self
+                .ejections
+                .known
+                .iter()
+                .any(|(k, u)| k == key && *u >= until)
+                || self.ejections.granted.iter().any(|(k, _, _)| k == key);
             if known || on_wire(key) {
                 continue;
             }
@@ -129,12 +162,28 @@ impl Fleet {
         }
     }
 
-    /// The put of the ejection of `key`, until `until`, was taken (`true`) or not.
-    pub(super) fn ejection_told(&mut self, key: String, until: Time, taken: bool) {
-        self.ejections.granted.retain(|(k, _, _)| *k != key);
-        if taken {
-            self.ejections.told.retain(|(k, _)| *k != key);
-            self.ejections.told.push((key, until));
+    /// The put of the ejection of `key`, until `until`, was taken, or failed saying `why`: it
+    /// is tried again under the same lease, unless etcd no longer has that lease.
+    pub(super) fn ejection_told(&mut self, key: String, until: Time, failed: Option<&str>) {
+        match failed {
+            None => {
+                self.ejections.granted.retain(|(k, _, _)| *k != key);
+                self.ejections.know(&key, until);
+            }
+            Some(why) if why.contains("lease") => {
+                self.ejections.granted.retain(|(k, _, _)| *k != key);
+            }
+            Some(_) => {}
         }
+    }
+
+    /// The ejections a read found, by backend key: remembered as known to etcd.
+    pub(super) fn ejections_read(&mut self, read: Vec<(String, Shared)>, now: Time) {
+        for (key, shared) in &read {
+            if let Some(until) = end(&shared.standing, now) {
+                self.ejections.know(key, until);
+            }
+        }
+        self.ejections.read = read;
     }
 }

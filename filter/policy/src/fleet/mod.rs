@@ -34,10 +34,11 @@
 //! `fleet`, and says so once; when etcd answers again it rejoins without a burst (the backends it
 //! probes keep their schedule, and it stops probing those another balancer holds). What etcd
 //! holds is untrusted: a value that does not parse, was written by another version, or claims a
-//! holder other than the lease it lives by is ignored with one log line per key, and nothing read
-//! from etcd can take a backend out but what a balancer counted in the fleet published under
-//! its lease: a probe result of that backend's duty holder, failures and counts of requests, an
-//! ejection.
+//! holder other than the lease it lives by is ignored with one log line per key. What can take a
+//! backend out is what the balancers publish: a probe result of its duty holder, failures and
+//! request counts under a balancer's lease, an ejection under a lease of its own; so whoever may
+//! write the prefix can take backends out (up to the ejection cap and the fleet guard), and etcd's
+//! role for the balancers should be the only one that may.
 //!
 //! The module is pure: requests go out as values ([`Request`]), the adapter sends them with
 //! `dispatch_http_call` to the `fleet.cluster` and hands back each answer
@@ -567,10 +568,11 @@ impl Fleet {
                 }
             },
             Call::Eject(key, until) => match etcd::put_taken(status, body) {
-                Ok(()) => self.ejection_told(key, until, true),
+                Ok(()) => self.ejection_told(key, until, None),
                 Err(why) => {
-                    self.ejection_told(key, until, false);
-                    self.failed(fail(why));
+                    let why = fail(why);
+                    self.ejection_told(key, until, Some(&why));
+                    self.failed(why);
                 }
             },
         }
@@ -644,20 +646,18 @@ impl Fleet {
                     }
                 },
                 "traffic" => match traffic::read(&kv, name, latest, self.traffic.window) {
+                    Ok(_) if !members.contains(&kv.lease) => {
+                        self.refuse(&kv.key, "counts of no balancer of the fleet");
+                        continue;
+                    }
                     Ok(read) => counts.push((kv.lease, read)),
                     Err(why) => {
                         self.refuse(&kv.key, why);
                         continue;
                     }
                 },
-                "ejected" => match ejections::read(&kv, now, latest) {
-                    Ok(Some(shared)) if members.contains(&shared.by) => {
-                        ejected.push((name.to_owned(), shared));
-                    }
-                    Ok(Some(_)) => {
-                        self.refuse(&kv.key, "an ejection decided by no balancer of the fleet");
-                        continue;
-                    }
+                "ejected" => match ejections::read(&kv, now, latest, self.ejections.longest) {
+                    Ok(Some(shared)) => ejected.push((name.to_owned(), shared)),
                     Ok(None) => {}
                     Err(why) => {
                         self.refuse(&kv.key, &why);
@@ -680,7 +680,7 @@ impl Fleet {
         self.results = results;
         self.evidence.read = failures;
         self.traffic.read = traffic::others(counts, self.lease());
-        self.ejections.read = ejected;
+        self.ejections_read(ejected, now);
     }
 
     fn published_state(&self, kv: &etcd::KeyValue, now: Time) -> Result<ActiveHealth, String> {

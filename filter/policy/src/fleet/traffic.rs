@@ -91,20 +91,33 @@ impl Fleet {
             .map(|(_, t)| t)
     }
 
-    /// The counts this balancer's process made (`own`), kept in `window`, at `now`: the put
-    /// that publishes them, if they changed and the last was a read ago or more.
-    pub fn share_traffic(&mut self, own: Counts, window: Duration, now: Time) -> Option<Request> {
+    /// The counts this balancer's process made (`own`, asked for only when due), kept in
+    /// `window`, at `now`: the put that publishes them, if the last was a read ago or more and
+    /// they changed.
+    pub fn share_traffic(
+        &mut self,
+        own: impl FnOnce() -> Counts,
+        window: Duration,
+        now: Time,
+    ) -> Option<Request> {
         self.traffic.window = Some(window);
         let lease = self.lease()?;
         if !self.registered || self.local || self.read.is_none() {
             return None;
         }
-        let recent = self
+        let recent = |(at, _): &(Time, Counts)| now.saturating_sub(*at) < READ_EVERY;
+        if self.traffic.told.as_ref().is_some_and(recent)
+            || self.busy(|c| matches!(c, Call::Traffic(_)))
+        {
+            return None;
+        }
+        let own = own();
+        if self
             .traffic
             .told
             .as_ref()
-            .is_some_and(|(at, told)| now.saturating_sub(*at) < READ_EVERY || *told == own);
-        if recent || self.busy(|c| matches!(c, Call::Traffic(_))) {
+            .is_some_and(|(_, told)| *told == own)
+        {
             return None;
         }
         let body = etcd::put(

@@ -96,15 +96,14 @@ impl<H> Pool<H> {
             .filter(|m| m.evidence.passive.outlier.is_ejected(now))
             .map(|m| (m.key.clone(), m.evidence.passive.outlier.clone()))
             .collect();
-        out.extend(fleet.share_ejections(&ejections, now));
-        let counts = self
-            .members
-            .iter()
-            .filter(|m| !m.evidence.passive.traffic.is_empty())
-            .map(|m| (m.key.clone(), m.evidence.passive.traffic.clone()))
-            .collect();
-        let window = self.config.health_checks.outlier.window;
-        out.extend(fleet.share_traffic(counts, window, now));
+        let outlier = &self.config.health_checks.outlier;
+        out.extend(fleet.share_ejections(&ejections, outlier.max_ejection, now));
+        // Every backend, in the configuration's order, so the others find each at its place.
+        let counts = || {
+            let count = |m: &super::Member<H>| (m.key.clone(), m.evidence.passive.traffic.clone());
+            self.members.iter().map(count).collect()
+        };
+        out.extend(fleet.share_traffic(counts, outlier.window, now));
         out
     }
 
@@ -448,6 +447,7 @@ mod evidence_tests {
         sites[0].eject(2, now);
         let until = sites[0].ejected_until(2, now).unwrap();
         let now = run(&mut etcd, &mut sites, now, 3);
+        let published = etcd.under("upcheck/v1/ejected/");
         // The decider dies; its own lease (6 s) expires, the ejection's (30 s) does not.
         sites.remove(0);
         let now = run(&mut etcd, &mut sites, now, 40);
@@ -458,10 +458,16 @@ mod evidence_tests {
         for site in &sites {
             assert_eq!(site.ejected_until(2, now), Some(until));
         }
+        assert_eq!(
+            etcd.under("upcheck/v1/ejected/"),
+            published,
+            "the decider's, never published again by the others"
+        );
     }
 
     #[test]
-    fn an_ejection_forged_corrupt_or_decided_by_no_balancer_ejects_nobody_and_is_logged() {
+    fn an_ejection_corrupt_of_another_version_or_longer_than_max_ejection_ejects_nobody_and_is_logged(
+    ) {
         let (mut etcd, mut sites) = sites(S);
         let now = run(&mut etcd, &mut sites, S, 10);
         let lease = sites[1].b.fleet.lease().unwrap();
@@ -471,22 +477,28 @@ mod evidence_tests {
             peers_failed: 0,
             peers_requests: 40,
         };
-        let ejection = |by: i64| {
+        // `length` long, with the configuration's limits otherwise.
+        let ejection = |length: Duration| {
             let mut standing = crate::outlier::Standing::default();
-            let config = sites[0].pool.config().health_checks.outlier.clone();
+            let mut config = sites[0].pool.config().health_checks.outlier.clone();
+            (config.ejection, config.max_ejection) = (length, length);
             let _ = standing.eject(verdict.clone(), now, &config);
-            crate::fleet::ejections::Shared { by, standing }
+            crate::fleet::ejections::Shared {
+                by: lease,
+                standing,
+            }
         };
+        let max_ejection = sites[0].pool.config().health_checks.outlier.max_ejection;
         let tag = [b'u', b'c', b'e', 1];
         let values: [(&str, Vec<u8>); 3] = [
             ("upcheck/v1/ejected/app0@app0", b"\xff\x00garbage".to_vec()),
             (
                 "upcheck/v1/ejected/app1@app1",
-                crate::tables::tagged(tag, &ejection(12345)),
+                crate::tables::tagged(tag, &ejection(max_ejection * 10)),
             ),
             (
                 "upcheck/v1/ejected/app2@app2",
-                crate::tables::tagged([b'u', b'c', b'e', 9], &ejection(lease)),
+                crate::tables::tagged([b'u', b'c', b'e', 9], &ejection(30 * S)),
             ),
         ];
         for (key, value) in &values {
