@@ -11,8 +11,13 @@ set -euo pipefail
 in=$1 out=$2
 keep=(
     memory _initialize malloc proxy_abi_version_0_2_1
-    # The root context: the VM, its configuration, its tick, its calls out, its end.
+    # The root context: the VM, its configuration, its tick, its calls out, its end. And the
+    # first callback of a TCP stream: a listener that loads upcheck as a network filter by mistake
+    # gets the SDK's answer, the VM failing at the first connection (loudly, and Envoy reloads
+    # it), rather than connections passing through with no filter (e2e/tests/faults.rs fails a
+    # VM this way).
     proxy_on_context_create proxy_on_vm_start proxy_on_configure proxy_on_tick
+    proxy_on_new_connection
     proxy_on_http_call_response proxy_on_done proxy_on_delete
     # The HTTP streams: the filter (http.rs) and the status page (status_page.rs). Body and
     # trailer callbacks answer "continue", as a missing one would; they stay, so that no host is
