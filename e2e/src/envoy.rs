@@ -6,8 +6,11 @@
 //! is killed by its own pid when its handle drops, also when the test panics; the directory is then
 //! kept and the end of the log printed, so a failure can be read.
 //!
-//! The Envoys of one test binary run one at a time: the machine has two cores, and the scenarios
-//! assert timing (probe intervals, ejection windows) that two Envoys side by side would blur.
+//! The tests of one binary run side by side, and so do their Envoys, up to [`ENVOYS_AT_ONCE`]
+//! (or `UPCHECK_E2E_ENVOYS`) at a time: a scenario spends most of its time waiting for probe
+//! intervals and ejection windows, so a few Envoys share two cores without blurring the timing
+//! they assert. Each holds a [`Turn`] for as long as it runs; an etcd cluster, whose tests run
+//! three Envoys of their own, takes every turn ([`Turn::alone`]).
 //!
 //! As in the shipped configurations, each users' listener with the filter has the status page on
 //! a listener of its own, on a free loopback port (or another address, [`EnvoyBuilder::status_on`]),
@@ -24,7 +27,7 @@ use std::time::Duration;
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
 use tempfile::TempDir;
-use tokio::sync::{Mutex, MutexGuard};
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 use crate::envoy_config::{self, Routing, WasmFilter};
@@ -37,8 +40,51 @@ use crate::xds::XdsFiles;
 /// The Envoy version the tests are written against.
 pub const VERSION: &str = "1.40.0";
 
-/// One Envoy at a time per test binary.
-static TURN: Mutex<()> = Mutex::const_new(());
+/// How many Envoys of one test binary run at once unless `UPCHECK_E2E_ENVOYS` says otherwise.
+pub const ENVOYS_AT_ONCE: u32 = 3;
+
+/// A test's right to run an Envoy now: one of [`ENVOYS_AT_ONCE`], or all of them.
+pub struct Turn {
+    _permits: SemaphorePermit<'static>,
+}
+
+impl Turn {
+    /// One turn, once one is free.
+    pub async fn one() -> Result<Turn> {
+        Turn::take(1).await
+    }
+
+    /// Every turn, once all are free: nothing else of this test binary runs an Envoy until it is
+    /// dropped.
+    pub async fn alone() -> Result<Turn> {
+        Turn::take(turns()?.1).await
+    }
+
+    async fn take(count: u32) -> Result<Turn> {
+        let permits = turns()?.0.acquire_many(count).await?;
+        Ok(Turn { _permits: permits })
+    }
+}
+
+/// The turns of this test binary, and how many there are.
+fn turns() -> Result<&'static (Semaphore, u32)> {
+    static TURNS: OnceLock<std::result::Result<(Semaphore, u32), String>> = OnceLock::new();
+    let turns = TURNS.get_or_init(|| {
+        let count = match std::env::var("UPCHECK_E2E_ENVOYS") {
+            Err(_) => ENVOYS_AT_ONCE,
+            Ok(text) => match text.parse::<u32>() {
+                Ok(n) if n >= 1 => n,
+                _ => {
+                    return Err(format!(
+                        "UPCHECK_E2E_ENVOYS={text:?} is not a count of at least 1"
+                    ))
+                }
+            },
+        };
+        Ok((Semaphore::new(count as usize), count))
+    });
+    turns.as_ref().map_err(|e| anyhow::anyhow!("{e}"))
+}
 
 /// Envoy could not bind a port picked for it: something else took it after it was picked.
 #[derive(Debug)]
@@ -97,7 +143,7 @@ pub struct Envoy {
     /// What can change while it runs; `None` when it runs a whole configuration file.
     dynamic: Option<Dynamic>,
     http: reqwest::Client,
-    _turn: MutexGuard<'static, ()>,
+    _turn: Turn,
 }
 
 /// The resources of an Envoy started from a builder, served from files so they can change.
@@ -293,7 +339,7 @@ impl EnvoyBuilder {
     pub async fn run_static(self, validate: bool) -> Result<Exited> {
         let binary = binary()?;
         let filter = self.wasm()?;
-        let _turn = TURN.lock().await;
+        let _turn = Turn::one().await?;
         let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
         let bootstrap = dir.path().join("bootstrap.json");
         let second = SecondListener::new(self.second.as_ref(), self.listen_ip, self.routing)?;
@@ -342,7 +388,7 @@ impl EnvoyBuilder {
 
     /// Picks the ports, writes the configuration and starts Envoy, once.
     async fn start_once(self) -> Result<Envoy> {
-        let turn = TURN.lock().await;
+        let turn = Turn::one().await?;
         let filter = self.wasm()?;
         let second = SecondListener::new(self.second.as_ref(), self.listen_ip, self.routing)?;
         ensure!(
@@ -408,7 +454,7 @@ impl EnvoyBuilder {
     ) -> Result<Envoy> {
         let mut attempt = 1;
         loop {
-            let turn = TURN.lock().await;
+            let turn = Turn::one().await?;
             let ports = ConfigPorts {
                 listener: free_addr()?,
                 admin: free_addr()?,
@@ -473,7 +519,7 @@ async fn launch(
         status,
     }: Ports,
     dynamic: Option<Dynamic>,
-    turn: MutexGuard<'static, ()>,
+    turn: Turn,
 ) -> Result<Envoy> {
     let process = EnvoyProcess::spawn(Launch {
         binary: binary()?,

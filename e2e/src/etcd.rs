@@ -24,7 +24,7 @@ use tokio::time::{sleep, Instant};
 use upcheck_cli::envoy::{render, Settings};
 use upcheck_cli::etcd::TlsFlags;
 
-use crate::envoy::{binary, module};
+use crate::envoy::{binary, module, Turn};
 use crate::envoy_process::{EnvoyProcess, Launch, PATIENCE, PORT_ATTEMPTS};
 use crate::ports::free_addr;
 use crate::tls::Certificates;
@@ -47,6 +47,9 @@ pub struct Etcd {
     token: Option<String>,
     /// The certificates of client TLS, when it is on ([`Etcd::start_tls`]).
     tls: Option<Certificates>,
+    /// Every Envoy turn of the test binary: a fleet test runs its own balancers and times what
+    /// etcd carries between them, alone.
+    _alone: Turn,
 }
 
 /// The root user's password in the tests' etcd.
@@ -87,7 +90,7 @@ impl Etcd {
     async fn start_with(size: usize, tls: bool) -> Result<Etcd> {
         let mut attempt = 1;
         loop {
-            match Etcd::start_once(size, tls).await {
+            match Etcd::start_once(size, tls, Turn::alone().await?).await {
                 Err(e)
                     if attempt < PORT_ATTEMPTS
                         && e.to_string().contains("address already in use") =>
@@ -100,7 +103,7 @@ impl Etcd {
         }
     }
 
-    async fn start_once(size: usize, tls: bool) -> Result<Etcd> {
+    async fn start_once(size: usize, tls: bool, alone: Turn) -> Result<Etcd> {
         let binary = etcd_binary()?;
         let dir = tempfile::Builder::new().prefix("upcheck-etcd-").tempdir()?;
         let tls = match tls {
@@ -138,6 +141,7 @@ impl Etcd {
             http,
             token: None,
             tls,
+            _alone: alone,
         };
         let deadline = Instant::now() + PATIENCE;
         for i in 0..size {

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use upcheck_policy::{duration, Config, ConfigError};
 
-const DOCS: &str = include_str!("../../../docs/configuration.md");
+const DOCS: &str = include_str!("../../../../docs/configuration.md");
 
 /// The smallest configuration of each role.
 const TRAFFIC: &str = r#"{"upstreams":[{"name":"app1"}]}"#;

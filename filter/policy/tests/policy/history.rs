@@ -1,7 +1,7 @@
 //! The history of every change: what the pool appends to the process-wide history as it runs,
 //! with the log lines' own reasons, and how much of it each pool keeps.
 
-mod support;
+use crate::support;
 
 use support::*;
 use upcheck_policy::history::{self, Change, HistoryTable, Kind};

@@ -1,7 +1,7 @@
 //! Properties of the policy over random histories of probes, requests and time, for 1 to 50
 //! backends.
 
-mod support;
+use crate::support;
 
 use proptest::prelude::*;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! meanwhile counts as a failure, the fleet guard never brings it back, and its first probe that
 //! passes without the signal ends it.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! fields whose meaning upcheck can keep are mapped, and everything else is refused with the JSON
 //! path and what to do, exit status 2 and nothing written.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! with status 2 and writes nothing. A good one, `check` prints as it is in force, every default
 //! filled in.
 
-mod common;
+use crate::common;
 
 use std::fs;
 

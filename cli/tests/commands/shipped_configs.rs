@@ -3,7 +3,7 @@
 //! `config/envoy-simple.yaml` in cluster routing. A hand edit to either, or a change to the
 //! command, fails here until the files are written again with the command this prints.
 
-mod common;
+use crate::common;
 
 use std::fs;
 

@@ -11,7 +11,7 @@
 //! log said `ejected for`. The times are printed, never asserted (the machine is noisy); the
 //! counts users pay are.
 //!
-//! `cargo test -p upcheck-e2e --test peers -- --nocapture`
+//! `cargo test --profile host-test -p upcheck-e2e --test in_envoy peers:: -- --nocapture`
 
 use std::time::Duration;
 

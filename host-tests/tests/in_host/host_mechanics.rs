@@ -1,7 +1,7 @@
 //! The host itself, proven with hand-written guests: memory safety, linking, shared data, http
 //! calls, the virtual clock, traps, configuration and the request path.
 
-mod common;
+use crate::common;
 
 use common::{guest, wat_map};
 use std::time::Duration;

@@ -25,7 +25,7 @@
 //!
 //! It needs etcd (`UPCHECK_ETCD`, which `make etcd` sets) and about two minutes, so plain
 //! `cargo test` leaves it out and `make host-test` runs it: `cargo test --profile host-test -p
-//! upcheck-host-tests --test fleet_scale -- --ignored --nocapture`.
+//! upcheck-host-tests --test in_host fleet_scale:: -- --ignored --nocapture` (`make fleet-scale`).
 
 use std::collections::BTreeMap;
 use std::error::Error;

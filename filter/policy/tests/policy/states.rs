@@ -2,7 +2,7 @@
 //! state when it changes, with since when, and all of them afresh when it begins probing; and
 //! each probe with how long it took.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 use support::*;

@@ -2,7 +2,7 @@
 //! after an update. Each backend is probed for the newest configuration that lists it, and a
 //! pool never takes another pool's backends' state for its own.
 
-mod support;
+use crate::support;
 
 use support::*;
 use upcheck_policy::tables::{ActiveTable, AnnounceTable};

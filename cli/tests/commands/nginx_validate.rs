@@ -5,7 +5,7 @@
 //! `UPCHECK_NGINX` (`make e2e` installs Debian's and sets it); the tests fail without it, never
 //! skip.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

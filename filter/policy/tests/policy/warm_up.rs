@@ -1,7 +1,7 @@
 //! Warm-up (`health_checks.slow_start`): a backend entering service gets a share of its weight
 //! that rises by Envoy's formula over the window, measured as picks through the pool.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 use support::*;

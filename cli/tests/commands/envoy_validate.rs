@@ -4,7 +4,7 @@
 //! tests fail without them, never skip: a green run that validated nothing would hide a broken
 //! setup.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

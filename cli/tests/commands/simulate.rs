@@ -2,7 +2,7 @@
 //! what users saw. These tests read its table: one row per second (or per folded run of quiet
 //! seconds, or the total), three numbers per backend and configuration: requests, failed, slow.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::process::Output;

@@ -1,6 +1,6 @@
 //! Thresholds at their boundaries: active `passes`/`fails`, the passive window, in-flight latency.
 
-mod support;
+use crate::support;
 
 use support::*;
 use upcheck_policy::active::Reason;

@@ -4,9 +4,9 @@
 //! same through the pool, the pipeline that ships (support's `Proxy` plays the adapter).
 //!
 //! The figures (failures before an ejection, time to it) are printed; run with
-//! `cargo test -p upcheck-policy --test outlier -- --nocapture` to see them.
+//! `cargo test -p upcheck-policy --test policy outlier:: -- --nocapture` to see them.
 
-mod support;
+use crate::support;
 
 use proptest::prelude::*;
 use std::time::Duration;

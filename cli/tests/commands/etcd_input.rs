@@ -3,7 +3,7 @@
 //! `fleet` object as the module does. TLS to etcd (`--etcd-ca`, `--etcd-cert`, `--etcd-key`,
 //! `--etcd-sni`) is the etcd cluster's transport socket; each flag given wrongly is refused by name.
 
-mod common;
+use crate::common;
 
 use common::{refused, stderr, upcheck, workspace};
 use upcheck_policy::Config;

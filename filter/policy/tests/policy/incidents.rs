@@ -1,6 +1,6 @@
 //! The incident and its cousins, as the policy sees them: who gets traffic.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 use support::*;

@@ -1,0 +1,16 @@
+//! The command line's tests: what `upcheck envoy`, `upcheck nginx`, `upcheck check` and
+//! `upcheck simulate` (feature `simulate`) write and refuse, checked by Envoy, NGINX and Prometheus
+//! where they take part. One test binary; each module a suite of its own (docs/testing.md).
+
+mod common;
+
+mod caddy_import;
+mod envoy_validate;
+mod etcd_input;
+mod moving_from_caddy;
+mod nginx_validate;
+mod plugin_input;
+mod prometheus;
+mod shipped_configs;
+#[cfg(feature = "simulate")]
+mod simulate;
