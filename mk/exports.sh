@@ -3,10 +3,10 @@
 #
 # The proxy-wasm SDK exports every callback of the ABI (0.2.1), and a linker keeps whatever is
 # exported, so the gRPC, TCP-stream, queue and foreign-function callbacks upcheck never answers
-# stay in the module with all they reach: about 17 KB of the 512 KB budget. A host calls only the
-# callbacks a module exports and treats a missing one as the default, so these are dead code.
-# Binaryen's wasm-metadce removes them, given the exports that stay as the roots of its graph;
-# wasm-opt then runs as before. The host tests check the list (host-tests/tests/process.rs).
+# stay in the module with all they reach: about 17 KB. A host calls only the callbacks a module
+# exports and treats a missing one as the default, so these are dead code. Binaryen's
+# wasm-metadce removes them, given the exports that stay as the roots of its graph; wasm-opt then
+# runs on what is left. The host tests check the list (host-tests/tests/in_host/process.rs).
 set -euo pipefail
 in=$1 out=$2
 keep=(
@@ -14,8 +14,8 @@ keep=(
     # The root context: the VM, its configuration, its tick, its calls out, its end. And the
     # first callback of a TCP stream: a listener that loads upcheck as a network filter by mistake
     # gets the SDK's answer, the VM failing at the first connection (loudly, and Envoy reloads
-    # it), rather than connections passing through with no filter (e2e/tests/faults.rs fails a
-    # VM this way).
+    # it), rather than connections passing through with no filter (e2e/tests/in_envoy/faults.rs
+    # fails a VM this way).
     proxy_on_context_create proxy_on_vm_start proxy_on_configure proxy_on_tick
     proxy_on_new_connection
     proxy_on_http_call_response proxy_on_done proxy_on_delete

@@ -3,8 +3,8 @@
 #
 #   make nginx   install Debian's nginx when missing (apt-get update first), print its version
 #
-# Stock NGINX lacks Kong's ngx_wasm_module, which the project does not build: the CLI's
-# tests (cli/tests/nginx_validate.rs) run `nginx -t` on the written file with the module's
+# Stock NGINX lacks Kong's ngx_wasm_module, which the project does not build: the CLI's tests
+# (cli/tests/commands/nginx_validate.rs) run `nginx -t` on the written file with the module's
 # directives left out, and read the binary's path from UPCHECK_NGINX. Installing the package
 # starts no server that matters here: the tests only run `nginx -t` with a configuration of
 # their own.

@@ -4,7 +4,7 @@
 #   make prometheus   install it when missing (apt-get update first)
 #   make rules        `promtool check rules` and `promtool test rules` on config/prometheus/
 #
-# The e2e tests that scrape a real Envoy (cli/tests/prometheus.rs) read the binary from
+# The e2e tests that scrape a real Envoy (cli/tests/commands/prometheus.rs) read the binary from
 # UPCHECK_PROMETHEUS and fail (not skip) without it. Debian's package also starts a Prometheus
 # service where systemd runs; the tests never use it, they start their own on loopback.
 
