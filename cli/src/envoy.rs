@@ -2,7 +2,7 @@
 //! the e2e harness and the benchmarks serve to Envoy as JSON ([`Shape`]).
 //!
 //! Built as a [`tree`](crate::tree) that carries its comments: they are half of the file. Each
-//! setting whose absence was measured to cost users (README, "Routing modes") is explained next
+//! setting whose absence was measured to cost users (docs/routing.md) is explained next
 //! to it, so that whoever reads or edits the file learns why it is there. This is the one place
 //! the shapes are stated; the e2e tests run them as they are written here: in host routing a `pool` cluster with the `override_host` load
 //! balancer, two routes that retry once on another backend (`previous_hosts`, the retry circuit

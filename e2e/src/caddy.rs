@@ -1,6 +1,6 @@
 //! The operators' move from Caddy, on this machine: their Caddy JSON with its two backends'
 //! addresses replaced by fake upstreams', and the Envoy configuration `upcheck envoy` writes from
-//! it (host routing, the recommended deployment), as the README's "Moving from Caddy" runs it.
+//! it (host routing, the recommended deployment), as docs/moving-from-caddy.md runs it.
 //!
 //! The configuration comes from the built `upcheck` binary rather than from the pieces of it the
 //! harness serves ([`crate::envoy_config`]), so what runs is what an operator would run, command

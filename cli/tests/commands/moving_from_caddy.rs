@@ -1,4 +1,4 @@
-//! The README's "Moving from Caddy" steps, run as written, from Caddy's JSON to a running Envoy.
+//! The steps of docs/moving-from-caddy.md, run as written, from Caddy's JSON to a running Envoy.
 //!
 //! `config/caddy.json` stands for `curl -s localhost:2019/config/` (no Caddy runs here); its copy
 //! dials two fake upstreams on loopback instead of 127.0.0.1:3001 and :3002. The built `upcheck`

@@ -10,7 +10,7 @@
 //! can break or fix a backend by hand (the printed `curl -X PUT` lines) and watch upcheck follow.
 //!
 //! The backends and the traffic come from the e2e harness and the configuration from the built
-//! `upcheck` binary, as in the migration test (`cli/tests/moving_from_caddy.rs`), so the demo runs
+//! `upcheck` binary, as in the migration test (`cli/tests/commands/moving_from_caddy.rs`), so the demo runs
 //! what the tests test. It stops on Ctrl-C or SIGTERM, or by itself after `--seconds`
 //! (`DEMO_SECONDS`, default 10 min), and kills Envoy by its pid on the way out.
 

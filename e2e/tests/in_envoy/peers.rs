@@ -1,6 +1,6 @@
 //! What `/up` cannot see, in a real Envoy: a backend that passes its probes while its pages fail,
 //! lag or hang is taken out by comparing it with its peers, and a fault every backend shares takes
-//! out nobody. The same scenarios as `host-tests/tests/peers.rs` (on a virtual clock there), here
+//! out nobody. The same scenarios as `host-tests/tests/in_host/peers.rs` (on a virtual clock there), here
 //! with real time, real connections and two workers counting apart.
 //!
 //! Two backends, 40 users a second on separate connections (so both workers see traffic), outlier

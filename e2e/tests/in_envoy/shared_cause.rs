@@ -6,7 +6,7 @@
 //! out one backend after another, rounds apart, while pages are still served; taking each out as
 //! its probe times out would pile the traffic onto whoever is left, and with real capacity that
 //! is the cascade the app's owners feared. The host runs these scenarios on a virtual clock with
-//! the default configuration (`host-tests/tests/shared_cause.rs`); here they run with the
+//! the default configuration (`host-tests/tests/in_host/shared_cause.rs`); here they run with the
 //! operators' block shortened ten times ([`fast_checks`]: probes every 1 s, 500 ms timeout), so
 //! every time of the host's timeline is divided by ten too: a break at t=20 s happens 2 s into
 //! the users here, t=40 s is 4 s, t=45 s is 4.5 s, 90 s of traffic is 9 s. Each phase still holds

@@ -1,7 +1,7 @@
 //! The plugin configuration: the operators' Caddy `health_checks` block, as written, plus the few
 //! things a proxy-wasm filter needs that Caddy does not (which cluster a backend is, which header
 //! carries the pick) and upcheck's own outlier detection. `docs/configuration.md` is its
-//! reference, checked against this module by `tests/config_docs.rs`.
+//! reference, checked against this module by `filter/policy/tests/policy/config_docs.rs`.
 //!
 //! Everything is checked before the filter starts: a config that parses is one the policy can run.
 //! Errors name the JSON path and the reason (`health_checks.passive.max_fails: must be at least 1,

@@ -3,7 +3,7 @@
 //! boots (accepts and answers nothing for a second), then serves again; 40 users a second over
 //! two workers, probes every 10 s, cluster routing (nothing is retried). The failures per run
 //! are deterministic here, so they are asserted; the same deploy in a real Envoy, both routing
-//! modes, is `e2e/tests/deploy.rs`.
+//! modes, is `e2e/tests/in_envoy/deploy.rs`.
 
 use std::time::Duration;
 use upcheck_host_tests::{Behaviour, Host, HostOptions, Load, RequestSpec, Traffic, UPCHECK_WASM};

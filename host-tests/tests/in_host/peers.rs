@@ -4,7 +4,7 @@
 //! stated, probes every 10 s with a 5 s timeout, a 15 s route timeout, outlier detection on by
 //! default.
 //!
-//! Each scenario prints its figures: `cargo test -p upcheck-host-tests --test in_host peers:: -- --nocapture`.
+//! Each scenario prints its figures: `cargo test --profile host-test -p upcheck-host-tests --test in_host peers:: -- --nocapture`.
 
 use std::time::Duration;
 use upcheck_host_tests::{Behaviour, Host, HostOptions, RequestSpec, Traffic, UPCHECK_WASM};

@@ -16,7 +16,7 @@
 //! second, sent a minute at a time; finished requests are tallied and dropped, so the test holds
 //! only the requests in flight.
 //!
-//! The day takes about 2.5 minutes with wasmtime and the host optimized, 11 in a plain debug
+//! The day takes about 2 minutes with wasmtime and the host optimized, 11 in a plain debug
 //! build, so it is ignored there and `make soak` runs it in the workspace's `host-test`
 //! profile: `cargo test --profile host-test -p upcheck-host-tests --test in_host soak:: -- --ignored
 //! --nocapture`. Its short counterpart, a configuration changed every ten seconds, runs
