@@ -1,0 +1,104 @@
+//! The page as plain text, at `status_path`: one line per backend, for `curl` and for scripts that
+//! grep it.
+
+use super::model::{ago, changes, duty, fleet_summary, lines, subject};
+use crate::fleet::shown::Shown;
+use crate::history::timestamp;
+use crate::pool::Pool;
+use crate::time::Time;
+use std::fmt::Write;
+
+/// Plain text: one line per backend, then the fleet guard.
+pub fn text<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
+    let mut out = String::from("upcheck\n");
+    for l in lines(pool, fleet, now) {
+        let _ = write!(
+            out,
+            "{:<24} {:<9} {:<9} failures={} {}",
+            l.name,
+            l.traffic(),
+            l.status,
+            l.failures,
+            if l.ejected { "ejected " } else { "" },
+        );
+        if let Some(drain) = l.drain {
+            let _ = write!(
+                out,
+                "draining (for {}: {}) ",
+                ago(now, drain.since),
+                drain.by
+            );
+        }
+        if let Some((verdict, until)) = &l.outlier {
+            let _ = write!(out, "(outlier for {} more: {verdict}) ", ago(*until, now));
+        }
+        if let Some(note) = l.overruled(now) {
+            let _ = write!(out, "({note}) ");
+        }
+        if let Some(w) = l.warming {
+            let _ = write!(
+                out,
+                "warming {} % for {} more ",
+                w.percent(),
+                ago(w.until, now)
+            );
+        }
+        if let Some(holder) = &l.duty {
+            duty(&mut out, holder);
+            out.push(' ');
+        }
+        match l.last_probe {
+            Some((at, outcome)) => {
+                let _ = writeln!(out, "last probe {outcome} {} ago", ago(now, at));
+            }
+            None => out.push_str("not probed yet\n"),
+        }
+    }
+    if let Some(fleet) = fleet {
+        fleet_summary(&mut out, fleet, now);
+        out.push('\n');
+    }
+    let guard = pool.guard();
+    let _ = writeln!(out, "fleet guard: {guard}");
+    text_history(&mut out, pool, now);
+    out
+}
+
+/// The history, newest first, after the fleet guard: one line per change (when, how long ago,
+/// backend, from -> to, why); nothing while there is none.
+fn text_history<H>(out: &mut String, pool: &Pool<H>, now: Time) {
+    if pool.history().is_empty() {
+        return;
+    }
+    out.push_str("history, newest first:\n");
+    for c in changes(pool) {
+        let _ = writeln!(
+            out,
+            "  {} ({} ago) {} {} → {}: {}",
+            timestamp(c.at),
+            ago(now, c.at),
+            subject(c),
+            c.kind.from(),
+            c.kind.to(),
+            c.cause
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::page::fixtures::pool;
+    use std::time::Duration;
+
+    #[test]
+    fn the_text_status_reads_one_line_per_backend() {
+        let text = text(&pool(), None, Duration::from_secs(1));
+        assert!(text.contains("app1                     in        healthy   failures=0 last probe passed 990ms ago"), "{text}");
+        assert!(
+            text.contains("out       unhealthy failures=0 last probe answered 502 980ms ago"),
+            "{text}"
+        );
+        assert!(text.ends_with("fleet guard: off\n"), "{text}");
+    }
+}

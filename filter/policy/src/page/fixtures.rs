@@ -1,0 +1,57 @@
+//! Pools the forms' tests render: two backends, one passing its probes and one failing them, with
+//! a fleet or without.
+
+use crate::fleet::shown::Shown;
+use crate::pool::Pool;
+use std::time::Duration;
+use upcheck_config::Config;
+
+/// app1 passes its first probe and app-2 fails it (answering 502), under `config`.
+fn pool_of(config: &[u8]) -> Pool {
+    let config = Config::parse(config).unwrap_or_else(|e| panic!("{e}"));
+    let mut pool = Pool::new(config, Duration::ZERO, |_| ());
+    pool.lease(true, Duration::ZERO, 1);
+    pool.probe_sent(0, 1, Duration::ZERO);
+    pool.probe_sent(1, 2, Duration::ZERO);
+    pool.probe_answered(1, Some(200), false, b"", Duration::from_millis(10));
+    pool.probe_answered(2, Some(502), false, b"", Duration::from_millis(20));
+    pool
+}
+
+/// app1 and app-2, each after its first probe ([`pool_of`]).
+pub(super) fn pool() -> Pool {
+    pool_of(br#"{"upstreams":[{"name":"app1"},{"name":"app-2"}]}"#)
+}
+
+/// app-2 fails its first probe and passes at 30 s, warming up over 100 s.
+pub(super) fn warming_pool() -> Pool {
+    let mut pool = pool_of(
+        br#"{"upstreams":[{"name":"app1"},{"name":"app-2"}],"health_checks":{"slow_start":"100s"}}"#,
+    );
+    pool.probe_sent(1, 3, Duration::from_secs(30));
+    pool.probe_answered(3, Some(200), false, b"", Duration::from_secs(30));
+    pool
+}
+
+/// app1's duty held here (lease 2a), app-2's by balancer ff, read at 700 ms.
+pub(super) fn fleet(pool: &Pool, local: bool) -> Shown {
+    let duties = pool.members().iter().map(|m| m.key.clone());
+    let duties = duties.zip([Some(0x2a), Some(0xff)]);
+    Shown::new(
+        Some(0x2a),
+        local,
+        Some(Duration::from_millis(700)),
+        3,
+        duties,
+    )
+}
+
+/// The row of the backend at `index` in an HTML page.
+pub(super) fn row(html: &str, index: usize) -> &str {
+    let start = html
+        .find(&format!("<tr id=\"backend-{index}\""))
+        .unwrap_or_else(|| panic!("no row {index}: {html}"));
+    let rest = html.get(start..).unwrap_or_default();
+    rest.get(..rest.find("</tr>").unwrap_or(rest.len()))
+        .unwrap_or_default()
+}
