@@ -20,8 +20,8 @@
 
 pub mod active;
 pub mod drain;
+pub mod etcd;
 pub mod events;
-pub mod fleet;
 pub mod guard;
 pub mod history;
 pub mod host;

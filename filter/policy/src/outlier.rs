@@ -334,7 +334,7 @@ impl Traffic {
         self.half = half;
     }
 
-    /// Whether counts read from elsewhere (another balancer's, [`crate::fleet`]) are counts this
+    /// Whether counts read from elsewhere (another balancer's, [`crate::etcd`]) are counts this
     /// build could have made by `latest` with `window`: no half-window or time after `latest`'s,
     /// no more failures or latencies than requests.
     pub fn plausible(&self, latest: Time, window: Duration) -> bool {
@@ -899,7 +899,7 @@ impl Standing {
     }
 
     /// Holds at `now` the ejection in force in `theirs`, another balancer's standing of the
-    /// backend ([`crate::fleet`]), until its end: the next offence here lasts as long as the next
+    /// backend ([`crate::etcd`]), until its end: the next offence here lasts as long as the next
     /// one there. `None` if one is in force here already, or none there.
     pub fn adopt(&mut self, theirs: &Standing, now: Time) -> Option<Ejection> {
         self.tick(now);

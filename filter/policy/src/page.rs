@@ -17,7 +17,7 @@
 
 use crate::active::{Health, ProbeOutcome};
 use crate::drain::Drain;
-use crate::fleet::shown::{Holder, Shown};
+use crate::etcd::shown::{Holder, Shown};
 use crate::guard::Guard;
 use crate::history::timestamp;
 use crate::literal::quoted;

@@ -1,4 +1,4 @@
-//! One VM's view of the fleet, and the one way in for everything it observes.
+//! One VM's view of its backends, and the one way in for everything it observes.
 //!
 //! Each kind of observation enters through one method, and each returns its [`Effects`]:
 //! - [`Pool::configure`]: a (re)configuration; backends that stay keep their state, by name;
@@ -14,7 +14,7 @@
 //! - [`Pool::active_published`], [`Pool::passive_written`]: tables another VM (or this one)
 //!   wrote to shared data;
 //! - [`Pool::fleet_view`]: on the prober, which backends other balancers probe and what they
-//!   published ([`crate::fleet`]).
+//!   published ([`crate::etcd`]).
 //!
 //! The pool never calls the host. The effects are carried out by [`crate::host::carry_out`]
 //! (compare-and-swap, probes, log lines, metrics), which hands back what came of them through the
@@ -23,7 +23,8 @@
 //! The entry points are split by observation: `probes` (active checks), `requests` (real
 //! requests), `peers` (the outlier comparison), `tables` (the process-wide tables in and out),
 //! `history` (which events are changes, and the pool's share of the history of them),
-//! and every one of them ends in `refresh`, which works the routing out again in named steps.
+//! `balancers` (the other balancers' view in, this balancer's evidence out), and every one of
+//! them ends in `refresh`, which works the routing out again in named steps.
 //!
 //! Both routing modes share all of this: in `cluster` routing the pick names the backend's
 //! cluster (Envoy's `cluster_header`), in `host` routing its address (the `override_host` load
@@ -44,7 +45,7 @@ use crate::time::Time;
 use crate::warm_up::{warming, Warming};
 use upcheck_config::{Config, Upstream};
 
-mod fleet;
+mod balancers;
 mod history;
 mod peers;
 mod probes;
@@ -81,7 +82,7 @@ pub struct Member<H> {
     pub key: String,
     /// Whether this configuration is the newest that lists it, so its prober probes it.
     probed_here: bool,
-    /// Whether another balancer of the fleet probes it ([`crate::fleet`]): then its probe state
+    /// Whether another balancer of the fleet probes it ([`crate::etcd`]): then its probe state
     /// comes from that balancer's published results, and it is not probed here.
     elsewhere: bool,
     /// Back in rotation with the backends whose probes fail alike (fleet rule 3).
@@ -109,7 +110,7 @@ pub struct Member<H> {
     /// This VM's request outcomes not yet added to the process-wide counts (at the next tick).
     traffic: Traffic,
     /// On the prober, the other balancers' counts of its requests, added up, as last read
-    /// ([`crate::fleet::traffic`]).
+    /// ([`crate::etcd::traffic`]).
     fleet_traffic: Traffic,
     /// Its drain, as last refreshed ([`crate::drain`]).
     drain: Option<Drain>,
