@@ -21,8 +21,9 @@
 //! same entry points, in the adapter and the tests alike, so the tests drive the path that ships.
 //!
 //! The entry points are split by observation: `probes` (active checks), `requests` (real
-//! requests), `peers` (the outlier comparison), `tables` (the process-wide tables in and out),
-//! `history` (which events are changes, and the pool's share of the history of them),
+//! requests), `peers` (the outlier comparison), `published` (the process-wide tables
+//! ([`crate::tables`]) as published, in, and this VM's part of them, out), `changes` (which
+//! events are changes, and the pool's share of the history of them, [`crate::history`]),
 //! `balancers` (the other balancers' view in, this balancer's evidence out), and every one of
 //! them ends in `refresh`, which works the routing out again in named steps.
 //!
@@ -46,12 +47,12 @@ use crate::warm_up::{warming, Warming};
 use upcheck_config::{Config, Upstream};
 
 mod balancers;
-mod history;
+mod changes;
 mod peers;
 mod probes;
+mod published;
 mod refresh;
 mod requests;
-mod tables;
 
 /// Where a request should go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
