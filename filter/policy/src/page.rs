@@ -20,7 +20,7 @@ use crate::drain::Drain;
 use crate::etcd::shown::{Holder, Shown};
 use crate::guard::Guard;
 use crate::history::timestamp;
-use crate::literal::quoted;
+use crate::json_string::quoted;
 use crate::pool::{Member, Pool};
 use crate::time::Time;
 use crate::warm_up::Warming;

@@ -9,7 +9,7 @@
 //! number or a string escaped by [`quoted`], so nothing in a key or a password can break out.
 
 use super::json::{self, Value};
-use crate::literal::quoted;
+use crate::json_string::quoted;
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 

@@ -1,5 +1,5 @@
 //! A JSON reader just big enough for etcd's answers (the requests' strings are written by
-//! [`crate::literal::quoted`]).
+//! [`crate::json_string::quoted`]).
 //!
 //! Why not serde_json's derive, as the configuration uses: every answer type derived for it
 //! brings serde_json's deserializer paths of its own and float formatting for its error messages
@@ -275,7 +275,7 @@ mod tests {
     fn a_quoted_string_reads_back_as_it_was() {
         for text in ["plain", "q\"b\\s", "ctl\u{1}\n", "é😀"] {
             assert_eq!(
-                parse(crate::literal::quoted(text).as_bytes()),
+                parse(crate::json_string::quoted(text).as_bytes()),
                 Ok(Value::Text(text.into()))
             );
         }
