@@ -96,9 +96,8 @@ pub struct Member<H> {
     accepting: bool,
     /// Passing probes and not ejected, as last reported (`None`: not yet).
     in_service: Option<bool>,
-    /// Its state in one word, since when (as this VM saw it change), and whether this VM
-    /// reported it.
-    state: (State, Time, bool),
+    /// Its state in one word, as this VM follows it.
+    state: StateSeen,
     /// When it is probed next.
     probe: ProbeSlot,
     /// Whether a probe the proxy refused to send was reported.
@@ -141,9 +140,21 @@ impl<H> Member<H> {
     }
 
     /// Its state in one word, and since when, as of the last time the routing was worked out.
-    pub fn state(&self) -> (State, Time) {
-        (self.state.0, self.state.1)
+    pub fn state(&self) -> StateSeen {
+        self.state
     }
+}
+
+/// A backend's state in one word, as a VM follows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateSeen {
+    /// The state.
+    pub current: State,
+    /// Since when, as this VM saw it change.
+    pub since: Time,
+    /// Whether this VM reported it: its prober does when it changes, and again on taking the
+    /// probing lease.
+    reported: bool,
 }
 
 /// Where a backend stands in its passive ejection's lifecycle (a full failure window or an
@@ -308,7 +319,11 @@ impl<H> Pool<H> {
                     routable: false,
                     accepting: true,
                     in_service: None,
-                    state: (State::Unknown, now, false),
+                    state: StateSeen {
+                        current: State::Unknown,
+                        since: now,
+                        reported: false,
+                    },
                     probe: ProbeSlot::due_at(now),
                     unprobeable: false,
                     newest_probe: None,
@@ -435,7 +450,7 @@ impl<H> Pool<H> {
                     m.probe = ProbeSlot::due_at(now);
                     // Report every gauge and contact afresh from this VM.
                     m.in_service = None;
-                    m.state.2 = false;
+                    m.state.reported = false;
                 }
                 self.prober = Some(Prober {
                     schedule: Schedule::new(seed),

@@ -8,7 +8,7 @@
 //! the rotation laid out again, and the fleet guard. Only the VM probing a backend reports its
 //! changes, so each is logged once per process.
 
-use super::{EjectionState, Member, Pool, Prober};
+use super::{EjectionState, Member, Pool, Prober, StateSeen};
 use crate::active::Health;
 use crate::events::{Effects, Event};
 use crate::guard::{route, Evidence, Guard, Routing};
@@ -326,18 +326,21 @@ impl<H> Member<H> {
             ejected,
             self.evidence.passive.drain.is_some(),
         );
-        let (was, since, reported) = self.state;
-        let change = state != was;
+        let change = state != self.state.current;
         if change {
-            self.state = (state, now, false);
+            self.state = StateSeen {
+                current: state,
+                since: now,
+                reported: false,
+            };
         }
-        if reporting && (change || !reported) {
-            self.state.2 = true;
+        if reporting && !self.state.reported {
+            self.state.reported = true;
             effects.events.push(Event::State {
                 index,
                 name: self.name().to_owned(),
                 state,
-                since: if change { now } else { since },
+                since: self.state.since,
                 change,
             });
         }
