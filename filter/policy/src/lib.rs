@@ -48,7 +48,9 @@ pub use upcheck_config as config;
 /// elsewhere.
 pub use config::{duration, status_match};
 
-pub use active::{ActiveHealth, Down, Health, Pages, ProbeOutcome, Transition};
+pub use active::{
+    ActiveHealth, Down, Health, MadeBy, Pages, ProbeAnswer, ProbeOutcome, Transition,
+};
 pub use config::{Config, ConfigError, Proxy, Role, RoutingMode, StatusPage};
 pub use events::{Effects, Event, Level};
 pub use guard::{Evidence, Guard, Routing};

@@ -703,6 +703,7 @@ fn escaped(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::active::{MadeBy, ProbeAnswer};
     use crate::outcome::{ProxyFailure, RequestOutcome};
     use crate::pool::Routed;
     use std::time::Duration;
@@ -715,8 +716,26 @@ mod tests {
         pool.lease(true, Duration::ZERO, 1);
         pool.probe_sent(0, 1, Duration::ZERO);
         pool.probe_sent(1, 2, Duration::ZERO);
-        pool.probe_answered(1, Some(200), false, b"", Duration::from_millis(10));
-        pool.probe_answered(2, Some(502), false, b"", Duration::from_millis(20));
+        pool.probe_answered(
+            1,
+            ProbeAnswer {
+                status: 200,
+                made_by: MadeBy::Backend,
+                signalled: false,
+                body: b"",
+            },
+            Duration::from_millis(10),
+        );
+        pool.probe_answered(
+            2,
+            ProbeAnswer {
+                status: 502,
+                made_by: MadeBy::Backend,
+                signalled: false,
+                body: b"",
+            },
+            Duration::from_millis(20),
+        );
         pool
     }
 
@@ -730,7 +749,16 @@ mod tests {
             br#"{"upstreams":[{"name":"app1"},{"name":"app-2"}],"health_checks":{"slow_start":"100s"}}"#,
         );
         pool.probe_sent(1, 3, Duration::from_secs(30));
-        pool.probe_answered(3, Some(200), false, b"", Duration::from_secs(30));
+        pool.probe_answered(
+            3,
+            ProbeAnswer {
+                status: 200,
+                made_by: MadeBy::Backend,
+                signalled: false,
+                body: b"",
+            },
+            Duration::from_secs(30),
+        );
         pool
     }
 
@@ -1000,7 +1028,16 @@ mod tests {
         pool.lease(true, Duration::ZERO, 1);
         for (token, index) in (1..).zip(0..3) {
             pool.probe_sent(index, token, Duration::ZERO);
-            pool.probe_answered(token, Some(200), false, b"", Duration::from_secs(1));
+            pool.probe_answered(
+                token,
+                ProbeAnswer {
+                    status: 200,
+                    made_by: MadeBy::Backend,
+                    signalled: false,
+                    body: b"",
+                },
+                Duration::from_secs(1),
+            );
         }
         let mut table = Vec::new();
         for (id, at) in (1..).zip([2, 3, 4]) {
@@ -1038,7 +1075,16 @@ mod tests {
     fn the_html_page_says_a_backend_refusing_connections_is_out() {
         let mut pool = pool();
         pool.probe_sent(1, 3, Duration::from_secs(1));
-        pool.probe_answered(3, Some(503), true, b"", Duration::from_secs(2));
+        pool.probe_answered(
+            3,
+            ProbeAnswer {
+                status: 503,
+                made_by: MadeBy::Proxy,
+                signalled: false,
+                body: b"",
+            },
+            Duration::from_secs(2),
+        );
         let html = html(&pool, None, Duration::from_secs(2));
         let app2 = row(&html, 1);
         assert!(
@@ -1051,7 +1097,16 @@ mod tests {
     fn the_html_page_names_the_fleet_guard_that_keeps_a_failing_backend_in() {
         let mut pool = pool();
         pool.probe_sent(0, 3, Duration::from_secs(1));
-        pool.probe_answered(3, Some(500), false, b"", Duration::from_secs(1));
+        pool.probe_answered(
+            3,
+            ProbeAnswer {
+                status: 500,
+                made_by: MadeBy::Backend,
+                signalled: false,
+                body: b"",
+            },
+            Duration::from_secs(1),
+        );
         let html = html(&pool, None, Duration::from_secs(2));
         assert!(
             row(&html, 0).contains("kept in by the fleet guard: every backend fails its probes"),

@@ -117,7 +117,7 @@ impl<H> Pool<H> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::active::Health;
+    use crate::active::{Health, MadeBy, ProbeAnswer};
     use crate::etcd::tests::{balancers, Etcd, S, TICK};
 
     /// The pool of one balancer, with the fleet object, holding its process's probing lease.
@@ -164,7 +164,16 @@ mod tests {
                     }
                     // Every probe passes at once.
                     pool.probe_sent(index, 1, now);
-                    let _ = pool.probe_answered(1, Some(200), false, b"", now);
+                    let _ = pool.probe_answered(
+                        1,
+                        ProbeAnswer {
+                            status: 200,
+                            made_by: MadeBy::Backend,
+                            signalled: false,
+                            body: b"",
+                        },
+                        now,
+                    );
                 }
             }
             now += TICK;
