@@ -56,6 +56,6 @@ pub use events::{Effects, Event, Level};
 pub use guard::{Evidence, Guard, Routing};
 pub use outcome::{ProxyFailure, RequestOutcome};
 pub use passive::{Outstanding, PassiveHealth};
-pub use pool::{Member, Pick, Pool, Routed};
+pub use pool::{Member, Pick, Pool, Retried, Routed};
 pub use state::State;
 pub use time::{nanos, tick_due, Time, TICK, WAKE};

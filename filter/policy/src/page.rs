@@ -705,7 +705,7 @@ mod tests {
     use super::*;
     use crate::active::{MadeBy, ProbeAnswer};
     use crate::outcome::{ProxyFailure, RequestOutcome};
-    use crate::pool::Routed;
+    use crate::pool::{Retried, Routed};
     use std::time::Duration;
     use upcheck_config::Config;
 
@@ -1050,7 +1050,7 @@ mod tests {
                         index: 0,
                         generation: pool.generation(),
                     },
-                    None,
+                    Retried::No,
                     failed,
                     || at,
                 )

@@ -215,7 +215,7 @@ mod evidence_tests {
     use crate::etcd::tests::{balancers, Balancer, Etcd, S, TICK};
     use crate::outcome::{FailureKind, ProxyFailure, RequestOutcome};
     use crate::outlier::{Verdict, WindowClock};
-    use crate::pool::{Pool, Routed};
+    use crate::pool::{Pool, Retried, Routed};
     use crate::tables::{PassiveChange, PassiveTable};
     use crate::time::Time;
     use std::time::Duration;
@@ -246,7 +246,7 @@ mod evidence_tests {
             };
             let share = self
                 .pool
-                .request_settled(id, routed, None, outcome, || now)
+                .request_settled(id, routed, Retried::No, outcome, || now)
                 .share;
             self.carry(share, now);
         }

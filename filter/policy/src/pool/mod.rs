@@ -44,6 +44,7 @@ use crate::state::State;
 use crate::tables::PassiveTable;
 use crate::time::Time;
 use crate::warm_up::{warming, Warming};
+use requests::{ForOutliers, Passive};
 use upcheck_config::{Config, Upstream};
 
 mod balancers;
@@ -72,6 +73,18 @@ pub struct Routed {
     pub index: usize,
     /// Which configuration that was (see [`Pool::generation`]).
     pub generation: u32,
+}
+
+/// Whether the proxy retried a request, by its own word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retried {
+    /// It did not: the picked backend gave the answer.
+    No,
+    /// It did: the picked backend's attempt failed.
+    Yes {
+        /// The backend that gave the final answer (its position now), if the proxy says which.
+        final_answer: Option<usize>,
+    },
 }
 
 /// Everything this VM keeps about one backend.
@@ -479,7 +492,14 @@ impl<H> Pool<H> {
                     continue; // its requests finish without counting
                 }
                 let outcome = RequestOutcome::StillWaiting(late.waited);
-                self.settle(late.backend, outcome, true, None, late.at, &mut effects);
+                self.settle(
+                    late.backend,
+                    outcome,
+                    Passive::Counts,
+                    ForOutliers::Nothing,
+                    late.at,
+                    &mut effects,
+                );
             }
         }
         if self.detects_outliers() {

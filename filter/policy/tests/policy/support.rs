@@ -17,7 +17,7 @@ use upcheck_policy::host::{self, Dispatch, Host};
 use upcheck_policy::tables::{ActiveTable, Applied, PassiveChange, PassiveTable};
 use upcheck_policy::{
     Config, Effects, Event, MadeBy, Member, Pick, Pool, ProbeAnswer, ProbeOutcome, ProxyFailure,
-    RequestOutcome, Routed,
+    RequestOutcome, Retried, Routed,
 };
 
 pub fn ms(n: u64) -> Duration {
@@ -217,7 +217,7 @@ impl Proxy {
         let i = self.pool.index_of(name).expect("known backend");
         let effects = self
             .pool
-            .request_settled(0, self.routed(i), None, outcome, || at);
+            .request_settled(0, self.routed(i), Retried::No, outcome, || at);
         self.carry_out(effects, at);
     }
 
@@ -253,9 +253,9 @@ impl Proxy {
             self.pool.request_routed(id, i, None);
             let outcome = answer(&name, at);
             if let Some(outcome) = outcome {
-                let effects = self
-                    .pool
-                    .request_settled(id, self.routed(i), None, outcome, || at);
+                let effects =
+                    self.pool
+                        .request_settled(id, self.routed(i), Retried::No, outcome, || at);
                 self.carry_out(effects, at);
             }
             served.push(Served { at, name, outcome });
