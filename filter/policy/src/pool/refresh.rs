@@ -13,7 +13,7 @@ use crate::active::Health;
 use crate::events::{Effects, Event};
 use crate::guard::{route, Evidence, Guard, Routing};
 use crate::select::Rotation;
-use crate::state::State;
+use crate::state::{Facts, State};
 use crate::time::Time;
 use crate::warm_up::{warming, STEPS};
 use upcheck_config::Passive as PassiveConfig;
@@ -321,11 +321,11 @@ impl<H> Member<H> {
         now: Time,
         effects: &mut Effects,
     ) {
-        let state = State::of(
-            self.evidence.active.status,
+        let state = State::of(Facts {
+            health: self.evidence.active.status,
             ejected,
-            self.evidence.passive.drain.is_some(),
-        );
+            draining: self.evidence.passive.drain.is_some(),
+        });
         let change = state != self.state.current;
         if change {
             self.state = StateSeen {
