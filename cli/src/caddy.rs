@@ -11,16 +11,17 @@
 //!
 //! What upcheck cannot honour is refused with the JSON path and what to do, never approximated:
 //! several handlers, upstreams looked up at run time, placeholders, Unix sockets, TLS or FastCGI
-//! backends, a regular expression as `expect_body` (a plain literal moves over), and the fields
-//! with no upcheck equivalent (`method` other than GET, `body`, `follow_redirects`, `upstream`,
-//! `unhealthy_request_count`, an upstream's `max_requests`). Everything else the handler says
-//! (load balancing, retries, header rewriting) is Caddy's routing, not health, and is not read.
+//! backends, a regular expression as `expect_body` (one without metacharacters moves over as
+//! its text), and the fields with no upcheck equivalent (`method` other than GET, `body`,
+//! `follow_redirects`, `upstream`, `unhealthy_request_count`, an upstream's `max_requests`).
+//! Everything else the handler says (load balancing, retries, header rewriting) is Caddy's
+//! routing, not health, and is not read.
 
 use serde_json::{Map, Value};
 use upcheck_policy::ConfigError;
 
-use crate::literal::literal;
 use crate::plugin::{compact, Document, Origins, Source};
+use crate::regex_text::plain_text;
 use crate::{input, refuse};
 
 /// Caddy's `health_checks.active.interval` when its configuration leaves it out.
@@ -401,7 +402,7 @@ fn active(path: &str, fields: &Map<String, Value>) -> Result<Active, ConfigError
             }
             ("headers", Value::Object(headers)) => probe_headers(&mut active, &at, headers)?,
             ("expect_body", Value::String(regex)) => {
-                let text = literal(regex).map_err(|meta| {
+                let text = plain_text(regex).map_err(|meta| {
                     refuse(
                         &at,
                         format!(

@@ -21,11 +21,11 @@ pub mod deployment;
 pub mod envoy;
 pub mod etcd;
 mod input;
-mod literal;
 pub mod mode;
 pub mod nginx;
 pub mod output;
 pub mod plugin;
+mod regex_text;
 #[cfg(feature = "simulate")]
 pub mod scenario;
 #[cfg(feature = "simulate")]

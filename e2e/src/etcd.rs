@@ -70,7 +70,7 @@ fn etcd_binary() -> Result<PathBuf> {
 }
 
 fn b64(bytes: &[u8]) -> String {
-    upcheck_policy::fleet::etcd::base64(bytes)
+    upcheck_policy::etcd::gateway::base64(bytes)
 }
 
 impl Etcd {
@@ -281,7 +281,7 @@ impl Etcd {
     /// Turns etcd's authentication on, with `user` (password `password`) whose one role may read
     /// and write the keys under `prefix` and nothing else; the harness itself goes on as root.
     pub async fn enable_auth(&mut self, user: &str, password: &str, prefix: &str) -> Result<()> {
-        let end = upcheck_policy::fleet::etcd::prefix_end(prefix.as_bytes());
+        let end = upcheck_policy::etcd::gateway::prefix_end(prefix.as_bytes());
         let steps = [
             ("/v3/auth/role/add", json!({"name": "root"})),
             (
@@ -331,7 +331,7 @@ impl Etcd {
             )
             .await?;
         let token = answer["token"].as_str().context("no token")?.to_owned();
-        let end = upcheck_policy::fleet::etcd::prefix_end(prefix.as_bytes());
+        let end = upcheck_policy::etcd::gateway::prefix_end(prefix.as_bytes());
         let m = self.members.first().context("no member")?;
         let response = self
             .http
@@ -345,7 +345,7 @@ impl Etcd {
 
     /// Every key under `prefix` with its value and lease, read through the JSON gateway.
     pub async fn range(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>, i64)>> {
-        let end = upcheck_policy::fleet::etcd::prefix_end(prefix.as_bytes());
+        let end = upcheck_policy::etcd::gateway::prefix_end(prefix.as_bytes());
         let answer = self
             .post(
                 "/v3/kv/range",
@@ -353,7 +353,7 @@ impl Etcd {
             )
             .await?;
         let unb64 = |v: &Value| {
-            upcheck_policy::fleet::etcd::unbase64(v.as_str().unwrap_or("")).unwrap_or_default()
+            upcheck_policy::etcd::gateway::unbase64(v.as_str().unwrap_or("")).unwrap_or_default()
         };
         Ok(answer["kvs"]
             .as_array()

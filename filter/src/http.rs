@@ -13,7 +13,7 @@ use crate::vm::{self, Handle};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, MapType};
 use std::time::Duration;
-use upcheck_policy::{drain, Pick, Pool, RequestOutcome, Routed, RoutingMode, Time};
+use upcheck_policy::{drain, Pick, Pool, RequestOutcome, Retried, Routed, RoutingMode, Time};
 
 /// Whether the proxy retried a request: if so, the address that gave the final answer.
 enum Retry {
@@ -71,10 +71,10 @@ impl Http {
                 return;
             };
             let retried = match retry {
-                Retry::No => None,
-                Retry::Yes(answered_by) => {
-                    Some(answered_by.as_deref().and_then(|a| pool.index_at(a)))
-                }
+                Retry::No => Retried::No,
+                Retry::Yes(answered_by) => Retried::Yes {
+                    final_answer: answered_by.as_deref().and_then(|a| pool.index_at(a)),
+                },
             };
             let clock = || now.unwrap_or_else(vm::now);
             let effects = pool.request_settled(id, backend, retried, outcome, clock);

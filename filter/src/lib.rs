@@ -14,7 +14,7 @@
     clippy::indexing_slicing
 )]
 
-mod fleet;
+mod etcd_calls;
 mod hostcall;
 mod http;
 mod logger;

@@ -3,7 +3,7 @@
 //! Probes go out through `dispatch_http_call` to each backend's cluster (an Envoy cluster's name,
 //! or the `host:port` ngx_wasm_module connects to). An answer is read as
 //! its status, its header names (which tell the policy whether the proxy made it itself,
-//! [`active::proxy_made`], and whether it carries the drain signal, [`drain::signalled`]) and
+//! [`active::made_by`], and whether it carries the drain signal, [`drain::signalled`]) and
 //! as much of the body as the policy needs; the policy classifies it. A call that came back
 //! with no answer at all (ngx_wasm_module's shape of a failed dispatch: no headers) is handed
 //! over with the host's reason, its `:dispatch_status`.
@@ -13,7 +13,7 @@ use crate::metrics::{self, BackendMetrics};
 use proxy_wasm::types::{BufferType, MapType, Status};
 use upcheck_policy::host::Dispatch;
 use upcheck_policy::{active, drain};
-use upcheck_policy::{Config, Effects, Member, Pool, Time};
+use upcheck_policy::{Config, Effects, Member, Pool, ProbeAnswer, Time};
 
 /// Where ngx_wasm_module says why a dispatch came back without an answer.
 const DISPATCH_STATUS: &str = ":dispatch_status";
@@ -49,15 +49,15 @@ pub fn answer(pool: &mut Pool<BackendMetrics>, token: u32, body_size: usize, now
         .iter()
         .find(|(n, _)| n == ":status")
         .and_then(|(_, v)| v.trim().parse::<u16>().ok());
-    if status.is_none() {
+    let Some(status) = status else {
         // No answer at all: ngx_wasm_module says why in a pseudo-header of its own.
         let reason =
             hostcalls::get_map_value(MapType::HttpCallResponseHeaders, DISPATCH_STATUS).ok();
         return pool.probe_unanswered(token, reason.flatten().as_deref(), now);
-    }
-    let proxy_made = active::proxy_made(headers.iter().map(|(n, _)| n.as_str()));
+    };
+    let made_by = active::made_by(headers.iter().map(|(n, _)| n.as_str()));
     let signalled = drain::signalled(headers.iter().map(|(n, _)| n.as_str()));
-    let wanted = pool.probe_body_wanted(body_size, proxy_made);
+    let wanted = pool.probe_body_wanted(body_size, made_by);
     let body = if wanted > 0 {
         hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, wanted)
             .ok()
@@ -66,7 +66,13 @@ pub fn answer(pool: &mut Pool<BackendMetrics>, token: u32, body_size: usize, now
     } else {
         Vec::new()
     };
-    pool.probe_answered_signalled(token, status, proxy_made, signalled, &body, now)
+    let answer = ProbeAnswer {
+        status,
+        made_by,
+        signalled,
+        body: &body,
+    };
+    pool.probe_answered(token, answer, now)
 }
 
 fn describe(status: Status) -> &'static str {

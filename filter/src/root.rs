@@ -11,7 +11,7 @@
 //! no tick, no lease, no announcement, no metrics; its requests go to a [`StatusPage`] context,
 //! which reads the shared tables when the page is asked for.
 
-use crate::fleet;
+use crate::etcd_calls;
 use crate::hostcall as hostcalls;
 use crate::http::{self, Http};
 use crate::metrics::{self, BackendMetrics};
@@ -85,7 +85,7 @@ impl Context for Root {
         let now = vm::now();
         let fingerprint = self.config_fingerprint;
         vm::with(&self.vm, |v| {
-            if fleet::answer(v, token, body_size, now) {
+            if etcd_calls::answer(v, token, body_size, now) {
                 return;
             }
             // What other VMs saw since this VM's last tick first: whether the answer changes
@@ -195,7 +195,7 @@ impl RootContext for Root {
                 v.carry_out(effects, now);
             }
             if held {
-                fleet::tick(v, now);
+                etcd_calls::tick(v, now);
             } else {
                 v.fleet = None;
             }

@@ -22,7 +22,7 @@
 //!   status page;
 //! - `fleet.<prefix>`: what the prober of that fleet shows of it (who holds each backend's
 //!   probe duty, when etcd was last read, whether it fell back to local), written by the prober
-//!   when it changes and read by the status page ([`upcheck_policy::fleet::shown`]).
+//!   when it changes and read by the status page ([`upcheck_policy::etcd::shown`]).
 //!
 //! Every table is keyed by backend (name, cluster and address), so a pool never reads another
 //! pool's backends. Values that do not decode (corrupt, or written by something else under
@@ -33,7 +33,7 @@ use crate::hostcall as hostcalls;
 use proxy_wasm::types::Status;
 use std::time::Duration;
 use upcheck_policy::config::HealthChecks;
-use upcheck_policy::fleet::shown::Shown;
+use upcheck_policy::etcd::shown::Shown;
 use upcheck_policy::history::HistoryTable;
 use upcheck_policy::lease::{self, LeaseTable};
 use upcheck_policy::tables::keys::{ACTIVE, ANNOUNCE, HISTORY, LEASES, PASSIVE};

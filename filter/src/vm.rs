@@ -58,13 +58,13 @@ pub struct Resumed {
 /// One VM's state.
 #[derive(Default)]
 pub struct Vm {
-    /// The fleet as this VM sees it, each backend with its metric handles; `None` until
+    /// The pool as this VM sees it, each backend with its metric handles; `None` until
     /// configured.
     pub pool: Option<Pool<BackendMetrics>>,
     /// The fleet guard's gauge.
     pub fleet_guard: Option<u32>,
     /// On the VM that probes, with a `fleet` configured: its part in the fleet of balancers.
-    pub fleet: Option<crate::fleet::Part>,
+    pub fleet: Option<crate::etcd_calls::Part>,
     /// Requests (HTTP contexts) waiting at cold start.
     pub parked: Vec<u32>,
     /// Requests resumed after waiting, with their picks.

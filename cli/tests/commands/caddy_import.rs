@@ -170,7 +170,7 @@ fn a_probe_port_becomes_the_port_of_each_probe_cluster_in_host_routing() {
 }
 
 #[test]
-fn a_plain_literal_expect_body_moves_over_as_its_text() {
+fn a_plain_text_expect_body_moves_over_as_its_text() {
     let d = deployment(
         &checks(
             r#"{"uri": "/up", "expect_body": "version 1\\.2 \"ok\""}"#,

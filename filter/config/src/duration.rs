@@ -9,7 +9,7 @@
 //! a readable precision) and [`exact`] for machines (the effective configuration: the shortest
 //! Go-style string that reads back to the same nanosecond).
 
-use super::json::{or_off, read, Json, Refusal};
+use super::json::{or_off, read, Found, Refusal};
 use serde::{Deserializer, Serializer};
 use std::fmt::Write;
 use std::time::Duration;
@@ -176,15 +176,15 @@ fn decimal(nanos: u128, unit: u128, suffix: &str) -> String {
 pub(super) const EXPECTED: &str = "a duration: integer nanoseconds or a string like \"10s\"";
 
 /// Reads a positive duration from what a field held: integer nanoseconds (Caddy) or a string.
-pub(super) fn positive(found: Json) -> Result<Duration, Refusal> {
+pub(super) fn positive(found: Found) -> Result<Duration, Refusal> {
     let d = match &found {
-        Json::Unsigned(nanos) => Duration::from_nanos(*nanos),
-        Json::Negative(negative) => {
+        Found::Unsigned(nanos) => Duration::from_nanos(*nanos),
+        Found::Negative(negative) => {
             return Err(format!("must be greater than zero, got {negative}").into())
         }
-        Json::Huge => return Err("is too large (at most about 584 years of nanoseconds)".into()),
-        Json::Fraction => return Err("must be whole nanoseconds or a string like \"10s\"".into()),
-        Json::Text(text) => parse(text)?,
+        Found::Huge => return Err("is too large (at most about 584 years of nanoseconds)".into()),
+        Found::Fraction => return Err("must be whole nanoseconds or a string like \"10s\"".into()),
+        Found::Text(text) => parse(text)?,
         _ => return Err(Refusal::Kind(found)),
     };
     if d.is_zero() {

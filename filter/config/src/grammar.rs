@@ -3,7 +3,7 @@
 //! `deserialize_with` functions named for what they read; what a value must be within, and what
 //! spans fields, is checked afterwards by [`super::validate`].
 
-use super::json::{or_off, read, text, whole, Json, Refusal};
+use super::json::{or_off, read, text, whole, Found, Refusal};
 use super::{
     LogFormat, LogLevel, Proxy, RoutingMode, MAX_EXPECT_BODY_LEN, MAX_NAME_LEN, MAX_POOL_LEN,
     MAX_VALUE_LEN,
@@ -40,7 +40,7 @@ pub fn count<'de, D: Deserializer<'de>, T: Count>(d: D) -> Result<T, D::Error> {
     })
 }
 
-fn percentage(found: Json) -> Result<u8, Refusal> {
+fn percentage(found: Found) -> Result<u8, Refusal> {
     let n = whole(found)?;
     match u8::try_from(n) {
         Ok(p) if p <= 100 => Ok(p),
@@ -61,7 +61,7 @@ pub fn percent_or_off<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u8>, D::
 /// `true` or `false`.
 pub fn flag<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
     read(d, "true or false", |found| match found {
-        Json::Bool(b) => Ok(b),
+        Found::Bool(b) => Ok(b),
         other => Err(Refusal::Kind(other)),
     })
 }
@@ -188,7 +188,7 @@ fn request_path(text: String) -> Result<String, Refusal> {
     }
 }
 
-fn name(found: Json) -> Result<String, Refusal> {
+fn name(found: Found) -> Result<String, Refusal> {
     let name = text(found)?;
     word(&name, is_name_char, MAX_NAME_LEN)?;
     Ok(name)
@@ -246,7 +246,7 @@ pub fn probe_path<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 /// `status_path`: where the status page is; it cannot be `null`, and the reason says why.
 pub fn status_path<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     read(d, A_STRING, |found| {
-        if let Json::Null = found {
+        if let Found::Null = found {
             return Err(
                 "the status page cannot be turned off here: it is served only by a \
                         configuration with \"role\": \"status_page\", on a listener of its own, \

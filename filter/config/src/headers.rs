@@ -6,7 +6,7 @@
 //! mistake (they ignore case), and every value counts towards [`MAX_PROBE_HEADERS`].
 
 use super::grammar::{header_name, header_value};
-use super::json::{mismatch, read, scalars_as_json, text, Json, Refusal};
+use super::json::{mismatch, read, scalars_as_found, text, Found, Refusal};
 use super::MAX_PROBE_HEADERS;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::ser::SerializeMap;
@@ -44,7 +44,7 @@ fn too_many() -> String {
 struct Headers;
 
 impl Headers {
-    fn scalar<E: de::Error>(self, found: Json) -> Result<Vec<(String, String)>, E> {
+    fn scalar<E: de::Error>(self, found: Found) -> Result<Vec<(String, String)>, E> {
         Err(E::custom(mismatch("an object", &found)))
     }
 }
@@ -56,10 +56,10 @@ impl<'de> Visitor<'de> for Headers {
         f.write_str("an object")
     }
 
-    scalars_as_json!();
+    scalars_as_found!();
 
     fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
-        Err(de::Error::custom(mismatch("an object", &Json::List)))
+        Err(de::Error::custom(mismatch("an object", &Found::List)))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
@@ -116,12 +116,12 @@ struct Values {
 }
 
 /// What one header value must be.
-fn value(found: Json) -> Result<String, Refusal> {
+fn value(found: Found) -> Result<String, Refusal> {
     header_value(text(found)?)
 }
 
 impl Values {
-    fn scalar<E: de::Error>(self, found: Json) -> Result<Vec<String>, E> {
+    fn scalar<E: de::Error>(self, found: Found) -> Result<Vec<String>, E> {
         let one = value(found).map_err(|refusal| E::custom(refusal.worded("a string")))?;
         if self.room == 0 {
             return Err(E::custom(too_many()));
@@ -146,7 +146,7 @@ impl<'de> Visitor<'de> for Values {
         f.write_str("a string or a list of strings")
     }
 
-    scalars_as_json!();
+    scalars_as_found!();
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<String>, A::Error> {
         let mut values = Vec::new();
@@ -162,7 +162,7 @@ impl<'de> Visitor<'de> for Values {
     fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<Vec<String>, A::Error> {
         Err(de::Error::custom(mismatch(
             "a string or a list of strings",
-            &Json::Object,
+            &Found::Object,
         )))
     }
 }

@@ -3,7 +3,7 @@
 //! serde's own errors say `invalid type: string "3", expected u32`; an operator reading Envoy's
 //! log is better served by `expected a whole number, got the string "3"`, and by being told what
 //! `null` means. So every field is read with `deserialize_any` into one of three shapes: a value
-//! ([`read`], whose grammar gets it as [`Json`]), an object ([`object`], which hands the map to the
+//! ([`read`], whose grammar gets it as [`Found`]), an object ([`object`], which hands the map to the
 //! type's derived `Deserialize`) or a bounded list ([`list`]). An object or a list given a value
 //! of another kind refuses it at once; a value given a list or an object skips it (without
 //! recursion) and then refuses it. So nothing is read deeper than the schema nests.
@@ -14,9 +14,9 @@ use serde::{Deserialize, Deserializer};
 use std::fmt;
 use std::marker::PhantomData;
 
-/// What a field held, as its grammar sees it and an error message names it. (Numbers with a
-/// fraction are not shown: formatting floats would grow the module for an error message.)
-pub enum Json {
+/// What was found in a field, as its grammar sees it and an error message names it. (Numbers
+/// with a fraction are not shown: formatting floats would grow the module for an error message.)
+pub enum Found {
     Null,
     Bool(bool),
     Unsigned(u64),
@@ -30,37 +30,37 @@ pub enum Json {
     Object,
 }
 
-impl Json {
+impl Found {
     /// A JSON integer serde_json read as signed.
-    pub fn signed(v: i64) -> Json {
-        u64::try_from(v).map_or(Json::Negative(v), Json::Unsigned)
+    pub fn signed(v: i64) -> Found {
+        u64::try_from(v).map_or(Found::Negative(v), Found::Unsigned)
     }
 
     /// A JSON number serde_json read as a float.
-    pub fn float(v: f64) -> Json {
+    pub fn float(v: f64) -> Found {
         // serde_json hands over a whole number past 64 bits as a float.
         let huge = v.fract() == 0.0
             && !(-9.223_372_036_854_776e18..1.844_674_407_370_955_2e19).contains(&v);
         if huge {
-            Json::Huge
+            Found::Huge
         } else {
-            Json::Fraction
+            Found::Fraction
         }
     }
 }
 
-impl fmt::Display for Json {
+impl fmt::Display for Found {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         match self {
-            Json::Null => f.write_str("null"),
-            Json::Bool(b) => write!(f, "the boolean {b}"),
-            Json::Unsigned(n) => write!(f, "the number {n}"),
-            Json::Negative(n) => write!(f, "the number {n}"),
-            Json::Fraction => f.write_str("a fraction"),
-            Json::Huge => f.write_str("a number too large for 64 bits"),
-            Json::Text(s) => write!(f, "the string {s:?}"),
-            Json::List => f.write_str("a list"),
-            Json::Object => f.write_str("an object"),
+            Found::Null => f.write_str("null"),
+            Found::Bool(b) => write!(f, "the boolean {b}"),
+            Found::Unsigned(n) => write!(f, "the number {n}"),
+            Found::Negative(n) => write!(f, "the number {n}"),
+            Found::Fraction => f.write_str("a fraction"),
+            Found::Huge => f.write_str("a number too large for 64 bits"),
+            Found::Text(s) => write!(f, "the string {s:?}"),
+            Found::List => f.write_str("a list"),
+            Found::Object => f.write_str("an object"),
         }
     }
 }
@@ -68,7 +68,7 @@ impl fmt::Display for Json {
 /// Why a grammar refused a value.
 pub enum Refusal {
     /// It is not of the kind the field takes: worded "expected …, got …".
-    Kind(Json),
+    Kind(Found),
     /// It is of that kind, and this is what is wrong with it.
     Reason(String),
 }
@@ -96,9 +96,9 @@ impl From<&str> for Refusal {
 }
 
 /// "expected …, got …"; for `null`, also what `null` means.
-pub fn mismatch(expected: &str, found: &Json) -> String {
+pub fn mismatch(expected: &str, found: &Found) -> String {
     match found {
-        Json::Null => format!(
+        Found::Null => format!(
             "expected {expected}, got null; null turns off only a field that can be off, so leave \
              this one out for its default"
         ),
@@ -106,104 +106,104 @@ pub fn mismatch(expected: &str, found: &Json) -> String {
     }
 }
 
-/// Implements a [`Visitor`]'s scalar methods by handing each value as [`Json`] to the visitor's
+/// Implements a [`Visitor`]'s scalar methods by handing each value as [`Found`] to the visitor's
 /// own `scalar` method.
-macro_rules! scalars_as_json {
+macro_rules! scalars_as_found {
     () => {
         fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            self.scalar(Json::Null)
+            self.scalar(Found::Null)
         }
 
         fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
-            self.scalar(Json::Bool(v))
+            self.scalar(Found::Bool(v))
         }
 
         fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-            self.scalar(Json::Unsigned(v))
+            self.scalar(Found::Unsigned(v))
         }
 
         fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-            self.scalar(Json::signed(v))
+            self.scalar(Found::signed(v))
         }
 
         fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-            self.scalar(Json::float(v))
+            self.scalar(Found::float(v))
         }
 
         fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-            self.scalar(Json::Text(v.to_owned()))
+            self.scalar(Found::Text(v.to_owned()))
         }
 
         fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
-            self.scalar(Json::Text(v))
+            self.scalar(Found::Text(v))
         }
     };
 }
-pub(crate) use scalars_as_json;
+pub(crate) use scalars_as_found;
 
 /// Reads a field that takes one value (`expected` says what kind) and hands it to `grammar`.
 pub fn read<'de, D: Deserializer<'de>, T>(
     d: D,
     expected: &'static str,
-    grammar: impl FnOnce(Json) -> Result<T, Refusal>,
+    grammar: impl FnOnce(Found) -> Result<T, Refusal>,
 ) -> Result<T, D::Error> {
-    let found = d.deserialize_any(Value(expected))?;
+    let found = d.deserialize_any(AValue(expected))?;
     grammar(found).map_err(|refusal| de::Error::custom(refusal.worded(expected)))
 }
 
 /// One value as it was found. A list or an object is refused once it is skipped (serde_json
 /// skips a value without recursion), so a document broken inside it is refused as broken.
-struct Value(&'static str);
+struct AValue(&'static str);
 
-impl Value {
-    fn scalar<E: de::Error>(self, found: Json) -> Result<Json, E> {
+impl AValue {
+    fn scalar<E: de::Error>(self, found: Found) -> Result<Found, E> {
         Ok(found)
     }
 }
 
-impl<'de> Visitor<'de> for Value {
-    type Value = Json;
+impl<'de> Visitor<'de> for AValue {
+    type Value = Found;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str(self.0)
     }
 
-    scalars_as_json!();
+    scalars_as_found!();
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Found, A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Err(de::Error::custom(mismatch(self.0, &Json::List)))
+        Err(de::Error::custom(mismatch(self.0, &Found::List)))
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Found, A::Error> {
         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Err(de::Error::custom(mismatch(self.0, &Json::Object)))
+        Err(de::Error::custom(mismatch(self.0, &Found::Object)))
     }
 }
 
 /// A string, or the kind refused.
-pub fn text(found: Json) -> Result<String, Refusal> {
+pub fn text(found: Found) -> Result<String, Refusal> {
     match found {
-        Json::Text(s) => Ok(s),
+        Found::Text(s) => Ok(s),
         other => Err(Refusal::Kind(other)),
     }
 }
 
 /// A whole number, or the kind refused.
-pub fn whole(found: Json) -> Result<u64, Refusal> {
+pub fn whole(found: Found) -> Result<u64, Refusal> {
     match found {
-        Json::Unsigned(n) => Ok(n),
+        Found::Unsigned(n) => Ok(n),
         other => Err(Refusal::Kind(other)),
     }
 }
 
 /// `null` is off; anything else goes through `grammar`.
 pub fn or_off<T>(
-    found: Json,
-    grammar: impl FnOnce(Json) -> Result<T, Refusal>,
+    found: Found,
+    grammar: impl FnOnce(Found) -> Result<T, Refusal>,
 ) -> Result<Option<T>, Refusal> {
     match found {
-        Json::Null => Ok(None),
+        Found::Null => Ok(None),
         other => grammar(other).map(Some),
     }
 }
@@ -237,7 +237,7 @@ struct AnObject<T> {
 }
 
 impl<T> AnObject<T> {
-    fn scalar<E: de::Error>(self, found: Json) -> Result<T, E> {
+    fn scalar<E: de::Error>(self, found: Found) -> Result<T, E> {
         Err(E::custom(mismatch("an object", &found)))
     }
 }
@@ -249,10 +249,10 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for AnObject<T> {
         f.write_str("an object")
     }
 
-    scalars_as_json!();
+    scalars_as_found!();
 
     fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<T, A::Error> {
-        Err(de::Error::custom(mismatch("an object", &Json::List)))
+        Err(de::Error::custom(mismatch("an object", &Found::List)))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
@@ -364,7 +364,7 @@ impl<'de, T: Item<'de>> de::DeserializeSeed<'de> for Next<T> {
 }
 
 impl<T> List<T> {
-    fn scalar<E: de::Error>(self, found: Json) -> Result<Vec<T>, E> {
+    fn scalar<E: de::Error>(self, found: Found) -> Result<Vec<T>, E> {
         Err(E::custom(mismatch("a list", &found)))
     }
 }
@@ -376,7 +376,7 @@ impl<'de, T: Item<'de>> Visitor<'de> for List<T> {
         f.write_str("a list")
     }
 
-    scalars_as_json!();
+    scalars_as_found!();
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
         let mut items = Vec::new();
@@ -390,6 +390,6 @@ impl<'de, T: Item<'de>> Visitor<'de> for List<T> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<Vec<T>, A::Error> {
-        Err(de::Error::custom(mismatch("a list", &Json::Object)))
+        Err(de::Error::custom(mismatch("a list", &Found::Object)))
     }
 }

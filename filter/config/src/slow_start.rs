@@ -4,7 +4,7 @@
 //! (`{"window": "30s", "aggression": 2.0, "min_weight_percent": 5}`), and `null` is off.
 
 use super::duration::{positive, EXPECTED};
-use super::json::{mismatch, scalars_as_json, Json};
+use super::json::{mismatch, scalars_as_found, Found};
 use super::SlowStart;
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
@@ -30,7 +30,7 @@ pub fn aggression<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
 struct Number;
 
 impl Number {
-    fn scalar<E: de::Error>(self, found: Json) -> Result<f64, E> {
+    fn scalar<E: de::Error>(self, found: Found) -> Result<f64, E> {
         Err(E::custom(mismatch(EXPECTED_NUMBER, &found)))
     }
 }
@@ -46,11 +46,11 @@ impl<'de> Visitor<'de> for Number {
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<f64, E> {
-        self.scalar(Json::Null)
+        self.scalar(Found::Null)
     }
 
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<f64, E> {
-        self.scalar(Json::Bool(v))
+        self.scalar(Found::Bool(v))
     }
 
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<f64, E> {
@@ -66,23 +66,23 @@ impl<'de> Visitor<'de> for Number {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<f64, E> {
-        self.scalar(Json::Text(v.to_owned()))
+        self.scalar(Found::Text(v.to_owned()))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<f64, A::Error> {
-        Err(de::Error::custom(mismatch(EXPECTED_NUMBER, &Json::List)))
+        Err(de::Error::custom(mismatch(EXPECTED_NUMBER, &Found::List)))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<f64, A::Error> {
-        Err(de::Error::custom(mismatch(EXPECTED_NUMBER, &Json::Object)))
+        Err(de::Error::custom(mismatch(EXPECTED_NUMBER, &Found::Object)))
     }
 }
 
 struct Spelling;
 
 impl Spelling {
-    fn scalar<E: de::Error>(self, found: Json) -> Result<SlowStart, E> {
-        if matches!(found, Json::Null) {
+    fn scalar<E: de::Error>(self, found: Found) -> Result<SlowStart, E> {
+        if matches!(found, Found::Null) {
             return Ok(SlowStart::default());
         }
         let window = positive(found).map_err(|refusal| E::custom(refusal.worded(EXPECTED)))?;
@@ -100,12 +100,12 @@ impl<'de> Visitor<'de> for Spelling {
         f.write_str(EXPECTED_SLOW_START)
     }
 
-    scalars_as_json!();
+    scalars_as_found!();
 
     fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<SlowStart, A::Error> {
         Err(de::Error::custom(mismatch(
             EXPECTED_SLOW_START,
-            &Json::List,
+            &Found::List,
         )))
     }
 

@@ -3,7 +3,7 @@
 //! Caddy writes a class as a single digit (`2` means 2xx) in JSON and as `2xx` in a Caddyfile; both
 //! are accepted so an operator's existing config keeps its meaning.
 
-use super::json::{read, Json, Refusal};
+use super::json::{read, Found, Refusal};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
@@ -63,10 +63,10 @@ impl fmt::Display for StatusMatch {
 const EXPECTED: &str = "a status code 100-599 or a class like \"2xx\"";
 
 /// A status matcher as found, or the kind refused.
-fn parse(found: Json) -> Result<StatusMatch, Refusal> {
+fn parse(found: Found) -> Result<StatusMatch, Refusal> {
     let parsed = match &found {
-        Json::Unsigned(n) => StatusMatch::from_number(*n),
-        Json::Text(s) => StatusMatch::from_text(s),
+        Found::Unsigned(n) => StatusMatch::from_number(*n),
+        Found::Text(s) => StatusMatch::from_text(s),
         _ => None,
     };
     parsed.ok_or(Refusal::Kind(found))

@@ -39,16 +39,45 @@ pub const SHED: &[u8] = b"reset reason: overflow";
 /// `server`, …).
 pub const PROXY_MADE_HEADERS: [&str; 3] = [":status", "content-length", "content-type"];
 
-/// Whether a probe's answer, whose response headers are named `names`, was made by the proxy
-/// itself rather than the backend: it carries no header but [`PROXY_MADE_HEADERS`] (in any
-/// case). This is what turns Envoy's 503 for a refused connection into
-/// [`ProbeOutcome::Refused`], where a backend's own bare 503 would be a soft failure.
-pub fn proxy_made<'a>(names: impl IntoIterator<Item = &'a str>) -> bool {
-    names.into_iter().all(|name| {
+/// Who made a probe's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MadeBy {
+    /// The backend.
+    Backend,
+    /// The proxy itself, for want of the backend's (Envoy's own 503 for a failed connection,
+    /// 504 for a timeout).
+    Proxy,
+}
+
+/// Who made a probe's answer, whose response headers are named `names`: the proxy when it
+/// carries no header but [`PROXY_MADE_HEADERS`] (in any case). This is what turns Envoy's 503
+/// for a refused connection into [`ProbeOutcome::Refused`], where a backend's own bare 503
+/// would be a soft failure.
+pub fn made_by<'a>(names: impl IntoIterator<Item = &'a str>) -> MadeBy {
+    let proxy_made = names.into_iter().all(|name| {
         PROXY_MADE_HEADERS
             .iter()
             .any(|made| made.eq_ignore_ascii_case(name))
-    })
+    });
+    if proxy_made {
+        MadeBy::Proxy
+    } else {
+        MadeBy::Backend
+    }
+}
+
+/// A probe's answer, as the adapter read it ([`crate::Pool::probe_answered`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeAnswer<'a> {
+    /// Its status.
+    pub status: u16,
+    /// Who made it ([`made_by`]).
+    pub made_by: MadeBy,
+    /// Whether it carried the drain signal ([`crate::drain::signalled`]).
+    pub signalled: bool,
+    /// The first bytes of its body, as many as the policy wants
+    /// ([`crate::Pool::probe_body_wanted`]).
+    pub body: &'a [u8],
 }
 
 /// Whether `needle` occurs in `body`.
@@ -57,16 +86,12 @@ pub(crate) fn contains(body: &[u8], needle: &[u8]) -> bool {
 }
 
 impl ProbeOutcome {
-    /// Classifies a probe's answer.
-    ///
-    /// `proxy_made` says the answer came from the proxy itself rather than the backend (Envoy's
-    /// own 503 for a failed connection, 504 for a timeout); `body` is the first `max_size` bytes.
-    pub fn classify(
-        status: u16,
-        proxy_made: bool,
-        body: &[u8],
-        config: &ActiveConfig,
-    ) -> ProbeOutcome {
+    /// Classifies a probe's answer: one the proxy made itself says the backend did not answer
+    /// (a 504 that it timed out, another 5xx that nothing serves); the backend's own is judged by
+    /// `expect_status`, then by `expect_body` in its body's first `max_size` bytes.
+    pub fn classify(answer: &ProbeAnswer, config: &ActiveConfig) -> ProbeOutcome {
+        let status = answer.status;
+        let proxy_made = answer.made_by == MadeBy::Proxy;
         if proxy_made && status == 504 {
             return ProbeOutcome::Timeout(config.timeout);
         }
@@ -77,7 +102,7 @@ impl ProbeOutcome {
             return ProbeOutcome::Soft(Some(status));
         }
         if let Some(expected) = &config.expect_body {
-            if !contains(body, expected.as_bytes()) {
+            if !contains(answer.body, expected.as_bytes()) {
                 return ProbeOutcome::Soft(None);
             }
         }
@@ -358,25 +383,31 @@ mod tests {
 
     #[test]
     fn an_answer_is_the_proxys_own_only_when_it_carries_no_header_but_the_proxys_three() {
-        let table: [(&[&str], bool); 9] = [
-            (&[":status", "content-length", "content-type"], true),
-            (&[":status", "content-length"], true),
-            (&[":status"], true),
-            (&[], true),
-            (&[":Status", "Content-Length", "CONTENT-TYPE"], true),
+        let table: [(&[&str], MadeBy); 9] = [
+            (
+                &[":status", "content-length", "content-type"],
+                MadeBy::Proxy,
+            ),
+            (&[":status", "content-length"], MadeBy::Proxy),
+            (&[":status"], MadeBy::Proxy),
+            (&[], MadeBy::Proxy),
+            (
+                &[":Status", "Content-Length", "CONTENT-TYPE"],
+                MadeBy::Proxy,
+            ),
             (
                 &[":status", "content-length", "content-type", "date"],
-                false,
+                MadeBy::Backend,
             ),
-            (&[":status", "server"], false),
+            (&[":status", "server"], MadeBy::Backend),
             (
                 &[":status", "content-length", "x-envoy-upstream-service-time"],
-                false,
+                MadeBy::Backend,
             ),
-            (&["date", "server", "content-type"], false),
+            (&["date", "server", "content-type"], MadeBy::Backend),
         ];
         for (names, made) in table {
-            assert_eq!(proxy_made(names.iter().copied()), made, "{names:?}");
+            assert_eq!(made_by(names.iter().copied()), made, "{names:?}");
         }
     }
 }

@@ -9,7 +9,7 @@
 //! Draining is not a failure. A draining backend takes no new requests, and those already sent
 //! to it finish without their outcomes counting anywhere (passive ejection, the outlier
 //! comparison); the fleet guard and the ejection cap work over the backends that do not drain,
-//! so the guard never brings a draining backend back ([`crate::fleet`]). It ends at the first
+//! so the guard never brings a draining backend back ([`crate::guard`]). It ends at the first
 //! probe that passes without the signal: a user response without the header does not end it,
 //! since a draining app still serves what it was sent.
 //!
@@ -17,6 +17,7 @@
 //! the one table every VM writes: the VM that reads the signal (the prober on a probe, any worker
 //! on a response) shares it at once, and every other VM takes it in at its next tick.
 
+use crate::active::{MadeBy, ProbeAnswer};
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -54,24 +55,19 @@ pub fn signalled<'a>(names: impl IntoIterator<Item = &'a str>) -> bool {
 }
 
 impl Signal {
-    /// What a probe's answer says of a drain: `status` as answered, whether the proxy made the
-    /// answer itself (then it is no word from the backend), and whether it carried the header.
-    pub fn of_probe(
-        status: u16,
-        proxy_made: bool,
-        header: bool,
-        config: &Active,
-    ) -> Option<Signal> {
-        if proxy_made {
+    /// What a probe's answer says of a drain: one the proxy made itself is no word from the
+    /// backend; the backend's says so by the header, or by its status.
+    pub fn of_probe(answer: &ProbeAnswer, config: &Active) -> Option<Signal> {
+        if answer.made_by == MadeBy::Proxy {
             return None;
         }
-        if header {
+        if answer.signalled {
             return Some(Signal::ProbeHeader);
         }
         config
             .drain_status
-            .filter(|m| m.matches(status))
-            .map(|_| Signal::Status(status))
+            .filter(|m| m.matches(answer.status))
+            .map(|_| Signal::Status(answer.status))
     }
 }
 

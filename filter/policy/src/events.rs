@@ -46,7 +46,7 @@ pub enum EjectionReason {
     },
     /// It stood out from its peers ([`crate::outlier`]).
     Outlier(Verdict),
-    /// Another balancer of the fleet, with this lease, found it standing out ([`crate::fleet`]).
+    /// Another balancer of the fleet, with this lease, found it standing out ([`crate::etcd`]).
     Shared {
         /// The deciding balancer's lease.
         by: i64,

@@ -15,7 +15,7 @@
 //! than any writer writes, are ignored ([`crate::tables::decode_history`]).
 
 use crate::active::Health;
-use crate::literal::quoted;
+use crate::json_string::quoted;
 use crate::time::{civil_date, Time};
 use serde::{Deserialize, Serialize};
 use upcheck_config::MAX_NAME_LEN;

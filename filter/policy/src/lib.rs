@@ -20,13 +20,13 @@
 
 pub mod active;
 pub mod drain;
+pub mod etcd;
 pub mod events;
-pub mod fleet;
 pub mod guard;
 pub mod history;
 pub mod host;
+pub mod json_string;
 pub mod lease;
-pub mod literal;
 pub mod outcome;
 pub mod outlier;
 pub mod page;
@@ -48,12 +48,14 @@ pub use upcheck_config as config;
 /// elsewhere.
 pub use config::{duration, status_match};
 
-pub use active::{ActiveHealth, Down, Health, Pages, ProbeOutcome, Transition};
+pub use active::{
+    ActiveHealth, Down, Health, MadeBy, Pages, ProbeAnswer, ProbeOutcome, Transition,
+};
 pub use config::{Config, ConfigError, Proxy, Role, RoutingMode, StatusPage};
 pub use events::{Effects, Event, Level};
 pub use guard::{Evidence, Guard, Routing};
 pub use outcome::{ProxyFailure, RequestOutcome};
 pub use passive::{Outstanding, PassiveHealth};
-pub use pool::{Member, Pick, Pool, Routed};
+pub use pool::{Member, Pick, Pool, Retried, Routed};
 pub use state::State;
 pub use time::{nanos, tick_due, Time, TICK, WAKE};

@@ -22,6 +22,17 @@ pub enum State {
     Unknown,
 }
 
+/// The facts a backend's state is ranked from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Facts {
+    /// What its probes say.
+    pub health: Health,
+    /// Whether it is passively ejected (within the cap).
+    pub ejected: bool,
+    /// Whether it drains.
+    pub draining: bool,
+}
+
 impl State {
     /// Every state, in the order the docs list them.
     pub const ALL: [State; 5] = [
@@ -32,9 +43,13 @@ impl State {
         State::Unknown,
     ];
 
-    /// The state of a backend whose probes say `health`, which is `ejected` or not and drains
-    /// or not.
-    pub fn of(health: Health, ejected: bool, draining: bool) -> State {
+    /// The state of a backend of these facts.
+    pub fn of(facts: Facts) -> State {
+        let Facts {
+            health,
+            ejected,
+            draining,
+        } = facts;
         match (draining, ejected, health) {
             (true, _, _) => State::Draining,
             (false, true, _) => State::Ejected,
@@ -62,10 +77,20 @@ mod tests {
 
     #[test]
     fn a_drain_shows_over_an_ejection_and_an_ejection_over_the_probes() {
-        assert_eq!(State::of(Health::Healthy, true, true), State::Draining);
-        assert_eq!(State::of(Health::Unhealthy, true, false), State::Ejected);
-        assert_eq!(State::of(Health::Unhealthy, false, false), State::Unhealthy);
-        assert_eq!(State::of(Health::Unknown, false, false), State::Unknown);
-        assert_eq!(State::of(Health::Healthy, false, false), State::Healthy);
+        let facts = |health, ejected, draining| Facts {
+            health,
+            ejected,
+            draining,
+        };
+        let table = [
+            (facts(Health::Healthy, true, true), State::Draining),
+            (facts(Health::Unhealthy, true, false), State::Ejected),
+            (facts(Health::Unhealthy, false, false), State::Unhealthy),
+            (facts(Health::Unknown, false, false), State::Unknown),
+            (facts(Health::Healthy, false, false), State::Healthy),
+        ];
+        for (facts, state) in table {
+            assert_eq!(State::of(facts), state, "{facts:?}");
+        }
     }
 }

@@ -58,7 +58,7 @@ pub mod keys {
     /// The newest changes of every pool's backends and fleet guard ([`crate::history`]).
     pub const HISTORY: &str = "upcheck.v5.history";
     /// Followed by `.` and a fleet prefix ([`super::fleet_key`]): what that fleet's prober
-    /// shows of it ([`crate::fleet::shown`]).
+    /// shows of it ([`crate::etcd::shown`]).
     pub const FLEET: &str = "upcheck.v5.fleet";
 }
 const ACTIVE: u8 = b'a';
@@ -95,7 +95,7 @@ fn decode<T: DeserializeOwned>(kind: u8, bytes: &[u8]) -> Result<T, TableError> 
 
 /// `value` in postcard behind the four bytes of `tag` (`u`, `c`, its kind, its format version),
 /// so that bytes of another kind or version are refused, never misread: the tables here, and
-/// the values the fleet keeps in etcd ([`crate::fleet`]).
+/// the values the fleet keeps in etcd ([`crate::etcd`]).
 pub(crate) fn tagged<T: Serialize>(tag: [u8; 4], value: &T) -> Vec<u8> {
     // Serializing plain data into a Vec cannot fail; empty bytes are the safe fallback.
     postcard::to_extend(value, tag.to_vec()).unwrap_or_default()
@@ -210,7 +210,7 @@ pub fn fleet_key(prefix: &str) -> String {
     format!("{}.{prefix}", keys::FLEET)
 }
 
-/// What a prober shows of its fleet ([`crate::fleet::shown`]) as bytes: entries of the
+/// What a prober shows of its fleet ([`crate::etcd::shown`]) as bytes: entries of the
 /// announcements' form, so they cost no code of their own.
 pub fn encode_fleet(entries: &AnnounceTable) -> Vec<u8> {
     encode(FLEET, entries)
@@ -256,7 +256,7 @@ pub enum PassiveChange {
         /// What said so.
         by: Signal,
     },
-    /// Failures the other balancers of the fleet counted at a backend ([`crate::fleet`]): each
+    /// Failures the other balancers of the fleet counted at a backend ([`crate::etcd`]): each
     /// not remembered yet is remembered as this process's own are.
     Fleet {
         /// The backend's key.
@@ -264,7 +264,7 @@ pub enum PassiveChange {
         /// When they happened.
         failures: Vec<Time>,
     },
-    /// An outlier ejection another balancer of the fleet decided and shares ([`crate::fleet`]),
+    /// An outlier ejection another balancer of the fleet decided and shares ([`crate::etcd`]),
     /// held here until its end unless one is in force already.
     Adopt {
         /// The backend's key.

@@ -112,7 +112,7 @@ impl Standing {
     }
 
     /// Holds at `now` the ejection in force in `theirs`, another balancer's standing of the
-    /// backend ([`crate::fleet`]), until its end: the next offence here lasts as long as the next
+    /// backend ([`crate::etcd`]), until its end: the next offence here lasts as long as the next
     /// one there. `None` if one is in force here already, or none there.
     pub fn adopt(&mut self, theirs: &Standing, now: Time) -> Option<Ejection> {
         self.tick(now);

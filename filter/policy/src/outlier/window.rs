@@ -167,7 +167,7 @@ impl Traffic {
         self.half = half;
     }
 
-    /// Whether counts read from elsewhere (another balancer's, [`crate::fleet`]) are counts this
+    /// Whether counts read from elsewhere (another balancer's, [`crate::etcd`]) are counts this
     /// build could have made by `latest` with `window`: no half-window or time after `latest`'s,
     /// no more failures or latencies than requests.
     pub fn plausible(&self, latest: Time, window: Duration) -> bool {

@@ -3,7 +3,7 @@
 
 use super::model::{ago, changes, duty, fleet_summary, lines, subject, Line};
 use super::why::why;
-use crate::fleet::shown::Shown;
+use crate::etcd::shown::Shown;
 use crate::history::timestamp;
 use crate::pool::Pool;
 use crate::time::Time;
@@ -161,9 +161,10 @@ fn escaped(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::active::MadeBy;
     use crate::outcome::{ProxyFailure, RequestOutcome};
-    use crate::page::fixtures::{pool, row};
-    use crate::pool::Routed;
+    use crate::page::fixtures::{answer, pool, row};
+    use crate::pool::{Retried, Routed};
     use std::time::Duration;
     use upcheck_config::Config;
 
@@ -211,7 +212,7 @@ mod tests {
         pool.lease(true, Duration::ZERO, 1);
         for (token, index) in (1..).zip(0..3) {
             pool.probe_sent(index, token, Duration::ZERO);
-            pool.probe_answered(token, Some(200), false, b"", Duration::from_secs(1));
+            pool.probe_answered(token, answer(200, MadeBy::Backend), Duration::from_secs(1));
         }
         let mut table = Vec::new();
         for (id, at) in (1..).zip([2, 3, 4]) {
@@ -224,7 +225,7 @@ mod tests {
                         index: 0,
                         generation: pool.generation(),
                     },
-                    None,
+                    Retried::No,
                     failed,
                     || at,
                 )
@@ -249,7 +250,7 @@ mod tests {
     fn the_html_page_says_a_backend_refusing_connections_is_out() {
         let mut pool = pool();
         pool.probe_sent(1, 3, Duration::from_secs(1));
-        pool.probe_answered(3, Some(503), true, b"", Duration::from_secs(2));
+        pool.probe_answered(3, answer(503, MadeBy::Proxy), Duration::from_secs(2));
         let html = html(&pool, None, Duration::from_secs(2));
         let app2 = row(&html, 1);
         assert!(
@@ -262,7 +263,7 @@ mod tests {
     fn the_html_page_names_the_fleet_guard_that_keeps_a_failing_backend_in() {
         let mut pool = pool();
         pool.probe_sent(0, 3, Duration::from_secs(1));
-        pool.probe_answered(3, Some(500), false, b"", Duration::from_secs(1));
+        pool.probe_answered(3, answer(500, MadeBy::Backend), Duration::from_secs(1));
         let html = html(&pool, None, Duration::from_secs(2));
         assert!(
             row(&html, 0).contains("kept in by the fleet guard: every backend fails its probes"),

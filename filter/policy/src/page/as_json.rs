@@ -2,9 +2,9 @@
 //! milliseconds and every string quoted by the core's own writer (no serializer in the module).
 
 use super::model::{balancer, changes, lines};
-use crate::fleet::shown::{Holder, Shown};
+use crate::etcd::shown::{Holder, Shown};
 use crate::history::timestamp;
-use crate::literal::quoted;
+use crate::json_string::quoted;
 use crate::pool::Pool;
 use crate::time::Time;
 use std::fmt::Write;

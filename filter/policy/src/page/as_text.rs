@@ -2,7 +2,7 @@
 //! grep it.
 
 use super::model::{ago, changes, duty, fleet_summary, lines, subject};
-use crate::fleet::shown::Shown;
+use crate::etcd::shown::Shown;
 use crate::history::timestamp;
 use crate::pool::Pool;
 use crate::time::Time;

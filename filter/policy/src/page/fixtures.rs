@@ -1,10 +1,21 @@
 //! Pools the forms' tests render: two backends, one passing its probes and one failing them, with
 //! a fleet or without.
 
-use crate::fleet::shown::Shown;
+use crate::active::{MadeBy, ProbeAnswer};
+use crate::etcd::shown::Shown;
 use crate::pool::Pool;
 use std::time::Duration;
 use upcheck_config::Config;
+
+/// A probe's answer of `status`, with no body and no drain signal, made by `made_by`.
+pub(super) fn answer(status: u16, made_by: MadeBy) -> ProbeAnswer<'static> {
+    ProbeAnswer {
+        status,
+        made_by,
+        signalled: false,
+        body: b"",
+    }
+}
 
 /// app1 passes its first probe and app-2 fails it (answering 502), under `config`.
 fn pool_of(config: &[u8]) -> Pool {
@@ -13,8 +24,8 @@ fn pool_of(config: &[u8]) -> Pool {
     pool.lease(true, Duration::ZERO, 1);
     pool.probe_sent(0, 1, Duration::ZERO);
     pool.probe_sent(1, 2, Duration::ZERO);
-    pool.probe_answered(1, Some(200), false, b"", Duration::from_millis(10));
-    pool.probe_answered(2, Some(502), false, b"", Duration::from_millis(20));
+    pool.probe_answered(1, answer(200, MadeBy::Backend), Duration::from_millis(10));
+    pool.probe_answered(2, answer(502, MadeBy::Backend), Duration::from_millis(20));
     pool
 }
 
@@ -29,7 +40,7 @@ pub(super) fn warming_pool() -> Pool {
         br#"{"upstreams":[{"name":"app1"},{"name":"app-2"}],"health_checks":{"slow_start":"100s"}}"#,
     );
     pool.probe_sent(1, 3, Duration::from_secs(30));
-    pool.probe_answered(3, Some(200), false, b"", Duration::from_secs(30));
+    pool.probe_answered(3, answer(200, MadeBy::Backend), Duration::from_secs(30));
     pool
 }
 

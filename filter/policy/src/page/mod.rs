@@ -31,7 +31,7 @@ pub use as_html::html;
 pub use as_json::json;
 pub use as_text::text;
 
-use crate::fleet::shown::Shown;
+use crate::etcd::shown::Shown;
 use crate::pool::Pool;
 use crate::time::Time;
 use upcheck_config::StatusPage;

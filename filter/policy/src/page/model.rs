@@ -3,7 +3,7 @@
 
 use crate::active::{Health, ProbeOutcome};
 use crate::drain::Drain;
-use crate::fleet::shown::{Holder, Shown};
+use crate::etcd::shown::{Holder, Shown};
 use crate::history::Change;
 use crate::pool::Pool;
 use crate::time::Time;

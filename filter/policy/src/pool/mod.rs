@@ -1,4 +1,4 @@
-//! One VM's view of the fleet, and the one way in for everything it observes.
+//! One VM's view of its backends, and the one way in for everything it observes.
 //!
 //! Each kind of observation enters through one method, and each returns its [`Effects`]:
 //! - [`Pool::configure`]: a (re)configuration; backends that stay keep their state, by name;
@@ -14,16 +14,18 @@
 //! - [`Pool::active_published`], [`Pool::passive_written`]: tables another VM (or this one)
 //!   wrote to shared data;
 //! - [`Pool::fleet_view`]: on the prober, which backends other balancers probe and what they
-//!   published ([`crate::fleet`]).
+//!   published ([`crate::etcd`]).
 //!
 //! The pool never calls the host. The effects are carried out by [`crate::host::carry_out`]
 //! (compare-and-swap, probes, log lines, metrics), which hands back what came of them through the
 //! same entry points, in the adapter and the tests alike, so the tests drive the path that ships.
 //!
 //! The entry points are split by observation: `probes` (active checks), `requests` (real
-//! requests), `peers` (the outlier comparison), `tables` (the process-wide tables in and out),
-//! `history` (which events are changes, and the pool's share of the history of them),
-//! and every one of them ends in `refresh`, which works the routing out again in named steps.
+//! requests), `peers` (the outlier comparison), `published` (the process-wide tables
+//! ([`crate::tables`]) as published, in, and this VM's part of them, out), `changes` (which
+//! events are changes, and the pool's share of the history of them, [`crate::history`]),
+//! `balancers` (the other balancers' view in, this balancer's evidence out), and every one of
+//! them ends in `refresh`, which works the routing out again in named steps.
 //!
 //! Both routing modes share all of this: in `cluster` routing the pick names the backend's
 //! cluster (Envoy's `cluster_header`), in `host` routing its address (the `override_host` load
@@ -42,15 +44,16 @@ use crate::state::State;
 use crate::tables::PassiveTable;
 use crate::time::Time;
 use crate::warm_up::{warming, Warming};
+use requests::{ForOutliers, Passive};
 use upcheck_config::{Config, Upstream};
 
-mod fleet;
-mod history;
+mod balancers;
+mod changes;
 mod peers;
 mod probes;
+mod published;
 mod refresh;
 mod requests;
-mod tables;
 
 /// Where a request should go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +75,18 @@ pub struct Routed {
     pub generation: u32,
 }
 
+/// Whether the proxy retried a request, by its own word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retried {
+    /// It did not: the picked backend gave the answer.
+    No,
+    /// It did: the picked backend's attempt failed.
+    Yes {
+        /// The backend that gave the final answer (its position now), if the proxy says which.
+        final_answer: Option<usize>,
+    },
+}
+
 /// Everything this VM keeps about one backend.
 #[derive(Debug, Clone)]
 pub struct Member<H> {
@@ -81,7 +96,7 @@ pub struct Member<H> {
     pub key: String,
     /// Whether this configuration is the newest that lists it, so its prober probes it.
     probed_here: bool,
-    /// Whether another balancer of the fleet probes it ([`crate::fleet`]): then its probe state
+    /// Whether another balancer of the fleet probes it ([`crate::etcd`]): then its probe state
     /// comes from that balancer's published results, and it is not probed here.
     elsewhere: bool,
     /// Back in rotation with the backends whose probes fail alike (fleet rule 3).
@@ -94,9 +109,8 @@ pub struct Member<H> {
     accepting: bool,
     /// Passing probes and not ejected, as last reported (`None`: not yet).
     in_service: Option<bool>,
-    /// Its state in one word, since when (as this VM saw it change), and whether this VM
-    /// reported it.
-    state: (State, Time, bool),
+    /// Its state in one word, as this VM follows it.
+    state: StateSeen,
     /// When it is probed next.
     probe: ProbeSlot,
     /// Whether a probe the proxy refused to send was reported.
@@ -109,7 +123,7 @@ pub struct Member<H> {
     /// This VM's request outcomes not yet added to the process-wide counts (at the next tick).
     traffic: Traffic,
     /// On the prober, the other balancers' counts of its requests, added up, as last read
-    /// ([`crate::fleet::traffic`]).
+    /// ([`crate::etcd::traffic`]).
     fleet_traffic: Traffic,
     /// Its drain, as last refreshed ([`crate::drain`]).
     drain: Option<Drain>,
@@ -139,9 +153,21 @@ impl<H> Member<H> {
     }
 
     /// Its state in one word, and since when, as of the last time the routing was worked out.
-    pub fn state(&self) -> (State, Time) {
-        (self.state.0, self.state.1)
+    pub fn state(&self) -> StateSeen {
+        self.state
     }
+}
+
+/// A backend's state in one word, as a VM follows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateSeen {
+    /// The state.
+    pub current: State,
+    /// Since when, as this VM saw it change.
+    pub since: Time,
+    /// Whether this VM reported it: its prober does when it changes, and again on taking the
+    /// probing lease.
+    reported: bool,
 }
 
 /// Where a backend stands in its passive ejection's lifecycle (a full failure window or an
@@ -306,7 +332,11 @@ impl<H> Pool<H> {
                     routable: false,
                     accepting: true,
                     in_service: None,
-                    state: (State::Unknown, now, false),
+                    state: StateSeen {
+                        current: State::Unknown,
+                        since: now,
+                        reported: false,
+                    },
                     probe: ProbeSlot::due_at(now),
                     unprobeable: false,
                     newest_probe: None,
@@ -433,7 +463,7 @@ impl<H> Pool<H> {
                     m.probe = ProbeSlot::due_at(now);
                     // Report every gauge and contact afresh from this VM.
                     m.in_service = None;
-                    m.state.2 = false;
+                    m.state.reported = false;
                 }
                 self.prober = Some(Prober {
                     schedule: Schedule::new(seed),
@@ -462,7 +492,14 @@ impl<H> Pool<H> {
                     continue; // its requests finish without counting
                 }
                 let outcome = RequestOutcome::StillWaiting(late.waited);
-                self.settle(late.backend, outcome, true, None, late.at, &mut effects);
+                self.settle(
+                    late.backend,
+                    outcome,
+                    Passive::Counts,
+                    ForOutliers::Nothing,
+                    late.at,
+                    &mut effects,
+                );
             }
         }
         if self.detects_outliers() {

@@ -5,7 +5,10 @@
 
 use super::peers::view;
 use super::{Pool, SentProbe};
-use crate::active::{contains, Health, Pages, ProbeOutcome, Transition, PROXY_REASON_BYTES, SHED};
+use crate::active::{
+    contains, Health, MadeBy, Pages, ProbeAnswer, ProbeOutcome, Transition, PROXY_REASON_BYTES,
+    SHED,
+};
 use crate::drain::Signal;
 use crate::events::{Effects, Event};
 use crate::tables::PassiveChange;
@@ -98,64 +101,22 @@ impl<H> Pool<H> {
         effects
     }
 
-    /// The answer to probe `token`, without the drain signal header
-    /// ([`Pool::probe_answered_signalled`]).
-    pub fn probe_answered(
-        &mut self,
-        token: u32,
-        status: Option<u16>,
-        proxy_made: bool,
-        body: &[u8],
-        now: Time,
-    ) -> Effects {
-        self.probe_answered_signalled(token, status, proxy_made, false, body, now)
-    }
-
-    /// The answer to probe `token`: its status (none if the call was reset before any answer),
-    /// whether the proxy made the answer itself rather than the backend, whether it carried the
-    /// drain signal ([`crate::drain::signalled`]), and the first `max_size` bytes of its body.
-    /// A token that is not one of this VM's is ignored.
-    pub fn probe_answered_signalled(
-        &mut self,
-        token: u32,
-        status: Option<u16>,
-        proxy_made: bool,
-        signalled: bool,
-        body: &[u8],
-        now: Time,
-    ) -> Effects {
-        let answer = Answer {
-            status,
-            proxy_made,
-            signalled,
-            body,
-            unanswered: ProbeOutcome::Refused,
-        };
-        self.settle_probe(token, answer, now)
+    /// The answer to probe `token`: its status, who made it, whether it carried the drain
+    /// signal, and the first bytes of its body ([`ProbeAnswer`]). A token that is not one of this
+    /// VM's is ignored.
+    pub fn probe_answered(&mut self, token: u32, answer: ProbeAnswer, now: Time) -> Effects {
+        self.settle_probe(token, Reply::Answer(answer), now)
     }
 
     /// Probe `token` came back with no answer at all, and the proxy's word for why: `reason` is
     /// ngx_wasm_module's `:dispatch_status` ([`ProbeOutcome::unanswered`]); Envoy gives none,
     /// since it answers a failed call with a 503 or 504 of its own.
     pub fn probe_unanswered(&mut self, token: u32, reason: Option<&str>, now: Time) -> Effects {
-        let answer = Answer {
-            status: None,
-            proxy_made: false,
-            signalled: false,
-            body: &[],
-            unanswered: ProbeOutcome::unanswered(reason, &self.config.health_checks.active),
-        };
-        self.settle_probe(token, answer, now)
+        let found = ProbeOutcome::unanswered(reason, &self.config.health_checks.active);
+        self.settle_probe(token, Reply::Nothing(found), now)
     }
 
-    fn settle_probe(&mut self, token: u32, answer: Answer, now: Time) -> Effects {
-        let Answer {
-            status,
-            proxy_made,
-            signalled,
-            body,
-            unanswered,
-        } = answer;
+    fn settle_probe(&mut self, token: u32, reply: Reply, now: Time) -> Effects {
         let mut effects = Effects::default();
         let Some(prober) = self.prober.as_mut() else {
             return effects;
@@ -167,16 +128,18 @@ impl<H> Pool<H> {
         let Some(index) = self.index_of_key(&probe.key) else {
             return effects; // removed by a reconfiguration meanwhile
         };
-        if proxy_made && status == Some(503) && contains(body, SHED) {
-            // Shed by the proxy's circuit breaker, never sent: no word on the backend, whose
-            // next probe goes out at its time.
-            return effects;
-        }
         let active = &self.config.health_checks.active;
-        let drain = status.and_then(|s| Signal::of_probe(s, proxy_made, signalled, active));
-        let outcome = match status {
-            Some(status) => ProbeOutcome::classify(status, proxy_made, body, active),
-            None => unanswered,
+        let (drain, outcome) = match reply {
+            Reply::Answer(answer) if is_shed(&answer) => {
+                // Shed by the proxy's circuit breaker, never sent: no word on the backend, whose
+                // next probe goes out at its time.
+                return effects;
+            }
+            Reply::Answer(answer) => (
+                Signal::of_probe(&answer, active),
+                ProbeOutcome::classify(&answer, active),
+            ),
+            Reply::Nothing(found) => (None, found),
         };
         match drain {
             Some(by) => self.observe_drain(index, by, probe.sent, now, &mut effects),
@@ -195,12 +158,12 @@ impl<H> Pool<H> {
     /// How many bytes of a probe's body the policy needs: of an answer the proxy made itself,
     /// enough to read its reason ([`PROXY_REASON_BYTES`]); of the backend's, none unless
     /// `expect_body` is set.
-    pub fn probe_body_wanted(&self, body_size: usize, proxy_made: bool) -> usize {
+    pub fn probe_body_wanted(&self, body_size: usize, made_by: MadeBy) -> usize {
         let active = &self.config.health_checks.active;
-        let wanted = match (proxy_made, &active.expect_body) {
-            (true, _) => PROXY_REASON_BYTES,
-            (false, Some(_)) => usize::try_from(active.max_size).unwrap_or(usize::MAX),
-            (false, None) => 0,
+        let wanted = match (made_by, &active.expect_body) {
+            (MadeBy::Proxy, _) => PROXY_REASON_BYTES,
+            (MadeBy::Backend, Some(_)) => usize::try_from(active.max_size).unwrap_or(usize::MAX),
+            (MadeBy::Backend, None) => 0,
         };
         body_size.min(wanted)
     }
@@ -351,12 +314,15 @@ impl<H> Pool<H> {
     }
 }
 
-/// A probe's answer as [`Pool::settle_probe`] takes it in.
-struct Answer<'a> {
-    status: Option<u16>,
-    proxy_made: bool,
-    signalled: bool,
-    body: &'a [u8],
-    /// What a probe without a status found.
-    unanswered: ProbeOutcome,
+/// What came back of a probe, as [`Pool::settle_probe`] takes it in.
+enum Reply<'a> {
+    /// An answer.
+    Answer(ProbeAnswer<'a>),
+    /// No answer at all, and what that says.
+    Nothing(ProbeOutcome),
+}
+
+/// Whether `answer` is the proxy's own 503 for a probe its circuit breaker shed, never sent.
+fn is_shed(answer: &ProbeAnswer) -> bool {
+    answer.made_by == MadeBy::Proxy && answer.status == 503 && contains(answer.body, SHED)
 }

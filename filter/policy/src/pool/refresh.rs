@@ -8,12 +8,12 @@
 //! the rotation laid out again, and the fleet guard. Only the VM probing a backend reports its
 //! changes, so each is logged once per process.
 
-use super::{EjectionState, Member, Pool, Prober};
+use super::{EjectionState, Member, Pool, Prober, StateSeen};
 use crate::active::Health;
 use crate::events::{Effects, Event};
 use crate::guard::{route, Evidence, Guard, Routing};
 use crate::select::Rotation;
-use crate::state::State;
+use crate::state::{Facts, State};
 use crate::time::Time;
 use crate::warm_up::{warming, STEPS};
 use upcheck_config::Passive as PassiveConfig;
@@ -321,23 +321,26 @@ impl<H> Member<H> {
         now: Time,
         effects: &mut Effects,
     ) {
-        let state = State::of(
-            self.evidence.active.status,
+        let state = State::of(Facts {
+            health: self.evidence.active.status,
             ejected,
-            self.evidence.passive.drain.is_some(),
-        );
-        let (was, since, reported) = self.state;
-        let change = state != was;
+            draining: self.evidence.passive.drain.is_some(),
+        });
+        let change = state != self.state.current;
         if change {
-            self.state = (state, now, false);
+            self.state = StateSeen {
+                current: state,
+                since: now,
+                reported: false,
+            };
         }
-        if reporting && (change || !reported) {
-            self.state.2 = true;
+        if reporting && !self.state.reported {
+            self.state.reported = true;
             effects.events.push(Event::State {
                 index,
                 name: self.name().to_owned(),
                 state,
-                since: if change { now } else { since },
+                since: self.state.since,
                 change,
             });
         }

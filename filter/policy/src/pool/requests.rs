@@ -4,7 +4,7 @@
 //! carrying the drain signal is shared as the backend's drain, and the outcomes of a draining
 //! backend's requests count nowhere ([`crate::drain`]).
 
-use super::{Pool, Routed};
+use super::{Pool, Retried, Routed};
 use crate::drain::Signal;
 use crate::events::{Effects, Event};
 use crate::outcome::{FailureKind, RequestOutcome};
@@ -22,15 +22,14 @@ impl<H> Pool<H> {
         }
     }
 
-    /// Request `id`, sent to backend `picked`, ended with `outcome`. When the proxy retried it,
-    /// `retried` names the backend that gave the final answer (if the proxy says which): the
-    /// picked backend's attempt failed, and `outcome` belongs to the other. `now` is read only
-    /// if the outcome changes anything.
+    /// Request `id`, sent to backend `picked`, ended with `outcome`. When the proxy retried it
+    /// ([`Retried::Yes`]), the picked backend's attempt failed, and `outcome` belongs to the
+    /// backend that gave the final answer. `now` is read only if the outcome changes anything.
     pub fn request_settled(
         &mut self,
         id: u32,
         picked: Routed,
-        retried: Option<Option<usize>>,
+        retried: Retried,
         outcome: RequestOutcome,
         now: impl Fn() -> Time,
     ) -> Effects {
@@ -45,8 +44,8 @@ impl<H> Pool<H> {
         // outlier rules take its outcome).
         let counted_late = ended.is_some_and(|(_, late)| late);
         let first = match retried {
-            Some(_) => RequestOutcome::RetriedElsewhere,
-            None => outcome,
+            Retried::Yes { .. } => RequestOutcome::RetriedElsewhere,
+            Retried::No => outcome,
         };
         let latency = match first {
             RequestOutcome::Answered { latency, .. } if self.times_requests() => Some(latency),
@@ -55,9 +54,21 @@ impl<H> Pool<H> {
             }
             _ => None,
         };
-        self.settle_lazily(picked, first, !counted_late, latency, &now, &mut effects);
-        if let Some(Some(other)) = retried.filter(|o| *o != Some(picked)) {
-            self.settle_lazily(other, outcome, true, None, &now, &mut effects);
+        let passive = if counted_late {
+            Passive::CountedLate
+        } else {
+            Passive::Counts
+        };
+        self.settle_lazily(picked, first, passive, latency, &now, &mut effects);
+        if let Retried::Yes {
+            final_answer: Some(other),
+        } = retried
+        {
+            if other != picked {
+                // The request's latency is both attempts': the final one's own is not known.
+                let latency = None;
+                self.settle_lazily(other, outcome, Passive::Counts, latency, &now, &mut effects);
+            }
         }
         effects
     }
@@ -82,13 +93,12 @@ impl<H> Pool<H> {
 
     /// Settles one outcome unless it changes nothing shared (a success at a backend known to
     /// be serving and not on a run of failures): the common case costs no clock read and no
-    /// shared-data write, only this VM's count. `passive`: whether the passive checks still take
-    /// it (not if it was counted late); `latency`: how long its answer took, if known.
+    /// shared-data write, only this VM's count. `latency`: how long its answer took, if known.
     pub(super) fn settle_lazily(
         &mut self,
         index: usize,
         outcome: RequestOutcome,
-        passive: bool,
+        passive: Passive,
         latency: Option<Duration>,
         now: &impl Fn() -> Time,
         effects: &mut Effects,
@@ -110,55 +120,65 @@ impl<H> Pool<H> {
         let Some(m) = self.members.get(index) else {
             return;
         };
-        let counts = passive
+        let counts = passive == Passive::Counts
             && outcome
                 .failure(&self.config.health_checks.passive)
                 .is_some();
-        let changes_contact = passive
+        let changes_contact = passive == Passive::Counts
             && outcome
                 .contact()
                 .is_some_and(|refused| refused == m.evidence.accepting());
-        if counts || changes_contact || outlier.is_some() {
+        if counts || changes_contact || outlier != ForOutliers::Nothing {
             self.settle(index, outcome, passive, outlier, now(), effects);
         }
     }
 
-    /// Counts an outcome in this VM's traffic for backend `index`; returns it as news for the
-    /// shared run of failures (a failure, or a success ending a run), if it is any.
+    /// Counts an outcome in this VM's traffic for backend `index`; returns what it is to the
+    /// shared run of failures.
     pub(super) fn count_outcome(
         &mut self,
         index: usize,
         outcome: RequestOutcome,
         latency: Option<Duration>,
-    ) -> Option<Option<FailureKind>> {
+    ) -> ForOutliers {
         let config = &self.config.health_checks.outlier;
-        let m = self.members.get_mut(index)?;
+        let Some(m) = self.members.get_mut(index) else {
+            return ForOutliers::Nothing;
+        };
         if !config.enabled || !outcome.judged() {
-            return None;
+            return ForOutliers::Nothing;
         }
         let kind = outcome.outlier_failure();
         m.traffic.record(self.ticked, kind, latency, config.window);
-        (kind.is_some() || m.evidence.passive.run > 0).then_some(kind)
+        match kind {
+            Some(kind) => ForOutliers::Failure(kind),
+            None if m.evidence.passive.run > 0 => ForOutliers::EndsRun,
+            None => ForOutliers::Nothing,
+        }
     }
 
-    /// Shares one outcome: for the passive checks if `passive`, and for the outlier rules if
-    /// `outlier` is news (a failure is judged here and now, with this VM's view of its peers).
+    /// Shares one outcome: for the passive checks if they count it, and for the outlier rules if
+    /// it is news to them (a failure is judged here and now, with this VM's view of its peers).
     pub(super) fn settle(
         &mut self,
         index: usize,
         outcome: RequestOutcome,
-        passive: bool,
-        outlier: Option<Option<FailureKind>>,
+        passive: Passive,
+        outlier: ForOutliers,
         at: Time,
         effects: &mut Effects,
     ) {
-        let outlier = outlier.map(|kind| self.outlier_news(index, kind, at));
+        let outlier = match outlier {
+            ForOutliers::Nothing => None,
+            ForOutliers::Failure(kind) => Some(self.outlier_news(index, Some(kind), at)),
+            ForOutliers::EndsRun => Some(self.outlier_news(index, None, at)),
+        };
         let Some(m) = self.members.get(index) else {
             return;
         };
         let failure = outcome
             .failure(&self.config.health_checks.passive)
-            .filter(|_| passive);
+            .filter(|_| passive == Passive::Counts);
         if let Some(failure) = failure {
             effects.events.push(Event::RequestFailed {
                 index,
@@ -169,9 +189,29 @@ impl<H> Pool<H> {
         effects.share.push(PassiveChange::Request(RequestNews {
             key: m.key.clone(),
             at,
-            refused: outcome.contact().filter(|_| passive),
+            refused: outcome.contact().filter(|_| passive == Passive::Counts),
             failure,
             outlier,
         }));
     }
+}
+
+/// Whether the passive checks take a request's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Passive {
+    /// They count it.
+    Counts,
+    /// They counted it already, when it became `unhealthy_latency` late.
+    CountedLate,
+}
+
+/// What a request's outcome is to the outlier rules' run of failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ForOutliers {
+    /// Nothing: they are off or do not judge it, or it is a success with no run to end.
+    Nothing,
+    /// A failure of this kind, judged at once.
+    Failure(FailureKind),
+    /// A success that ends the backend's run of failures.
+    EndsRun,
 }

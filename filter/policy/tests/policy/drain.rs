@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use support::*;
 use upcheck_policy::drain::{Drain, Signal};
-use upcheck_policy::{page, Config, Event, Guard, Health, Level, Pool, ProbeOutcome};
+use upcheck_policy::{
+    page, Config, Event, Guard, Health, Level, MadeBy, Pool, ProbeAnswer, ProbeOutcome,
+};
 
 /// Tokens for the probes these tests answer themselves, clear of the proxy's own.
 static TOKENS: AtomicU32 = AtomicU32::new(1_000_000);
@@ -27,9 +29,16 @@ fn probe_answer(
     let i = proxy.index_of(name).expect("known backend");
     let token = TOKENS.fetch_add(1, Ordering::Relaxed);
     proxy.pool.probe_sent(i, token, sent);
-    let effects = proxy
-        .pool
-        .probe_answered_signalled(token, Some(status), false, header, b"", at);
+    let effects = proxy.pool.probe_answered(
+        token,
+        ProbeAnswer {
+            status,
+            made_by: MadeBy::Backend,
+            signalled: header,
+            body: b"",
+        },
+        at,
+    );
     proxy.carry_out(effects, at);
 }
 
@@ -337,9 +346,16 @@ fn a_passing_probe_sent_before_the_drain_began_does_not_end_it() {
     let i = proxy.index_of("app1").expect("known backend");
     proxy.pool.probe_sent(i, 77, secs(1));
     request(&mut proxy, "app1", answered(200).signalled(true), secs(2));
-    let effects = proxy
-        .pool
-        .probe_answered(77, Some(200), false, b"", secs(3));
+    let effects = proxy.pool.probe_answered(
+        77,
+        ProbeAnswer {
+            status: 200,
+            made_by: MadeBy::Backend,
+            signalled: false,
+            body: b"",
+        },
+        secs(3),
+    );
     proxy.carry_out(effects, secs(3));
     assert!(proxy.members()[0].draining().is_some());
     assert_eq!(routable(&proxy), ["app2"]);

@@ -6,7 +6,8 @@ use support::*;
 use upcheck_policy::active::Reason;
 use upcheck_policy::passive::Recorded;
 use upcheck_policy::{
-    ActiveHealth, Config, Health, Outstanding, Pages, PassiveHealth, ProbeOutcome, Transition,
+    ActiveHealth, Config, Health, MadeBy, Outstanding, Pages, PassiveHealth, ProbeAnswer,
+    ProbeOutcome, Transition,
 };
 
 fn active(passes: u32, fails: u32) -> Config {
@@ -223,7 +224,16 @@ fn a_probe_the_host_never_answers_counts_as_timed_out_after_twice_its_timeout_an
     assert_eq!(status(&proxy), Health::Unknown, "still waited for");
     proxy.tick(secs(10) + ms(20));
     assert_eq!(status(&proxy), Health::Unhealthy, "given up as timed out");
-    let late = proxy.probe_answered(999, Some(200), false, b"", secs(11));
+    let late = proxy.probe_answered(
+        999,
+        ProbeAnswer {
+            status: 200,
+            made_by: MadeBy::Backend,
+            signalled: false,
+            body: b"",
+        },
+        secs(11),
+    );
     proxy.carry_out(late, secs(11));
     assert_eq!(
         status(&proxy),

@@ -4,7 +4,7 @@ use crate::support;
 
 use std::time::Duration;
 use support::*;
-use upcheck_policy::{Config, Event, Guard, Health, Pick, ProbeOutcome};
+use upcheck_policy::{Config, Event, Guard, Health, MadeBy, Pick, ProbeAnswer, ProbeOutcome};
 
 /// app1 serving and known healthy; app2 added by a reconfiguration at 30 s.
 fn app2_added() -> Proxy {
@@ -527,9 +527,16 @@ fn a_slow_probe_answer_overtaken_by_a_newer_probes_failure_is_dropped() {
     pool.pool.probe_sent(0, 100, secs(1));
     probe(&mut pool, "app1", SOFT_503, secs(2));
     assert_eq!(routable(&pool), ["app2"]);
-    let effects = pool
-        .pool
-        .probe_answered(100, Some(200), false, b"", secs(2) + ms(300));
+    let effects = pool.pool.probe_answered(
+        100,
+        ProbeAnswer {
+            status: 200,
+            made_by: MadeBy::Backend,
+            signalled: false,
+            body: b"",
+        },
+        secs(2) + ms(300),
+    );
     pool.carry_out(effects, secs(2) + ms(300));
     assert_eq!(routable(&pool), ["app2"], "the older probe says less");
 }

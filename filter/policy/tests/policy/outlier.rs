@@ -16,7 +16,7 @@ use upcheck_policy::events::EjectionReason;
 use upcheck_policy::outlier::{
     judge, run_rule, FailureKind, Standing, Traffic, Verdict, WindowClock,
 };
-use upcheck_policy::{Event, ProbeOutcome, ProxyFailure, RequestOutcome, Time};
+use upcheck_policy::{Event, ProbeOutcome, ProxyFailure, RequestOutcome, Retried, Time};
 
 const WINDOW: Duration = Duration::from_secs(10);
 const HTTP_500: Option<FailureKind> = Some(FailureKind::Status(500));
@@ -1468,11 +1468,12 @@ fn a_success_at_a_backend_on_no_run_of_failures_reads_no_clock_and_shares_nothin
     let mut proxy = fleet(&["app1", "app2"], "");
     proxy.tick(secs(1));
     proxy.pool.request_routed(7, 0, None);
-    let effects = proxy
-        .pool
-        .request_settled(7, proxy.routed(0), None, answered(200), || {
-            panic!("the clock was read for a success")
-        });
+    let effects =
+        proxy
+            .pool
+            .request_settled(7, proxy.routed(0), Retried::No, answered(200), || {
+                panic!("the clock was read for a success")
+            });
     assert!(effects.is_empty(), "{effects:?}");
     let before = proxy.table.clone();
     let tick = proxy.pool.tick(secs(1) + ms(200));
@@ -1503,7 +1504,9 @@ fn through_the_pool_attempts_retried_elsewhere_make_a_run_of_failures() {
         let effects = proxy.pool.request_settled(
             100 + id,
             proxy.routed(1),
-            Some(Some(0)),
+            Retried::Yes {
+                final_answer: Some(0),
+            },
             answered(200),
             || secs(5),
         );

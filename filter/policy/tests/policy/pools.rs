@@ -6,7 +6,7 @@ use crate::support;
 
 use support::*;
 use upcheck_policy::tables::{ActiveTable, AnnounceTable};
-use upcheck_policy::{Health, Pool, ProbeOutcome};
+use upcheck_policy::{Health, MadeBy, Pool, ProbeAnswer, ProbeOutcome};
 
 fn prober(names: &[&str]) -> Pool {
     let mut pool = Pool::new(config(names, ""), secs(0), |_| ());
@@ -65,7 +65,16 @@ fn a_pool_takes_probe_state_only_for_its_own_backends() {
     b.announced(&announcements, 2, secs(0));
     let sent = a.tick(secs(0));
     a.probe_sent(sent.probes[0], 7, secs(0));
-    a.probe_answered(7, Some(200), false, b"", secs(0));
+    a.probe_answered(
+        7,
+        ProbeAnswer {
+            status: 200,
+            made_by: MadeBy::Backend,
+            signalled: false,
+            body: b"",
+        },
+        secs(0),
+    );
     let mut published = a.active_table();
     let elsewhere: ActiveTable = prober(&["api1"]).active_table();
     published.extend(elsewhere);

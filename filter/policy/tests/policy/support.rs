@@ -16,7 +16,8 @@ use upcheck_policy::history::HistoryTable;
 use upcheck_policy::host::{self, Dispatch, Host};
 use upcheck_policy::tables::{ActiveTable, Applied, PassiveChange, PassiveTable};
 use upcheck_policy::{
-    Config, Effects, Event, Member, Pick, Pool, ProbeOutcome, ProxyFailure, RequestOutcome, Routed,
+    Config, Effects, Event, MadeBy, Member, Pick, Pool, ProbeAnswer, ProbeOutcome, ProxyFailure,
+    RequestOutcome, Retried, Routed,
 };
 
 pub fn ms(n: u64) -> Duration {
@@ -194,16 +195,20 @@ impl Proxy {
         let token = self.next_token;
         self.next_token += 1;
         self.pool.probe_sent(i, token, sent);
-        let (status, proxy_made) = match outcome {
-            ProbeOutcome::Pass => (200, false),
-            ProbeOutcome::Soft(Some(status)) => (status, false),
+        let (status, made_by) = match outcome {
+            ProbeOutcome::Pass => (200, MadeBy::Backend),
+            ProbeOutcome::Soft(Some(status)) => (status, MadeBy::Backend),
             ProbeOutcome::Soft(None) => panic!("set expect_body and answer without it"),
-            ProbeOutcome::Timeout(_) => (504, true),
-            ProbeOutcome::Refused => (503, true),
+            ProbeOutcome::Timeout(_) => (504, MadeBy::Proxy),
+            ProbeOutcome::Refused => (503, MadeBy::Proxy),
         };
-        let effects = self
-            .pool
-            .probe_answered(token, Some(status), proxy_made, b"", at);
+        let answer = ProbeAnswer {
+            status,
+            made_by,
+            signalled: false,
+            body: b"",
+        };
+        let effects = self.pool.probe_answered(token, answer, at);
         self.carry_out(effects, at);
     }
 
@@ -212,7 +217,7 @@ impl Proxy {
         let i = self.pool.index_of(name).expect("known backend");
         let effects = self
             .pool
-            .request_settled(0, self.routed(i), None, outcome, || at);
+            .request_settled(0, self.routed(i), Retried::No, outcome, || at);
         self.carry_out(effects, at);
     }
 
@@ -248,9 +253,9 @@ impl Proxy {
             self.pool.request_routed(id, i, None);
             let outcome = answer(&name, at);
             if let Some(outcome) = outcome {
-                let effects = self
-                    .pool
-                    .request_settled(id, self.routed(i), None, outcome, || at);
+                let effects =
+                    self.pool
+                        .request_settled(id, self.routed(i), Retried::No, outcome, || at);
                 self.carry_out(effects, at);
             }
             served.push(Served { at, name, outcome });

@@ -1,6 +1,7 @@
-//! The process-wide tables in and out: the announcements of which configuration probes which
-//! backend, the probe table the probers publish, and the passive table every VM writes by
-//! compare-and-swap, with the ejections its changes started.
+//! The process-wide tables ([`crate::tables`]) as published, in, and this VM's part of them,
+//! out: the announcements of which configuration probes which backend, the probe table the
+//! probers publish, and the passive table every VM writes by compare-and-swap, with the
+//! ejections its changes started.
 
 use super::Pool;
 use crate::events::{Effects, EjectionReason, Event};

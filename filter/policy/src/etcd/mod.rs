@@ -1,4 +1,6 @@
-//! Several balancers, one view of health: probe duties and probe results shared through etcd.
+//! Several balancers, one view of health, shared through etcd: this balancer's membership of the
+//! fleet ([`Membership`]: its lease, its probe duties, what it publishes and what it reads), over
+//! etcd's JSON gateway ([`gateway`]).
 //!
 //! With N balancers in front of M backends, each probing every backend, a backend gets N probes
 //! per interval and each balancer must see a failure for itself. With a `fleet` object
@@ -17,7 +19,7 @@
 //!   each result and living by the holder's lease.
 //! - `{prefix}/v1/failures/{lease}/{backend}`: the request failures each balancer's own process
 //!   counted at that backend, living by its lease, which the others count toward `max_fails`
-//!   ([`Fleet::evidence`]);
+//!   ([`Membership::evidence`]);
 //! - `{prefix}/v1/traffic/{lease}`: the request outcomes each balancer's process counted, per
 //!   backend, living by its lease, which the others add to theirs in the peer comparison
 //!   ([`traffic`]);
@@ -42,11 +44,11 @@
 //!
 //! The module is pure: requests go out as values ([`Request`]), the adapter sends them with
 //! `dispatch_http_call` to the `fleet.cluster` and hands back each answer
-//! ([`Fleet::answered`]); what happened to say goes out as [`Note`]s.
+//! ([`Membership::answered`]); what happened to say goes out as [`Note`]s.
 
 pub mod ejections;
-pub mod etcd;
 mod evidence;
+pub mod gateway;
 pub mod json;
 pub mod shown;
 pub mod traffic;
@@ -93,7 +95,7 @@ pub enum Call {
     /// `/v3/kv/put`: this backend's probe state.
     Publish(String, ActiveHealth),
     /// `/v3/kv/put`: the failures this balancer counted at this backend, as the value
-    /// ([`Fleet::evidence`]).
+    /// ([`Membership::evidence`]).
     Evidence(String, String),
     /// `/v3/kv/put`: the request outcomes this balancer counted ([`traffic`]).
     Traffic(traffic::Counts),
@@ -108,7 +110,7 @@ pub enum Call {
 /// `authorization` header when `token` is set, and this timeout.
 #[derive(Debug, Clone)]
 pub struct Request {
-    /// What it is for; handed back with its token ([`Fleet::sent`]).
+    /// What it is for; handed back with its token ([`Membership::sent`]).
     pub call: Call,
     /// The gateway's path.
     pub path: &'static str,
@@ -160,8 +162,9 @@ impl Published {
     const TAG: [u8; 4] = [b'u', b'c', b'f', VERSION];
 }
 
+/// Where this balancer is in joining the fleet: whether it holds an etcd lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Membership {
+enum Joined {
     /// No lease: to be granted (after authenticating, with credentials).
     Out,
     /// A grant (or authentication) is on the wire.
@@ -170,12 +173,12 @@ enum Membership {
     In { lease: i64, kept: Time },
 }
 
-/// This balancer's part in the fleet: its lease, what it last read, what is on the wire.
+/// This balancer's membership of the fleet: its lease, what it last read, what is on the wire.
 #[derive(Debug, Clone)]
-pub struct Fleet {
+pub struct Membership {
     settings: Settings,
     started: Time,
-    membership: Membership,
+    joined: Joined,
     auth: Option<String>,
     registered: bool,
     on_wire: Vec<(u32, Call)>,
@@ -200,14 +203,14 @@ pub struct Fleet {
     ejections: ejections::Ejections,
 }
 
-impl Fleet {
+impl Membership {
     /// A balancer that has not spoken to etcd yet, as of `now`: nothing is probed here until the
     /// first read says what is free, or one lease TTL passes without one.
-    pub fn new(settings: Settings, now: Time) -> Fleet {
-        Fleet {
+    pub fn new(settings: Settings, now: Time) -> Membership {
+        Membership {
             settings,
             started: now,
-            membership: Membership::Out,
+            joined: Joined::Out,
             auth: None,
             registered: false,
             on_wire: Vec::new(),
@@ -247,8 +250,8 @@ impl Fleet {
 
     /// This balancer's etcd lease ID, once it has one.
     pub fn lease(&self) -> Option<i64> {
-        match self.membership {
-            Membership::In { lease, .. } => Some(lease),
+        match self.joined {
+            Joined::In { lease, .. } => Some(lease),
             _ => None,
         }
     }
@@ -338,34 +341,34 @@ impl Fleet {
             if self.auth.is_none() {
                 if !self.busy(|c| matches!(c, Call::Authenticate)) && due(self.tried, retry) {
                     self.tried = Some(now);
-                    let body = etcd::authenticate(user, password);
+                    let body = gateway::authenticate(user, password);
                     out.push(self.request(Call::Authenticate, "/v3/auth/authenticate", body));
                 }
                 return out;
             }
         }
-        match self.membership {
-            Membership::Out => {
+        match self.joined {
+            Joined::Out => {
                 if due(self.tried, retry) {
                     self.tried = Some(now);
-                    self.membership = Membership::Joining;
-                    let body = etcd::grant(self.ttl().as_secs());
+                    self.joined = Joined::Joining;
+                    let body = gateway::grant(self.ttl().as_secs());
                     out.push(self.request(Call::Grant, "/v3/lease/grant", body));
                 }
             }
-            Membership::Joining => {}
-            Membership::In { lease, kept } => {
+            Joined::Joining => {}
+            Joined::In { lease, kept } => {
                 if now.saturating_sub(kept) >= retry && !self.busy(|c| matches!(c, Call::KeepAlive))
                 {
                     out.push(self.request(
                         Call::KeepAlive,
                         "/v3/lease/keepalive",
-                        etcd::keepalive(lease),
+                        gateway::keepalive(lease),
                     ));
                 }
                 if !self.registered && !self.busy(|c| matches!(c, Call::Register)) {
                     let key = self.key("balancers", &format!("{lease:x}"));
-                    let body = etcd::put(&key, lease.to_string().as_bytes(), lease);
+                    let body = gateway::put(&key, lease.to_string().as_bytes(), lease);
                     out.push(self.request(Call::Register, "/v3/kv/put", body));
                 }
             }
@@ -373,7 +376,7 @@ impl Fleet {
         if due(self.asked, READ_EVERY) && !self.busy(|c| matches!(c, Call::Read)) {
             self.asked = Some(now);
             let prefix = format!("{}/", self.settings.prefix);
-            out.push(self.request(Call::Read, "/v3/kv/range", etcd::range(&prefix)));
+            out.push(self.request(Call::Read, "/v3/kv/range", gateway::range(&prefix)));
         }
         if let (Some(lease), true, false) = (self.lease(), self.registered, self.local) {
             if self.read.is_some_and(|r| r >= self.started) {
@@ -418,14 +421,15 @@ impl Fleet {
             }
             for key in claims {
                 let body =
-                    etcd::create(&self.key("duty", &key), lease.to_string().as_bytes(), lease);
+                    gateway::create(&self.key("duty", &key), lease.to_string().as_bytes(), lease);
                 out.push(self.request(Call::Claim(key), "/v3/kv/txn", body));
             }
         }
         if held.len() > share && !self.busy(|c| matches!(c, Call::Release(_))) {
             if let Some(key) = held.last() {
                 let key = (*key).clone();
-                let body = etcd::delete_if(&self.key("duty", &key), lease.to_string().as_bytes());
+                let body =
+                    gateway::delete_if(&self.key("duty", &key), lease.to_string().as_bytes());
                 out.push(self.request(Call::Release(key), "/v3/kv/txn", body));
             }
         }
@@ -438,7 +442,7 @@ impl Fleet {
             .collect();
         for (key, health) in publish {
             let bytes = tagged(Published::TAG, &Published { by: lease, health });
-            let body = etcd::put(&self.key("active", &key), &bytes, lease);
+            let body = gateway::put(&self.key("active", &key), &bytes, lease);
             out.push(self.request(Call::Publish(key, health), "/v3/kv/put", body));
         }
     }
@@ -486,30 +490,30 @@ impl Fleet {
             Ok(_) => why,
         };
         match call {
-            Call::Authenticate => match etcd::token(status, body) {
+            Call::Authenticate => match gateway::token(status, body) {
                 Ok(token) => {
                     self.auth = Some(token);
                     self.tried = None;
                 }
                 Err(why) => self.failed(fail(why)),
             },
-            Call::Grant => match etcd::granted(status, body) {
+            Call::Grant => match gateway::granted(status, body) {
                 Ok(lease) => {
-                    self.membership = Membership::In { lease, kept: now };
+                    self.joined = Joined::In { lease, kept: now };
                     self.registered = false;
                     self.published.clear();
                     self.evidence.told.clear();
                     self.traffic.told = None;
                 }
                 Err(why) => {
-                    self.membership = Membership::Out;
+                    self.joined = Joined::Out;
                     self.failed(fail(why));
                 }
             },
-            Call::KeepAlive => match etcd::kept(status, body) {
+            Call::KeepAlive => match gateway::kept(status, body) {
                 Ok(true) => {
-                    if let Membership::In { lease, .. } = self.membership {
-                        self.membership = Membership::In { lease, kept: now };
+                    if let Joined::In { lease, .. } = self.joined {
+                        self.joined = Joined::In { lease, kept: now };
                     }
                 }
                 Ok(false) => {
@@ -518,17 +522,17 @@ impl Fleet {
                         Level::Warn,
                         format!("fleet: lease {me} expired in etcd; its probe duties are free, and a new lease is asked for"),
                     );
-                    self.membership = Membership::Out;
+                    self.joined = Joined::Out;
                     self.registered = false;
                     self.tried = None;
                 }
                 Err(why) => self.failed(fail(why)),
             },
-            Call::Register => match etcd::put_taken(status, body) {
+            Call::Register => match gateway::put_taken(status, body) {
                 Ok(()) => self.registered = true,
                 Err(why) => self.failed(fail(why)),
             },
-            Call::Read => match etcd::kvs(status, body) {
+            Call::Read => match gateway::kvs(status, body) {
                 Ok(kvs) => {
                     self.take_in(kvs, now);
                     self.read = Some(now);
@@ -536,38 +540,38 @@ impl Fleet {
                 }
                 Err(why) => self.failed(fail(why)),
             },
-            Call::Claim(key) => match (etcd::succeeded(status, body), self.lease()) {
+            Call::Claim(key) => match (gateway::succeeded(status, body), self.lease()) {
                 (Ok(true), Some(lease)) => self.set_duty(key, lease),
                 (Ok(_), _) => {}
                 (Err(why), _) => self.failed(fail(why)),
             },
-            Call::Release(key) => match etcd::succeeded(status, body) {
+            Call::Release(key) => match gateway::succeeded(status, body) {
                 Ok(_) => self.duties.retain(|(k, _)| *k != key),
                 Err(why) => self.failed(fail(why)),
             },
-            Call::Publish(key, health) => match etcd::put_taken(status, body) {
+            Call::Publish(key, health) => match gateway::put_taken(status, body) {
                 Ok(()) => {
                     self.published.retain(|(k, _)| *k != key);
                     self.published.push((key, health));
                 }
                 Err(why) => self.failed(fail(why)),
             },
-            Call::Evidence(key, value) => match etcd::put_taken(status, body) {
+            Call::Evidence(key, value) => match gateway::put_taken(status, body) {
                 Ok(()) => self.told(key, value),
                 Err(why) => self.failed(fail(why)),
             },
-            Call::Traffic(counts) => match etcd::put_taken(status, body) {
+            Call::Traffic(counts) => match gateway::put_taken(status, body) {
                 Ok(()) => self.traffic.told = Some((now, counts)),
                 Err(why) => self.failed(fail(why)),
             },
-            Call::GrantEjection(key, standing) => match etcd::granted(status, body) {
+            Call::GrantEjection(key, standing) => match gateway::granted(status, body) {
                 Ok(lease) => self.ejection_granted(key, standing, Some(lease)),
                 Err(why) => {
                     self.ejection_granted(key, standing, None);
                     self.failed(fail(why));
                 }
             },
-            Call::Eject(key, until) => match etcd::put_taken(status, body) {
+            Call::Eject(key, until) => match gateway::put_taken(status, body) {
                 Ok(()) => self.ejection_told(key, until, None),
                 Err(why) => {
                     let why = fail(why);
@@ -598,10 +602,10 @@ impl Fleet {
     }
 
     /// A read of the prefix.
-    fn take_in(&mut self, kvs: Vec<etcd::KeyValue>, now: Time) {
+    fn take_in(&mut self, kvs: Vec<gateway::KeyValue>, now: Time) {
         let mine = format!("{}/v{VERSION}/", self.settings.prefix);
         let base = format!("{}/", self.settings.prefix);
-        let lease_of = |kv: &etcd::KeyValue| {
+        let lease_of = |kv: &gateway::KeyValue| {
             let value = std::str::from_utf8(&kv.value).ok()?.parse::<i64>().ok();
             (value == Some(kv.lease) && kv.lease != 0).then_some(kv.lease)
         };
@@ -683,7 +687,7 @@ impl Fleet {
         self.ejections_read(ejected, now);
     }
 
-    fn published_state(&self, kv: &etcd::KeyValue, now: Time) -> Result<ActiveHealth, String> {
+    fn published_state(&self, kv: &gateway::KeyValue, now: Time) -> Result<ActiveHealth, String> {
         let value: Published =
             untagged(Published::TAG, &kv.value).map_err(|e| format!("a probe state {e}"))?;
         if value.by != kv.lease || kv.lease == 0 {

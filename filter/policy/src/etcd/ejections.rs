@@ -13,7 +13,7 @@
 //! ejection longer than this configuration's `max_ejection` or beginning in the future is
 //! refused with a log line and ejects nothing; one that is over is left to expire.
 
-use super::{etcd, Call, Fleet, Request, VERSION};
+use super::{gateway, Call, Membership, Request, VERSION};
 use crate::outlier::Standing;
 use crate::tables::{tagged, untagged};
 use crate::time::Time;
@@ -68,7 +68,7 @@ impl Ejections {
 /// Reads the value at `…/ejected/{backend}` as of `now`, ejections lasting `longest` at most:
 /// `None` for an ejection that is over.
 pub(super) fn read(
-    kv: &etcd::KeyValue,
+    kv: &gateway::KeyValue,
     now: Time,
     ahead: Time,
     longest: Option<Duration>,
@@ -94,7 +94,7 @@ fn end(standing: &Standing, now: Time) -> Option<Time> {
     standing.in_force(now).map(|(_, until)| until)
 }
 
-impl Fleet {
+impl Membership {
     /// The ejection another balancer decided and shares for the backend whose key is `key`
     /// (none while fallen back to local).
     pub fn shared_ejection(&self, key: &str) -> Option<&Shared> {
@@ -129,7 +129,7 @@ impl Fleet {
                     by: me,
                     standing: standing.clone(),
                 };
-                let body = etcd::put(&self.key("ejected", key), &tagged(TAG, &shared), *lease);
+                let body = gateway::put(&self.key("ejected", key), &tagged(TAG, &shared), *lease);
                 out.push(self.request(Call::Eject(key.clone(), until), "/v3/kv/put", body));
             }
         }
@@ -149,7 +149,7 @@ impl Fleet {
             let left = until.saturating_sub(now);
             let ttl = left.as_secs() + u64::from(left.subsec_nanos() > 0);
             let call = Call::GrantEjection(key.clone(), standing.clone());
-            out.push(self.request(call, "/v3/lease/grant", etcd::grant(ttl.max(1))));
+            out.push(self.request(call, "/v3/lease/grant", gateway::grant(ttl.max(1))));
         }
         out
     }

@@ -1,4 +1,5 @@
-//! A JSON reader just big enough for etcd's answers, and a JSON string writer for the requests.
+//! A JSON reader just big enough for etcd's answers (the requests' strings are written by
+//! [`crate::json_string::quoted`]).
 //!
 //! Why not serde_json's derive, as the configuration uses: every answer type derived for it
 //! brings serde_json's deserializer paths of its own and float formatting for its error messages
@@ -12,7 +13,7 @@ pub const MAX_DEPTH: usize = 16;
 
 /// A JSON value, numbers left unread.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Json {
+pub enum Value {
     /// `null`.
     Null,
     /// `true` or `false`.
@@ -22,16 +23,16 @@ pub enum Json {
     /// A string.
     Text(String),
     /// An array.
-    List(Vec<Json>),
+    List(Vec<Value>),
     /// An object, members in order.
-    Object(Vec<(String, Json)>),
+    Object(Vec<(String, Value)>),
 }
 
-impl Json {
+impl Value {
     /// The member `name` of an object.
-    pub fn get(&self, name: &str) -> Option<&Json> {
+    pub fn get(&self, name: &str) -> Option<&Value> {
         match self {
-            Json::Object(members) => members.iter().find(|(k, _)| k == name).map(|(_, v)| v),
+            Value::Object(members) => members.iter().find(|(k, _)| k == name).map(|(_, v)| v),
             _ => None,
         }
     }
@@ -39,14 +40,14 @@ impl Json {
     /// The text of a string.
     pub fn text(&self) -> Option<&str> {
         match self {
-            Json::Text(text) => Some(text),
+            Value::Text(text) => Some(text),
             _ => None,
         }
     }
 }
 
 /// Reads one JSON document.
-pub fn parse(bytes: &[u8]) -> Result<Json, &'static str> {
+pub fn parse(bytes: &[u8]) -> Result<Value, &'static str> {
     let mut reader = Reader { bytes, at: 0 };
     let value = reader.value(0)?;
     reader.space();
@@ -78,7 +79,7 @@ impl Reader<'_> {
         }
     }
 
-    fn word(&mut self, word: &[u8], value: Json) -> Result<Json, &'static str> {
+    fn word(&mut self, word: &[u8], value: Value) -> Result<Value, &'static str> {
         match self.bytes.get(self.at..self.at + word.len()) {
             Some(found) if found == word => {
                 self.at += word.len();
@@ -88,7 +89,7 @@ impl Reader<'_> {
         }
     }
 
-    fn value(&mut self, depth: usize) -> Result<Json, &'static str> {
+    fn value(&mut self, depth: usize) -> Result<Value, &'static str> {
         if depth > MAX_DEPTH {
             return Err("nested too deep");
         }
@@ -96,16 +97,16 @@ impl Reader<'_> {
         match self.peek() {
             Some(b'{') => self.object(depth),
             Some(b'[') => self.list(depth),
-            Some(b'"') => self.string().map(Json::Text),
-            Some(b't') => self.word(b"true", Json::Bool(true)),
-            Some(b'f') => self.word(b"false", Json::Bool(false)),
-            Some(b'n') => self.word(b"null", Json::Null),
+            Some(b'"') => self.string().map(Value::Text),
+            Some(b't') => self.word(b"true", Value::Bool(true)),
+            Some(b'f') => self.word(b"false", Value::Bool(false)),
+            Some(b'n') => self.word(b"null", Value::Null),
             Some(b'-' | b'0'..=b'9') => self.number(),
             _ => Err("not JSON"),
         }
     }
 
-    fn number(&mut self) -> Result<Json, &'static str> {
+    fn number(&mut self) -> Result<Value, &'static str> {
         let start = self.at;
         while matches!(
             self.peek(),
@@ -116,35 +117,35 @@ impl Reader<'_> {
         if self.at == start {
             return Err("not JSON");
         }
-        Ok(Json::Number)
+        Ok(Value::Number)
     }
 
-    fn list(&mut self, depth: usize) -> Result<Json, &'static str> {
+    fn list(&mut self, depth: usize) -> Result<Value, &'static str> {
         self.at += 1;
         let mut items = Vec::new();
         self.space();
         if self.peek() == Some(b']') {
             self.at += 1;
-            return Ok(Json::List(items));
+            return Ok(Value::List(items));
         }
         loop {
             items.push(self.value(depth + 1)?);
             self.space();
             match self.next() {
                 Some(b',') => {}
-                Some(b']') => return Ok(Json::List(items)),
+                Some(b']') => return Ok(Value::List(items)),
                 _ => return Err("a list not closed"),
             }
         }
     }
 
-    fn object(&mut self, depth: usize) -> Result<Json, &'static str> {
+    fn object(&mut self, depth: usize) -> Result<Value, &'static str> {
         self.at += 1;
         let mut members = Vec::new();
         self.space();
         if self.peek() == Some(b'}') {
             self.at += 1;
-            return Ok(Json::Object(members));
+            return Ok(Value::Object(members));
         }
         loop {
             self.space();
@@ -160,7 +161,7 @@ impl Reader<'_> {
             self.space();
             match self.next() {
                 Some(b',') => {}
-                Some(b'}') => return Ok(Json::Object(members)),
+                Some(b'}') => return Ok(Value::Object(members)),
                 _ => return Err("an object not closed"),
             }
         }
@@ -234,18 +235,18 @@ mod tests {
         let list = v.get("a").and_then(|a| a.get("b")).unwrap();
         assert_eq!(
             list,
-            &Json::List(vec![
-                Json::Text("x".into()),
-                Json::Bool(true),
-                Json::Null,
-                Json::Number
+            &Value::List(vec![
+                Value::Text("x".into()),
+                Value::Bool(true),
+                Value::Null,
+                Value::Number
             ])
         );
-        assert_eq!(v.get("c").and_then(Json::text), Some("é\n\""));
-        assert_eq!(v.get("d"), Some(&Json::Bool(false)));
+        assert_eq!(v.get("c").and_then(Value::text), Some("é\n\""));
+        assert_eq!(v.get("d"), Some(&Value::Bool(false)));
         assert_eq!(
             parse(br#""\ud83d\ude00""#).unwrap(),
-            Json::Text("😀".into())
+            Value::Text("😀".into())
         );
     }
 
@@ -274,8 +275,8 @@ mod tests {
     fn a_quoted_string_reads_back_as_it_was() {
         for text in ["plain", "q\"b\\s", "ctl\u{1}\n", "é😀"] {
             assert_eq!(
-                parse(crate::literal::quoted(text).as_bytes()),
-                Ok(Json::Text(text.into()))
+                parse(crate::json_string::quoted(text).as_bytes()),
+                Ok(Value::Text(text.into()))
             );
         }
     }

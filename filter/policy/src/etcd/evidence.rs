@@ -12,7 +12,7 @@
 //! lease than its key names or its content claims, lists more failures than any `max_fails` or
 //! times in the future is refused with a log line, and counts nothing.
 
-use super::{etcd, Call, Fleet, Request};
+use super::{gateway, Call, Membership, Request};
 use crate::time::{nanos, Time};
 use std::fmt::Write;
 use std::time::Duration;
@@ -33,7 +33,7 @@ pub(super) struct Evidence {
 /// Reads the value at `…/failures/{name}`, `name` being `{lease}/{backend}`: the value is
 /// `failures/v1 {nanoseconds}…`, as text.
 pub(super) fn read(
-    kv: &etcd::KeyValue,
+    kv: &gateway::KeyValue,
     name: &str,
     latest: Time,
 ) -> Result<(String, i64, Vec<Time>), &'static str> {
@@ -66,7 +66,7 @@ pub(super) fn read(
     Ok((backend.to_owned(), kv.lease, times))
 }
 
-impl Fleet {
+impl Membership {
     /// The failures the other balancers published for the backend whose key is `key` (none
     /// while fallen back to local).
     pub fn fleet_failures(&self, key: &str) -> Vec<Time> {
@@ -105,7 +105,7 @@ impl Fleet {
             return None;
         }
         let at = self.key("failures", &format!("{lease:x}/{key}"));
-        let body = etcd::put(&at, value.as_bytes(), lease);
+        let body = gateway::put(&at, value.as_bytes(), lease);
         Some(self.request(Call::Evidence(key.to_owned(), value), "/v3/kv/put", body))
     }
 

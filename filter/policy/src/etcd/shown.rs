@@ -13,7 +13,7 @@
 //! it counted), then each backend's key and its duty holder's lease (0: nobody; etcd never
 //! grants lease 0).
 
-use super::{Duty, Fleet};
+use super::{Duty, Membership};
 use crate::tables::{self, AnnounceTable, TableError};
 use crate::time::Time;
 
@@ -71,7 +71,7 @@ impl Shown {
     }
 
     /// What `fleet` shows of the backends whose keys are `keys`.
-    pub fn of<'a>(fleet: &Fleet, keys: impl Iterator<Item = &'a str>) -> Shown {
+    pub fn of<'a>(fleet: &Membership, keys: impl Iterator<Item = &'a str>) -> Shown {
         let me = fleet.lease();
         let duties = keys.map(|key| {
             let holder = match fleet.duty(key) {

@@ -10,7 +10,7 @@
 //! wherever they were made. A value that does not decode, lists more backends than any
 //! configuration or counts no build could have made by now is refused with a log line.
 
-use super::{etcd, Call, Fleet, Request, READ_EVERY, VERSION};
+use super::{gateway, Call, Membership, Request, READ_EVERY, VERSION};
 use crate::history::MAX_KEY_LEN;
 use crate::outlier::Traffic;
 use crate::tables::{tagged, untagged};
@@ -37,7 +37,7 @@ pub(super) struct PeerCounts {
 
 /// Reads the value at `…/traffic/{lease}` (`name`), counts made by `latest` at the latest.
 pub(super) fn read(
-    kv: &etcd::KeyValue,
+    kv: &gateway::KeyValue,
     name: &str,
     latest: Time,
     window: Option<Duration>,
@@ -77,7 +77,7 @@ pub(super) fn others(read: Vec<(i64, Counts)>, me: Option<i64>) -> Counts {
     sum
 }
 
-impl Fleet {
+impl Membership {
     /// The other balancers' counts at the backend whose key is `key`, added up (none while
     /// fallen back to local). `index` is where the pool lists it, tried first.
     pub fn fleet_traffic(&self, index: usize, key: &str) -> Option<&Traffic> {
@@ -120,7 +120,7 @@ impl Fleet {
         {
             return None;
         }
-        let body = etcd::put(
+        let body = gateway::put(
             &self.key("traffic", &format!("{lease:x}")),
             &tagged(TAG, &own),
             lease,

@@ -1,4 +1,4 @@
-//! The fleet's calls to etcd on the wire ([`upcheck_policy::fleet`]): on the VM that probes for
+//! The fleet's calls to etcd on the wire ([`upcheck_policy::etcd`]): on the VM that probes for
 //! this Envoy, each tick's requests go out by `dispatch_http_call` to the `fleet.cluster`
 //! (etcd's JSON gateway), each answer goes back to the core as read, and the core's notes become
 //! log lines. Which backends this balancer then probes, and what the others published, the pool
@@ -16,13 +16,13 @@ use crate::metrics;
 use crate::shared;
 use crate::vm::Vm;
 use proxy_wasm::types::{BufferType, MapType, MetricType, Status};
-use upcheck_policy::fleet::shown::{Holder, Shown};
-use upcheck_policy::fleet::{Fleet, Request, MAX_ANSWER};
+use upcheck_policy::etcd::shown::{Holder, Shown};
+use upcheck_policy::etcd::{Membership, Request, MAX_ANSWER};
 use upcheck_policy::{series, Level, Pool, Time};
 
 /// This balancer's part in the fleet, with the gauges that show it.
 pub struct Part {
-    fleet: Fleet,
+    fleet: Membership,
     local: Gauge,
     balancers: Gauge,
     /// Per backend key, its `probe_duty` gauge.
@@ -58,7 +58,7 @@ impl Gauge {
 }
 
 impl Part {
-    fn new<H>(fleet: Fleet, pool: &Pool<H>) -> Part {
+    fn new<H>(fleet: Membership, pool: &Pool<H>) -> Part {
         let name = pool.config().pool.as_deref();
         Part {
             fleet,
@@ -114,7 +114,7 @@ pub fn tick(v: &mut Vm, now: Time) {
     };
     let part = match &mut v.fleet {
         Some(part) if *part.fleet.settings() == settings => part,
-        slot => slot.insert(Part::new(Fleet::new(settings, now), pool)),
+        slot => slot.insert(Part::new(Membership::new(settings, now), pool)),
     };
     let fleet = &mut part.fleet;
     let mut requests = fleet.tick(now, &pool.active_table());
@@ -156,7 +156,7 @@ pub fn answer(v: &mut Vm, token: u32, body_size: usize, now: Time) -> bool {
     true
 }
 
-fn send(fleet: &mut Fleet, requests: Vec<Request>, now: Time) {
+fn send(fleet: &mut Membership, requests: Vec<Request>, now: Time) {
     let cluster = fleet.settings().cluster.clone();
     for request in requests {
         let mut headers: Vec<(&str, &str)> = vec![
@@ -182,7 +182,7 @@ fn send(fleet: &mut Fleet, requests: Vec<Request>, now: Time) {
     }
 }
 
-fn log(fleet: &mut Fleet) {
+fn log(fleet: &mut Membership) {
     for note in fleet.take_notes() {
         let level = match note.level {
             Level::Error => log::Level::Error,

@@ -1,12 +1,13 @@
-//! The fleet's view in: on the prober, which backends another balancer probes, and the probe
-//! state it published, taken in as this VM's own so its workers get it from the probe table as
-//! they get every other result; the others' failures and ejections, taken into the process's
-//! passive table; their request counts, for the prober's peer comparison ([`crate::fleet`]).
-//! And this balancer's evidence out: its failures, ejections and counts.
+//! The other balancers of the fleet, as the pool meets them ([`crate::etcd`]). Their view in: on
+//! the prober, which backends another balancer probes, and the probe state it published, taken
+//! in as this VM's own so its workers get it from the probe table as they get every other
+//! result; the others' failures and ejections, taken into the process's passive table; their
+//! request counts, for the prober's peer comparison. And this balancer's evidence out: its
+//! failures, ejections and counts.
 
 use super::Pool;
+use crate::etcd::{Duty, Membership};
 use crate::events::Effects;
-use crate::fleet::{Duty, Fleet};
 use crate::outlier::Traffic;
 use crate::tables::PassiveChange;
 use crate::time::Time;
@@ -15,7 +16,7 @@ impl<H> Pool<H> {
     /// Takes in where each backend's probe duty is: a backend another balancer probes is not
     /// probed here and takes that balancer's published state; one whose duty comes here is
     /// probed at its time (at once if that has passed).
-    pub fn fleet_view(&mut self, fleet: &Fleet, now: Time) -> Effects {
+    pub fn fleet_view(&mut self, fleet: &Membership, now: Time) -> Effects {
         let mut effects = Effects::default();
         let mut adopted = false;
         let mut back = false;
@@ -66,7 +67,7 @@ impl<H> Pool<H> {
 
     /// Shares the failures read from the other balancers that this process does not remember
     /// yet and would still count.
-    fn fleet_evidence(&self, fleet: &Fleet, now: Time, effects: &mut Effects) {
+    fn fleet_evidence(&self, fleet: &Membership, now: Time, effects: &mut Effects) {
         let passive = &self.config.health_checks.passive;
         for m in &self.members {
             let known = &m.evidence.passive;
@@ -82,9 +83,9 @@ impl<H> Pool<H> {
     }
 
     /// What this process has to tell the fleet at `now`: the failures it counted at its
-    /// backends, where they changed ([`Fleet::evidence`]); the outlier ejections in force, not
-    /// published yet ([`Fleet::share_ejections`]); its request counts ([`Fleet::share_traffic`]).
-    pub fn evidence(&self, fleet: &mut Fleet, now: Time) -> Vec<crate::fleet::Request> {
+    /// backends, where they changed ([`Membership::evidence`]); the outlier ejections in force, not
+    /// published yet ([`Membership::share_ejections`]); its request counts ([`Membership::share_traffic`]).
+    pub fn evidence(&self, fleet: &mut Membership, now: Time) -> Vec<crate::etcd::Request> {
         let mut out: Vec<_> = self
             .members
             .iter()
@@ -116,8 +117,8 @@ impl<H> Pool<H> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::active::Health;
-    use crate::fleet::tests::{balancers, Etcd, S, TICK};
+    use crate::active::{Health, MadeBy, ProbeAnswer};
+    use crate::etcd::tests::{balancers, Etcd, S, TICK};
 
     /// The pool of one balancer, with the fleet object, holding its process's probing lease.
     pub(super) fn pool_of(names: &[&str], now: Time) -> Pool {
@@ -163,7 +164,16 @@ mod tests {
                     }
                     // Every probe passes at once.
                     pool.probe_sent(index, 1, now);
-                    let _ = pool.probe_answered(1, Some(200), false, b"", now);
+                    let _ = pool.probe_answered(
+                        1,
+                        ProbeAnswer {
+                            status: 200,
+                            made_by: MadeBy::Backend,
+                            signalled: false,
+                            body: b"",
+                        },
+                        now,
+                    );
                 }
             }
             now += TICK;
@@ -202,10 +212,10 @@ mod tests {
 #[cfg(test)]
 mod evidence_tests {
     use super::tests::pool_of;
-    use crate::fleet::tests::{balancers, Balancer, Etcd, S, TICK};
+    use crate::etcd::tests::{balancers, Balancer, Etcd, S, TICK};
     use crate::outcome::{FailureKind, ProxyFailure, RequestOutcome};
     use crate::outlier::{Verdict, WindowClock};
-    use crate::pool::{Pool, Routed};
+    use crate::pool::{Pool, Retried, Routed};
     use crate::tables::{PassiveChange, PassiveTable};
     use crate::time::Time;
     use std::time::Duration;
@@ -236,7 +246,7 @@ mod evidence_tests {
             };
             let share = self
                 .pool
-                .request_settled(id, routed, None, outcome, || now)
+                .request_settled(id, routed, Retried::No, outcome, || now)
                 .share;
             self.carry(share, now);
         }
@@ -483,7 +493,7 @@ mod evidence_tests {
             let mut config = sites[0].pool.config().health_checks.outlier.clone();
             (config.ejection, config.max_ejection) = (length, length);
             let _ = standing.eject(verdict.clone(), now, &config);
-            crate::fleet::ejections::Shared {
+            crate::etcd::ejections::Shared {
                 by: lease,
                 standing,
             }

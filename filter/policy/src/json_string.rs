@@ -1,9 +1,10 @@
-//! JSON string literals, for the JSON the core writes by hand (the status page's JSON form and
-//! the JSON log of changes): written directly into the text, with no serializer in the module.
+//! JSON strings, quoted, for the JSON the core writes by hand (the status page's JSON form, the
+//! JSON log of changes, the bodies of etcd requests): written directly into the text, with no
+//! serializer in the module.
 
 use std::fmt::Write;
 
-/// A JSON string literal.
+/// `s` as a JSON string, quoted and escaped.
 pub fn quoted(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');

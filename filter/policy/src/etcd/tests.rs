@@ -23,7 +23,7 @@ pub(crate) struct Etcd {
 }
 
 fn b64(v: &Value) -> Vec<u8> {
-    etcd::unbase64(v.as_str().unwrap_or("")).unwrap()
+    gateway::unbase64(v.as_str().unwrap_or("")).unwrap()
 }
 
 fn text(v: &Value) -> String {
@@ -151,7 +151,7 @@ impl Etcd {
                     .kv
                     .range(from..to)
                     .map(|(k, (v, lease))| {
-                        serde_json::json!({"key": etcd::base64(k.as_bytes()), "value": etcd::base64(v), "lease": lease.to_string()})
+                        serde_json::json!({"key": gateway::base64(k.as_bytes()), "value": gateway::base64(v), "lease": lease.to_string()})
                     })
                     .collect();
                 if kvs.is_empty() {
@@ -169,7 +169,7 @@ impl Etcd {
 
 /// One balancer: its fleet, and the probe state of each backend as it last probed it.
 pub(crate) struct Balancer {
-    pub(crate) fleet: Fleet,
+    pub(crate) fleet: Membership,
     pub(crate) up: bool,
     pub(crate) token: u32,
 }
@@ -226,7 +226,7 @@ fn here(b: &Balancer, own: &[(String, ActiveHealth)]) -> Vec<bool> {
 pub(crate) fn balancers(n: usize, now: Time) -> Vec<Balancer> {
     (0..n)
         .map(|_| Balancer {
-            fleet: Fleet::new(settings(), now),
+            fleet: Membership::new(settings(), now),
             up: true,
             token: 0,
         })
@@ -272,7 +272,7 @@ fn a_balancer_that_starts_late_gets_its_share_from_the_others() {
         "alone, it holds them all"
     );
     fleet.push(Balancer {
-        fleet: Fleet::new(settings(), now),
+        fleet: Membership::new(settings(), now),
         up: true,
         token: 0,
     });
@@ -454,7 +454,7 @@ fn without_etcd_a_balancer_probes_everything_itself_within_one_ttl_says_so_once_
 
 #[test]
 fn a_new_balancer_probes_nothing_until_etcd_says_what_is_free() {
-    let fleet = Fleet::new(settings(), S);
+    let fleet = Membership::new(settings(), S);
     assert!(matches!(
         fleet.duty("app0@app0"),
         Duty::Elsewhere {
