@@ -267,12 +267,12 @@ fn a_draining_backend_serves_once_every_backend_that_stays_refuses() {
 #[test]
 fn of_several_draining_backends_only_those_that_accept_serve_when_none_that_stays_does() {
     let mut proxy = healthy(config(&["app1", "app2", "app3", "app4"], ""));
-    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
-    probe_answer(&mut proxy, "app2", 200, true, secs(1), secs(1));
-    probe(&mut proxy, "app1", ProbeOutcome::Refused, secs(2));
-    request(&mut proxy, "app3", REFUSED, secs(2));
+    for name in ["app1", "app2", "app3"] {
+        probe_answer(&mut proxy, name, 200, true, secs(1), secs(1));
+    }
+    probe(&mut proxy, "app2", ProbeOutcome::Refused, secs(2));
     request(&mut proxy, "app4", REFUSED, secs(2));
-    assert_eq!(routable(&proxy), ["app2"]);
+    assert_eq!(routable(&proxy), ["app1", "app3"]);
     assert_eq!(proxy.guard(), Guard::DrainingServe);
 }
 
@@ -286,6 +286,17 @@ fn a_retry_from_the_only_backend_in_rotation_goes_to_a_draining_one_that_accepts
     // Once app1 refuses too, a retry stays with app2.
     probe(&mut proxy, "app1", ProbeOutcome::Refused, secs(2));
     assert_eq!(proxy.pool.retry_choice(1), 1);
+}
+
+#[test]
+fn a_retry_goes_to_another_backend_in_rotation_before_a_draining_one() {
+    let mut proxy = healthy(config(&["app1", "app2", "app3"], ""));
+    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    assert_eq!(routable(&proxy), ["app2", "app3"]);
+    assert_eq!(proxy.pool.retry_choice(1), 2);
+    // Once app3 refuses, app2 is the only one in rotation: its retry goes to app1, draining.
+    request(&mut proxy, "app3", REFUSED, secs(2));
+    assert_eq!(proxy.pool.retry_choice(1), 0);
 }
 
 #[test]

@@ -240,6 +240,25 @@ fn below_min_healthy_percent_traffic_spreads_over_every_backend_that_accepts() {
 }
 
 #[test]
+fn exactly_min_healthy_percent_routable_is_enough_and_one_fewer_spreads_the_traffic() {
+    let c: Config = config(
+        &["app1", "app2", "app3", "app4"],
+        r#""min_healthy_percent": 50"#,
+    );
+    let mut pool = Proxy::new(c, secs(0));
+    for name in ["app1", "app2", "app3", "app4"] {
+        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
+    }
+    probe(&mut pool, "app3", SOFT_503, secs(1));
+    probe(&mut pool, "app4", SOFT_503, secs(1));
+    assert_eq!(routable(&pool), ["app1", "app2"], "two of four: not fewer");
+    assert_eq!(pool.guard(), Guard::Off);
+    probe(&mut pool, "app2", SOFT_503, secs(2));
+    assert_eq!(routable(&pool), ["app1", "app2", "app3", "app4"]);
+    assert_eq!(pool.guard(), Guard::Panic);
+}
+
+#[test]
 fn weights_share_traffic_in_proportion() {
     let json = r#"{"upstreams":[{"name":"big","weight":3},{"name":"small"}]}"#;
     let mut pool = Proxy::new(Config::parse(json.as_bytes()).expect("parses"), secs(0));
