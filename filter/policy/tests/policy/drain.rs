@@ -377,6 +377,19 @@ fn when_every_backend_drains_traffic_goes_to_all_with_one_warning_and_one_when_i
 }
 
 #[test]
+fn when_every_backend_drains_the_rules_still_leave_out_those_that_fail_or_refuse() {
+    let mut proxy = healthy(config(&["app1", "app2", "app3"], ""));
+    for name in ["app1", "app2", "app3"] {
+        probe_answer(&mut proxy, name, 200, true, secs(1), secs(1));
+    }
+    assert_eq!(routable(&proxy), ["app1", "app2", "app3"]);
+    probe(&mut proxy, "app2", SOFT_503, secs(2));
+    probe(&mut proxy, "app3", ProbeOutcome::Refused, secs(2));
+    assert_eq!(routable(&proxy), ["app1"]);
+    assert_eq!(proxy.guard(), Guard::AllDraining);
+}
+
+#[test]
 fn a_backend_comes_back_at_its_first_passing_probe_without_the_signal_not_at_a_response() {
     let mut proxy = two_healthy();
     request(&mut proxy, "app1", answered(200).signalled(true), secs(1));

@@ -150,6 +150,23 @@ fn backends_that_went_down_together_but_refuse_connections_are_left_out() {
 }
 
 #[test]
+fn a_backend_that_refuses_connections_does_not_date_the_last_round() {
+    let mut pool = pool(&["app1", "app2", "app3"]);
+    for name in ["app1", "app2", "app3"] {
+        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
+    }
+    probe(&mut pool, "app1", SOFT_503, secs(1));
+    probe(&mut pool, "app2", SOFT_503, secs(15));
+    probe(&mut pool, "app3", ProbeOutcome::Refused, secs(28));
+    assert_eq!(
+        routable(&pool),
+        ["app1", "app2"],
+        "app2 went down last of those that accept; app1 within a round of it"
+    );
+    assert_eq!(pool.guard(), Guard::LastDown);
+}
+
+#[test]
 fn when_nothing_accepts_connections_every_backend_is_tried() {
     let mut pool = pool(&["app1", "app2"]);
     probe(&mut pool, "app1", ProbeOutcome::Refused, ms(10));
@@ -524,6 +541,31 @@ fn a_shared_cause_brings_nobody_back_unless_every_backend_that_went_down_last_fa
         .events
         .iter()
         .any(|e| matches!(e, Event::BackAlike { .. })));
+}
+
+#[test]
+fn a_shared_cause_among_the_backends_that_stay_leaves_a_draining_one_out_and_names_them() {
+    let mut pool = pool(&["app1", "app2", "app3"]);
+    for name in ["app1", "app2", "app3"] {
+        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
+    }
+    request(&mut pool, "app1", answered(200).signalled(true), ms(20));
+    serve_pages(&mut pool, ms(20), secs(1), &[]);
+    timed_out(&mut pool, "app2", secs(8));
+    assert_eq!(routable(&pool), ["app3"]);
+    serve_pages(&mut pool, secs(40), secs(41), &[]);
+    timed_out(&mut pool, "app3", secs(48));
+    assert_eq!(routable(&pool), ["app2", "app3"]);
+    let back: Vec<String> = pool
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::BackAlike { .. }))
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        back,
+        ["app2 back in rotation: its probes and app3's fail alike (timeout) while pages answer"]
+    );
 }
 
 #[test]
