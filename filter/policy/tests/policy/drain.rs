@@ -251,6 +251,41 @@ fn a_draining_backend_that_refuses_takes_nothing_even_when_the_other_refuses_too
 }
 
 #[test]
+fn a_draining_backend_takes_nothing_while_one_that_stays_accepts_though_another_refuses() {
+    let mut proxy = healthy(config(&["app1", "app2", "app3"], ""));
+    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    // app2's process goes away; app3 still serves.
+    request(&mut proxy, "app2", REFUSED, secs(2));
+    assert_eq!(routable(&proxy), ["app3"]);
+    assert_eq!(proxy.guard(), Guard::Off);
+    assert!(picks(&mut proxy, 10, secs(2)).iter().all(|p| p == "app3"));
+}
+
+#[test]
+fn a_draining_backend_serves_once_every_backend_that_stays_refuses() {
+    let mut proxy = healthy(config(&["app1", "app2", "app3"], ""));
+    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    request(&mut proxy, "app2", REFUSED, secs(2));
+    assert_eq!(routable(&proxy), ["app3"]);
+    request(&mut proxy, "app3", REFUSED, secs(3));
+    assert_eq!(routable(&proxy), ["app1"]);
+    assert_eq!(proxy.guard(), Guard::DrainingServe);
+    assert!(picks(&mut proxy, 10, secs(3)).iter().all(|p| p == "app1"));
+}
+
+#[test]
+fn of_several_draining_backends_only_those_that_accept_serve_when_none_that_stays_does() {
+    let mut proxy = healthy(config(&["app1", "app2", "app3", "app4"], ""));
+    for name in ["app1", "app2", "app3"] {
+        probe_answer(&mut proxy, name, 200, true, secs(1), secs(1));
+    }
+    probe(&mut proxy, "app2", ProbeOutcome::Refused, secs(2));
+    request(&mut proxy, "app4", REFUSED, secs(2));
+    assert_eq!(routable(&proxy), ["app1", "app3"]);
+    assert_eq!(proxy.guard(), Guard::DrainingServe);
+}
+
+#[test]
 fn a_retry_from_the_only_backend_in_rotation_goes_to_a_draining_one_that_accepts() {
     let mut proxy = two_healthy();
     assert_eq!(proxy.pool.retry_choice(1), 0, "app1's turn is next");
@@ -260,6 +295,17 @@ fn a_retry_from_the_only_backend_in_rotation_goes_to_a_draining_one_that_accepts
     // Once app1 refuses too, a retry stays with app2.
     probe(&mut proxy, "app1", ProbeOutcome::Refused, secs(2));
     assert_eq!(proxy.pool.retry_choice(1), 1);
+}
+
+#[test]
+fn a_retry_goes_to_another_backend_in_rotation_before_a_draining_one() {
+    let mut proxy = healthy(config(&["app1", "app2", "app3"], ""));
+    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    assert_eq!(routable(&proxy), ["app2", "app3"]);
+    assert_eq!(proxy.pool.retry_choice(1), 2);
+    // Once app3 refuses, app2 is the only one in rotation: its retry goes to app1, draining.
+    request(&mut proxy, "app3", REFUSED, secs(2));
+    assert_eq!(proxy.pool.retry_choice(1), 0);
 }
 
 #[test]
@@ -276,6 +322,42 @@ fn a_draining_backend_is_neither_ejected_nor_a_candidate_for_the_cap() {
         .events
         .iter()
         .any(|e| matches!(e, Event::CapReached { name, .. } if name == "app2")));
+}
+
+#[test]
+fn the_cap_takes_its_share_of_the_backends_that_stay_not_of_those_that_drain() {
+    // Of the three that stay, 50 % lets one go; of all four it would let two.
+    let mut proxy = healthy(config(&["app1", "app2", "app3", "app4"], ""));
+    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    for n in 0..3 {
+        request(&mut proxy, "app2", answered(502), secs(2) + ms(n));
+    }
+    for n in 0..3 {
+        request(&mut proxy, "app3", answered(502), secs(3) + ms(n));
+    }
+    assert_eq!(proxy.ejected(), [false, true, false, false]);
+    assert_eq!(routable(&proxy), ["app3", "app4"]);
+    assert!(proxy
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::CapReached { name, .. } if name == "app3")));
+}
+
+#[test]
+fn below_min_healthy_percent_the_spread_counts_and_takes_only_the_backends_that_stay() {
+    let mut proxy = healthy(config(
+        &["app1", "app2", "app3", "app4"],
+        r#""min_healthy_percent": 60"#,
+    ));
+    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    // Two of the three that stay are routable: 67 %, not the 50 % of all four.
+    probe(&mut proxy, "app3", SOFT_503, secs(2));
+    assert_eq!(routable(&proxy), ["app2", "app4"]);
+    assert_eq!(proxy.guard(), Guard::Off);
+    // One of three is too few: the spread is over those that stay, never the draining one.
+    probe(&mut proxy, "app4", SOFT_503, secs(3));
+    assert_eq!(routable(&proxy), ["app2", "app3", "app4"]);
+    assert_eq!(proxy.guard(), Guard::Panic);
 }
 
 #[test]
@@ -301,6 +383,19 @@ fn when_every_backend_drains_traffic_goes_to_all_with_one_warning_and_one_when_i
     proxy.tick(secs(22));
     assert_eq!(guard_events(&proxy), [Guard::AllDraining, Guard::Off]);
     assert_eq!(routable(&proxy), ["app1"]);
+}
+
+#[test]
+fn when_every_backend_drains_the_rules_still_leave_out_those_that_fail_or_refuse() {
+    let mut proxy = healthy(config(&["app1", "app2", "app3"], ""));
+    for name in ["app1", "app2", "app3"] {
+        probe_answer(&mut proxy, name, 200, true, secs(1), secs(1));
+    }
+    assert_eq!(routable(&proxy), ["app1", "app2", "app3"]);
+    probe(&mut proxy, "app2", SOFT_503, secs(2));
+    probe(&mut proxy, "app3", ProbeOutcome::Refused, secs(2));
+    assert_eq!(routable(&proxy), ["app1"]);
+    assert_eq!(proxy.guard(), Guard::AllDraining);
 }
 
 #[test]

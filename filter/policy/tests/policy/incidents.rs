@@ -124,11 +124,46 @@ fn a_probe_that_timed_out_dates_a_backends_fall_from_when_it_was_sent() {
 }
 
 #[test]
+fn of_backends_going_down_one_after_another_only_those_within_a_round_of_the_last_keep_serving() {
+    let mut pool = pool(&["app1", "app2", "app3"]);
+    for name in ["app1", "app2", "app3"] {
+        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
+    }
+    probe(&mut pool, "app1", SOFT_503, secs(1));
+    probe(&mut pool, "app2", SOFT_503, secs(11));
+    assert_eq!(routable(&pool), ["app3"]);
+    probe(&mut pool, "app3", SOFT_503, secs(21));
+    assert_eq!(
+        routable(&pool),
+        ["app2", "app3"],
+        "app1 went down 20 s before app3, more than a round (15 s), though within one of app2"
+    );
+    assert_eq!(pool.guard(), Guard::LastDown);
+}
+
+#[test]
 fn backends_that_went_down_together_but_refuse_connections_are_left_out() {
     let mut pool = pool(&["app1", "app2"]);
     probe(&mut pool, "app1", SOFT_503, ms(10));
     probe(&mut pool, "app2", ProbeOutcome::Refused, ms(20));
     assert_eq!(routable(&pool), ["app1"]);
+}
+
+#[test]
+fn a_backend_that_refuses_connections_does_not_date_the_last_round() {
+    let mut pool = pool(&["app1", "app2", "app3"]);
+    for name in ["app1", "app2", "app3"] {
+        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
+    }
+    probe(&mut pool, "app1", SOFT_503, secs(1));
+    probe(&mut pool, "app2", SOFT_503, secs(15));
+    probe(&mut pool, "app3", ProbeOutcome::Refused, secs(28));
+    assert_eq!(
+        routable(&pool),
+        ["app1", "app2"],
+        "app2 went down last of those that accept; app1 within a round of it"
+    );
+    assert_eq!(pool.guard(), Guard::LastDown);
 }
 
 #[test]
@@ -218,6 +253,25 @@ fn below_min_healthy_percent_traffic_spreads_over_every_backend_that_accepts() {
     probe(&mut pool, "app3", SOFT_503, ms(10));
     probe(&mut pool, "app4", ProbeOutcome::Refused, ms(10));
     assert_eq!(routable(&pool), ["app1", "app2", "app3"]);
+    assert_eq!(pool.guard(), Guard::Panic);
+}
+
+#[test]
+fn exactly_min_healthy_percent_routable_is_enough_and_one_fewer_spreads_the_traffic() {
+    let c: Config = config(
+        &["app1", "app2", "app3", "app4"],
+        r#""min_healthy_percent": 50"#,
+    );
+    let mut pool = Proxy::new(c, secs(0));
+    for name in ["app1", "app2", "app3", "app4"] {
+        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
+    }
+    probe(&mut pool, "app3", SOFT_503, secs(1));
+    probe(&mut pool, "app4", SOFT_503, secs(1));
+    assert_eq!(routable(&pool), ["app1", "app2"], "two of four: not fewer");
+    assert_eq!(pool.guard(), Guard::Off);
+    probe(&mut pool, "app2", SOFT_503, secs(2));
+    assert_eq!(routable(&pool), ["app1", "app2", "app3", "app4"]);
     assert_eq!(pool.guard(), Guard::Panic);
 }
 
@@ -434,6 +488,83 @@ fn when_the_last_backend_to_go_down_fails_its_pages_those_a_shared_cause_took_ou
             .map(ToString::to_string)
             .collect::<Vec<_>>(),
         ["app1 back in rotation: its probes failed (timeout) while its pages answered; app2's pages fail"]
+    );
+}
+
+#[test]
+fn the_last_backend_to_go_down_while_its_pages_answered_sets_how_a_shared_cause_fails() {
+    let mut pool = pool(&["app1", "app2", "app3"]);
+    for name in ["app1", "app2", "app3"] {
+        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
+    }
+    serve_pages(&mut pool, ms(20), secs(1), &[]);
+    probe(&mut pool, "app1", SOFT_503, secs(2));
+    timed_out(&mut pool, "app2", secs(8));
+    assert_eq!(routable(&pool), ["app3"]);
+    serve_pages(&mut pool, secs(40), secs(41), &[]);
+    timed_out(&mut pool, "app3", secs(48));
+    assert_eq!(
+        routable(&pool),
+        ["app2", "app3"],
+        "app3's probes time out like app2's; app1's answered 503"
+    );
+    let back: Vec<String> = pool
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::BackAlike { .. }))
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        back,
+        ["app2 back in rotation: its probes and app3's fail alike (timeout) while pages answer"]
+    );
+}
+
+#[test]
+fn a_shared_cause_brings_nobody_back_unless_every_backend_that_went_down_last_failed_alike() {
+    let mut pool = pool(&["app1", "app2", "app3"]);
+    for name in ["app1", "app2", "app3"] {
+        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
+    }
+    serve_pages(&mut pool, ms(20), secs(1), &[]);
+    timed_out(&mut pool, "app1", secs(8));
+    assert_eq!(routable(&pool), ["app2", "app3"]);
+    serve_pages(&mut pool, secs(40), secs(41), &[]);
+    probe(&mut pool, "app3", SOFT_503, secs(41));
+    timed_out(&mut pool, "app2", secs(48));
+    assert_eq!(
+        routable(&pool),
+        ["app2", "app3"],
+        "app3 went down with app2 but answered 503: app1's timeouts are not explained"
+    );
+    assert!(!pool
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::BackAlike { .. })));
+}
+
+#[test]
+fn a_shared_cause_among_the_backends_that_stay_leaves_a_draining_one_out_and_names_them() {
+    let mut pool = pool(&["app1", "app2", "app3"]);
+    for name in ["app1", "app2", "app3"] {
+        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
+    }
+    request(&mut pool, "app1", answered(200).signalled(true), ms(20));
+    serve_pages(&mut pool, ms(20), secs(1), &[]);
+    timed_out(&mut pool, "app2", secs(8));
+    assert_eq!(routable(&pool), ["app3"]);
+    serve_pages(&mut pool, secs(40), secs(41), &[]);
+    timed_out(&mut pool, "app3", secs(48));
+    assert_eq!(routable(&pool), ["app2", "app3"]);
+    let back: Vec<String> = pool
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::BackAlike { .. }))
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        back,
+        ["app2 back in rotation: its probes and app3's fail alike (timeout) while pages answer"]
     );
 }
 

@@ -5,13 +5,19 @@ use crate::support;
 
 use std::time::Duration;
 use support::*;
-use upcheck_policy::{Config, Pick, ProbeOutcome};
+use upcheck_policy::{Config, Guard, Pick, ProbeOutcome};
 
 const BOTH: [&str; 2] = ["a", "b"];
+const THREE: [&str; 3] = ["a", "b", "c"];
 
 fn slow_start(value: &str) -> Config {
+    slow_start_over(&BOTH, value)
+}
+
+/// `names` with `health_checks.slow_start` set to `value`.
+fn slow_start_over(names: &[&str], value: &str) -> Config {
     config(
-        &BOTH,
+        names,
         &format!(r#""health_checks":{{"slow_start":{value}}}"#),
     )
 }
@@ -120,6 +126,62 @@ fn a_lone_healthy_backend_that_warms_up_gets_every_request() {
     proxy.tick(secs(31));
     assert_eq!(proxy.routable(), ["b"]);
     assert_eq!(picked(&mut proxy, "b", secs(31)), 1.0);
+}
+
+#[test]
+fn a_returning_backend_warms_up_beside_one_in_service_though_another_is_down() {
+    let mut proxy = Proxy::new(slow_start_over(&THREE, r#""100s""#), secs(0));
+    for name in THREE {
+        proxy.probe(name, ProbeOutcome::Pass, ms(10));
+    }
+    proxy.probe("b", ProbeOutcome::Soft(Some(503)), secs(20));
+    proxy.probe("c", ProbeOutcome::Soft(Some(503)), secs(20));
+    proxy.probe("c", ProbeOutcome::Pass, secs(30));
+    assert_eq!(proxy.routable(), ["a", "c"]);
+    assert_eq!(proxy.members()[2].evidence.active.warm_up, Some(secs(30)));
+    let share = picked(&mut proxy, "c", secs(30));
+    assert!((share - 0.1 / 1.1).abs() <= 0.01, "c got {share}");
+}
+
+#[test]
+fn nobody_warms_up_while_the_cap_keeps_a_failing_backend_in_rotation() {
+    let mut proxy = Proxy::new(slow_start_over(&THREE, r#""100s""#), secs(0));
+    for name in THREE {
+        proxy.probe(name, ProbeOutcome::Pass, ms(10));
+    }
+    proxy.probe("b", ProbeOutcome::Soft(Some(503)), secs(20));
+    proxy.probe("b", ProbeOutcome::Pass, secs(30));
+    // a is ejected; c fails as much, but of three one may go.
+    for t in 0..3 {
+        proxy.request("a", answered(502), secs(31) + ms(t));
+    }
+    for t in 0..3 {
+        proxy.request("c", answered(502), secs(32) + ms(t));
+    }
+    proxy.tick(secs(32));
+    assert_eq!(proxy.ejected(), [true, false, false]);
+    assert_eq!(proxy.routable(), ["b", "c"]);
+    assert_eq!(picked(&mut proxy, "b", secs(32)), 0.5);
+}
+
+#[test]
+fn nobody_warms_up_while_the_guard_is_engaged() {
+    let four = ["a", "b", "c", "d"];
+    let extra = r#""min_healthy_percent":60,"health_checks":{"slow_start":"100s"}"#;
+    let mut proxy = Proxy::new(config(&four, extra), secs(0));
+    for name in four {
+        proxy.probe(name, ProbeOutcome::Pass, ms(10));
+    }
+    proxy.probe("b", ProbeOutcome::Soft(Some(503)), secs(20));
+    proxy.probe("b", ProbeOutcome::Pass, secs(30));
+    // Two of four routable is fewer than 60 %: traffic spreads over all four alike.
+    proxy.probe("a", ProbeOutcome::Soft(Some(503)), secs(31));
+    proxy.probe("c", ProbeOutcome::Soft(Some(503)), secs(31));
+    proxy.tick(secs(31));
+    assert_eq!(proxy.guard(), Guard::Panic);
+    assert_eq!(proxy.routable(), four);
+    let share = picked(&mut proxy, "b", secs(31));
+    assert!((share - 0.25).abs() <= 0.01, "b got {share}");
 }
 
 #[test]
