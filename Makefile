@@ -12,6 +12,7 @@
 #   make rules       the Prometheus alert rules (config/prometheus): promtool check and unit tests
 #   make run         the incident, live: app1 healthy, app2 answering 502, Envoy with upcheck
 #   make bench       what upcheck costs, side by side with a floor filter and Envoy's own checks
+#                    (make bench-quick: its quick form, part of make test)
 SHELL := /bin/bash
 CARGO ?= cargo
 WASM_TARGET := wasm32-unknown-unknown
@@ -40,8 +41,13 @@ $(RAW_WASM): $(shell find filter -name '*.rs' -o -name Cargo.toml) Cargo.toml Ca
 # Only the exports a host calls on upcheck stay (mk/exports.sh), then wasm-opt.
 $(WASM): $(RAW_WASM) mk/exports.sh
 	WASM_FEATURES="$(WASM_FEATURES)" mk/exports.sh $(RAW_WASM) target/upcheck.trimmed.wasm
-	wasm-opt -Oz $(WASM_FEATURES) target/upcheck.trimmed.wasm -o $@
+	wasm-opt --strip-debug -Oz $(WASM_FEATURES) target/upcheck.trimmed.wasm -o $@
 	@echo "upcheck.wasm: $$(stat -c %s $@) bytes ($$(stat -c %s $(RAW_WASM)) before wasm-opt)"
+
+# The same module with its function names, for the benchmark's per-function figures.
+NAMED_WASM := target/upcheck.named.wasm
+$(NAMED_WASM): $(WASM)
+	wasm-opt --strip-dwarf -Oz -g $(WASM_FEATURES) target/upcheck.trimmed.wasm -o $@
 
 include mk/envoy.mk
 include mk/nginx.mk
@@ -57,7 +63,7 @@ TEST_CRATES := -p upcheck-config -p upcheck-policy -p upcheck-host-tests -p upch
 	-p upcheck-cli --features upcheck-cli/simulate
 CARGO_TEST := $(CARGO) test --profile host-test $(TEST_CRATES)
 
-.PHONY: host-suite soak fleet-scale test-build fmt deps
+.PHONY: host-suite soak fleet-scale test-build fmt deps bench-quick
 
 ## test-build: every test binary, and the binaries they run, without running any
 test-build:
@@ -90,10 +96,15 @@ E2E_THREADS ?= 8
 e2e: envoy chromium nginx etcd prometheus $(WASM)
 	$(CARGO_TEST) --no-fail-fast --test in_envoy --test commands -- --test-threads $(E2E_THREADS)
 
+# The benchmark's quick form (bench/tests/quick.rs): every part once, briefly, in the tests'
+# profile; it fails if the benchmark breaks, never on a figure.
+bench-quick: envoy bench-wrk $(WASM) $(NAMED_WASM) $(FLOOR_WASM)
+	UPCHECK_ENVOY=$(ENVOY) $(CARGO_TEST) --test quick -- --nocapture
+
 # Every package the tests need from Debian, in one apt-get run (mk/deps.sh), and Envoy.
 deps:
 	@mk/deps.sh binaryen:wasm-opt chromium:/usr/bin/chromium etcd-server:$(ETCD) openssl:openssl \
-		nginx:$(NGINX) prometheus:$(PROMETHEUS):lean prometheus:$(PROMTOOL):lean
+		nginx:$(NGINX) prometheus:$(PROMETHEUS):lean prometheus:$(PROMTOOL):lean wrk:wrk
 	@$(MAKE) --no-print-directory envoy
 
 # The lint, then the suites, each stage timed (mk/test.sh).

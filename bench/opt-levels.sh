@@ -43,7 +43,12 @@ for level in "${levels[@]}"; do
     CARGO_PROFILE_RELEASE_OPT_LEVEL=$level cargo build -q -p upcheck \
         --target wasm32-unknown-unknown --release --target-dir "target/opt-$level"
     WASM_FEATURES="${features[*]}" mk/exports.sh "$(raw "$level")" "target/opt-$level/trimmed.wasm"
-    wasm-opt "$shipped" "${features[@]}" "target/opt-$level/trimmed.wasm" -o "target/opt-$level/upcheck.wasm"
+    wasm-opt --strip-debug "${features[@]}" "target/opt-$level/trimmed.wasm" \
+        -o "target/opt-$level/unoptimized.wasm"
+    wasm-opt --strip-debug "$shipped" "${features[@]}" "target/opt-$level/trimmed.wasm" \
+        -o "target/opt-$level/upcheck.wasm"
+    wasm-opt --strip-dwarf "$shipped" -g "${features[@]}" "target/opt-$level/trimmed.wasm" \
+        -o "target/opt-$level/upcheck.named.wasm"
 done
 
 # The bench parts, variant after variant, in the same run.
@@ -52,7 +57,7 @@ for level in "${levels[@]}"; do
     echo "opt-levels: bench, opt-level $level" >&2
     load >"$out/load-$level"
     "$runner" --envoy "$envoy" --upcheck "target/opt-$level/upcheck.wasm" --floor "$floor" \
-        --out "$out/bench-$level" --only start-up --only fuel >"$out/bench-$level.md"
+        --named "target/opt-$level/upcheck.named.wasm" --out "$out/bench-$level" --only start-up --only fuel >"$out/bench-$level.md"
 done
 
 # The figure (column 3 of the bench's table) or the notes (column 5) of the row of bench table $1
@@ -89,18 +94,19 @@ for level in "${levels[@]}"; do
 done
 
 # Size and instructions per request (cluster · host routing) by wasm-opt level.
-printf '\n| opt-level | raw |'
+printf '\n| opt-level | before wasm-opt (exports trimmed, debug info and names dropped) |'
 printf ' wasm-opt %s |' "${explored[@]}"
 printf '\n| --- | --- |'
 printf ' --- |%.0s' "${explored[@]}"
 echo
 for level in "${levels[@]}"; do
-    printf '| %s | %s B |' "$level" "$(size "$(raw "$level")")"
+    printf '| %s | %s B |' "$level" "$(size "target/opt-$level/unoptimized.wasm")"
     for flag in "${explored[@]}"; do
         echo "opt-levels: fuel, opt-level $level, wasm-opt $flag" >&2
-        module=$out/upcheck-$level$flag.wasm
-        wasm-opt "$flag" "${features[@]}" "target/opt-$level/trimmed.wasm" -o "$module"
-        "$runner" --upcheck "$module" --floor "$floor" --out "$out/fuel" --only fuel \
+        module=$out/upcheck-$level$flag.wasm named=$out/upcheck-$level$flag.named.wasm
+        wasm-opt --strip-debug "$flag" "${features[@]}" "target/opt-$level/trimmed.wasm" -o "$module"
+        wasm-opt --strip-dwarf "$flag" -g "${features[@]}" "target/opt-$level/trimmed.wasm" -o "$named"
+        "$runner" --upcheck "$module" --named "$named" --floor "$floor" --out "$out/fuel" --only fuel \
             >"$out/fuel-$level$flag.md"
         printf ' %s B, %s |' "$(size "$module")" "$(figure "$out/fuel-$level$flag.md" "${request[0]}")"
     done

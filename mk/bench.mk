@@ -1,6 +1,7 @@
-# Benchmarks: what upcheck costs next to a floor filter and to Envoy's own health checks. Not part
-# of `make test`: it measures and prints one Markdown table, it never fails a target. Included from
-# the root Makefile after mk/envoy.mk; also usable alone: `make -f mk/bench.mk bench`.
+# Benchmarks: what upcheck costs next to a floor filter and to Envoy's own health checks. It
+# measures and prints one Markdown table, it never fails a target; `make test` runs its quick form
+# (`make bench-quick`, root Makefile), which fails only if the benchmark itself breaks. Included
+# from the root Makefile after mk/envoy.mk; also usable alone: `make -f mk/bench.mk bench`.
 #
 #   make bench   builds upcheck.wasm (root Makefile), the floor filter (bench/floor, wasm-opt'ed
 #                like upcheck) and the runner (bench/, release), installs Envoy 1.40 (mk/envoy.mk)
@@ -38,6 +39,11 @@ BENCH_PROFILE := CARGO_PROFILE_RELEASE_OPT_LEVEL=3 CARGO_PROFILE_RELEASE_LTO=fal
 
 .PHONY: bench bench-build bench-wrk
 
+# The floor filter, built and optimized as upcheck is.
+$(FLOOR_WASM): $(shell find bench/floor -name '*.rs' -o -name Cargo.toml)
+	$(CARGO) build -p upcheck-bench-floor --target $(WASM_TARGET) --release
+	wasm-opt -Oz $(WASM_FEATURES) $(FLOOR_RAW) -o $@
+
 bench-wrk:
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
 	@command -v taskset >/dev/null || { echo "taskset (util-linux) is missing" >&2; exit 1; }
@@ -48,10 +54,8 @@ bench-build:
 	@mkdir -p target; \
 	$(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) envoy \
 		> target/bench-envoy.log 2>&1 & envoy=$$!; \
-	$(MAKE) --no-print-directory -f Makefile build && \
-	$(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) bench-wrk && \
-	$(CARGO) build -p upcheck-bench-floor --target $(WASM_TARGET) --release && \
-	wasm-opt -Oz $(WASM_FEATURES) $(FLOOR_RAW) -o $(FLOOR_WASM) && \
+	$(MAKE) --no-print-directory -f Makefile build target/upcheck.named.wasm && \
+	$(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) bench-wrk $(FLOOR_WASM) && \
 	$(BENCH_PROFILE) $(CARGO) build -p upcheck-bench --release; built=$$?; \
 	wait $$envoy || { cat target/bench-envoy.log >&2; exit 1; }; exit $$built
 

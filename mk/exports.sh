@@ -35,5 +35,6 @@ trap 'rm -f "$graph"' EXIT
     for e in "${keep[@]}"; do printf ', {"name": "export:%s", "export": "%s"}' "$e" "$e"; done
     printf ']\n'
 } >"$graph"
-# rustc's default wasm32 features (the Makefile's WASM_FEATURES), which binaryen must keep.
-wasm-metadce "$in" -f "$graph" -o "$out" ${WASM_FEATURES:---all-features} >/dev/null
+# rustc's default wasm32 features (the Makefile's WASM_FEATURES), which binaryen must keep; the
+# names stay (-g) for the benchmark's named copy, and wasm-opt drops them from upcheck.wasm.
+wasm-metadce -g "$in" -f "$graph" -o "$out" ${WASM_FEATURES:---all-features} >/dev/null

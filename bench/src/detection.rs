@@ -16,10 +16,6 @@ use upcheck_e2e::mode::Mode;
 use upcheck_e2e::replay::{Replay, Report};
 use upcheck_e2e::upstream::FakeUpstream;
 
-/// Length of a replay.
-pub const DURATION: Duration = Duration::from_secs(60);
-/// When app2 breaks, from the start of the replay.
-pub const BREAK_AT: Duration = Duration::from_secs(20);
 /// Users' requests per second.
 pub const RATE: u32 = 40;
 /// Envoy workers.
@@ -77,6 +73,8 @@ pub struct Outcome {
     pub case: Case,
     /// The replay's report.
     pub report: Report,
+    /// When app2 broke, from the start of the replay.
+    pub break_at: Duration,
 }
 
 impl Outcome {
@@ -84,12 +82,18 @@ impl Outcome {
     pub fn last_failure_after_break(&self) -> Option<Duration> {
         self.report
             .last_failure()
-            .map(|at| at.saturating_sub(BREAK_AT))
+            .map(|at| at.saturating_sub(self.break_at))
     }
 }
 
-/// Runs `case` in an Envoy with [`WORKERS`] workers.
-pub async fn run(envoy: &Path, upcheck: &Path, case: Case, out: &Path) -> Result<Outcome> {
+/// Runs `case` in an Envoy with [`WORKERS`] workers, for `length`, app2 breaking at `break_at`.
+pub async fn run(
+    envoy: &Path,
+    upcheck: &Path,
+    case: Case,
+    (length, break_at): (Duration, Duration),
+    out: &Path,
+) -> Result<Outcome> {
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
     let backends = [
@@ -102,14 +106,15 @@ pub async fn run(envoy: &Path, upcheck: &Path, case: Case, out: &Path) -> Result
         config: case.config(),
     };
     let proxy = Proxy::start(envoy, &front, &backends, WORKERS, None, out).await?;
-    let replay = Replay::new(proxy.url("/"), RATE, DURATION).connection_per_request();
+    let replay = Replay::new(proxy.url("/"), RATE, length).connection_per_request();
     let breaking = async {
-        tokio::time::sleep(BREAK_AT).await;
+        tokio::time::sleep(break_at).await;
         app2.set_mode(case.mode.clone());
     };
     let (report, ()) = tokio::join!(replay.run(), breaking);
     Ok(Outcome {
         case,
         report: report?,
+        break_at,
     })
 }

@@ -6,7 +6,8 @@
 //! workers), whose backends all answer 200, so the health table never changes once warm.
 
 use crate::instrument::{self, Instrumented};
-use anyhow::{bail, Result};
+use crate::profile::{self, Spent};
+use anyhow::Result;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use upcheck_host_tests::{Fuel, Host, HostError, HostOptions, Val};
@@ -14,7 +15,7 @@ use upcheck_host_tests::{Fuel, Host, HostError, HostOptions, Val};
 /// Requests per second of the traffic the host sends.
 const RATE: u32 = 500;
 
-/// The upcheck callbacks a request goes through, in order.
+/// The callbacks a request goes through, in order.
 pub const REQUEST_CALLBACKS: [&str; 6] = [
     "proxy_on_context_create",
     "proxy_on_request_headers",
@@ -315,15 +316,14 @@ fn hostcalls(
     Ok(counts)
 }
 
-/// Requests sent one at a time between two ticks, so that only request callbacks make hostcalls.
-const PROFILE_REQUESTS: u64 = 50;
-
 /// Hostcalls per request, by import (most frequent first), in one callback.
 pub type CallbackCalls = (&'static str, Vec<(String, f64)>);
 
 /// Hostcalls per request in each of [`REQUEST_CALLBACKS`], of the instrumented `wasm` in front
-/// of `backends` after warm-up (routing by `routing`), counted over requests sent one at a time
-/// between ticks.
+/// of `backends` after warm-up (routing by `routing`), over the same traffic as
+/// [`request_fuel`]: 4 s at [`RATE`], ticks and probes running as they do in a process. Each
+/// call is counted in the callback that made it, so the ticks' own calls are not in these
+/// figures; what a tick leaves a request to do (reading a table it refreshed) is.
 pub fn hostcalls_per_request(
     instrumented: &Instrumented,
     backends: usize,
@@ -333,42 +333,68 @@ pub fn hostcalls_per_request(
     let mut host = started(&instrumented.wasm, backends, config, routing)?;
     host.traffic(RATE, Duration::from_secs(1))
         .map_err(host_error)?;
-    let host = &mut host;
-    let busy = |host: &Host| -> u64 {
-        let fuel = fuel_of(host);
-        ["proxy_on_tick", "proxy_on_http_call_response"]
-            .iter()
-            .map(|export| fuel.get(*export).map_or(0, |f| f.calls))
-            .sum()
-    };
-    for _ in 0..10 {
-        let (ticks, before) = (busy(host), hostcalls(host, instrumented)?);
-        for _ in 0..PROFILE_REQUESTS {
-            host.request(Default::default()).map_err(host_error)?;
+    let before = hostcalls(&mut host, instrumented)?;
+    let traffic = host
+        .traffic(RATE, Duration::from_secs(4))
+        .map_err(host_error)?;
+    anyhow::ensure!(
+        traffic.failures().is_empty(),
+        "requests failed in the host: {traffic}"
+    );
+    let requests = traffic.len().max(1) as f64;
+    let after = hostcalls(&mut host, instrumented)?;
+    Ok(REQUEST_CALLBACKS
+        .iter()
+        .map(|callback| {
+            let mut calls: Vec<(String, f64)> = after
+                .iter()
+                .filter(|((c, _), _)| c.as_deref() == Some(*callback))
+                .map(|(key, n)| {
+                    let delta = n - before.get(key).copied().unwrap_or(0);
+                    (key.1.clone(), delta as f64 / requests)
+                })
+                .filter(|(_, n)| *n > 0.0)
+                .collect();
+            calls.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            (*callback, calls)
+        })
+        .collect())
+}
+
+/// Each function's own instructions per request (see [`crate::profile`]) of `named`, a copy of
+/// the module with its function names, in front of 2 backends with `config` (routing by
+/// `routing`), over the same traffic as [`request_fuel`], every VM's counts summed.
+pub fn per_function(named: &[u8], config: &str, routing: Routing) -> Result<Vec<Spent>> {
+    let counting = profile::counting(named)?;
+    let mut host = started(&counting.wasm, 2, config, routing)?;
+    host.traffic(RATE, Duration::from_secs(1))
+        .map_err(host_error)?;
+    let before = function_counts(&mut host, counting.functions.len())?;
+    let traffic = host
+        .traffic(RATE, Duration::from_secs(4))
+        .map_err(host_error)?;
+    anyhow::ensure!(
+        traffic.failures().is_empty(),
+        "requests failed in the host: {traffic}"
+    );
+    let after = function_counts(&mut host, counting.functions.len())?;
+    Ok(profile::spent(
+        &counting.functions,
+        &before,
+        &after,
+        traffic.len() as u64,
+    ))
+}
+
+/// Each of `functions` defined functions' instruction count, summed over the VMs.
+fn function_counts(host: &mut Host, functions: usize) -> Result<Vec<u64>> {
+    let mut counts = vec![0; functions];
+    for vm in 0..host.vm_count() {
+        for (i, count) in (0..).zip(counts.iter_mut()) {
+            *count += read_export(host, vm, &profile::counter_export(i))?;
         }
-        if busy(host) != ticks {
-            continue; // a tick came in between: try the next gap
-        }
-        let after = hostcalls(host, instrumented)?;
-        let per_callback = REQUEST_CALLBACKS
-            .iter()
-            .map(|callback| {
-                let mut calls: Vec<(String, f64)> = after
-                    .iter()
-                    .filter(|((c, _), _)| c.as_deref() == Some(*callback))
-                    .map(|(key, n)| {
-                        let delta = n - before.get(key).copied().unwrap_or(0);
-                        (key.1.clone(), delta as f64 / PROFILE_REQUESTS as f64)
-                    })
-                    .filter(|(_, n)| *n > 0.0)
-                    .collect();
-                calls.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-                (*callback, calls)
-            })
-            .collect();
-        return Ok(per_callback);
     }
-    bail!("no gap between ticks for {PROFILE_REQUESTS} requests in 10 tries")
+    Ok(counts)
 }
 
 /// Hostcalls per request over all its callbacks, by import, most frequent first.
@@ -389,12 +415,6 @@ pub fn total_calls(per_callback: &[CallbackCalls]) -> Vec<(String, f64)> {
 
 /// The backend counts every fuel and memory figure is given for.
 pub const BACKENDS: [usize; 3] = [2, 100, 1_000];
-
-/// Requests and probe rounds of the memory run, by backend count: a million requests and ten
-/// thousand rounds where they fit in the bench's time, fewer at 1,000 backends, where a round
-/// is a thousand probes.
-pub const MEMORY_RUNS: [(u64, u64); 3] =
-    [(1_000_000, 10_000), (1_000_000, 10_000), (1_000_000, 1_000)];
 
 /// One module's figures per request in one routing mode, 2 backends.
 #[derive(Clone, Debug)]
@@ -418,6 +438,9 @@ pub struct HostFigures {
     pub detection_off: RequestFuel,
     /// The floor per request (2 backends; it routes every request to one).
     pub floor: PerRequest,
+    /// Where upcheck's instructions per request go, function by function, in cluster routing
+    /// then in host routing (deployed configuration, 2 backends).
+    pub functions: [Vec<Spent>; 2],
     /// upcheck's probing fuel, by [`BACKENDS`].
     pub probes: Vec<ProbeFuel>,
     /// upcheck's memory runs, by [`BACKENDS`]; none when not asked for.
@@ -426,17 +449,23 @@ pub struct HostFigures {
     pub elapsed: Duration,
 }
 
-/// Measures every host figure for `upcheck` and `floor` (the memory runs, the long part, only with
-/// `memory`), one thread per backend count, each at the lowest CPU priority so that Envoys
-/// running meanwhile are not slowed down.
-pub fn figures(upcheck: &[u8], floor: &[u8], memory: bool) -> Result<HostFigures> {
+/// Measures every host figure for `upcheck` (and its copy `named` with function names) and
+/// `floor` (the memory runs, the long part, only with
+/// `memory`, at the effort's counts), one thread per backend count, each at the lowest CPU
+/// priority so that Envoys running meanwhile are not slowed down.
+pub fn figures(
+    upcheck: &[u8],
+    floor: &[u8],
+    named: &[u8],
+    memory: Option<[(u64, u64); 3]>,
+) -> Result<HostFigures> {
     let started = std::time::Instant::now();
     let instrumented = instrument::instrument(upcheck)?;
     let per_count = std::thread::scope(|scope| {
         let threads: Vec<_> = BACKENDS
             .into_iter()
-            .zip(MEMORY_RUNS)
-            .map(|(backends, (requests, rounds))| {
+            .zip(memory.map_or([None; 3], |runs| runs.map(Some)))
+            .map(|(backends, run)| {
                 let instrumented = &instrumented;
                 scope.spawn(move || {
                     lowest_priority();
@@ -444,9 +473,10 @@ pub fn figures(upcheck: &[u8], floor: &[u8], memory: bool) -> Result<HostFigures
                     anyhow::Ok((
                         request_fuel(upcheck, backends, &config, Routing::Cluster)?,
                         probe_fuel(upcheck, backends)?,
-                        memory
-                            .then(|| memory_run(instrumented, backends, requests, rounds))
-                            .transpose()?,
+                        run.map(|(requests, rounds)| {
+                            memory_run(instrumented, backends, requests, rounds)
+                        })
+                        .transpose()?,
                     ))
                 })
             })
@@ -480,6 +510,14 @@ pub fn figures(upcheck: &[u8], floor: &[u8], memory: bool) -> Result<HostFigures
                 Routing::Cluster,
             )?,
         },
+        functions: [
+            per_function(
+                named,
+                &Routing::Cluster.config(&deployed)?,
+                Routing::Cluster,
+            )?,
+            per_function(named, &Routing::Host.config(&deployed)?, Routing::Host)?,
+        ],
         probes: Vec::new(),
         memory: Vec::new(),
         elapsed: Duration::ZERO,

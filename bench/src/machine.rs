@@ -50,6 +50,17 @@ pub fn cpu_time(pid: u32) -> Result<Duration> {
     Ok(Duration::from_secs_f64(ticks / ticks_per_second()))
 }
 
+/// Resident memory of process `pid` (`VmRSS` in `/proc/PID/status`), in bytes.
+pub fn resident(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|kb| kb.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .context("no VmRSS in /proc/PID/status")
+}
+
 /// CPU time of each thread of process `pid` whose name starts with `prefix` (Envoy names its
 /// workers `wrk:worker_N`), from `/proc/PID/task/*/schedstat`, in nanoseconds (not ticks).
 pub fn threads_cpu_time(pid: u32, prefix: &str) -> Result<Vec<Duration>> {

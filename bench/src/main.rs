@@ -24,10 +24,12 @@
 //! (`make -f mk/bench.mk bench` builds and installs everything, then runs it.)
 
 mod detection;
+mod effort;
 mod inhost;
 mod instrument;
 mod machine;
 mod probes;
+mod profile;
 mod proxy;
 mod report;
 mod startup;
@@ -37,6 +39,7 @@ mod wrk;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+use effort::Effort;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -49,6 +52,14 @@ struct Args {
     /// upcheck.wasm as shipped.
     #[arg(long, env = "UPCHECK_WASM", default_value = "target/upcheck.wasm")]
     upcheck: PathBuf,
+    /// upcheck.wasm with its function names (the same build and wasm-opt, names kept), for
+    /// where a request's instructions go.
+    #[arg(
+        long,
+        env = "UPCHECK_NAMED_WASM",
+        default_value = "target/upcheck.named.wasm"
+    )]
+    named: PathBuf,
     /// The floor filter, built and optimized like upcheck.
     #[arg(long, env = "UPCHECK_FLOOR_WASM", default_value = "target/floor.wasm")]
     floor: PathBuf,
@@ -59,6 +70,10 @@ struct Args {
     /// always printed. Only the parts that run Envoy need it.
     #[arg(long, value_enum)]
     only: Vec<Part>,
+    /// Every step of every part once, as briefly as each allows: whether the benchmark runs,
+    /// not what it measures (`make test` runs it so; see `effort.rs`).
+    #[arg(long)]
+    quick: bool,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -106,10 +121,16 @@ fn main() -> Result<()> {
         Some(Command::Upstreams { e2e, names }) => upstream::serve(&names, e2e),
         None => {
             let runtime = tokio::runtime::Runtime::new()?;
+            let effort = match args.quick {
+                true => Effort::QUICK,
+                false => Effort::FULL,
+            };
             runtime.block_on(bench(
                 args.envoy.as_deref(),
                 &args.only,
+                effort,
                 &args.upcheck,
+                &args.named,
                 &args.floor,
                 &args.out,
             ))
@@ -121,7 +142,9 @@ fn main() -> Result<()> {
 async fn bench(
     envoy: Option<&Path>,
     parts: &[Part],
+    effort: Effort,
     upcheck: &Path,
+    named: &Path,
     floor: &Path,
     out: &Path,
 ) -> Result<()> {
@@ -140,6 +163,7 @@ async fn bench(
     };
     let read = |path: &Path| std::fs::read(path).with_context(|| format!("{}", path.display()));
     let (upcheck_wasm, floor_wasm) = (read(upcheck)?, read(floor)?);
+    let named_wasm = read(named)?;
     std::fs::create_dir_all(out)?;
     // The Envoys of earlier runs (bootstrap and log each): only the last run's are kept.
     for entry in std::fs::read_dir(out)? {
@@ -155,28 +179,33 @@ async fn bench(
         Some(envoy) => {
             eprintln!(
                 "bench: throughput, {} rounds of 4 setups…",
-                throughput::ROUNDS
+                effort.throughput_rounds
             );
-            Some(throughput::measure(envoy, upcheck, floor, out).await?)
+            Some(throughput::measure(envoy, upcheck, floor, out, &effort).await?)
         }
         None => None,
     };
     let start_up = match envoy_for(Part::StartUp)? {
         Some(envoy) => {
-            eprintln!("bench: start-up, {} starts of 4 setups…", startup::REPEATS);
-            Some(startup::measure(envoy, upcheck, floor, out).await?)
+            eprintln!(
+                "bench: start-up, {} starts of 4 setups…",
+                effort.start_up_repeats
+            );
+            Some(startup::measure(envoy, upcheck, floor, out, effort.start_up_repeats).await?)
         }
         None => None,
     };
     eprintln!("bench: host figures, probes and detection (those asked for), concurrently…");
-    let memory = runs(Part::InHost);
-    let host = (memory || runs(Part::Fuel))
-        .then(|| std::thread::spawn(move || inhost::figures(&upcheck_wasm, &floor_wasm, memory)));
+    let memory = runs(Part::InHost).then_some(effort.memory_runs);
+    let host = (memory.is_some() || runs(Part::Fuel)).then(|| {
+        std::thread::spawn(move || inhost::figures(&upcheck_wasm, &floor_wasm, &named_wasm, memory))
+    });
     let probes = async {
         let Some(envoy) = envoy_for(Part::Probes)? else {
             return Ok(None);
         };
-        let per = |workers| probes::per_interval(envoy, upcheck, workers, out);
+        let per =
+            |workers| probes::per_interval(envoy, upcheck, workers, effort.probe_intervals, out);
         let (one, two, four) = tokio::try_join!(per(1), per(2), per(4))?;
         anyhow::Ok(Some([one, two, four]))
     };
@@ -185,7 +214,8 @@ async fn bench(
             return Ok(None);
         };
         let [a, b, c, d] = detection::cases();
-        let run = |case| detection::run(envoy, upcheck, case, out);
+        let replay = (effort.detection_length, effort.detection_break_at);
+        let run = |case| detection::run(envoy, upcheck, case, replay, out);
         let (a, b, c, d) = tokio::try_join!(run(a), run(b), run(c), run(d))?;
         anyhow::Ok(Some([a, b, c, d]))
     };
@@ -209,6 +239,7 @@ async fn bench(
         start_up,
         probes: probes?,
         detection: detection?,
+        effort,
         elapsed: started.elapsed(),
     };
     println!("{report}");

@@ -10,12 +10,15 @@ use upcheck_e2e::mode::Mode;
 use upcheck_e2e::plugin::{fast_checks, INTERVAL};
 use upcheck_e2e::upstream::FakeUpstream;
 
-/// Intervals counted.
-pub const INTERVALS: u32 = 15;
-
 /// Probes received per backend per interval (1 s) by two fake backends behind upcheck in an
-/// Envoy with `workers` workers, counted over [`INTERVALS`] intervals after the first rounds.
-pub async fn per_interval(envoy: &Path, upcheck: &Path, workers: u32, out: &Path) -> Result<f64> {
+/// Envoy with `workers` workers, counted over `intervals` intervals after the first rounds.
+pub async fn per_interval(
+    envoy: &Path,
+    upcheck: &Path,
+    workers: u32,
+    intervals: u32,
+    out: &Path,
+) -> Result<f64> {
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
     let front = Front::Wasm {
@@ -37,7 +40,7 @@ pub async fn per_interval(envoy: &Path, upcheck: &Path, workers: u32, out: &Path
     tokio::time::sleep(2 * INTERVAL).await;
     let count = || app1.counts().probes + app2.counts().probes;
     let before = count();
-    tokio::time::sleep(INTERVAL * INTERVALS).await;
+    tokio::time::sleep(INTERVAL * intervals).await;
     let probes = count() - before;
-    Ok(probes as f64 / f64::from(INTERVALS) / 2.0)
+    Ok(probes as f64 / f64::from(intervals.max(1)) / 2.0)
 }

@@ -221,6 +221,11 @@ impl Proxy {
         crate::machine::cpu_time(self.process.pid())
     }
 
+    /// Envoy's resident memory now, in bytes.
+    pub fn resident(&self) -> Result<u64> {
+        crate::machine::resident(self.process.pid())
+    }
+
     /// CPU time each of Envoy's worker threads has used so far.
     pub fn workers_cpu_time(&self) -> Result<Vec<Duration>> {
         crate::machine::threads_cpu_time(self.process.pid(), "wrk:")

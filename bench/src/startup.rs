@@ -3,7 +3,8 @@
 //! Envoy compiles a module once per process, on the main thread (the "base" VM), then gives the
 //! main thread and each worker a VM of its own made from that compiled module. So the cost has a
 //! part paid once and a part paid per worker. Each setup (module × `--concurrency` 1 and 4) is
-//! started [`REPEATS`] times, the setups taking turns, each Envoy alone, and three figures are
+//! started as many times as the run's
+//! [`Effort`](crate::effort::Effort) says, the setups taking turns, each Envoy alone, and three figures are
 //! read per start:
 //!
 //! - wall time from the spawn to the admin `/ready` answering 200 (polled every 5 ms), when the
@@ -13,6 +14,8 @@
 //!   wall time and, unlike it, adds up the workers that start in parallel;
 //! - each worker thread's own CPU time at that moment (`/proc` schedstat, in nanoseconds): its
 //!   VM made from the compiled module, started and configured, and the worker's own start;
+//! - Envoy's resident memory at that moment: each VM is a V8 isolate with the module's code
+//!   and its own linear memory, so the difference between 4 workers and 1 is what 3 VMs weigh;
 //! - from Envoy's own log (the `wasm` component at debug), the time from `Base Wasm created` to
 //!   the main thread's `Thread-Local Wasm created`: the base VM's load, compile and start, at the
 //!   log's 1 ms resolution. Envoy has no statistic with a timing of VM creation.
@@ -27,9 +30,6 @@ use std::path::Path;
 use std::time::Duration;
 use upcheck_e2e::envoy_config::Routing;
 use upcheck_e2e::ports::free_addr;
-
-/// Starts of each setup.
-pub const REPEATS: usize = 5;
 
 /// The `--concurrency` values compared.
 pub const WORKERS: [u32; 2] = [1, 4];
@@ -46,6 +46,8 @@ pub struct Start {
     pub cpu: Duration,
     /// The mean CPU time of a worker thread at `/ready`.
     pub worker_cpu: Duration,
+    /// Envoy's resident memory at `/ready`, in bytes.
+    pub resident: u64,
     /// The base VM's load, compile and start, from Envoy's log.
     pub compile: Duration,
     /// VMs created by `/ready`.
@@ -68,8 +70,14 @@ pub struct StartUp {
     pub modules: [ModuleStarts; 2],
 }
 
-/// Starts Envoy with the floor and with upcheck, at each of [`WORKERS`], [`REPEATS`] times.
-pub async fn measure(envoy: &Path, upcheck: &Path, floor: &Path, out: &Path) -> Result<StartUp> {
+/// Starts Envoy with the floor and with upcheck, at each of [`WORKERS`], `repeats` times.
+pub async fn measure(
+    envoy: &Path,
+    upcheck: &Path,
+    floor: &Path,
+    out: &Path,
+    repeats: usize,
+) -> Result<StartUp> {
     let backends = vec![
         ("app1".to_owned(), free_addr()?),
         ("app2".to_owned(), free_addr()?),
@@ -92,7 +100,7 @@ pub async fn measure(envoy: &Path, upcheck: &Path, floor: &Path, out: &Path) -> 
         name,
         by_workers: [Vec::new(), Vec::new()],
     });
-    for _ in 0..REPEATS {
+    for _ in 0..repeats {
         for ((_, front), starts) in fronts.iter().zip(&mut modules) {
             for (workers, runs) in WORKERS.iter().zip(&mut starts.by_workers) {
                 runs.push(start(envoy, front, &backends, *workers, out).await?);
@@ -112,10 +120,11 @@ async fn start(
 ) -> Result<Start> {
     let debug = ["--component-log-level", "wasm:debug"];
     let proxy = Proxy::start_with(envoy, front, backends, workers, None, out, &debug).await?;
-    let (ready, cpu, threads) = (
+    let (ready, cpu, threads, resident) = (
         proxy.ready_after(),
         proxy.cpu_time()?,
         proxy.workers_cpu_time()?,
+        proxy.resident()?,
     );
     anyhow::ensure!(
         threads.len() == workers as usize,
@@ -128,6 +137,7 @@ async fn start(
         ready,
         cpu,
         worker_cpu: threads.iter().sum::<Duration>() / workers,
+        resident,
         compile: base_compile(&log)?,
         vms,
     })

@@ -8,6 +8,7 @@
 //! the upstream alone must go well past any setup, and Envoy's core must be the busy one. (The
 //! e2e fake upstream did not: see [`crate::upstream`].)
 
+use crate::effort::Effort;
 use crate::machine::CpuTimes;
 use crate::proxy::{Front, Proxy};
 use crate::wrk::{self, Wrk};
@@ -20,12 +21,6 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use upcheck_e2e::envoy_config::Routing;
 
-/// Rounds of A B C D.
-pub const ROUNDS: usize = 5;
-/// Length of one measured wrk run.
-const RUN: Duration = Duration::from_secs(5);
-/// Load before the rounds, per setup, not measured.
-const WARM_UP: Duration = Duration::from_secs(2);
 /// Core of Envoy, and core of wrk and the upstreams (when the machine has two).
 const ENVOY_CPU: usize = 0;
 const LOAD_CPU: usize = 1;
@@ -110,8 +105,15 @@ impl Upstreams {
     }
 }
 
-/// Measures the four setups in front of two `ok` upstreams.
-pub async fn measure(envoy: &Path, upcheck: &Path, floor: &Path, out: &Path) -> Result<Throughput> {
+/// Measures the four setups in front of two `ok` upstreams, for as many rounds and as long as
+/// `effort` says.
+pub async fn measure(
+    envoy: &Path,
+    upcheck: &Path,
+    floor: &Path,
+    out: &Path,
+    effort: &Effort,
+) -> Result<Throughput> {
     let pinned = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
     let (envoy_cpu, load_cpu) = if pinned {
         (Some(ENVOY_CPU), Some(LOAD_CPU))
@@ -124,8 +126,11 @@ pub async fn measure(envoy: &Path, upcheck: &Path, floor: &Path, out: &Path) -> 
     };
     let e2e_alone = {
         let fake = Upstreams::start(&["fake"], load_cpu, true).await?;
-        wrk.run(&format!("http://{}/", fake.addrs[0].1), RUN)
-            .await?
+        wrk.run(
+            &format!("http://{}/", fake.addrs[0].1),
+            effort.throughput_run,
+        )
+        .await?
     };
     let upstreams = Upstreams::start(&["app1", "app2"], load_cpu, false).await?;
     let backends = &upstreams.addrs;
@@ -157,9 +162,11 @@ pub async fn measure(envoy: &Path, upcheck: &Path, floor: &Path, out: &Path) -> 
         proxies.push(Proxy::start(envoy, front, backends, 1, envoy_cpu, out).await?);
     }
     for proxy in &proxies {
-        wrk.run(&proxy.url("/"), WARM_UP).await?;
+        wrk.run(&proxy.url("/"), effort.throughput_warm_up).await?;
     }
-    let upstream_alone = wrk.run(&format!("http://{}/", backends[0].1), RUN).await?;
+    let upstream_alone = wrk
+        .run(&format!("http://{}/", backends[0].1), effort.throughput_run)
+        .await?;
     let mut setups: Vec<Setup> = fronts
         .iter()
         .map(|(name, _)| Setup {
@@ -169,10 +176,10 @@ pub async fn measure(envoy: &Path, upcheck: &Path, floor: &Path, out: &Path) -> 
             load_core: Vec::new(),
         })
         .collect();
-    for _ in 0..ROUNDS {
+    for _ in 0..effort.throughput_rounds {
         for (setup, proxy) in setups.iter_mut().zip(&proxies) {
             let (cpus, envoy_time) = (CpuTimes::now()?, proxy.cpu_time()?);
-            let run = wrk.run(&proxy.url("/"), RUN).await?;
+            let run = wrk.run(&proxy.url("/"), effort.throughput_run).await?;
             let busy = CpuTimes::now()?.busy_since(&cpus);
             let envoy_time = proxy.cpu_time()? - envoy_time;
             if run.errors > 0 {
@@ -181,7 +188,7 @@ pub async fn measure(envoy: &Path, upcheck: &Path, floor: &Path, out: &Path) -> 
             setup.runs.push(run);
             setup
                 .envoy_cores
-                .push(envoy_time.as_secs_f64() / RUN.as_secs_f64());
+                .push(envoy_time.as_secs_f64() / effort.throughput_run.as_secs_f64());
             setup
                 .load_core
                 .push(busy.get(LOAD_CPU).copied().unwrap_or(0.0));

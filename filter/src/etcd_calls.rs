@@ -18,6 +18,7 @@ use crate::vm::Vm;
 use proxy_wasm::types::{BufferType, MapType, MetricType, Status};
 use upcheck_policy::etcd::shown::{Holder, Shown};
 use upcheck_policy::etcd::{Membership, Request, MAX_ANSWER};
+use upcheck_policy::outcome::status_code;
 use upcheck_policy::{series, Level, Pool, Time};
 
 /// This balancer's part in the fleet, with the gauges that show it.
@@ -139,7 +140,7 @@ pub fn answer(v: &mut Vm, token: u32, body_size: usize, now: Time) -> bool {
     let status = headers
         .iter()
         .find(|(n, _)| n == ":status")
-        .and_then(|(_, v)| v.trim().parse::<u16>().ok());
+        .and_then(|(_, v)| status_code(v.as_bytes()));
     let body = hostcalls::get_buffer(
         BufferType::HttpCallResponseBody,
         0,

@@ -24,7 +24,7 @@
 
 use proxy_wasm::types::{BufferType, Bytes, LogLevel, MapType, MetricType, Status};
 use std::ptr::{null, null_mut};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 pub use proxy_wasm::hostcalls::dispatch_http_call;
 
@@ -128,11 +128,11 @@ pub fn log(level: LogLevel, message: &str) -> Result<(), Status> {
     result(unsafe { proxy_log(level as u32, message.as_ptr(), message.len()) })
 }
 
-/// The host's wall clock.
-pub fn get_current_time() -> Result<SystemTime, Status> {
+/// The host's wall clock, as the time since the Unix epoch.
+pub fn get_current_time() -> Result<Duration, Status> {
     let mut nanos = 0u64;
     result(unsafe { proxy_get_current_time_nanoseconds(&mut nanos) })?;
-    Ok(UNIX_EPOCH + Duration::from_nanos(nanos))
+    Ok(Duration::from_nanos(nanos))
 }
 
 /// Sets this root context's tick period (whole milliseconds, at most u32::MAX).
@@ -163,19 +163,20 @@ pub fn get_map(kind: MapType) -> Result<Vec<(String, String)>, Status> {
 
 /// One header's value; none if the map lacks it.
 pub fn get_map_value(kind: MapType, key: &str) -> Result<Option<String>, Status> {
+    Ok(get_map_bytes(kind, key)?.map(|bytes| {
+        String::from_utf8(bytes)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    }))
+}
+
+/// A header's value as the host gave it, bytes with no check of their encoding.
+pub fn get_map_bytes(kind: MapType, key: &str) -> Result<Option<Bytes>, Status> {
     let (mut data, mut size) = (null_mut(), 0usize);
     let raw = unsafe {
         proxy_get_header_map_value(kind as u32, key.as_ptr(), key.len(), &mut data, &mut size)
     };
     match result(raw) {
-        Ok(()) => Ok(Some(
-            unsafe { take(data, size) }
-                .map(|bytes| {
-                    String::from_utf8(bytes)
-                        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
-                })
-                .unwrap_or_default(),
-        )),
+        Ok(()) => Ok(Some(unsafe { take(data, size) }.unwrap_or_default())),
         Err(Status::NotFound) => Ok(None),
         Err(status) => Err(status),
     }
@@ -203,9 +204,9 @@ pub fn set_map_value(kind: MapType, key: &str, value: Option<&str>) -> Result<()
 }
 
 /// A property's value; none when the host does not have it (NotFound). Any other refusal comes
-/// back as its status, which callers take as "unknown" too.
-pub fn get_property(path: Vec<&str>) -> Result<Option<Bytes>, Status> {
-    let path = path.join("\0");
+/// back as its status, which callers take as "unknown" too. `path` is the property's segments
+/// separated by NUL, as the ABI takes it (`"upstream\0address"`): written so, it is a constant.
+pub fn get_property(path: &str) -> Result<Option<Bytes>, Status> {
     let (mut data, mut size) = (null_mut(), 0usize);
     match result(unsafe { proxy_get_property(path.as_ptr(), path.len(), &mut data, &mut size) }) {
         Ok(()) => Ok(unsafe { take(data, size) }),

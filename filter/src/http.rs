@@ -13,12 +13,18 @@ use crate::vm::{self, Handle};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, MapType};
 use std::time::Duration;
+use upcheck_policy::outcome::status_code;
 use upcheck_policy::{drain, Pick, Pool, RequestOutcome, Retried, Routed, RoutingMode, Time};
 
-/// Whether the proxy retried a request: if so, the address that gave the final answer.
-enum Retry {
-    No,
-    Yes(Option<String>),
+/// How a request ended, as the proxy's callbacks tell it.
+struct Ending {
+    /// The status the client was answered with, if response headers reached it.
+    status: Option<u16>,
+    /// Whether the answer carried the drain signal.
+    signalled: bool,
+    /// Whether to ask the proxy how the request went (its response flags, its retries): not of
+    /// a request that ended while parked at cold start, which reached no backend.
+    ask_proxy: bool,
 }
 
 /// One request's context.
@@ -41,9 +47,10 @@ impl Http {
         }
     }
 
-    /// Settles the request with `outcome(latency)` (zero when latency is not tracked); `retry` tells whether the proxy
-    /// retried it, and where the final answer came from.
-    fn settle(&mut self, retry: Retry, outcome: impl FnOnce(Duration) -> RequestOutcome) {
+    /// Settles the request as `ending` says, once: the policy gets its outcome, with the
+    /// latency where requests are timed, and, in `host` routing, whether the proxy retried it
+    /// and which backend gave the final answer.
+    fn settle(&mut self, ending: Ending) {
         if self.settled {
             return;
         }
@@ -66,15 +73,17 @@ impl Http {
                 (Some(now), Some(started)) => now.saturating_sub(started),
                 _ => Duration::ZERO,
             };
-            let outcome = outcome(latency);
             let Some(pool) = v.pool.as_mut() else {
                 return;
             };
-            let retried = match retry {
-                Retry::No => Retried::No,
-                Retry::Yes(answered_by) => Retried::Yes {
-                    final_answer: answered_by.as_deref().and_then(|a| pool.index_at(a)),
-                },
+            let config = pool.config();
+            let flags_reported = ending.ask_proxy && config.proxy.reports_response_flags();
+            let outcome =
+                RequestOutcome::ended(ending.status, latency, || response_flags(flags_reported))
+                    .signalled(ending.signalled);
+            let retried = match ending.ask_proxy && config.routing == RoutingMode::Host {
+                true => retried(pool),
+                false => Retried::No,
             };
             let clock = || now.unwrap_or_else(vm::now);
             let effects = pool.request_settled(id, backend, retried, outcome, clock);
@@ -83,41 +92,27 @@ impl Http {
             }
         });
     }
+}
 
-    /// Whether the proxy reports its response flags ([`upcheck_policy::Proxy`]).
-    fn flags_reported(&self) -> bool {
-        vm::with(&self.vm, |v| {
-            v.pool
-                .as_ref()
-                .is_some_and(|p| p.config().proxy.reports_response_flags())
-        }) == Some(true)
+/// Whether the proxy retried this request and, if so, which of `pool`'s backends gave the final
+/// answer, as Envoy's properties say; asked only in `host` routing (where the route may retry).
+/// Hosts without the properties are taken at their word that it was not.
+fn retried<H>(pool: &Pool<H>) -> Retried {
+    let attempts = hostcalls::get_property("upstream\0request_attempt_count")
+        .ok()
+        .flatten()
+        .and_then(|b| b.get(..8).and_then(|b| b.try_into().ok()))
+        .map(u64::from_le_bytes)
+        .unwrap_or(1);
+    if attempts <= 1 {
+        return Retried::No;
     }
-
-    /// Whether the proxy retried this request, read only in `host` routing (where the route may
-    /// retry); hosts without the properties are taken at their word that it was not.
-    fn retry(&self) -> Retry {
-        let host_mode = vm::with(&self.vm, |v| {
-            v.pool
-                .as_ref()
-                .is_some_and(|p| p.config().routing == RoutingMode::Host)
-        });
-        if host_mode != Some(true) {
-            return Retry::No;
-        }
-        let attempts = hostcalls::get_property(vec!["upstream", "request_attempt_count"])
-            .ok()
-            .flatten()
-            .and_then(|b| b.get(..8).and_then(|b| b.try_into().ok()))
-            .map(u64::from_le_bytes)
-            .unwrap_or(1);
-        if attempts <= 1 {
-            return Retry::No;
-        }
-        let address = hostcalls::get_property(vec!["upstream", "address"])
-            .ok()
-            .flatten()
-            .and_then(|b| String::from_utf8(b).ok());
-        Retry::Yes(address)
+    let address = hostcalls::get_property("upstream\0address")
+        .ok()
+        .flatten()
+        .and_then(|b| String::from_utf8(b).ok());
+    Retried::Yes {
+        final_answer: address.as_deref().and_then(|a| pool.index_at(a)),
     }
 }
 
@@ -126,23 +121,24 @@ impl Http {
 /// Envoy as in the test host). With no backend the header is only removed. In `host` routing
 /// the header lists a second address after the pick, the backend whose turn is next (the pick
 /// again when it is alone): Envoy's `override_host` policy takes one address per attempt, so a
-/// retry goes where upcheck says, not to a backend it took out of rotation.
-pub fn route<H>(pool: &Pool<H>, backend: Option<usize>) {
+/// retry goes where upcheck says, not to a backend it took out of rotation. `value` is where
+/// the two are written, a buffer kept for it, so a request allocates nothing for its header.
+pub fn route<H>(pool: &Pool<H>, backend: Option<usize>, value: &mut String) {
     let config = pool.config();
     let header = config.route_header.as_str();
     let Some(up) = backend.and_then(|i| config.upstreams.get(i)) else {
         let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, header);
         return;
     };
-    let first = up.route_value(config.routing);
-    let second = match config.routing {
-        RoutingMode::Host => backend
-            .map(|i| pool.retry_choice(i))
-            .and_then(|j| config.upstreams.get(j))
-            .map(|other| format!("{first},{}", other.route_value(config.routing))),
-        RoutingMode::Cluster => None,
-    };
-    let value = second.as_deref().unwrap_or(first);
+    value.clear();
+    value.push_str(up.route_value(config.routing));
+    if config.routing == RoutingMode::Host {
+        let retry = backend.and_then(|i| config.upstreams.get(pool.retry_choice(i)));
+        if let Some(other) = retry {
+            value.push(',');
+            value.push_str(other.route_value(config.routing));
+        }
+    }
     let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, header, Some(value));
 }
 
@@ -152,7 +148,7 @@ fn response_flags(reported: bool) -> u64 {
     if !reported {
         return 0;
     }
-    hostcalls::get_property(vec!["response", "flags"])
+    hostcalls::get_property("response\0flags")
         .ok()
         .flatten()
         .and_then(|b| b.get(..8).and_then(|b| b.try_into().ok()))
@@ -170,7 +166,7 @@ impl HttpContext for Http {
                 Pick::Backend(i) => Some(i),
                 Pick::Wait(_) => None,
             };
-            route(v.pool.as_ref()?, backend);
+            route(v.pool.as_ref()?, backend, &mut v.route_value);
             Some(match backend {
                 Some(i) => v.routed(id, i),
                 None => {
@@ -192,26 +188,25 @@ impl HttpContext for Http {
     }
 
     fn on_http_response_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
-        let status = hostcalls::get_map_value(MapType::HttpResponseHeaders, ":status")
+        let status = hostcalls::get_map_bytes(MapType::HttpResponseHeaders, ":status")
             .ok()
             .flatten()
-            .and_then(|s| s.trim().parse::<u16>().ok());
+            .and_then(|s| status_code(&s));
         let Some(status) = status else {
             return Action::Continue;
         };
         let signalled =
-            hostcalls::get_map_value(MapType::HttpResponseHeaders, drain::SIGNAL_HEADER)
+            hostcalls::get_map_bytes(MapType::HttpResponseHeaders, drain::SIGNAL_HEADER)
                 .ok()
                 .flatten()
                 .is_some();
         if signalled {
             let _ = hostcalls::remove_map_value(MapType::HttpResponseHeaders, drain::SIGNAL_HEADER);
         }
-        let retry = self.retry();
-        let reported = self.flags_reported();
-        self.settle(retry, |latency| {
-            RequestOutcome::ended(Some(status), latency, || response_flags(reported))
-                .signalled(signalled)
+        self.settle(Ending {
+            status: Some(status),
+            signalled,
+            ask_proxy: true,
         });
         Action::Continue
     }
@@ -222,18 +217,10 @@ impl HttpContext for Http {
         }
         // No response headers reached the client: the backend failed, or the client left. A
         // request still parked when it ended reached no backend, so the proxy has no flags for it.
-        let flags = if self.pick.is_some() {
-            response_flags(self.flags_reported())
-        } else {
-            0
-        };
-        let retry = if self.pick.is_some() {
-            self.retry()
-        } else {
-            Retry::No
-        };
-        self.settle(retry, |_| {
-            RequestOutcome::ended(None, Duration::ZERO, || flags)
+        self.settle(Ending {
+            status: None,
+            signalled: false,
+            ask_proxy: self.pick.is_some(),
         });
     }
 }

@@ -107,10 +107,7 @@ impl BackendMetrics {
 
     /// Sets its last probe's latency.
     pub fn set_probe_latency(&self, latency: Duration) {
-        set(
-            self.probe_latency_ms,
-            u64::try_from(latency.as_millis()).unwrap_or(u64::MAX),
-        );
+        set(self.probe_latency_ms, upcheck_policy::time::millis(latency));
     }
 
     /// Counts one routed request; it reaches `requests` at the next flush. True if it is the

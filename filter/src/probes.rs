@@ -12,6 +12,7 @@ use crate::hostcall as hostcalls;
 use crate::metrics::{self, BackendMetrics};
 use proxy_wasm::types::{BufferType, MapType, Status};
 use upcheck_policy::host::Dispatch;
+use upcheck_policy::outcome::status_code;
 use upcheck_policy::{active, drain};
 use upcheck_policy::{Config, Effects, Member, Pool, ProbeAnswer, Time};
 
@@ -48,7 +49,7 @@ pub fn answer(pool: &mut Pool<BackendMetrics>, token: u32, body_size: usize, now
     let status = headers
         .iter()
         .find(|(n, _)| n == ":status")
-        .and_then(|(_, v)| v.trim().parse::<u16>().ok());
+        .and_then(|(_, v)| status_code(v.as_bytes()));
     let Some(status) = status else {
         // No answer at all: ngx_wasm_module says why in a pseudo-header of its own.
         let reason =

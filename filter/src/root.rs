@@ -237,7 +237,7 @@ fn resume_parked(v: &mut Vm) {
             continue; // the request is gone
         }
         if let Some(pool) = v.pool.as_ref() {
-            http::route(pool, Some(backend));
+            http::route(pool, Some(backend), &mut v.route_value);
         }
         if let Some((backend, started)) = v.routed(context, backend) {
             v.resumed.push(Resumed {

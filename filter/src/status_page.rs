@@ -50,7 +50,7 @@ fn answer(v: &mut Vm) -> bool {
         .ok()
         .flatten()
         .unwrap_or_default();
-    let local = hostcalls::get_property(vec!["destination", "address"])
+    let local = hostcalls::get_property("destination\0address")
         .ok()
         .flatten()
         .and_then(|a| String::from_utf8(a).ok());

@@ -13,7 +13,7 @@ use crate::probes;
 use crate::shared;
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 use upcheck_policy::config::HealthChecks;
 use upcheck_policy::events::EjectionReason;
 use upcheck_policy::history::HistoryTable;
@@ -38,10 +38,7 @@ pub fn with<R>(vm: &Handle, f: impl FnOnce(&mut Vm) -> R) -> Option<R> {
 
 /// The host's clock.
 pub fn now() -> Time {
-    hostcalls::get_current_time()
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .unwrap_or(Duration::ZERO)
+    hostcalls::get_current_time().unwrap_or(Duration::ZERO)
 }
 
 /// A request parked at cold start, resumed once a backend could be picked.
@@ -69,6 +66,9 @@ pub struct Vm {
     pub parked: Vec<u32>,
     /// Requests resumed after waiting, with their picks.
     pub resumed: Vec<Resumed>,
+    /// The route header's value as the last request was sent on ([`crate::http::route`]),
+    /// kept so that the next one writes its own without allocating.
+    pub route_value: String,
     /// Backends with requests counted since the last flush, so that a flush visits only those
     /// (a tick at 1,000 backends would otherwise walk them all).
     counted: Vec<usize>,

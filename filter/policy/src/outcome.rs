@@ -123,6 +123,27 @@ impl RequestOutcome {
     }
 }
 
+/// The status code in a header value as a host reports it (`:status`): decimal digits, with an
+/// optional `+` and whitespace around them, as `str::parse` reads them; none if it is not one.
+/// Read from the bytes as the host handed them over, with no text made of them first: this runs
+/// on every response.
+pub fn status_code(value: &[u8]) -> Option<u16> {
+    // Three digits, as every proxy sends it, read at once.
+    if let [hundreds @ b'0'..=b'9', tens @ b'0'..=b'9', units @ b'0'..=b'9'] = *value {
+        let digit = |d: u8| u16::from(d - b'0');
+        return Some(digit(hundreds) * 100 + digit(tens) * 10 + digit(units));
+    }
+    let value = value.trim_ascii();
+    let digits = value.strip_prefix(b"+").unwrap_or(value);
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u16, |code, digit| {
+        let digit = digit.checked_sub(b'0').filter(|d| *d <= 9)?;
+        code.checked_mul(10)?.checked_add(u16::from(digit))
+    })
+}
+
 /// Why a request counted against its backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Failure(RequestOutcome);

@@ -23,13 +23,27 @@ pub fn tick_due(last: Option<Time>, now: Time) -> bool {
     last.is_none_or(|last| now.saturating_sub(last) + WAKE / 2 > TICK)
 }
 
-/// `t` in whole nanoseconds, saturating past about 584 years. In u64, which wasm divides in one
-/// instruction, where `Duration::as_nanos` gives a u128 whose division is a library routine of
-/// hundreds of instructions: this runs per request and per backend per tick.
+/// `t` in whole nanoseconds, saturating past about 584 years. In u64, which wasm multiplies and
+/// divides in one instruction each, where `Duration::as_nanos` gives a u128 whose arithmetic is
+/// a library routine (as is `u64::saturating_mul`, which widens to u128 to see the overflow):
+/// this runs per request and per backend per tick.
 pub fn nanos(t: Time) -> u64 {
-    t.as_secs()
-        .saturating_mul(1_000_000_000)
-        .saturating_add(u64::from(t.subsec_nanos()))
+    in_units(t, 1_000_000_000, t.subsec_nanos())
+}
+
+/// `t` in whole milliseconds, saturating, without u128 arithmetic ([`nanos`]).
+pub fn millis(t: Time) -> u64 {
+    in_units(t, 1_000, t.subsec_millis())
+}
+
+/// `t`'s whole seconds × `per_second` + `part`, or `u64::MAX` past what u64 holds.
+fn in_units(t: Time, per_second: u64, part: u32) -> u64 {
+    match t.as_secs() {
+        secs if secs <= u64::MAX / per_second => {
+            (secs * per_second).saturating_add(u64::from(part))
+        }
+        _ => u64::MAX,
+    }
 }
 
 /// The proleptic Gregorian date of day `days` since 1970-01-01 (Howard Hinnant's

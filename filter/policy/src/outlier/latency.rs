@@ -51,7 +51,7 @@ impl fmt::Display for Bounds {
 
 /// The latency bucket of `latency`.
 pub(super) fn latency_bucket(latency: Duration) -> usize {
-    let ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
+    let ms = crate::time::millis(latency);
     let bits = usize::try_from(u64::BITS - ms.leading_zeros()).unwrap_or(LATENCY_BUCKETS);
     bits.min(LATENCY_BUCKETS - 1)
 }

@@ -6,9 +6,8 @@ use crate::etcd::shown::{Holder, Shown};
 use crate::history::timestamp;
 use crate::json_string::quoted;
 use crate::pool::Pool;
-use crate::time::Time;
+use crate::time::{millis, Time};
 use std::fmt::Write;
-use std::time::Duration;
 
 /// JSON: `{"backends": [{"name", "routable", "status", "ejected", "failures", "accepting",
 /// "outlier", "overruled", "draining", "warming", "last_probe", "last_probe_ago_ms"}],
@@ -152,15 +151,11 @@ fn json_history<H>(out: &mut String, pool: &Pool<H>, now: Time) {
     out.push(']');
 }
 
-/// `span` in whole milliseconds, as every time on the JSON form is given.
-fn millis(span: Duration) -> u64 {
-    u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::page::fixtures::pool;
+    use std::time::Duration;
 
     #[test]
     fn the_json_status_is_valid_json_with_every_backend() {

@@ -15,5 +15,6 @@ mod json;
 mod outlier;
 mod pools;
 mod properties;
+mod repository_map;
 mod states;
 mod warm_up;

@@ -151,3 +151,28 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #[test]
+    fn a_status_read_from_bytes_is_the_status_the_text_parses_as(value in "[ +0-9a\t]{0,8}") {
+        let text = value.trim().parse::<u16>().ok();
+        prop_assert_eq!(upcheck_policy::outcome::status_code(value.as_bytes()), text);
+    }
+
+    #[test]
+    fn whole_milliseconds_and_nanoseconds_are_durations_own_saturated_to_u64(
+        secs in prop_oneof![
+            0u64..100_000,
+            any::<u64>(),
+            Just(u64::MAX / 1_000),
+            Just(u64::MAX / 1_000_000_000),
+            Just(u64::MAX / 1_000_000_000 + 1),
+        ],
+        nanos in 0u32..1_000_000_000,
+    ) {
+        let t = Duration::new(secs, nanos);
+        let saturated = |n: u128| u64::try_from(n).unwrap_or(u64::MAX);
+        prop_assert_eq!(upcheck_policy::time::millis(t), saturated(t.as_millis()));
+        prop_assert_eq!(upcheck_policy::time::nanos(t), saturated(t.as_nanos()));
+    }
+}
