@@ -61,16 +61,21 @@ include mk/prometheus.mk
 # invocation: a suite run with fewer crates would build its dependencies again.
 TEST_CRATES := -p upcheck-config -p upcheck-policy -p upcheck-host-tests -p upcheck-e2e -p upcheck-bench \
 	-p upcheck-cli --features upcheck-cli/simulate
-CARGO_TEST := $(CARGO) test --profile host-test $(TEST_CRATES)
+# Every test build is also the lint of what it compiles: clippy's driver (rustc with clippy's
+# lints) compiles the workspace's crates, with `-D warnings` passed as `cargo clippy -- -D
+# warnings` passes it, so a warning fails the build and the lint needs no second, check-only build
+# of every dependency. `make lint` runs the same lints through `cargo clippy`.
+CLIPPY_BUILD := RUSTC_WORKSPACE_WRAPPER=clippy-driver CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
+CARGO_TEST := $(CLIPPY_BUILD) $(CARGO) test --profile host-test $(TEST_CRATES)
 
-.PHONY: host-suite soak fleet-scale test-build fmt deps bench-quick
+.PHONY: host-suite soak fleet-scale test-build fmt deps bench-quick clippy-other
 
 ## test-build: every test binary, and the binaries they run, without running any
-test-build:
+test-build: | rust-tools
 	$(CARGO_TEST) --no-run
 
 # The unit tests of every crate, the core's integration tests (tests/policy) and the doc tests.
-unit:
+unit: | rust-tools
 	$(CARGO_TEST) --lib --bins --test policy
 	$(CARGO_TEST) --doc
 
@@ -78,27 +83,27 @@ unit:
 # ngx_wasm_module (tests/in_host/hosts.rs).
 host-test: host-suite soak fleet-scale
 
-host-suite: $(WASM)
+host-suite: $(WASM) | rust-tools
 	$(CARGO_TEST) --test in_host
 
 # A day of virtual time, ignored by a plain run (tests/in_host/soak.rs).
-soak: $(WASM)
+soak: $(WASM) | rust-tools
 	$(CARGO_TEST) --test in_host -- --ignored --nocapture soak::
 
 # 1 to 50 balancers against one real etcd (tests/in_host/fleet_scale.rs); prints its figures.
-fleet-scale: $(WASM) etcd
+fleet-scale: $(WASM) etcd | rust-tools
 	$(CARGO_TEST) --test in_host -- --ignored --nocapture fleet_scale::
 
 # The Envoy tests run side by side, up to UPCHECK_E2E_ENVOYS Envoys at once (e2e/src/envoy.rs);
 # the threads only wait for a turn. The command line's tests scrape Envoy with Debian's
 # Prometheus (cli/tests/commands/prometheus.rs).
 E2E_THREADS ?= 8
-e2e: envoy chromium nginx etcd prometheus $(WASM)
+e2e: envoy chromium nginx etcd prometheus $(WASM) | rust-tools
 	$(CARGO_TEST) --no-fail-fast --test in_envoy --test commands -- --test-threads $(E2E_THREADS)
 
 # The benchmark's quick form (bench/tests/quick.rs): every part once, briefly, in the tests'
 # profile; it fails if the benchmark breaks, never on a figure.
-bench-quick: envoy bench-wrk $(WASM) $(NAMED_WASM) $(FLOOR_WASM)
+bench-quick: envoy bench-wrk $(WASM) $(NAMED_WASM) $(FLOOR_WASM) | rust-tools
 	UPCHECK_ENVOY=$(ENVOY) $(CARGO_TEST) --test quick -- --nocapture
 
 # Every package the tests need from Debian, in one apt-get run (mk/deps.sh), and Envoy.
@@ -114,9 +119,14 @@ test:
 fmt: rust-tools
 	$(CARGO) fmt --all -- --check
 
-# clippy enforces the filter's no-panic rules (no unwrap, expect or indexing). It lints the CLI
-# twice: with `simulate` (in the tests' profile and crates), and as operators build it, without.
-lint: rust-tools fmt
+# clippy enforces the filter's no-panic rules (no unwrap, expect or indexing): on the test crates
+# in the tests' profile with their features (every test build lints so too, CARGO_TEST above),
+# then on what the tests do not build (clippy-other).
+lint: rust-tools fmt clippy-other
 	$(CARGO) clippy --profile host-test $(TEST_CRATES) --all-targets -- -D warnings
-	$(CARGO) clippy -p upcheck-cli --all-targets -- -D warnings
+
+## clippy-other: the CLI as operators build it (without `simulate`), and the filter and the floor
+## filter for wasm32
+clippy-other: rust-tools
+	$(CARGO) clippy -p upcheck-cli --lib --bins -- -D warnings
 	$(CARGO) clippy -p upcheck -p upcheck-bench-floor --target $(WASM_TARGET) -- -D warnings

@@ -2,13 +2,13 @@
 # `make test`: the lint and every suite, in the order that keeps two cores busy, each stage timed.
 #
 #   1. rustfmt, then, while Debian's packages and Envoy install (network), the build of every
-#      test binary (CPU);
+#      test binary (CPU), which is also clippy's lint of all it compiles (the Makefile's
+#      CARGO_TEST);
 #   2. the module, once binaryen's wasm-opt is in;
 #   3. three lanes side by side: the Envoy tests, which mostly wait on real time, at normal
 #      priority; under `nice`, so that their CPU never delays an Envoy the scenarios are timing,
-#      the unit, host and rule tests then clippy, and the soak, the fleet benchmark and the
-#      benchmark's quick form. clippy runs in a lane rather than first because its CPU fits
-#      in the Envoy tests' waits: a lint failure fails the run all the same, a few minutes later.
+#      the unit, host and rule tests then clippy on what the tests do not build, and the soak,
+#      the fleet benchmark and the benchmark's quick form.
 #
 # A lane's output goes to target/test-logs/STAGE.log and is printed when the stage ends; the end
 # prints every stage's time and status, and the run fails if any stage did.
@@ -54,7 +54,7 @@ wait $deps || finish 1
 stage build make --no-print-directory build || finish 1
 
 lane e2e & e2e=$!
-nice -n 10 bash -c "$(declare -f stage lane); logs=$logs summary=$summary; lane unit host-suite rules lint" & suites=$!
+nice -n 10 bash -c "$(declare -f stage lane); logs=$logs summary=$summary; lane unit host-suite rules clippy-other" & suites=$!
 nice -n 10 bash -c "$(declare -f stage lane); logs=$logs summary=$summary; lane soak fleet-scale bench-quick" & soak=$!
 failed=0
 for lane in $e2e $suites $soak; do

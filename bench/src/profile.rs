@@ -2,9 +2,10 @@
 //! each of its functions runs, so the per-request figure splits into the steps that spend it.
 //!
 //! Fuel says how many instructions a callback ran, not in which function. The copy made here
-//! gives every defined function an `i64` global, bumped before each instruction the function
-//! runs that wasmtime's fuel counts (all but `nop`, `drop`, `block`, `loop`, `unreachable`,
-//! `return`, `else` and `end`), and one export per function that reads it. The counts are each
+//! gives every defined function an `i64` global and one export that reads it; before each
+//! straight run of the function's instructions, the global grows by the run's instructions that
+//! wasmtime's fuel counts (all but `nop`, `drop`, `block`, `loop`, `unreachable`, `return`,
+//! `else` and `end`), so the copy stays close to the original's size and speed. The counts are each
 //! function's own instructions, not its callees'. They are bumped only while a request's
 //! callback runs ([`crate::inhost::REQUEST_CALLBACKS`], each exported through a wrapper that
 //! sets a flag global the bumps add): the ticks' work is not a request's, and what the host has
@@ -156,6 +157,33 @@ fn fueled(op: &Operator) -> bool {
     )
 }
 
+/// Whether control may arrive right after `op` from elsewhere, or leave at it: the end of a run.
+fn ends_run(op: &Operator) -> bool {
+    matches!(
+        op,
+        Operator::Block { .. }
+            | Operator::Loop { .. }
+            | Operator::If { .. }
+            | Operator::Else
+            | Operator::End
+            | Operator::Br { .. }
+            | Operator::BrIf { .. }
+            | Operator::BrTable { .. }
+            | Operator::Return
+            | Operator::Unreachable
+            | Operator::Call { .. }
+            | Operator::CallIndirect { .. }
+            | Operator::ReturnCall { .. }
+            | Operator::ReturnCallIndirect { .. }
+    )
+}
+
+/// Whether `op` may be reached from elsewhere than the instruction before it (the start of an
+/// `else` arm, the end of a block a branch leaves): it starts a run of its own.
+fn starts_run(op: &Operator) -> bool {
+    matches!(op, Operator::Else | Operator::End)
+}
+
 struct Counter<'a> {
     layout: &'a Layout,
     /// The defined function whose body is being copied.
@@ -241,16 +269,38 @@ impl Reencode for Counter<'_> {
         self.next += 1;
         let mut f = self.new_function_with_parsed_locals(&func)?;
         let mut reader = func.get_operators_reader()?;
-        while !reader.eof() {
-            let op = reader.read()?;
-            if fueled(&op) {
+        // One bump per straight run of instructions, before it: the run's count times the flag.
+        // A run ends where control may leave or enter it; its last instruction (a branch, a
+        // call) still runs once the run has started.
+        let mut run: Vec<Instruction> = Vec::new();
+        let mut fueled_in_run = 0i64;
+        let flush = |f: &mut Function, run: &mut Vec<Instruction>, fueled: &mut i64| {
+            if *fueled > 0 {
                 f.instruction(&Instruction::GlobalGet(counter));
                 f.instruction(&Instruction::GlobalGet(self.layout.flag()));
+                f.instruction(&Instruction::I64Const(*fueled));
+                f.instruction(&Instruction::I64Mul);
                 f.instruction(&Instruction::I64Add);
                 f.instruction(&Instruction::GlobalSet(counter));
             }
-            f.instruction(&self.instruction(op)?);
+            for instruction in run.drain(..) {
+                f.instruction(&instruction);
+            }
+            *fueled = 0;
+        };
+        while !reader.eof() {
+            let op = reader.read()?;
+            let (counts, boundary) = (fueled(&op), ends_run(&op));
+            if starts_run(&op) {
+                flush(&mut f, &mut run, &mut fueled_in_run);
+            }
+            fueled_in_run += i64::from(counts);
+            run.push(self.instruction(op)?);
+            if boundary {
+                flush(&mut f, &mut run, &mut fueled_in_run);
+            }
         }
+        flush(&mut f, &mut run, &mut fueled_in_run);
         code.function(&f);
         Ok(())
     }
