@@ -7,8 +7,8 @@
 #   2. the module, once binaryen's wasm-opt is in;
 #   3. three lanes side by side: the Envoy tests, which mostly wait on real time, at normal
 #      priority; under `nice`, so that their CPU never delays an Envoy the scenarios are timing,
-#      the unit, host and rule tests then clippy on what the tests do not build, and the soak,
-#      the fleet benchmark and the benchmark's quick form.
+#      the unit, host and rule tests, clippy on what the tests do not build and the benchmark's
+#      quick form, and the soak then the fleet benchmark.
 #
 # A lane's output goes to target/test-logs/STAGE.log and is printed when the stage ends; the end
 # prints every stage's time and status, and the run fails if any stage did.
@@ -54,8 +54,8 @@ wait $deps || finish 1
 stage build make --no-print-directory build || finish 1
 
 lane e2e & e2e=$!
-nice -n 10 bash -c "$(declare -f stage lane); logs=$logs summary=$summary; lane unit host-suite rules clippy-other" & suites=$!
-nice -n 10 bash -c "$(declare -f stage lane); logs=$logs summary=$summary; lane soak fleet-scale bench-quick" & soak=$!
+nice -n 10 bash -c "$(declare -f stage lane); logs=$logs summary=$summary; lane unit host-suite rules clippy-other bench-quick" & suites=$!
+nice -n 10 bash -c "$(declare -f stage lane); logs=$logs summary=$summary; lane soak fleet-scale" & soak=$!
 failed=0
 for lane in $e2e $suites $soak; do
     wait "$lane" || failed=1
