@@ -6,8 +6,7 @@
 #   make bench   builds upcheck.wasm (root Makefile), the floor filter (bench/floor, wasm-opt'ed
 #                like upcheck) and the runner (bench/, release), installs Envoy 1.40 (mk/envoy.mk)
 #                and wrk (Debian) when missing, then runs target/release/upcheck-bench (about 4
-#                minutes; on a fresh clone, builds and the Envoy install included, 8 min 40 s on
-#                a 2-core machine that had wrk and binaryen already).
+#                minutes on a 2-core machine; the table's last row gives each run's time).
 #
 # BENCH_ARGS goes to the runner: `make bench BENCH_ARGS='--only in-host'` measures only the
 # wasmtime host's figures (fuel and host calls per callback in both routing modes, memory),
