@@ -3,7 +3,8 @@
 //!
 //! Why not serde_json's derive, as the configuration uses: every answer type derived for it
 //! brings serde_json's deserializer paths of its own and float formatting for its error messages
-//! into the module, about 40 KB of the 512 KB the module may weigh. etcd's answers need only
+//! into the module, about 40 KB more for V8 to load and compile in every Envoy process
+//! (docs/build-profile.md), for answers this reader handles. etcd's answers need only
 //! objects, arrays, strings and booleans (its int64s are strings); numbers are skipped unread.
 //! Input is untrusted: nesting is bounded by [`MAX_DEPTH`], every index is checked, and anything
 //! that is not JSON is an error, never a panic.
