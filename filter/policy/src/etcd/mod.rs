@@ -27,7 +27,8 @@
 //!   of its own that ends with it, which every other balancer holds until that end
 //!   ([`ejections`]).
 //!
-//! Every balancer reads the prefix every [`READ_EVERY`] and takes a published result in as its
+//! Every balancer reads the prefix every [`READ_EVERY`] (a read that failed once more after
+//! [`READ_AGAIN`]) and takes a published result in as its
 //! own workers take its prober's ([`crate::pool::Pool::fleet_view`]); the backends whose duty is
 //! elsewhere are not probed here.
 //!
@@ -65,6 +66,12 @@ use upcheck_config::fleet::Fleet as Settings;
 /// How often the prefix is read: often enough that a result published by a duty holder reaches
 /// every balancer within a second.
 pub const READ_EVERY: Duration = Duration::from_millis(500);
+
+/// How soon a read that failed is tried once more: a member that is down is refused at once, and
+/// Envoy's round robin sends the next try to another member. A second failure in a row waits
+/// [`READ_EVERY`] again, so an etcd that is down or overloaded is asked no more often than when
+/// it answers.
+pub const READ_AGAIN: Duration = Duration::from_millis(100);
 
 /// How much of an etcd answer is read at most.
 pub const MAX_ANSWER: usize = 4 << 20;
@@ -184,9 +191,11 @@ pub struct Membership {
     on_wire: Vec<(u32, Call)>,
     /// When the last grant or authentication was asked for.
     tried: Option<Time>,
-    /// When the prefix was last read, and when a read last went out.
+    /// When the prefix was last read, when a read last went out, and how many reads in a row
+    /// have failed since.
     read: Option<Time>,
     asked: Option<Time>,
+    failed_reads: u32,
     balancers: usize,
     /// By backend key, the holder's lease.
     duties: Vec<(String, i64)>,
@@ -217,6 +226,7 @@ impl Membership {
             tried: None,
             read: None,
             asked: None,
+            failed_reads: 0,
             balancers: 0,
             duties: Vec::new(),
             results: Vec::new(),
@@ -373,7 +383,12 @@ impl Membership {
                 }
             }
         }
-        if due(self.asked, READ_EVERY) && !self.busy(|c| matches!(c, Call::Read)) {
+        let every = if self.failed_reads == 1 {
+            READ_AGAIN
+        } else {
+            READ_EVERY
+        };
+        if due(self.asked, every) && !self.busy(|c| matches!(c, Call::Read)) {
             self.asked = Some(now);
             let prefix = format!("{}/", self.settings.prefix);
             out.push(self.request(Call::Read, "/v3/kv/range", gateway::range(&prefix)));
@@ -536,9 +551,13 @@ impl Membership {
                 Ok(kvs) => {
                     self.take_in(kvs, now);
                     self.read = Some(now);
+                    self.failed_reads = 0;
                     self.judge(now);
                 }
-                Err(why) => self.failed(fail(why)),
+                Err(why) => {
+                    self.failed_reads = self.failed_reads.saturating_add(1);
+                    self.failed(fail(why));
+                }
             },
             Call::Claim(key) => match (gateway::succeeded(status, body), self.lease()) {
                 (Ok(true), Some(lease)) => self.set_duty(key, lease),

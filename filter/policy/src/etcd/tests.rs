@@ -18,7 +18,7 @@ pub(crate) struct Etcd {
     next: i64,
     down: bool,
     requests: usize,
-    /// Requests by path.
+    /// Requests by path, answered or refused while down.
     by_path: BTreeMap<&'static str, usize>,
 }
 
@@ -79,11 +79,11 @@ impl Etcd {
     }
 
     pub(crate) fn answer(&mut self, request: &Request, now: Time) -> (Option<u16>, Vec<u8>) {
+        *self.by_path.entry(request.path).or_default() += 1;
         if self.down {
             return (Some(503), b"upstream connect error".to_vec());
         }
         self.requests += 1;
-        *self.by_path.entry(request.path).or_default() += 1;
         self.expire(now);
         let body: Value = serde_json::from_str(&request.body).unwrap();
         let ok = |v: Value| (Some(200), v.to_string().into_bytes());
@@ -476,4 +476,30 @@ fn a_steady_balancer_reads_every_third_tick_and_renews_its_lease_every_third_of_
     run(&mut etcd, &mut fleet, &own, now, 30);
     let counts: Vec<(&str, usize)> = etcd.by_path.iter().map(|(p, n)| (*p, *n)).collect();
     assert_eq!(counts, [("/v3/kv/range", 10), ("/v3/lease/keepalive", 3)]);
+}
+
+#[test]
+fn a_failed_read_is_tried_again_at_the_next_tick_and_a_second_failure_waits_the_usual_pace() {
+    let mut etcd = Etcd::default();
+    let own = keys(3);
+    let mut fleet = balancers(1, S);
+    let mut now = run(&mut etcd, &mut fleet, &own, S, 10);
+    let reads = |etcd: &Etcd| etcd.by_path.get("/v3/kv/range").copied().unwrap_or(0);
+    let mut read_at = Vec::new();
+    for down in [[true; 7], [false; 7]].concat() {
+        etcd.down = down;
+        let before = reads(&etcd);
+        now = run(&mut etcd, &mut fleet, &own, now, 1);
+        read_at.push(reads(&etcd) > before);
+    }
+    // Steady, a read every third 200 ms tick; the first that fails is tried again at the next
+    // tick, the second waits 500 ms (three ticks), and so does every one after it until one
+    // answers, which resets the pace to steady.
+    let first = read_at.iter().position(|r| *r).unwrap();
+    assert!(first < 3, "{read_at:?}");
+    assert_eq!(
+        read_at[first..first + 11],
+        [true, true, false, false, true, false, false, true, false, false, true],
+        "{read_at:?}"
+    );
 }
