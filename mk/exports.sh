@@ -1,27 +1,25 @@
 #!/usr/bin/env bash
 # Keeps in the module only the exports a host calls on upcheck: mk/exports.sh IN OUT.
 #
-# The proxy-wasm SDK exports every callback of the ABI (0.2.1), and a linker keeps whatever is
-# exported, so the gRPC, TCP-stream, queue and foreign-function callbacks upcheck never answers
-# stay in the module with all they reach: about 17 KB. A host calls only the callbacks a module
-# exports and treats a missing one as the default, so these are dead code. Binaryen's
-# wasm-metadce removes them, given the exports that stay as the roots of its graph; wasm-opt then
-# runs on what is left. The host tests check the list (host-tests/tests/in_host/process.rs).
+# The linker exports its own globals too (`__data_end`, `__heap_base`), which no host needs.
+# Binaryen's wasm-metadce removes every export but those listed, given them as the roots of its
+# graph; wasm-opt then runs on what is left. The host tests check the list
+# (host-tests/tests/in_host/process.rs).
 set -euo pipefail
 in=$1 out=$2
 keep=(
-    memory _initialize malloc proxy_abi_version_0_2_1
+    memory malloc proxy_abi_version_0_2_1
     # The root context: the VM, its configuration, its tick, its calls out, its end. And the
     # first callback of a TCP stream: a listener that loads upcheck as a network filter by mistake
-    # gets the SDK's answer, the VM failing at the first connection (loudly, and Envoy reloads
-    # it), rather than connections passing through with no filter (e2e/tests/in_envoy/faults.rs
+    # fails its VM at the first connection (loudly, and Envoy reloads it), rather than passing
+    # connections through with no filter (filter/src/callbacks.rs; e2e/tests/in_envoy/faults.rs
     # fails a VM this way).
     proxy_on_context_create proxy_on_vm_start proxy_on_configure proxy_on_tick
     proxy_on_new_connection
     proxy_on_http_call_response proxy_on_done proxy_on_delete
     # The HTTP streams: the filter (http.rs) and the status page (status_page.rs). Body and
-    # trailer callbacks answer "continue", as a missing one would; they stay, so that no host is
-    # asked to treat a missing one as such.
+    # trailer callbacks answer "continue", as a missing one would; they are exported, so that no
+    # host is asked to treat a missing one as such.
     proxy_on_request_headers proxy_on_request_body proxy_on_request_trailers
     proxy_on_response_headers proxy_on_response_body proxy_on_response_trailers proxy_on_log
 )

@@ -11,11 +11,11 @@
 //! The status page, answered by another VM, reads the same from shared data
 //! ([`crate::shared::write_fleet`]).
 
+use crate::abi::{BufferType, MapType, MetricType, Status};
 use crate::hostcall as hostcalls;
 use crate::metrics;
 use crate::shared;
 use crate::vm::Vm;
-use proxy_wasm::types::{BufferType, MapType, MetricType, Status};
 use upcheck_policy::etcd::shown::{Holder, Shown};
 use upcheck_policy::etcd::{Membership, Request, MAX_ANSWER};
 use upcheck_policy::outcome::status_code;

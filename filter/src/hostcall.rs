@@ -11,22 +11,19 @@
 //! value the enum cannot hold. Maps and strings from the host are read without trusting their
 //! sizes or their encoding.
 //!
-//! The one call left to the SDK is `dispatch_http_call`: the SDK must record its token to
-//! deliver the answer to the context that sent it, and only its own wrapper does that. It
-//! accepts `Ok`, `BadArgument` and `InternalFailure`: what Envoy 1.40 answered in every run
-//! here (an unknown cluster, a probe without `:authority`), and every status ngx_wasm_module's
-//! source answers with (it traps instead for a call made outside the callbacks that may make
-//! one, or without `:method` or `:path`, which upcheck never does).
+//! `dispatch_http_call` hands back its status as the others do (Envoy 1.40 answers BadArgument
+//! for an unknown cluster or a probe without `:authority`; ngx_wasm_module traps instead for a
+//! call made outside the callbacks that may make one, or without `:method` or `:path`, which
+//! upcheck never does). Its answer comes to the context that made it ([`crate::callbacks`]), so
+//! no token is recorded here.
 //!
 //! Only what is declared here is imported: the module asks a host for nothing it does not use
 //! (no `proxy_get_log_level`, which ngx_wasm_module declares with another signature than the
 //! SDK's, so a module importing it does not load there at all).
 
-use proxy_wasm::types::{BufferType, Bytes, LogLevel, MapType, MetricType, Status};
+use crate::abi::{BufferType, Bytes, LogLevel, MapType, MetricType, Status};
 use std::ptr::{null, null_mut};
 use std::time::Duration;
-
-pub use proxy_wasm::hostcalls::dispatch_http_call;
 
 #[link(wasm_import_module = "env")]
 extern "C" {
@@ -91,24 +88,22 @@ extern "C" {
     fn proxy_define_metric(kind: u32, name: *const u8, name_size: usize, id: *mut u32) -> u32;
     fn proxy_increment_metric(id: u32, offset: i64) -> u32;
     fn proxy_record_metric(id: u32, value: u64) -> u32;
+    fn proxy_http_call(
+        upstream: *const u8,
+        upstream_size: usize,
+        headers: *const u8,
+        headers_size: usize,
+        body: *const u8,
+        body_size: usize,
+        trailers: *const u8,
+        trailers_size: usize,
+        timeout_ms: u32,
+        token: *mut u32,
+    ) -> u32;
 }
 
 /// `proxy_continue_stream`'s number for the HTTP request.
 const STREAM_HTTP_REQUEST: u32 = 0;
-
-/// The status a host answered, `Ok(())` for `Ok`.
-fn result(raw: u32) -> Result<(), Status> {
-    Err(match raw {
-        0 => return Ok(()),
-        1 => Status::NotFound,
-        2 => Status::BadArgument,
-        3 => Status::SerializationFailure,
-        4 => Status::ParseFailure,
-        7 => Status::Empty,
-        8 => Status::CasMismatch,
-        _ => Status::InternalFailure,
-    })
-}
 
 /// Takes ownership of `size` bytes the host wrote into memory it had the module allocate
 /// (`proxy_on_memory_allocate`); none when it wrote nothing.
@@ -125,26 +120,28 @@ unsafe fn take(data: *mut u8, size: usize) -> Option<Bytes> {
 
 /// Writes a log line.
 pub fn log(level: LogLevel, message: &str) -> Result<(), Status> {
-    result(unsafe { proxy_log(level as u32, message.as_ptr(), message.len()) })
+    Status::of(unsafe { proxy_log(level as u32, message.as_ptr(), message.len()) })
 }
 
 /// The host's wall clock, as the time since the Unix epoch.
 pub fn get_current_time() -> Result<Duration, Status> {
     let mut nanos = 0u64;
-    result(unsafe { proxy_get_current_time_nanoseconds(&mut nanos) })?;
+    Status::of(unsafe { proxy_get_current_time_nanoseconds(&mut nanos) })?;
     Ok(Duration::from_nanos(nanos))
 }
 
 /// Sets this root context's tick period (whole milliseconds, at most u32::MAX).
 pub fn set_tick_period(period: Duration) -> Result<(), Status> {
     let ms = u32::try_from(period.as_millis()).unwrap_or(u32::MAX);
-    result(unsafe { proxy_set_tick_period_milliseconds(ms) })
+    Status::of(unsafe { proxy_set_tick_period_milliseconds(ms) })
 }
 
 /// Up to `max` bytes of a buffer from `start`; none if the host has none.
 pub fn get_buffer(kind: BufferType, start: usize, max: usize) -> Result<Option<Bytes>, Status> {
     let (mut data, mut size) = (null_mut(), 0usize);
-    match result(unsafe { proxy_get_buffer_bytes(kind as u32, start, max, &mut data, &mut size) }) {
+    match Status::of(unsafe {
+        proxy_get_buffer_bytes(kind as u32, start, max, &mut data, &mut size)
+    }) {
         Ok(()) => Ok(unsafe { take(data, size) }),
         Err(Status::NotFound) => Ok(None),
         Err(status) => Err(status),
@@ -155,7 +152,7 @@ pub fn get_buffer(kind: BufferType, start: usize, max: usize) -> Result<Option<B
 /// serialized inconsistently reads as far as it is whole.
 pub fn get_map(kind: MapType) -> Result<Vec<(String, String)>, Status> {
     let (mut data, mut size) = (null_mut(), 0usize);
-    result(unsafe { proxy_get_header_map_pairs(kind as u32, &mut data, &mut size) })?;
+    Status::of(unsafe { proxy_get_header_map_pairs(kind as u32, &mut data, &mut size) })?;
     Ok(unsafe { take(data, size) }
         .map(|bytes| deserialize_map(&bytes))
         .unwrap_or_default())
@@ -175,7 +172,7 @@ pub fn get_map_bytes(kind: MapType, key: &str) -> Result<Option<Bytes>, Status> 
     let raw = unsafe {
         proxy_get_header_map_value(kind as u32, key.as_ptr(), key.len(), &mut data, &mut size)
     };
-    match result(raw) {
+    match Status::of(raw) {
         Ok(()) => Ok(Some(unsafe { take(data, size) }.unwrap_or_default())),
         Err(Status::NotFound) => Ok(None),
         Err(status) => Err(status),
@@ -184,7 +181,7 @@ pub fn get_map_bytes(kind: MapType, key: &str) -> Result<Option<Bytes>, Status> 
 
 /// Removes every value of a header.
 pub fn remove_map_value(kind: MapType, key: &str) -> Result<(), Status> {
-    result(unsafe { proxy_remove_header_map_value(kind as u32, key.as_ptr(), key.len()) })
+    Status::of(unsafe { proxy_remove_header_map_value(kind as u32, key.as_ptr(), key.len()) })
 }
 
 /// Replaces every value of a header with `value`, or removes it (`None`).
@@ -192,7 +189,7 @@ pub fn set_map_value(kind: MapType, key: &str, value: Option<&str>) -> Result<()
     let Some(value) = value else {
         return remove_map_value(kind, key);
     };
-    result(unsafe {
+    Status::of(unsafe {
         proxy_replace_header_map_value(
             kind as u32,
             key.as_ptr(),
@@ -208,7 +205,8 @@ pub fn set_map_value(kind: MapType, key: &str, value: Option<&str>) -> Result<()
 /// separated by NUL, as the ABI takes it (`"upstream\0address"`): written so, it is a constant.
 pub fn get_property(path: &str) -> Result<Option<Bytes>, Status> {
     let (mut data, mut size) = (null_mut(), 0usize);
-    match result(unsafe { proxy_get_property(path.as_ptr(), path.len(), &mut data, &mut size) }) {
+    match Status::of(unsafe { proxy_get_property(path.as_ptr(), path.len(), &mut data, &mut size) })
+    {
         Ok(()) => Ok(unsafe { take(data, size) }),
         Err(Status::NotFound) => Ok(None),
         Err(status) => Err(status),
@@ -220,7 +218,7 @@ pub fn get_shared_data(key: &str) -> Result<(Option<Bytes>, Option<u32>), Status
     let (mut data, mut size, mut cas) = (null_mut(), 0usize, 0u32);
     let raw =
         unsafe { proxy_get_shared_data(key.as_ptr(), key.len(), &mut data, &mut size, &mut cas) };
-    match result(raw) {
+    match Status::of(raw) {
         Ok(()) => Ok((unsafe { take(data, size) }, (cas != 0).then_some(cas))),
         Err(Status::NotFound) => Ok((None, None)),
         Err(status) => Err(status),
@@ -229,7 +227,7 @@ pub fn get_shared_data(key: &str) -> Result<(Option<Bytes>, Option<u32>), Status
 
 /// Writes a shared-data value if its compare-and-swap number is still `cas` (any, if none).
 pub fn set_shared_data(key: &str, value: Option<&[u8]>, cas: Option<u32>) -> Result<(), Status> {
-    result(unsafe {
+    Status::of(unsafe {
         proxy_set_shared_data(
             key.as_ptr(),
             key.len(),
@@ -242,12 +240,12 @@ pub fn set_shared_data(key: &str, value: Option<&[u8]>, cas: Option<u32>) -> Res
 
 /// Makes `context` the one later calls are about.
 pub fn set_effective_context(context: u32) -> Result<(), Status> {
-    result(unsafe { proxy_set_effective_context(context) })
+    Status::of(unsafe { proxy_set_effective_context(context) })
 }
 
 /// Resumes the paused request of the effective context.
 pub fn resume_http_request() -> Result<(), Status> {
-    result(unsafe { proxy_continue_stream(STREAM_HTTP_REQUEST) })
+    Status::of(unsafe { proxy_continue_stream(STREAM_HTTP_REQUEST) })
 }
 
 /// Answers the current request from the filter.
@@ -257,7 +255,7 @@ pub fn send_http_response(
     body: Option<&[u8]>,
 ) -> Result<(), Status> {
     let headers = serialize_map(&headers);
-    result(unsafe {
+    Status::of(unsafe {
         proxy_send_local_response(
             status,
             null(),
@@ -271,21 +269,51 @@ pub fn send_http_response(
     })
 }
 
+/// Sends an HTTP request to the cluster `upstream`, answered within `timeout` (whole
+/// milliseconds, at most u32::MAX) at `proxy_on_http_call_response`: its token.
+pub fn dispatch_http_call(
+    upstream: &str,
+    headers: Vec<(&str, &str)>,
+    body: Option<&[u8]>,
+    trailers: Vec<(&str, &str)>,
+    timeout: Duration,
+) -> Result<u32, Status> {
+    let headers = serialize_map(&headers);
+    let trailers = serialize_map(&trailers);
+    let timeout_ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
+    let mut token = 0u32;
+    Status::of(unsafe {
+        proxy_http_call(
+            upstream.as_ptr(),
+            upstream.len(),
+            headers.as_ptr(),
+            headers.len(),
+            body.map_or(null(), <[u8]>::as_ptr),
+            body.map_or(0, <[u8]>::len),
+            trailers.as_ptr(),
+            trailers.len(),
+            timeout_ms,
+            &mut token,
+        )
+    })?;
+    Ok(token)
+}
+
 /// Defines a metric; its id.
 pub fn define_metric(kind: MetricType, name: &str) -> Result<u32, Status> {
     let mut id = 0u32;
-    result(unsafe { proxy_define_metric(kind as u32, name.as_ptr(), name.len(), &mut id) })?;
+    Status::of(unsafe { proxy_define_metric(kind as u32, name.as_ptr(), name.len(), &mut id) })?;
     Ok(id)
 }
 
 /// Adds `offset` to a counter.
 pub fn increment_metric(id: u32, offset: i64) -> Result<(), Status> {
-    result(unsafe { proxy_increment_metric(id, offset) })
+    Status::of(unsafe { proxy_increment_metric(id, offset) })
 }
 
 /// Sets a gauge.
 pub fn record_metric(id: u32, value: u64) -> Result<(), Status> {
-    result(unsafe { proxy_record_metric(id, value) })
+    Status::of(unsafe { proxy_record_metric(id, value) })
 }
 
 /// A header map in the ABI's form: a u32 count, a (name length, value length) pair of u32 per

@@ -8,10 +8,9 @@
 //! drain signal ([`drain::SIGNAL_HEADER`]) says so to the policy, and the header is removed on
 //! its way to the client: it is the backend's word to the balancer, not to users.
 
+use crate::abi::{Action, MapType};
 use crate::hostcall as hostcalls;
 use crate::vm::{self, Handle};
-use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, MapType};
 use std::time::Duration;
 use upcheck_policy::outcome::status_code;
 use upcheck_policy::{drain, Pick, Pool, RequestOutcome, Retried, Routed, RoutingMode, Time};
@@ -156,10 +155,9 @@ fn response_flags(reported: bool) -> u64 {
         .unwrap_or(0)
 }
 
-impl Context for Http {}
-
-impl HttpContext for Http {
-    fn on_http_request_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
+impl Http {
+    /// The request's headers: the pick, the route header, or a wait at cold start.
+    pub fn on_request_headers(&mut self) -> Action {
         let id = self.id;
         let picked = vm::with(&self.vm, |v| {
             let backend = match v.pick()? {
@@ -187,7 +185,8 @@ impl HttpContext for Http {
         }
     }
 
-    fn on_http_response_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
+    /// The response's headers: the outcome, with the drain signal taken off.
+    pub fn on_response_headers(&mut self) -> Action {
         let status = hostcalls::get_map_bytes(MapType::HttpResponseHeaders, ":status")
             .ok()
             .flatten()
@@ -211,7 +210,8 @@ impl HttpContext for Http {
         Action::Continue
     }
 
-    fn on_log(&mut self) {
+    /// The request has ended: settled now if no response headers settled it.
+    pub fn on_log(&mut self) {
         if self.settled {
             return;
         }

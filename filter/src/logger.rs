@@ -6,8 +6,8 @@
 //! `proxy_get_log_level` with another signature than the SDK's, so a module importing it does
 //! not even load there. The host filters the lines again by its own level.
 
+use crate::abi::LogLevel;
 use crate::hostcall as hostcalls;
-use proxy_wasm::types::LogLevel;
 use upcheck_policy::config;
 
 struct HostLog;

@@ -10,8 +10,8 @@
 //! never stops routing. (The SDK itself panics on any status but `Ok` from `define_metric`; Envoy
 //! 1.40 has defined every counter and gauge upcheck asks for in every end-to-end run.)
 
+use crate::abi::MetricType;
 use crate::hostcall as hostcalls;
-use proxy_wasm::types::MetricType;
 use std::time::Duration;
 use upcheck_policy::config::Upstream;
 use upcheck_policy::outlier::Verdict;

@@ -8,9 +8,9 @@
 //! with no answer at all (ngx_wasm_module's shape of a failed dispatch: no headers) is handed
 //! over with the host's reason, its `:dispatch_status`.
 
+use crate::abi::{BufferType, MapType, Status};
 use crate::hostcall as hostcalls;
 use crate::metrics::{self, BackendMetrics};
-use proxy_wasm::types::{BufferType, MapType, Status};
 use upcheck_policy::host::Dispatch;
 use upcheck_policy::outcome::status_code;
 use upcheck_policy::{active, drain};

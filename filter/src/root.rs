@@ -11,6 +11,8 @@
 //! no tick, no lease, no announcement, no metrics; its requests go to a [`StatusPage`] context,
 //! which reads the shared tables when the page is asked for.
 
+use crate::abi::BufferType;
+use crate::callbacks::Stream;
 use crate::etcd_calls;
 use crate::hostcall as hostcalls;
 use crate::http::{self, Http};
@@ -19,8 +21,6 @@ use crate::probes;
 use crate::shared;
 use crate::status_page::StatusPage;
 use crate::vm::{self, Handle, Resumed, Vm};
-use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{BufferType, ContextType};
 use upcheck_policy::{lease, nanos, tick_due, Config, Pick, Pool, Time, WAKE};
 
 /// One VM's root context.
@@ -69,19 +69,14 @@ impl Root {
     }
 }
 
-impl Context for Root {
-    fn on_done(&mut self) -> bool {
+impl Root {
+    /// The VM is shutting down: the requests counted since the last tick are flushed.
+    pub fn on_done(&mut self) {
         vm::with(&self.vm, Vm::flush_requests);
-        true
     }
 
-    fn on_http_call_response(
-        &mut self,
-        token: u32,
-        _headers: usize,
-        body_size: usize,
-        _trailers: usize,
-    ) {
+    /// The answer to call `token` (a probe's or etcd's), its body `body_size` bytes.
+    pub fn on_http_call_response(&mut self, token: u32, body_size: usize) {
         let now = vm::now();
         let fingerprint = self.config_fingerprint;
         vm::with(&self.vm, |v| {
@@ -98,15 +93,15 @@ impl Context for Root {
             v.carry_out(effects, now);
         });
     }
-}
 
-impl RootContext for Root {
-    fn on_vm_start(&mut self, _vm_configuration_size: usize) -> bool {
+    /// The VM starts: the logger goes in.
+    pub fn on_vm_start(&mut self) -> bool {
         crate::logger::install();
         true
     }
 
-    fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
+    /// Takes the plugin configuration: whether it is valid.
+    pub fn on_configure(&mut self) -> bool {
         crate::logger::install();
         let bytes = hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX)
             .ok()
@@ -165,7 +160,8 @@ impl RootContext for Root {
         configured.is_some()
     }
 
-    fn on_tick(&mut self) {
+    /// The timer: a tick's work when one is due.
+    pub fn on_tick(&mut self) {
         if self.serves_page {
             return;
         }
@@ -210,15 +206,12 @@ impl RootContext for Root {
         });
     }
 
-    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
+    /// The context of request `context_id`: the status page's on its listener, else routed.
+    pub fn create_stream(&self, context_id: u32) -> Stream {
         if self.serves_page {
-            return Some(Box::new(StatusPage::new(self.vm.clone())));
+            return Stream::Page(StatusPage::new(self.vm.clone()));
         }
-        Some(Box::new(Http::new(context_id, self.vm.clone())))
-    }
-
-    fn get_type(&self) -> Option<ContextType> {
-        Some(ContextType::HttpContext)
+        Stream::Request(Http::new(context_id, self.vm.clone()))
     }
 }
 

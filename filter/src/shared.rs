@@ -29,8 +29,8 @@
 //! these keys) are reported and ignored rather than trusted; a table that does not decode is
 //! replaced when written.
 
+use crate::abi::Status;
 use crate::hostcall as hostcalls;
-use proxy_wasm::types::Status;
 use std::time::Duration;
 use upcheck_policy::config::HealthChecks;
 use upcheck_policy::etcd::shown::Shown;

@@ -5,11 +5,10 @@
 //! (and what the prober shows of the fleet), and sends the answer. It never probes, announces,
 //! routes or writes shared data.
 
+use crate::abi::{Action, MapType};
 use crate::hostcall as hostcalls;
 use crate::shared;
 use crate::vm::{self, Vm};
-use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, MapType};
 use upcheck_policy::page::{self, Answer};
 
 /// One request to the status page listener.
@@ -22,12 +21,10 @@ impl StatusPage {
     pub fn new(vm: vm::Handle) -> StatusPage {
         StatusPage { vm }
     }
-}
 
-impl Context for StatusPage {}
-
-impl HttpContext for StatusPage {
-    fn on_http_request_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
+    /// The request's headers: answered here, or left to the listener's route when this VM
+    /// serves no status page.
+    pub fn on_request_headers(&mut self) -> Action {
         match vm::with(&self.vm, answer) {
             Some(true) => Action::Pause,
             // Not configured as a status page: the listener's own route answers (a 404).

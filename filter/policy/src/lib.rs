@@ -19,6 +19,7 @@
 )]
 
 pub mod active;
+pub mod contexts;
 pub mod drain;
 pub mod etcd;
 pub mod events;

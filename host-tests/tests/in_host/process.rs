@@ -170,7 +170,6 @@ fn the_module_exports_every_callback_upcheck_answers_and_none_of_those_it_never_
     let exports: Vec<&str> = module.exports().map(|e| e.name()).collect();
     let answered = [
         "memory",
-        "_initialize",
         "malloc",
         "proxy_abi_version_0_2_1",
         "proxy_on_context_create",
@@ -187,7 +186,7 @@ fn the_module_exports_every_callback_upcheck_answers_and_none_of_those_it_never_
         "proxy_on_response_body",
         "proxy_on_response_trailers",
         "proxy_on_log",
-        // A misloaded network filter's VM fails at the first connection, as the SDK answers.
+        // A misloaded network filter's VM fails at the first connection (filter/src/callbacks.rs).
         "proxy_on_new_connection",
     ];
     for name in answered {
