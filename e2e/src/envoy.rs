@@ -768,7 +768,9 @@ impl Envoy {
             .context("this Envoy runs a configuration file, which cannot change")
     }
 
-    /// Polls `/ready`, then checks that the first listeners and clusters were accepted.
+    /// Polls `/ready`, then checks that the first listeners and clusters were accepted: a
+    /// rejection fails at once; the stats are read again until a listener is active (an admin
+    /// answer just after `/ready` can hold none of them yet), for at most 5 s.
     async fn until_ready(&mut self) -> Result<()> {
         let admin = self.admin;
         if let Err(error) = self
@@ -778,19 +780,25 @@ impl Envoy {
         {
             bail!(self.failure(&error.to_string()));
         }
-        let stats = self
-            .stats("^(listener_manager\\.(lds\\.update_rejected|total_listeners_active)|cluster_manager\\.cds\\.update_rejected)$")
-            .await?;
-        let stat = |name: &str| stats.get(name).copied().unwrap_or_default();
-        if stat("listener_manager.lds.update_rejected") > 0
-            || stat("cluster_manager.cds.update_rejected") > 0
-            || stat("listener_manager.total_listeners_active") == 0
-        {
-            bail!(self.failure(&format!(
-                "ready but its listener or clusters were rejected: {stats:?}"
-            )));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let stats = self
+                .stats("^(listener_manager\\.(lds\\.update_rejected|total_listeners_active)|cluster_manager\\.cds\\.update_rejected)$")
+                .await?;
+            let stat = |name: &str| stats.get(name).copied().unwrap_or_default();
+            let rejected = stat("listener_manager.lds.update_rejected") > 0
+                || stat("cluster_manager.cds.update_rejected") > 0;
+            let active = stat("listener_manager.total_listeners_active") > 0;
+            if rejected || (!active && Instant::now() >= deadline) {
+                bail!(self.failure(&format!(
+                    "ready but its listener or clusters were rejected: {stats:?}"
+                )));
+            }
+            if active {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        Ok(())
     }
 
     /// `(update_success, update_rejected)` of an xDS subscription, e.g. `cluster_manager.cds`.

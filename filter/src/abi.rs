@@ -43,15 +43,15 @@ impl Status {
     }
 }
 
-/// A header map a call reads or writes.
+/// The header map a call reads or writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MapType {
+pub enum HeaderMap {
     /// The request's headers.
-    HttpRequestHeaders = 0,
+    Request = 0,
     /// The response's headers.
-    HttpResponseHeaders = 2,
+    Response = 2,
     /// The headers of an answer to `dispatch_http_call`.
-    HttpCallResponseHeaders = 6,
+    CallResponse = 6,
 }
 
 /// A buffer a call reads.

@@ -3,11 +3,11 @@
 //!
 //! The host names a context by number in every callback. Root contexts (one per plugin
 //! configuration, a handful per VM) are kept in a list; streams, one per request and gone at
-//! its end, by value in a table direct-mapped by their number ([`Contexts`]), so a request
-//! allocates nothing here once the table has grown to the VM's concurrency. The Rust SDK's
-//! dispatcher looks each callback's context up in a SipHash map of boxed trait objects and boxes
-//! every request's: about 1,250 instructions a request, more than upcheck's own routing and
-//! counting (docs/benchmarks.md).
+//! its end, by value in a table keyed by their number ([`Contexts`]), so a request allocates
+//! nothing here and the table grows only with the VM's concurrency. The Rust SDK's dispatcher
+//! looks each callback's context up in a SipHash map of boxed trait objects and boxes every
+//! request's: about 1,250 instructions a request, more than upcheck's own routing and counting
+//! (docs/benchmarks.md).
 //!
 //! A callback for a context the host never created, or already deleted, does nothing and
 //! answers what a context with nothing to do answers (Continue, true). Roots and streams are

@@ -11,7 +11,7 @@
 //! The status page, answered by another VM, reads the same from shared data
 //! ([`crate::shared::write_fleet`]).
 
-use crate::abi::{BufferType, MapType, MetricType, Status};
+use crate::abi::{BufferType, HeaderMap, MetricType, Status};
 use crate::hostcall as hostcalls;
 use crate::metrics;
 use crate::shared;
@@ -136,7 +136,7 @@ pub fn answer(v: &mut Vm, token: u32, body_size: usize, now: Time) -> bool {
     if !fleet.owns(token) {
         return false;
     }
-    let headers = hostcalls::get_map(MapType::HttpCallResponseHeaders).unwrap_or_default();
+    let headers = hostcalls::get_map(HeaderMap::CallResponse).unwrap_or_default();
     let status = headers
         .iter()
         .find(|(n, _)| n == ":status")

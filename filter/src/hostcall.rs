@@ -21,7 +21,7 @@
 //! (no `proxy_get_log_level`, which ngx_wasm_module declares with another signature than the
 //! SDK's, so a module importing it does not load there at all).
 
-use crate::abi::{BufferType, Bytes, LogLevel, MapType, MetricType, Status};
+use crate::abi::{BufferType, Bytes, HeaderMap, LogLevel, MetricType, Status};
 use std::ptr::{null, null_mut};
 use std::time::Duration;
 
@@ -150,7 +150,7 @@ pub fn get_buffer(kind: BufferType, start: usize, max: usize) -> Result<Option<B
 
 /// Every pair of a header map (lower-case names as the host gives them); a map the host
 /// serialized inconsistently reads as far as it is whole.
-pub fn get_map(kind: MapType) -> Result<Vec<(String, String)>, Status> {
+pub fn get_map(kind: HeaderMap) -> Result<Vec<(String, String)>, Status> {
     let (mut data, mut size) = (null_mut(), 0usize);
     Status::of(unsafe { proxy_get_header_map_pairs(kind as u32, &mut data, &mut size) })?;
     Ok(unsafe { take(data, size) }
@@ -159,7 +159,7 @@ pub fn get_map(kind: MapType) -> Result<Vec<(String, String)>, Status> {
 }
 
 /// One header's value; none if the map lacks it.
-pub fn get_map_value(kind: MapType, key: &str) -> Result<Option<String>, Status> {
+pub fn get_map_value(kind: HeaderMap, key: &str) -> Result<Option<String>, Status> {
     Ok(get_map_bytes(kind, key)?.map(|bytes| {
         String::from_utf8(bytes)
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
@@ -167,7 +167,7 @@ pub fn get_map_value(kind: MapType, key: &str) -> Result<Option<String>, Status>
 }
 
 /// A header's value as the host gave it, bytes with no check of their encoding.
-pub fn get_map_bytes(kind: MapType, key: &str) -> Result<Option<Bytes>, Status> {
+pub fn get_map_bytes(kind: HeaderMap, key: &str) -> Result<Option<Bytes>, Status> {
     let (mut data, mut size) = (null_mut(), 0usize);
     let raw = unsafe {
         proxy_get_header_map_value(kind as u32, key.as_ptr(), key.len(), &mut data, &mut size)
@@ -180,12 +180,12 @@ pub fn get_map_bytes(kind: MapType, key: &str) -> Result<Option<Bytes>, Status> 
 }
 
 /// Removes every value of a header.
-pub fn remove_map_value(kind: MapType, key: &str) -> Result<(), Status> {
+pub fn remove_map_value(kind: HeaderMap, key: &str) -> Result<(), Status> {
     Status::of(unsafe { proxy_remove_header_map_value(kind as u32, key.as_ptr(), key.len()) })
 }
 
 /// Replaces every value of a header with `value`, or removes it (`None`).
-pub fn set_map_value(kind: MapType, key: &str, value: Option<&str>) -> Result<(), Status> {
+pub fn set_map_value(kind: HeaderMap, key: &str, value: Option<&str>) -> Result<(), Status> {
     let Some(value) = value else {
         return remove_map_value(kind, key);
     };

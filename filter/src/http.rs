@@ -8,7 +8,7 @@
 //! drain signal ([`drain::SIGNAL_HEADER`]) says so to the policy, and the header is removed on
 //! its way to the client: it is the backend's word to the balancer, not to users.
 
-use crate::abi::{Action, MapType};
+use crate::abi::{Action, HeaderMap};
 use crate::hostcall as hostcalls;
 use crate::vm::{self, Handle};
 use std::time::Duration;
@@ -126,7 +126,7 @@ pub fn route<H>(pool: &Pool<H>, backend: Option<usize>, value: &mut String) {
     let config = pool.config();
     let header = config.route_header.as_str();
     let Some(up) = backend.and_then(|i| config.upstreams.get(i)) else {
-        let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, header);
+        let _ = hostcalls::remove_map_value(HeaderMap::Request, header);
         return;
     };
     value.clear();
@@ -138,7 +138,7 @@ pub fn route<H>(pool: &Pool<H>, backend: Option<usize>, value: &mut String) {
             value.push_str(other.route_value(config.routing));
         }
     }
-    let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, header, Some(value));
+    let _ = hostcalls::set_map_value(HeaderMap::Request, header, Some(value));
 }
 
 /// Envoy's response flags for this stream (0 when the host does not say), asked for only of a
@@ -187,20 +187,19 @@ impl Http {
 
     /// The response's headers: the outcome, with the drain signal taken off.
     pub fn on_response_headers(&mut self) -> Action {
-        let status = hostcalls::get_map_bytes(MapType::HttpResponseHeaders, ":status")
+        let status = hostcalls::get_map_bytes(HeaderMap::Response, ":status")
             .ok()
             .flatten()
             .and_then(|s| status_code(&s));
         let Some(status) = status else {
             return Action::Continue;
         };
-        let signalled =
-            hostcalls::get_map_bytes(MapType::HttpResponseHeaders, drain::SIGNAL_HEADER)
-                .ok()
-                .flatten()
-                .is_some();
+        let signalled = hostcalls::get_map_bytes(HeaderMap::Response, drain::SIGNAL_HEADER)
+            .ok()
+            .flatten()
+            .is_some();
         if signalled {
-            let _ = hostcalls::remove_map_value(MapType::HttpResponseHeaders, drain::SIGNAL_HEADER);
+            let _ = hostcalls::remove_map_value(HeaderMap::Response, drain::SIGNAL_HEADER);
         }
         self.settle(Ending {
             status: Some(status),

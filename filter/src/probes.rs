@@ -8,7 +8,7 @@
 //! with no answer at all (ngx_wasm_module's shape of a failed dispatch: no headers) is handed
 //! over with the host's reason, its `:dispatch_status`.
 
-use crate::abi::{BufferType, MapType, Status};
+use crate::abi::{BufferType, HeaderMap, Status};
 use crate::hostcall as hostcalls;
 use crate::metrics::{self, BackendMetrics};
 use upcheck_policy::host::Dispatch;
@@ -45,15 +45,14 @@ pub fn dispatch(config: &Config, member: &Member<BackendMetrics>) -> Dispatch {
 
 /// Reads the answer to probe `token` (its body is `body_size` bytes) and hands it to the policy.
 pub fn answer(pool: &mut Pool<BackendMetrics>, token: u32, body_size: usize, now: Time) -> Effects {
-    let headers = hostcalls::get_map(MapType::HttpCallResponseHeaders).unwrap_or_default();
+    let headers = hostcalls::get_map(HeaderMap::CallResponse).unwrap_or_default();
     let status = headers
         .iter()
         .find(|(n, _)| n == ":status")
         .and_then(|(_, v)| status_code(v.as_bytes()));
     let Some(status) = status else {
         // No answer at all: ngx_wasm_module says why in a pseudo-header of its own.
-        let reason =
-            hostcalls::get_map_value(MapType::HttpCallResponseHeaders, DISPATCH_STATUS).ok();
+        let reason = hostcalls::get_map_value(HeaderMap::CallResponse, DISPATCH_STATUS).ok();
         return pool.probe_unanswered(token, reason.flatten().as_deref(), now);
     };
     let made_by = active::made_by(headers.iter().map(|(n, _)| n.as_str()));

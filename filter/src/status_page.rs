@@ -5,7 +5,7 @@
 //! (and what the prober shows of the fleet), and sends the answer. It never probes, announces,
 //! routes or writes shared data.
 
-use crate::abi::{Action, MapType};
+use crate::abi::{Action, HeaderMap};
 use crate::hostcall as hostcalls;
 use crate::shared;
 use crate::vm::{self, Vm};
@@ -43,7 +43,7 @@ fn answer(v: &mut Vm) -> bool {
     else {
         return false;
     };
-    let path = hostcalls::get_map_value(MapType::HttpRequestHeaders, ":path")
+    let path = hostcalls::get_map_value(HeaderMap::Request, ":path")
         .ok()
         .flatten()
         .unwrap_or_default();
