@@ -96,11 +96,8 @@ impl<T> Contexts<T> {
         // between the hole and where it sits, cyclically.
         let mask = self.mask();
         let mut at = (hole + 1) & mask;
-        loop {
-            let first = match self.slots.get(at) {
-                Some(Some(slot)) => usize::try_from(slot.id).unwrap_or(0) & mask,
-                _ => break,
-            };
+        while let Some(Some(slot)) = self.slots.get(at) {
+            let first = usize::try_from(slot.id).unwrap_or(0) & mask;
             let stays = if hole <= at {
                 hole < first && first <= at
             } else {
