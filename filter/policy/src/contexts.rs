@@ -74,17 +74,29 @@ impl<T> Contexts<T> {
             .map(|slot| &mut slot.context)
     }
 
-    /// Holds `context` as number `id`, in place of any context held under it.
+    /// Holds `context` as number `id`, in place of any context held under it: one pass from its
+    /// number's slot, since with linear probing a held `id` sits before the first free slot.
     pub fn insert(&mut self, id: u32, context: T) {
-        if let Some(held) = self.get_mut(id) {
-            *held = context;
-            return;
-        }
         if (self.held + 1) * 4 > self.slots.len() * 3 {
             self.grow();
         }
-        self.place(Slot { id, context });
-        self.held += 1;
+        let mask = self.mask();
+        let mut at = usize::try_from(id).unwrap_or(0) & mask;
+        for _ in 0..self.slots.len() {
+            match self.slots.get_mut(at) {
+                Some(Some(slot)) if slot.id == id => {
+                    slot.context = context;
+                    return;
+                }
+                Some(Some(_)) => at = (at + 1) & mask,
+                Some(place @ None) => {
+                    *place = Some(Slot { id, context });
+                    self.held += 1;
+                    return;
+                }
+                None => return,
+            }
+        }
     }
 
     /// Takes context `id` out, if held.
