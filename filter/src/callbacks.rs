@@ -65,17 +65,16 @@ fn with_stream<R>(id: u32, f: impl FnOnce(&mut Stream) -> R) -> Option<R> {
 #[no_mangle]
 pub extern "C" fn proxy_abi_version_0_2_1() {}
 
-/// Memory the host fills for the module (a map, a buffer, a value): `size` bytes, taken back as
-/// a `Vec` of exactly that capacity ([`crate::hostcall`]). Exported as `malloc` on
-/// wasm32-unknown-unknown, the name hosts look for first.
+/// Memory the host fills for the module (a map, a buffer, a value): `size` bytes
+/// ([`crate::hostcall::allocate`]). Exported as `malloc` on wasm32-unknown-unknown, the name
+/// hosts look for first.
 #[cfg_attr(
     all(target_arch = "wasm32", target_os = "unknown"),
     export_name = "malloc"
 )]
 #[cfg_attr(not(all(target_arch = "wasm32", target_os = "unknown")), no_mangle)]
 pub extern "C" fn proxy_on_memory_allocate(size: usize) -> *mut u8 {
-    let mut memory = std::mem::ManuallyDrop::new(Vec::<u8>::with_capacity(size));
-    memory.as_mut_ptr()
+    crate::hostcall::allocate(size)
 }
 
 /// A context is created: a root (`root_context_id` 0) for a plugin configuration, or a stream

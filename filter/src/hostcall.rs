@@ -9,7 +9,9 @@
 //! through here, with the SDK's signatures so callers read the same, and every status comes back
 //! as a value: a number no `Status` names becomes `InternalFailure`, never a panic and never a
 //! value the enum cannot hold. Maps and strings from the host are read without trusting their
-//! sizes or their encoding.
+//! sizes or their encoding. A small header value read only during its call (every response's
+//! `:status`) is written by the host into a scratch buffer that the module's allocator hands out
+//! for that one call ([`allocate`]), so it costs no allocation.
 //!
 //! `dispatch_http_call` hands back its status as the others do (Envoy 1.40 answers BadArgument
 //! for an unknown cluster or a probe without `:authority`; ngx_wasm_module traps instead for a
@@ -22,6 +24,7 @@
 //! SDK's, so a module importing it does not load there at all).
 
 use crate::abi::{BufferType, Bytes, HeaderMap, LogLevel, MetricType, Status};
+use std::cell::{Cell, UnsafeCell};
 use std::ptr::{null, null_mut};
 use std::time::Duration;
 
@@ -105,6 +108,39 @@ extern "C" {
 /// `proxy_continue_stream`'s number for the HTTP request.
 const STREAM_HTTP_REQUEST: u32 = 0;
 
+/// How many bytes a value read through the scratch buffer may have.
+pub const SCRATCH_SIZE: usize = 64;
+
+/// Where the host writes a small value the module reads only during the call that asked for it
+/// ([`read_map_value`]): handed out by [`allocate`] for one allocation while a call is armed.
+struct Scratch {
+    armed: Cell<bool>,
+    bytes: UnsafeCell<[u8; SCRATCH_SIZE]>,
+}
+
+thread_local! {
+    static SCRATCH: Scratch = const {
+        Scratch {
+            armed: Cell::new(false),
+            bytes: UnsafeCell::new([0; SCRATCH_SIZE]),
+        }
+    };
+}
+
+/// Memory for `size` bytes the host is about to write (`proxy_on_memory_allocate`): the scratch
+/// buffer, once, while a read that takes its value from there is in progress and the value fits;
+/// else a fresh allocation of exactly `size` bytes, taken back as a `Vec` of that capacity
+/// ([`take`]).
+pub fn allocate(size: usize) -> *mut u8 {
+    let scratch = SCRATCH.with(|s| {
+        (s.armed.replace(false) && size <= SCRATCH_SIZE).then(|| s.bytes.get().cast::<u8>())
+    });
+    scratch.unwrap_or_else(|| {
+        let mut memory = std::mem::ManuallyDrop::new(Vec::<u8>::with_capacity(size));
+        memory.as_mut_ptr()
+    })
+}
+
 /// Takes ownership of `size` bytes the host wrote into memory it had the module allocate
 /// (`proxy_on_memory_allocate`); none when it wrote nothing.
 ///
@@ -160,20 +196,37 @@ pub fn get_map(kind: HeaderMap) -> Result<Vec<(String, String)>, Status> {
 
 /// One header's value; none if the map lacks it.
 pub fn get_map_value(kind: HeaderMap, key: &str) -> Result<Option<String>, Status> {
-    Ok(get_map_bytes(kind, key)?.map(|bytes| {
-        String::from_utf8(bytes)
-            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
-    }))
+    read_map_value(kind, key, |bytes| {
+        String::from_utf8_lossy(bytes).into_owned()
+    })
 }
 
-/// A header's value as the host gave it, bytes with no check of their encoding.
-pub fn get_map_bytes(kind: HeaderMap, key: &str) -> Result<Option<Bytes>, Status> {
+/// A header's value as the host gave it, bytes with no check of their encoding, handed to
+/// `read`; none if the map lacks it. A value of up to [`SCRATCH_SIZE`] bytes is written into
+/// the scratch buffer rather than a fresh allocation, so reading a response's `:status` (every
+/// request does) allocates and frees nothing.
+pub fn read_map_value<R>(
+    kind: HeaderMap,
+    key: &str,
+    read: impl FnOnce(&[u8]) -> R,
+) -> Result<Option<R>, Status> {
     let (mut data, mut size) = (null_mut(), 0usize);
+    SCRATCH.with(|s| s.armed.set(true));
     let raw = unsafe {
         proxy_get_header_map_value(kind as u32, key.as_ptr(), key.len(), &mut data, &mut size)
     };
+    let scratch = SCRATCH.with(|s| {
+        s.armed.set(false);
+        s.bytes.get().cast::<u8>()
+    });
     match Status::of(raw) {
-        Ok(()) => Ok(Some(unsafe { take(data, size) }.unwrap_or_default())),
+        Ok(()) if !data.is_null() && data == scratch => {
+            // Written by the host into the scratch buffer during the call, never more than it
+            // holds (`allocate` hands it out for at most that much).
+            let bytes = unsafe { std::slice::from_raw_parts(data, size.min(SCRATCH_SIZE)) };
+            Ok(Some(read(bytes)))
+        }
+        Ok(()) => Ok(Some(read(&unsafe { take(data, size) }.unwrap_or_default()))),
         Err(Status::NotFound) => Ok(None),
         Err(status) => Err(status),
     }

@@ -187,17 +187,18 @@ impl Http {
 
     /// The response's headers: the outcome, with the drain signal taken off.
     pub fn on_response_headers(&mut self) -> Action {
-        let status = hostcalls::get_map_bytes(HeaderMap::Response, ":status")
+        let status = hostcalls::read_map_value(HeaderMap::Response, ":status", status_code)
             .ok()
             .flatten()
-            .and_then(|s| status_code(&s));
+            .flatten();
         let Some(status) = status else {
             return Action::Continue;
         };
-        let signalled = hostcalls::get_map_bytes(HeaderMap::Response, drain::SIGNAL_HEADER)
-            .ok()
-            .flatten()
-            .is_some();
+        let signalled =
+            hostcalls::read_map_value(HeaderMap::Response, drain::SIGNAL_HEADER, |_| ())
+                .ok()
+                .flatten()
+                .is_some();
         if signalled {
             let _ = hostcalls::remove_map_value(HeaderMap::Response, drain::SIGNAL_HEADER);
         }

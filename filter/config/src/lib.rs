@@ -64,7 +64,7 @@ mod validate;
 pub use validate::label_value_problem;
 
 use serde::{Deserialize, Deserializer, Serialize};
-use status_match::StatusMatch;
+use status_match::{StatusMatch, StatusSet};
 use std::fmt;
 use std::ops::RangeInclusive;
 use std::time::Duration;
@@ -487,7 +487,7 @@ pub struct Passive {
     pub max_fails: u32,
     /// Answers that count as failures, at most [`MAX_UNHEALTHY_STATUSES`].
     #[serde(deserialize_with = "unhealthy_statuses")]
-    pub unhealthy_status: Vec<StatusMatch>,
+    pub unhealthy_status: StatusSet,
     /// A request this slow counts as failed, and counts the moment it is this late even while it
     /// is still waiting for its answer. `null` for off.
     #[serde(with = "duration::optional")]
@@ -501,11 +501,11 @@ impl Default for Passive {
         Passive {
             fail_duration: Duration::from_secs(10),
             max_fails: 3,
-            unhealthy_status: vec![
+            unhealthy_status: StatusSet::new(vec![
                 StatusMatch::Code(502),
                 StatusMatch::Code(503),
                 StatusMatch::Code(504),
-            ],
+            ]),
             unhealthy_latency: None,
         }
     }
@@ -524,10 +524,11 @@ impl<'de> json::Item<'de> for StatusMatch {
 }
 
 /// `unhealthy_status`: a list of at most [`MAX_UNHEALTHY_STATUSES`] statuses.
-fn unhealthy_statuses<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<StatusMatch>, D::Error> {
+fn unhealthy_statuses<'de, D: Deserializer<'de>>(d: D) -> Result<StatusSet, D::Error> {
     json::list(d, MAX_UNHEALTHY_STATUSES, || {
         format!("at most {MAX_UNHEALTHY_STATUSES} statuses are allowed")
     })
+    .map(StatusSet::new)
 }
 
 /// `health_checks.outlier`: peer-relative outlier detection (not a Caddy field). What a

@@ -50,6 +50,54 @@ impl StatusMatch {
     }
 }
 
+/// The statuses a list of matchers matches, as a set of codes (100–599): whether an answer is
+/// in it is one bit's test, since every request's answer is checked against it. The list stays
+/// as written, for what is read back and written out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusSet {
+    matchers: Vec<StatusMatch>,
+    /// Bit `code - 100` for each code matched.
+    codes: [u64; 8],
+}
+
+impl StatusSet {
+    /// The set `matchers` match.
+    pub fn new(matchers: Vec<StatusMatch>) -> StatusSet {
+        let mut codes = [0u64; 8];
+        for code in 100..=599u16 {
+            if matchers.iter().any(|m| m.matches(code)) {
+                let at = usize::from(code - 100);
+                if let Some(word) = codes.get_mut(at / 64) {
+                    *word |= 1 << (at % 64);
+                }
+            }
+        }
+        StatusSet { matchers, codes }
+    }
+
+    /// Whether `status` is matched.
+    #[inline]
+    pub fn contains(&self, status: u16) -> bool {
+        let Some(at) = status.checked_sub(100).map(usize::from) else {
+            return false;
+        };
+        self.codes
+            .get(at / 64)
+            .is_some_and(|word| (word >> (at % 64)) & 1 == 1)
+    }
+
+    /// The matchers, as written.
+    pub fn matchers(&self) -> &[StatusMatch] {
+        &self.matchers
+    }
+}
+
+impl Serialize for StatusSet {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.matchers.serialize(serializer)
+    }
+}
+
 impl fmt::Display for StatusMatch {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         match self {
@@ -117,6 +165,25 @@ mod tests {
         assert!(!StatusMatch::Class(2).matches(300));
         assert!(StatusMatch::Code(503).matches(503));
         assert!(!StatusMatch::Code(503).matches(502));
+    }
+
+    #[test]
+    fn a_set_holds_exactly_the_statuses_its_matchers_match_and_is_written_as_they_are() {
+        let matchers = vec![
+            StatusMatch::Code(429),
+            StatusMatch::Class(5),
+            StatusMatch::Code(100),
+        ];
+        let set = StatusSet::new(matchers.clone());
+        for status in 0..=u16::MAX {
+            let matched = matchers.iter().any(|m| m.matches(status));
+            assert_eq!(set.contains(status), matched, "{status}");
+        }
+        assert!(!StatusSet::new(Vec::new()).contains(502));
+        assert_eq!(
+            serde_json::to_string(&set).ok().as_deref(),
+            Some("[429,\"5xx\",100]")
+        );
     }
 
     #[test]

@@ -154,7 +154,7 @@ impl RequestOutcome {
         let late = |latency: Duration| config.unhealthy_latency.is_some_and(|l| latency >= l);
         let counts = match self {
             RequestOutcome::Answered { status, latency } => {
-                config.unhealthy_status.iter().any(|m| m.matches(status)) || late(latency)
+                config.unhealthy_status.contains(status) || late(latency)
             }
             RequestOutcome::Failed(_) | RequestOutcome::RetriedElsewhere => true,
             RequestOutcome::StillWaiting(waited) => late(waited),

@@ -71,8 +71,8 @@ fn absent_blocks_take_the_seed_values_and_documented_defaults() {
     let p = &c.health_checks.passive;
     assert_eq!((p.fail_duration, p.max_fails), (Duration::from_secs(10), 3));
     assert_eq!(
-        p.unhealthy_status,
-        [502, 503, 504].map(StatusMatch::Code).to_vec(),
+        p.unhealthy_status.matchers(),
+        [502, 503, 504].map(StatusMatch::Code),
         "the incident's 502 must count"
     );
     assert_eq!(p.unhealthy_latency, None);
@@ -133,7 +133,7 @@ fn every_documented_field_is_read() {
     let p = &c.health_checks.passive;
     assert_eq!((p.fail_duration, p.max_fails), (Duration::from_secs(30), 5));
     assert_eq!(
-        p.unhealthy_status,
+        p.unhealthy_status.matchers(),
         [StatusMatch::Code(500), StatusMatch::Class(5)]
     );
     assert_eq!(p.unhealthy_latency, Some(Duration::from_secs(1)));
