@@ -45,6 +45,13 @@ use upcheck_policy::Time;
 /// Numbers VMs apart, whatever their version: a plain counter.
 const VM_SEQUENCE: &str = "upcheck.vm_sequence";
 
+/// How many passive changes took a backend out ([`Applied::takes_out`]): an empty value set
+/// after each such write of the passive table, whose compare-and-swap number a VM reads before
+/// each pick. Reading it copies nothing, so learning that another worker just took a backend
+/// out costs a request one host call, and the table itself is read only then (the failures
+/// that do not take a backend out wait for the tick, as every other table does).
+const PASSIVE_TAKEN_OUT: &str = "upcheck.v5.passive_taken_out";
+
 /// How often a compare-and-swap is retried against other workers' writes.
 const CAS_ATTEMPTS: usize = 16;
 
@@ -206,12 +213,26 @@ pub fn update_passive(
     change: &PassiveChange,
     checks: &HealthChecks,
 ) -> Option<(PassiveTable, Applied)> {
-    update(
+    let written = update(
         PASSIVE,
         tables::decode_passive,
         tables::encode_passive,
         |table| change.apply(table, checks),
-    )
+    );
+    if written
+        .as_ref()
+        .is_some_and(|(_, applied)| applied.takes_out())
+    {
+        let _ = hostcalls::set_shared_data(PASSIVE_TAKEN_OUT, Some(&[]), None);
+    }
+    written
+}
+
+/// The count of passive changes that took a backend out ([`PASSIVE_TAKEN_OUT`]) if it moved
+/// since `seen`.
+pub fn passive_taken_out_since(seen: Option<u32>) -> Option<u32> {
+    let (_, cas) = hostcalls::get_shared_data(PASSIVE_TAKEN_OUT).ok()?;
+    cas.filter(|cas| seen != Some(*cas))
 }
 
 /// The history of changes, if it changed since `seen`.

@@ -78,13 +78,21 @@ pub struct Vm {
     seen_announced: Option<u32>,
     seen_active: Option<u32>,
     seen_passive: Option<u32>,
+    /// How many passive changes had taken a backend out when this VM last looked.
+    seen_passive_taken_out: Option<u32>,
     seen_history: Option<u32>,
 }
 
 impl Vm {
-    /// Picks the backend for one request: the policy checks a suspect pick against the
-    /// process-wide table first ([`Pool::pick_checked`]), read here only when it asks.
+    /// Picks the backend for one request. The passive table goes in first if a VM took a
+    /// backend out since this one last looked (one read of a count), so a backend another worker
+    /// ejected a moment ago gets none of this worker's users either; and the policy checks a
+    /// suspect pick against the table ([`Pool::pick_checked`]), read here only when it asks.
     pub fn pick(&mut self) -> Option<Pick> {
+        if let Some(count) = shared::passive_taken_out_since(self.seen_passive_taken_out) {
+            self.seen_passive_taken_out = Some(count);
+            self.take_in_passive(now());
+        }
         let now = self.last_tick;
         let pool = self.pool.as_mut()?;
         let seen = &mut self.seen_passive;
@@ -151,15 +159,24 @@ impl Vm {
         let Some(pool) = self.pool.as_mut() else {
             return;
         };
-        let mut effects = Effects::default();
         if let Some((table, cas)) = shared::read_active(self.seen_active) {
-            effects.extend(pool.active_published(&table, now));
+            let effects = pool.active_published(&table, now);
             self.seen_active = Some(cas);
+            self.carry_out(effects, now);
         }
-        if let Some((table, cas)) = shared::read_passive(self.seen_passive) {
-            effects.extend(pool.passive_published(&table, now));
-            self.seen_passive = Some(cas);
-        }
+        self.take_in_passive(now);
+    }
+
+    /// Takes in the passive table if it changed since the last look.
+    fn take_in_passive(&mut self, now: Time) {
+        let Some(pool) = self.pool.as_mut() else {
+            return;
+        };
+        let Some((table, cas)) = shared::read_passive(self.seen_passive) else {
+            return;
+        };
+        self.seen_passive = Some(cas);
+        let effects = pool.passive_published(&table, now);
         self.carry_out(effects, now);
     }
 
@@ -180,6 +197,7 @@ impl Vm {
         self.seen_announced = None;
         self.seen_active = None;
         self.seen_passive = None;
+        self.seen_passive_taken_out = None;
         self.seen_history = None;
     }
 

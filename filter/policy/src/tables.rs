@@ -322,6 +322,15 @@ pub struct Applied {
     pub ejection: Option<(Verdict, Ejection)>,
 }
 
+impl Applied {
+    /// Whether the change took its backend out: a failure that filled the window, or an outlier
+    /// ejection. Every other VM must hear of that before its next pick, not at its next tick,
+    /// or a worker that has seen no failure of its own sends the backend one more user.
+    pub fn takes_out(&self) -> bool {
+        matches!(self.failure, Some((_, Recorded::Filled { .. }))) || self.ejection.is_some()
+    }
+}
+
 /// Backend `name`'s entry in `table`, added if it is not there yet.
 fn entry_mut<'a>(table: &'a mut PassiveTable, key: &str) -> Option<&'a mut PassiveHealth> {
     let at = match table.iter().position(|(k, _)| k == key) {
@@ -705,6 +714,12 @@ mod tests {
                 ..
             })
         ));
+        let took_out: Vec<bool> = applied.iter().map(Applied::takes_out).collect();
+        assert_eq!(
+            took_out,
+            [false, false, true],
+            "only the failure that filled it"
+        );
     }
 
     #[test]
@@ -720,6 +735,13 @@ mod tests {
             })
             .collect();
         assert_eq!(ejected, [false, false, false, false, true, false]);
+        // The ejection takes the backend out, whatever the window says.
+        let mut table = PassiveTable::new();
+        let applied: Vec<Applied> = (1..=6)
+            .map(|t| news("app2", secs(t), &checks).apply(&mut table, &checks))
+            .collect();
+        let ejecting = applied.iter().find(|a| a.ejection.is_some());
+        assert!(ejecting.is_some_and(Applied::takes_out), "{applied:?}");
         let success = PassiveChange::Request(RequestNews {
             key: "app2".into(),
             at: secs(7),
