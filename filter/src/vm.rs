@@ -3,7 +3,8 @@
 //!
 //! It holds this VM's [`Pool`]: a copy of the process-wide tables refreshed every tick, plus
 //! whatever this VM itself just observed, so a worker reacts to its own failures at once and to
-//! everyone else's within one tick. Whatever the pool returns goes through [`Vm::carry_out`]:
+//! everyone else's within one tick, and to a backend another worker took out before its next
+//! pick. Whatever the pool returns goes through [`Vm::carry_out`]:
 //! changes are shared by compare-and-swap and the written table goes back in, probes are sent,
 //! the probe table is published, and events become log lines and metrics.
 
