@@ -109,7 +109,7 @@ extern "C" {
 const STREAM_HTTP_REQUEST: u32 = 0;
 
 /// How many bytes a value read through the scratch buffer may have.
-pub const SCRATCH_SIZE: usize = 64;
+const SCRATCH_SIZE: usize = 64;
 
 /// Where the host writes a small value the module reads only during the call that asked for it
 /// ([`read_map_value`]): handed out by [`allocate`] for one allocation while a call is armed.

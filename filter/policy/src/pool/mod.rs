@@ -552,8 +552,10 @@ impl<H> Pool<H> {
     /// Picks the backend for one request, checking a suspect pick against the process-wide
     /// passive table first ([`Pool::suspect`]), so a backend another VM just ejected is not sent
     /// one more request: `latest` reads that table (`None` when it did not change since this VM
-    /// last took it in), and only for a suspect pick, so a clean backend costs no shared-data
-    /// read. What taking the table in asks for goes to `carry_out` (only then, so the common
+    /// last took it in), and only for a suspect pick, so a clean backend costs no read of the
+    /// table. (A VM that has seen no failure of a backend another took out learns of it before
+    /// this, from the count [`crate::tables::Applied::takes_out`] keeps the adapter's pick
+    /// reading.) What taking the table in asks for goes to `carry_out` (only then, so the common
     /// pick carries nothing); returns the final pick.
     pub fn pick_checked(
         &mut self,
