@@ -86,6 +86,9 @@ impl PassiveHealth {
 
     /// Failures remembered at `now`.
     pub fn count(&self, now: Time, config: &PassiveConfig) -> u32 {
+        if self.failures.is_empty() {
+            return 0; // as for nearly every request's backend
+        }
         let live = self
             .failures
             .iter()

@@ -51,7 +51,11 @@ impl fmt::Display for Bounds {
 
 /// The latency bucket of `latency`.
 pub(super) fn latency_bucket(latency: Duration) -> usize {
-    let ms = crate::time::millis(latency);
+    // Under a second, as nearly every answer is, the milliseconds need no overflow check.
+    let ms = match latency.as_secs() {
+        0 => u64::from(latency.subsec_millis()),
+        _ => crate::time::millis(latency),
+    };
     let bits = usize::try_from(u64::BITS - ms.leading_zeros()).unwrap_or(LATENCY_BUCKETS);
     bits.min(LATENCY_BUCKETS - 1)
 }

@@ -42,7 +42,9 @@ impl Bucket {
                 self.failures = self.failures.saturating_add(1);
                 self.last_failure = self.last_failure.max(Some((at, kind)));
             }
-            None => self.last_served = self.last_served.max(Some(at)),
+            // Most requests end at the time of the latest tick, already the latest served.
+            None if self.last_served.is_none_or(|t| t < at) => self.last_served = Some(at),
+            None => {}
         }
         if let Some(slot) = latency.and_then(|l| self.latency.get_mut(latency_bucket(l))) {
             *slot = slot.saturating_add(1);
@@ -89,9 +91,14 @@ fn half_window(window: Duration) -> u64 {
     (nanos(window) / 2).max(1)
 }
 
+/// The half-window `at` falls in.
+fn half_index(at: Time, window: Duration) -> u64 {
+    nanos(at) / half_window(window)
+}
+
 /// Where a time falls among the half-windows of a window: worked out once, for a tick that
 /// weighs every backend's traffic at the same time.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct WindowClock {
     /// The half-window it falls in.
     half: u64,
@@ -111,11 +118,6 @@ impl WindowClock {
     }
 }
 
-/// The half-window `at` falls in.
-fn half_index(at: Time, window: Duration) -> u64 {
-    nanos(at) / half_window(window)
-}
-
 impl Traffic {
     /// Counts one request that ended at `at`: `failure` says how it failed, if it did; `latency`
     /// is how long its answer took, if it was answered. An outcome older than the previous
@@ -127,8 +129,22 @@ impl Traffic {
         latency: Option<Duration>,
         window: Duration,
     ) {
-        let half = half_index(at, window);
-        self.roll_to(half);
+        self.record_at(WindowClock::new(at, window), at, failure, latency);
+    }
+
+    /// [`Traffic::record`] with `at`'s place in the window worked out already (`clock`): what
+    /// a caller counting every request at the time of its latest tick works out once a tick.
+    pub fn record_at(
+        &mut self,
+        clock: WindowClock,
+        at: Time,
+        failure: Option<FailureKind>,
+        latency: Option<Duration>,
+    ) {
+        let half = clock.half;
+        if half != self.half {
+            self.roll_to(half);
+        }
         let bucket = match self.half - half {
             0 => &mut self.current,
             1 => &mut self.previous,

@@ -36,7 +36,7 @@ use crate::events::{Effects, Event};
 use crate::guard::{Evidence, Guard};
 use crate::history::Change;
 use crate::outcome::RequestOutcome;
-use crate::outlier::Traffic;
+use crate::outlier::{Traffic, WindowClock};
 use crate::passive::Outstanding;
 use crate::schedule::{ProbeSlot, Schedule};
 use crate::select::Rotation;
@@ -267,6 +267,9 @@ pub struct Pool<H = ()> {
     /// stalled up to one tick early, which is why `stall_after` is 500 ms or more, and a latency
     /// is a whole number of ticks, which `min_latency` (250 ms) and the factor of 4 absorb.
     ticked: Time,
+    /// Where `ticked` falls in the outlier rules' window: worked out once a tick (and at each
+    /// configuration, which may change the window) for every request counted until the next.
+    ticked_clock: WindowClock,
     /// This pool's newest changes, oldest first, as the process-wide history was last read or
     /// written ([`crate::history`]).
     history: Vec<Change>,
@@ -293,6 +296,7 @@ impl<H> Pool<H> {
             weights: Vec::new(),
             outstanding: Outstanding::default(),
             ticked: now,
+            ticked_clock: WindowClock::default(),
             history: Vec::new(),
         };
         pool.configure(config, now, handles);
@@ -369,6 +373,7 @@ impl<H> Pool<H> {
             }
         }
         self.config = config;
+        self.ticked_clock = WindowClock::new(self.ticked, self.config.health_checks.outlier.window);
         self.heard = self.members.iter().any(|m| m.evidence.heard_from());
         self.changed = true;
         // The new configuration has a lease of its own, which another VM may win: until this
@@ -486,6 +491,7 @@ impl<H> Pool<H> {
     pub fn tick(&mut self, now: Time) -> Effects {
         let mut effects = Effects::default();
         self.ticked = now;
+        self.ticked_clock = WindowClock::new(now, self.config.health_checks.outlier.window);
         if let Some(latency) = self.config.health_checks.passive.unhealthy_latency {
             for late in self.outstanding.overdue(now, latency) {
                 if self.draining(late.backend) {
@@ -588,11 +594,13 @@ impl<H> Pool<H> {
     /// Picks the backend for one request. `now` matters only at cold start, so a caller may
     /// pass a recent time (its last tick) rather than read the clock per request.
     pub fn pick(&mut self, now: Time) -> Pick {
-        let wait_until = self
-            .started
-            .saturating_add(self.config.health_checks.active.timeout);
-        if !self.heard && now < wait_until && self.config.proxy.resumes_held_requests() {
-            return Pick::Wait(wait_until);
+        if !self.heard {
+            let wait_until = self
+                .started
+                .saturating_add(self.config.health_checks.active.timeout);
+            if now < wait_until && self.config.proxy.resumes_held_requests() {
+                return Pick::Wait(wait_until);
+            }
         }
         match self.rotation.advance() {
             Some(i) => Pick::Backend(i),

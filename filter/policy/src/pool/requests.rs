@@ -149,7 +149,8 @@ impl<H> Pool<H> {
             return ForOutliers::Nothing;
         }
         let kind = outcome.outlier_failure();
-        m.traffic.record(self.ticked, kind, latency, config.window);
+        m.traffic
+            .record_at(self.ticked_clock, self.ticked, kind, latency);
         match kind {
             Some(kind) => ForOutliers::Failure(kind),
             None if m.evidence.passive.run > 0 => ForOutliers::EndsRun,
