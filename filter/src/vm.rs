@@ -120,12 +120,7 @@ impl Vm {
             self.counted.push(backend);
         }
         let started = pool.times_requests().then(now);
-        pool.request_routed(context, backend, started);
-        let routed = Routed {
-            index: backend,
-            generation: pool.generation(),
-        };
-        Some((routed, started))
+        Some((pool.request_routed(context, backend, started), started))
     }
 
     /// Adds each backend's requests counted since the last flush to its `requests` counter.

@@ -56,7 +56,7 @@ pub use config::{Config, ConfigError, Proxy, Role, RoutingMode, StatusPage};
 pub use events::{Effects, Event, Level};
 pub use guard::{Evidence, Guard, Routing};
 pub use outcome::{ProxyFailure, RequestOutcome};
-pub use passive::{Outstanding, PassiveHealth};
+pub use passive::{InFlight, Outstanding, PassiveHealth};
 pub use pool::{Member, Pick, Pool, Retried, Routed};
 pub use state::State;
 pub use time::{nanos, tick_due, Time, TICK, WAKE};

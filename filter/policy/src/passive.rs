@@ -10,6 +10,7 @@ use crate::outlier::{Standing, Traffic};
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
+use std::num::NonZeroU32;
 use std::time::Duration;
 use upcheck_config::Passive as PassiveConfig;
 
@@ -149,18 +150,39 @@ impl PassiveHealth {
 }
 
 /// The requests one VM has in flight, so one that hangs counts as failed the moment it is
-/// `unhealthy_latency` late rather than when it finally ends.
+/// `unhealthy_latency` late rather than when it finally ends. Each is kept in a slot it is
+/// handed back by ([`InFlight`], carried with the request), so that beginning and ending one
+/// costs the same however many are in flight; a slot a request ended in takes the next.
 #[derive(Debug, Default, Clone)]
 pub struct Outstanding {
-    entries: Vec<Pending>,
+    slots: Vec<Option<Pending>>,
+    /// The slots no request holds.
+    free: Vec<usize>,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Pending {
+    /// The host's number for the request: a slot since taken by another is not this one's.
     id: u32,
     backend: usize,
     started: Time,
     late: bool,
+}
+
+/// Where a request in flight is kept ([`Outstanding::begin`]); only the pool makes one. Its
+/// slot, counted from one, so that a request's `Option<InFlight>` is four bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InFlight(NonZeroU32);
+
+impl InFlight {
+    fn of(slot: usize) -> Option<InFlight> {
+        let number = u32::try_from(slot).ok()?.checked_add(1)?;
+        NonZeroU32::new(number).map(InFlight)
+    }
+
+    fn slot(self) -> usize {
+        usize::try_from(self.0.get() - 1).unwrap_or(usize::MAX)
+    }
 }
 
 /// A request that just became late.
@@ -175,52 +197,75 @@ pub struct Late {
 }
 
 impl Outstanding {
-    /// Starts tracking request `id` to `backend`.
-    pub fn begin(&mut self, id: u32, backend: usize, now: Time) {
-        self.entries.push(Pending {
+    /// Starts tracking request `id` to `backend`: where it is kept, for [`Outstanding::end`].
+    /// `None` only past four billion requests in flight at once.
+    pub fn begin(&mut self, id: u32, backend: usize, now: Time) -> Option<InFlight> {
+        let pending = Some(Pending {
             id,
             backend,
             started: now,
             late: false,
         });
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
+        let at = InFlight::of(slot)?;
+        *self.slots.get_mut(slot)? = pending;
+        Some(at)
     }
 
-    /// Stops tracking request `id`: when it started and whether it was already counted late
-    /// (`None` if it was not tracked).
-    pub fn end(&mut self, id: u32) -> Option<(Time, bool)> {
-        let i = self.entries.iter().position(|p| p.id == id)?;
-        let p = self.entries.swap_remove(i);
-        Some((p.started, p.late))
+    /// Stops tracking request `id`, kept `at`: when it started and whether it was already
+    /// counted late (`None` if it is not tracked there).
+    pub fn end(&mut self, id: u32, at: InFlight) -> Option<(Time, bool)> {
+        let slot = self.slots.get_mut(at.slot())?;
+        let ended = slot
+            .as_ref()
+            .filter(|p| p.id == id)
+            .map(|p| (p.started, p.late))?;
+        *slot = None;
+        self.free.push(at.slot());
+        Some(ended)
     }
 
     /// When each request to `backend` still in flight started.
     pub fn starts(&self, backend: usize) -> Vec<Time> {
-        self.entries
-            .iter()
+        self.pending()
             .filter(|p| p.backend == backend)
             .map(|p| p.started)
             .collect()
     }
 
+    /// Every request in flight.
+    fn pending(&self) -> impl Iterator<Item = &Pending> {
+        self.slots.iter().flatten()
+    }
+
     /// Follows a reconfiguration (`kept[new] = Some(old)`): requests to a removed backend are
     /// no longer its business.
     pub fn remap(&mut self, kept: &[Option<usize>]) {
-        self.entries.retain_mut(
-            |p| match kept.iter().position(|old| *old == Some(p.backend)) {
-                Some(new) => {
-                    p.backend = new;
-                    true
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let Some(p) = slot else {
+                continue;
+            };
+            match kept.iter().position(|old| *old == Some(p.backend)) {
+                Some(new) => p.backend = new,
+                None => {
+                    *slot = None;
+                    self.free.push(i);
                 }
-                None => false,
-            },
-        );
+            }
+        }
     }
 
     /// Marks every request that is `latency` late at `now` and not yet counted, and returns
     /// each.
     pub fn overdue(&mut self, now: Time, latency: Duration) -> Vec<Late> {
         let mut late = Vec::new();
-        for p in self.entries.iter_mut().filter(|p| !p.late) {
+        for p in self.slots.iter_mut().flatten().filter(|p| !p.late) {
             let waited = now.saturating_sub(p.started);
             if waited >= latency {
                 p.late = true;
@@ -232,10 +277,5 @@ impl Outstanding {
             }
         }
         late
-    }
-
-    /// Whether none is in flight.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 }

@@ -224,6 +224,7 @@ mod tests {
                     Routed {
                         index: 0,
                         generation: pool.generation(),
+                        flight: None,
                     },
                     Retried::No,
                     failed,

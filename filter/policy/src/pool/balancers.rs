@@ -243,6 +243,7 @@ mod evidence_tests {
             let routed = Routed {
                 index,
                 generation: self.pool.generation(),
+                flight: None,
             };
             let share = self
                 .pool

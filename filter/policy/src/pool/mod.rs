@@ -37,7 +37,7 @@ use crate::guard::{Evidence, Guard};
 use crate::history::Change;
 use crate::outcome::RequestOutcome;
 use crate::outlier::{Traffic, WindowClock};
-use crate::passive::Outstanding;
+use crate::passive::{InFlight, Outstanding};
 use crate::schedule::{ProbeSlot, Schedule};
 use crate::select::Rotation;
 use crate::state::State;
@@ -73,6 +73,9 @@ pub struct Routed {
     pub index: usize,
     /// Which configuration that was (see [`Pool::generation`]).
     pub generation: u32,
+    /// Where the pool keeps the request while it is in flight, if it does
+    /// ([`Pool::request_routed`]).
+    pub flight: Option<InFlight>,
 }
 
 /// Whether the proxy retried a request, by its own word.

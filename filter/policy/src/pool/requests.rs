@@ -14,11 +14,14 @@ use std::time::Duration;
 
 impl<H> Pool<H> {
     /// A request `id` was sent to backend `index` at `now` (when requests are timed; otherwise,
-    /// when outliers are detected, it is taken to have started at the latest tick).
-    pub fn request_routed(&mut self, id: u32, index: usize, now: Option<Time>) {
+    /// when outliers are detected, it is taken to have started at the latest tick): what the
+    /// request is to carry until it settles.
+    pub fn request_routed(&mut self, id: u32, index: usize, now: Option<Time>) -> Routed {
         let started = now.or_else(|| self.detects_outliers().then_some(self.ticked));
-        if let Some(started) = started {
-            self.outstanding.begin(id, index, started);
+        Routed {
+            index,
+            generation: self.generation,
+            flight: started.and_then(|started| self.outstanding.begin(id, index, started)),
         }
     }
 
@@ -34,7 +37,9 @@ impl<H> Pool<H> {
         now: impl Fn() -> Time,
     ) -> Effects {
         let mut effects = Effects::default();
-        let ended = self.outstanding.end(id);
+        let ended = picked
+            .flight
+            .and_then(|flight| self.outstanding.end(id, flight));
         // A backend removed meanwhile, or a request from two configurations ago: its outcome
         // belongs to no backend this pool knows by that position.
         let Some(picked) = self.current(picked) else {

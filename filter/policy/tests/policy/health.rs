@@ -166,8 +166,8 @@ fn memory_per_backend_stays_at_max_fails_whatever_the_traffic() {
 #[test]
 fn a_request_counts_as_failed_the_moment_it_is_unhealthy_latency_late() {
     let mut flight = Outstanding::default();
-    flight.begin(1, 0, ms(0));
-    flight.begin(2, 1, ms(500));
+    let first = flight.begin(1, 0, ms(0)).expect("a slot");
+    let second = flight.begin(2, 1, ms(500)).expect("a slot");
     assert!(flight.overdue(ms(999), ms(1_000)).is_empty());
     assert_eq!(
         flight.overdue(ms(1_000), ms(1_000)),
@@ -182,13 +182,22 @@ fn a_request_counts_as_failed_the_moment_it_is_unhealthy_latency_late() {
         "counted once"
     );
     assert_eq!(
-        flight.end(1),
+        flight.end(1, first),
         Some((ms(0), true)),
         "its completion must not count again"
     );
-    assert_eq!(flight.end(2), Some((ms(500), false)));
-    assert_eq!(flight.end(2), None, "ended once");
-    assert!(flight.is_empty());
+    assert_eq!(flight.end(2, first), None, "kept where request 1 was");
+    assert_eq!(flight.end(2, second), Some((ms(500), false)));
+    assert_eq!(flight.end(2, second), None, "ended once");
+    let third = flight.begin(3, 0, ms(600)).expect("a slot");
+    assert_eq!(third, second, "a slot a request ended in takes the next");
+    assert_eq!(
+        flight.end(2, third),
+        None,
+        "a slot since taken is not request 2's"
+    );
+    assert_eq!(flight.end(3, third), Some((ms(600), false)));
+    assert!(flight.starts(0).is_empty() && flight.starts(1).is_empty());
 }
 
 #[test]

@@ -1467,13 +1467,12 @@ fn an_ejection_the_cap_held_back_is_reported_once_when_it_takes_effect() {
 fn a_success_at_a_backend_on_no_run_of_failures_reads_no_clock_and_shares_nothing_until_the_tick() {
     let mut proxy = fleet(&["app1", "app2"], "");
     proxy.tick(secs(1));
-    proxy.pool.request_routed(7, 0, None);
-    let effects =
-        proxy
-            .pool
-            .request_settled(7, proxy.routed(0), Retried::No, answered(200), || {
-                panic!("the clock was read for a success")
-            });
+    let routed = proxy.pool.request_routed(7, 0, None);
+    let effects = proxy
+        .pool
+        .request_settled(7, routed, Retried::No, answered(200), || {
+            panic!("the clock was read for a success")
+        });
     assert!(effects.is_empty(), "{effects:?}");
     let before = proxy.table.clone();
     let tick = proxy.pool.tick(secs(1) + ms(200));

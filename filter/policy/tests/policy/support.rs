@@ -123,11 +123,12 @@ impl DerefMut for Proxy {
 }
 
 impl Proxy {
-    /// Backend `index` as a request routed now records it.
+    /// Backend `index` as a request the pool never saw routed names it.
     pub fn routed(&self, index: usize) -> Routed {
         Routed {
             index,
             generation: self.pool.generation(),
+            flight: None,
         }
     }
 
@@ -250,12 +251,12 @@ impl Proxy {
             let name = self.pool.members()[i].name().to_owned();
             let id = self.next_request;
             self.next_request += 1;
-            self.pool.request_routed(id, i, None);
+            let routed = self.pool.request_routed(id, i, None);
             let outcome = answer(&name, at);
             if let Some(outcome) = outcome {
-                let effects =
-                    self.pool
-                        .request_settled(id, self.routed(i), Retried::No, outcome, || at);
+                let effects = self
+                    .pool
+                    .request_settled(id, routed, Retried::No, outcome, || at);
                 self.carry_out(effects, at);
             }
             served.push(Served { at, name, outcome });
