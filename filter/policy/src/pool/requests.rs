@@ -40,6 +40,11 @@ impl<H> Pool<H> {
         let ended = picked
             .flight
             .and_then(|flight| self.outstanding.end(id, flight));
+        if let (Retried::No, RequestOutcome::Answered { status, latency }) = (retried, outcome) {
+            if self.settle_quiet(picked, ended, status, latency) {
+                return effects;
+            }
+        }
         // A backend removed meanwhile, or a request from two configurations ago: its outcome
         // belongs to no backend this pool knows by that position.
         let Some(picked) = self.current(picked) else {
@@ -76,6 +81,47 @@ impl<H> Pool<H> {
             }
         }
         effects
+    }
+
+    /// Settles a request answered `status` after `latency` (zero when not timed), which ended
+    /// as `ended` says, if it is a quiet success: an answer the passive checks do not count, at
+    /// a backend known to serve, not on a run of failures and not draining, so that it changes
+    /// nothing shared and only this VM's traffic counts it ([`Pool::settle_lazily`] would come
+    /// to the same, by the general way). Whether it was.
+    fn settle_quiet(
+        &mut self,
+        picked: Routed,
+        ended: Option<(Time, bool)>,
+        status: u16,
+        latency: Duration,
+    ) -> bool {
+        let passive = &self.config.health_checks.passive;
+        let outlier = &self.config.health_checks.outlier;
+        let late = passive.unhealthy_latency.is_some_and(|l| latency >= l);
+        if status >= 500 || late || passive.unhealthy_status.contains(status) {
+            return false;
+        }
+        let Some(index) = self.current(picked) else {
+            return false;
+        };
+        let Some(m) = self.members.get_mut(index) else {
+            return false;
+        };
+        let evidence = &m.evidence;
+        if evidence.draining() || evidence.passive.run > 0 || !evidence.accepting() {
+            return false;
+        }
+        if outlier.enabled {
+            let latency = match (passive.unhealthy_latency, ended) {
+                (Some(_), _) => Some(latency),
+                (None, Some((started, _))) if started == self.ticked => Some(Duration::ZERO),
+                (None, Some((started, _))) => Some(self.ticked.saturating_sub(started)),
+                (None, None) => None,
+            };
+            m.traffic
+                .record_at(self.ticked_clock, self.ticked, None, latency);
+        }
+        true
     }
 
     /// Where the backend a request was routed to is now, if it is still configured.
