@@ -121,7 +121,8 @@ fn retried<H>(pool: &Pool<H>) -> Retried {
 /// the header lists a second address after the pick, the backend whose turn is next (the pick
 /// again when it is alone): Envoy's `override_host` policy takes one address per attempt, so a
 /// retry goes where upcheck says, not to a backend it took out of rotation. `value` is where
-/// the two are written, a buffer kept for it, so a request allocates nothing for its header.
+/// the two are joined, a buffer kept for it, so a request allocates nothing for its header; a
+/// single name goes to the host as the configuration holds it.
 pub fn route<H>(pool: &Pool<H>, backend: Option<usize>, value: &mut String) {
     let config = pool.config();
     let header = config.route_header.as_str();
@@ -129,15 +130,19 @@ pub fn route<H>(pool: &Pool<H>, backend: Option<usize>, value: &mut String) {
         let _ = hostcalls::remove_map_value(HeaderMap::Request, header);
         return;
     };
+    let pick = up.route_value(config.routing);
+    let retry = match config.routing {
+        RoutingMode::Host => backend.and_then(|i| config.upstreams.get(pool.retry_choice(i))),
+        RoutingMode::Cluster => None,
+    };
+    let Some(other) = retry else {
+        let _ = hostcalls::set_map_value(HeaderMap::Request, header, Some(pick));
+        return;
+    };
     value.clear();
-    value.push_str(up.route_value(config.routing));
-    if config.routing == RoutingMode::Host {
-        let retry = backend.and_then(|i| config.upstreams.get(pool.retry_choice(i)));
-        if let Some(other) = retry {
-            value.push(',');
-            value.push_str(other.route_value(config.routing));
-        }
-    }
+    value.push_str(pick);
+    value.push(',');
+    value.push_str(other.route_value(config.routing));
     let _ = hostcalls::set_map_value(HeaderMap::Request, header, Some(value));
 }
 
