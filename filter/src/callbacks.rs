@@ -224,9 +224,9 @@ pub extern "C" fn proxy_on_done(context_id: u32) -> bool {
 pub extern "C" fn proxy_on_delete(context_id: u32) {
     let stream = STREAMS.with(|streams| match streams.try_borrow_mut() {
         Ok(mut streams) => streams.remove(context_id),
-        Err(_) => None,
+        Err(_) => false,
     });
-    if stream.is_some() {
+    if stream {
         return;
     }
     ROOTS.with(|roots| {

@@ -106,10 +106,15 @@ impl<T> Contexts<T> {
         }
     }
 
-    /// Takes context `id` out, if held.
-    pub fn remove(&mut self, id: u32) -> Option<T> {
-        let mut hole = self.find(id)?;
-        let taken = self.slots.get_mut(hole)?.take()?;
+    /// Drops context `id` where it is held: whether it was. (Dropped in place, never moved out:
+    /// every move of a context is a copy of it.)
+    pub fn remove(&mut self, id: u32) -> bool {
+        let Some(mut hole) = self.find(id) else {
+            return false;
+        };
+        if let Some(place) = self.slots.get_mut(hole) {
+            *place = None;
+        }
         self.held -= 1;
         // Shift back each entry after the hole that may sit there: one whose first slot is not
         // between the hole and where it sits, cyclically.
@@ -131,7 +136,7 @@ impl<T> Contexts<T> {
             }
             at = (at + 1) & mask;
         }
-        Some(taken.context)
+        true
     }
 
     /// Doubles the table (or makes the first) and places every context again.
@@ -171,7 +176,8 @@ mod tests {
             contexts.insert(id, id * 10);
             assert_eq!(contexts.get_mut(id), Some(&mut (id * 10)));
             if id >= 22 {
-                assert_eq!(contexts.remove(id - 20), Some((id - 20) * 10), "{id}");
+                assert_eq!(contexts.get_mut(id - 20), Some(&mut ((id - 20) * 10)));
+                assert!(contexts.remove(id - 20), "{id}");
             }
         }
         assert_eq!(contexts.len(), 20);
@@ -181,7 +187,7 @@ mod tests {
             "20 at once fit the first table"
         );
         assert_eq!(contexts.get_mut(500), None);
-        assert_eq!(contexts.remove(500), None);
+        assert!(!contexts.remove(500));
     }
 
     #[test]
@@ -195,7 +201,7 @@ mod tests {
             contexts.insert(id, 1);
             assert_eq!(contexts.get_mut(id), Some(&mut 1), "{id}");
             if id >= 10_050 {
-                assert_eq!(contexts.remove(id - 50), Some(1), "{id}");
+                assert!(contexts.remove(id - 50), "{id}");
             }
         }
         for id in &hung {
@@ -227,7 +233,7 @@ mod tests {
         }
         // Removed in an order unlike the insertion's, each removal leaving the rest found.
         for (n, id) in ids.iter().enumerate().filter(|(n, _)| n % 3 == 1) {
-            assert_eq!(contexts.remove(*id), Some(n), "{id}");
+            assert!(contexts.remove(*id), "{id}");
         }
         for (i, id) in ids.iter().enumerate() {
             let found = contexts.get_mut(*id).copied();
@@ -243,13 +249,15 @@ mod tests {
         contexts.insert(7, 'b');
         contexts.insert(7 + FIRST_SIZE as u32, 'd');
         assert_eq!(contexts.len(), 2);
-        assert_eq!(contexts.remove(7), Some('b'));
+        assert_eq!(contexts.get_mut(7), Some(&mut 'b'));
+        assert!(contexts.remove(7));
+        assert_eq!(contexts.get_mut(7), None);
         assert_eq!(
             contexts.get_mut(7 + FIRST_SIZE as u32),
             Some(&mut 'd'),
             "shifted back"
         );
-        assert_eq!(contexts.remove(7 + FIRST_SIZE as u32), Some('d'));
+        assert!(contexts.remove(7 + FIRST_SIZE as u32));
         assert_eq!(contexts.len(), 0);
     }
 }
