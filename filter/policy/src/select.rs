@@ -127,6 +127,12 @@ impl Rotation {
         if self.position >= self.width {
             self.position = 0;
             self.round += 1;
+            if self.members.first().is_none_or(|heaviest| heaviest.weight < self.round) {
+                // The cycle ends (at once when every weight is equal): all take the next round.
+                self.round = 1;
+                self.width = self.members.len();
+                return Some(picked);
+            }
             while self
                 .width
                 .checked_sub(1)
@@ -134,10 +140,6 @@ impl Rotation {
                 .is_some_and(|m| m.weight < self.round)
             {
                 self.width -= 1;
-            }
-            if self.width == 0 {
-                self.round = 1;
-                self.width = self.members.len();
             }
         }
         Some(picked)
