@@ -266,6 +266,19 @@ pub fn get_property(path: &str) -> Result<Option<Bytes>, Status> {
     }
 }
 
+/// Only the compare-and-swap number of a shared-data value (none if the key does not exist or
+/// the host refuses): for a value whose number is all it says, read on every request. The
+/// host allocates nothing for an empty value; anything it did hand over is freed.
+pub fn shared_data_cas(key: &str) -> Option<u32> {
+    let (mut data, mut size, mut cas) = (null_mut(), 0usize, 0u32);
+    let raw =
+        unsafe { proxy_get_shared_data(key.as_ptr(), key.len(), &mut data, &mut size, &mut cas) };
+    if !data.is_null() {
+        drop(unsafe { take(data, size) });
+    }
+    (Status::of(raw).is_ok() && cas != 0).then_some(cas)
+}
+
 /// A shared-data value and its compare-and-swap number; neither if the key does not exist.
 pub fn get_shared_data(key: &str) -> Result<(Option<Bytes>, Option<u32>), Status> {
     let (mut data, mut size, mut cas) = (null_mut(), 0usize, 0u32);

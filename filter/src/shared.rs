@@ -231,8 +231,7 @@ pub fn update_passive(
 /// The count of passive changes that took a backend out ([`PASSIVE_TAKEN_OUT`]) if it moved
 /// since `seen`.
 pub fn passive_taken_out_since(seen: Option<u32>) -> Option<u32> {
-    let (_, cas) = hostcalls::get_shared_data(PASSIVE_TAKEN_OUT).ok()?;
-    cas.filter(|cas| seen != Some(*cas))
+    hostcalls::shared_data_cas(PASSIVE_TAKEN_OUT).filter(|cas| seen != Some(*cas))
 }
 
 /// The history of changes, if it changed since `seen`.
