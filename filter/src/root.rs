@@ -232,12 +232,8 @@ fn resume_parked(v: &mut Vm) {
         if let Some(pool) = v.pool.as_ref() {
             http::route(pool, Some(backend), &mut v.route_value);
         }
-        if let Some((backend, started)) = v.routed(context, backend) {
-            v.resumed.push(Resumed {
-                context,
-                backend,
-                started,
-            });
+        if let Some(backend) = v.routed(context, backend) {
+            v.resumed.push(Resumed { context, backend });
         }
         if let Err(status) = hostcalls::resume_http_request() {
             log::warn!("upcheck: a request parked at cold start could not resume ({status:?})");
