@@ -230,7 +230,7 @@ fn resume_parked(v: &mut Vm) {
             continue; // the request is gone
         }
         if let Some(pool) = v.pool.as_ref() {
-            http::route(pool, Some(backend), &mut v.route_value);
+            http::route(pool, Some(backend), &mut v.joined);
         }
         if let Some(backend) = v.routed(context, backend) {
             v.resumed.push(Resumed { context, backend });

@@ -65,9 +65,9 @@ pub struct Vm {
     pub parked: Vec<u32>,
     /// Requests resumed after waiting, with their picks.
     pub resumed: Vec<Resumed>,
-    /// The route header's value as the last request was sent on ([`crate::http::route`]),
-    /// kept so that the next one writes its own without allocating.
-    pub route_value: String,
+    /// The host routing header's values as written ([`crate::http::route`]), kept so that a
+    /// request's is mostly written already.
+    pub joined: crate::http::Joined,
     /// Backends with requests counted since the last flush, so that a flush visits only those
     /// (a tick at 1,000 backends would otherwise walk them all).
     counted: Vec<usize>,

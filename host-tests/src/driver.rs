@@ -97,6 +97,8 @@ pub struct RequestRecord {
     pub upstream: Option<String>,
     /// When the route sent it there.
     pub routed: Option<Duration>,
+    /// The route header as the filter left it, when the route sent it on.
+    pub route_header: Option<String>,
     /// What the user saw.
     pub outcome: Outcome,
     /// When the user saw it.
@@ -314,6 +316,7 @@ impl Host {
             worker: 0,
             upstream: None,
             routed: None,
+            route_header: None,
             outcome: Outcome::Pending,
             completed: None,
             flags: 0,
@@ -444,6 +447,7 @@ impl Host {
             found.map(|(_, value)| value.clone())
         };
         let (cluster, path) = (header(&route_header), header(":path").unwrap_or_default());
+        let written = cluster.clone();
         let record = stream.record;
         let mut process = self.process.borrow_mut();
         let (now, wall) = (process.clock.now(), process.clock.wall_nanos());
@@ -482,6 +486,7 @@ impl Host {
         if let Some(routed) = self.record_mut(record) {
             routed.upstream = Some(cluster.clone());
             routed.routed = Some(now);
+            routed.route_header = written;
         }
         if let Some(stream) = self.stream(vm, context) {
             stream.info.upstream = Some((cluster, address));

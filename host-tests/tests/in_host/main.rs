@@ -14,6 +14,7 @@ mod operator_metrics;
 mod peers;
 mod probe_bodies;
 mod process;
+mod routing;
 mod scenarios;
 mod shared_cause;
 mod soak;
