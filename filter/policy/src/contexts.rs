@@ -89,6 +89,12 @@ impl<T> Contexts<T> {
     fn put(&mut self, id: u32, context: T) {
         let mask = self.mask();
         let mut at = usize::try_from(id).unwrap_or(0) & mask;
+        // The number's own slot, free for nearly every context.
+        if let Some(place @ None) = self.slots.get_mut(at) {
+            *place = Some(Slot { id, context });
+            self.held += 1;
+            return;
+        }
         for _ in 0..self.slots.len() {
             match self.slots.get_mut(at) {
                 Some(Some(slot)) if slot.id == id => {
