@@ -238,7 +238,8 @@ mod tests {
             assert_eq!(contexts.get_mut(*id), Some(&mut want), "{id}");
         }
         // Removed in an order unlike the insertion's, each removal leaving the rest found.
-        for (n, id) in ids.iter().enumerate().filter(|(n, _)| n % 3 == 1) {
+        for (mut n, id) in ids.iter().enumerate().filter(|(n, _)| n % 3 == 1) {
+            assert_eq!(contexts.get_mut(*id), Some(&mut n), "{id}");
             assert!(contexts.remove(*id), "{id}");
         }
         for (i, id) in ids.iter().enumerate() {
