@@ -18,6 +18,7 @@
 //! JSON line to a line, and comments are wrapped with every line starting with `#`.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use upcheck_policy::duration::display;
@@ -47,6 +48,23 @@ pub struct Settings {
     pub concurrency: u32,
     /// What the configuration was written from, for the header, e.g. `config/caddy.json`.
     pub input: String,
+    /// The directory (absolute) Envoy reads the clusters and both filters' configurations from,
+    /// which `upcheck backends` rewrites while it runs ([`crate::membership`]). Default: none,
+    /// everything in the one file.
+    pub membership: Option<PathBuf>,
+}
+
+/// The resource type of a wasm filter's configuration.
+const WASM_TYPE: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
+
+/// The name of the file in a membership directory that holds filter `name`'s configuration.
+pub fn filter_file(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.json"))
+}
+
+/// The name of the file in a membership directory that holds the clusters.
+pub fn clusters_file(dir: &Path) -> PathBuf {
+    dir.join("clusters.json")
 }
 
 /// The whole configuration file.
@@ -186,6 +204,8 @@ pub struct Shape {
     /// How many failed requests eject a backend (the passive rule's `max_fails`), for the
     /// comments only.
     pub max_fails: u32,
+    /// Where each filter's configuration is read from (ECDS, [`filter_file`]), if not inline.
+    pub discovery: Option<PathBuf>,
 }
 
 impl Shape {
@@ -201,6 +221,7 @@ impl Shape {
             header: d.config.route_header.to_ascii_lowercase(),
             wasm: s.wasm.clone(),
             max_fails: d.config.health_checks.passive.max_fails,
+            discovery: s.membership.clone(),
         }
     }
 
@@ -235,6 +256,7 @@ impl Shape {
             ("upcheck", "apps"),
             self.routes(),
             list(filters),
+            self.discovery.is_some(),
         )
     }
 
@@ -264,6 +286,7 @@ impl Shape {
             ("status", "status"),
             routes,
             list([filter, router(None)]),
+            self.discovery.is_some(),
         )
     }
 
@@ -414,32 +437,57 @@ impl Shape {
 
     /// The wasm filter as plugin `name`, with the plugin configuration `plugin` (JSON),
     /// explained by `about`.
+    /// With [`Shape::discovery`] the filter names the file its configuration is read from and
+    /// Envoy takes each new one in for the streams that start after it (ECDS), leaving the
+    /// listener and its connections as they are.
     pub fn wasm_filter(&self, name: &str, about: &str, plugin: &str) -> Node {
-        map([
-            ("name", text("envoy.filters.http.wasm")),
+        let Some(dir) = &self.discovery else {
+            return map([
+                ("name", text("envoy.filters.http.wasm")),
+                ("typed_config", self.wasm_config(name, about, plugin)),
+            ]);
+        };
+        let source = map([
             (
-                "typed_config",
+                "path_config_source",
+                map([("path", text(filter_file(dir, name).display().to_string()))]),
+            ),
+            ("resource_api_version", plain("V3")),
+        ]);
+        map([
+            ("name", text(name)),
+            (
+                "config_discovery",
                 map([
+                    ("config_source", source),
+                    ("type_urls", list([text(WASM_TYPE)])),
+                ]),
+            ),
+        ])
+        .note(format!(
+            "{about} Read from the file named (`upcheck backends` rewrites it): the              configuration in force is there."
+        ))
+    }
+
+    /// The wasm filter's own configuration as plugin `name`, with the plugin configuration
+    /// `plugin` (JSON), explained by `about`.
+    pub fn wasm_config(&self, name: &str, about: &str, plugin: &str) -> Node {
+        map([
+            ("@type", text(WASM_TYPE)),
+            (
+                "config",
+                map([
+                    ("name", text(name)),
+                    ("root_id", text("upcheck")),
+                    ("vm_config", self.vm_config()),
                     (
-                        "@type",
-                        text("type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"),
-                    ),
-                    (
-                        "config",
-                        map([
-                            ("name", text(name)),
-                            ("root_id", text("upcheck")),
-                            ("vm_config", self.vm_config()),
-                            (
-                                "failure_policy",
-                                text("FAIL_RELOAD").note(
-                                    "A crashed VM is recreated instead of failing its worker's \
+                        "failure_policy",
+                        text("FAIL_RELOAD").note(
+                            "A crashed VM is recreated instead of failing its worker's \
                                      requests for ever.",
-                                ),
-                            ),
-                            ("configuration", plugin_configuration(plugin).note(about)),
-                        ]),
+                        ),
                     ),
+                    ("configuration", plugin_configuration(plugin).note(about)),
                 ]),
             ),
         ])
@@ -621,7 +669,47 @@ fn document(d: &Deployment, s: &Settings) -> Node {
             format!("One cluster per backend, named as in the plugin configuration. {none}")
         }
     };
-    map([
+    let clusters = list(
+        shape
+            .clusters(&d.backends)
+            .into_iter()
+            .chain(d.etcd.as_ref().map(crate::etcd::cluster)),
+    )
+    .gap()
+    .note(clusters_note.clone());
+    let listeners = list([shape.listener("web", s.listen, Some(&d.plugin)), status]);
+    let resources = match &s.membership {
+        None => vec![(
+            "static_resources",
+            map([("listeners", listeners), ("clusters", clusters)]).gap(),
+        )],
+        Some(dir) => {
+            let cds = map([
+                (
+                    "path_config_source",
+                    map([("path", text(clusters_file(dir).display().to_string()))]),
+                ),
+                ("resource_api_version", plain("V3")),
+            ]);
+            vec![
+                (
+                    "node",
+                    map([("id", text("upcheck")), ("cluster", text("upcheck"))]).note(
+                        "Envoy names itself so to the files it reads its clusters from.",
+                    ),
+                ),
+                ("static_resources", map([("listeners", listeners)]).gap()),
+                (
+                    "dynamic_resources",
+                    map([("cds_config", cds)]).gap().note(format!(
+                        "The clusters, read from {} and taken in whenever `upcheck backends`                          replaces it. {clusters_note}",
+                        clusters_file(dir).display()
+                    )),
+                ),
+            ]
+        }
+    };
+    let head = [
         ("stats_config", stats_config()),
         (
             "admin",
@@ -633,28 +721,47 @@ fn document(d: &Deployment, s: &Settings) -> Node {
                 ),
             )]),
         ),
-        (
-            "static_resources",
-            map([
-                (
-                    "listeners",
-                    list([shape.listener("web", s.listen, Some(&d.plugin)), status]),
-                ),
-                (
-                    "clusters",
-                    list(
-                        shape
-                            .clusters(&d.backends)
-                            .into_iter()
-                            .chain(d.etcd.as_ref().map(crate::etcd::cluster)),
-                    )
-                    .gap()
-                    .note(clusters_note),
-                ),
-            ])
-            .gap(),
-        ),
-    ])
+    ];
+    map(head.into_iter().chain(resources))
+}
+
+/// With [`Settings::membership`], the files of its directory Envoy reads while it runs, each
+/// with its text: the clusters (CDS) and each filter's configuration (ECDS), JSON. Empty
+/// without it.
+pub fn membership_files(d: &Deployment, s: &Settings) -> Vec<(PathBuf, String)> {
+    let Some(dir) = &s.membership else {
+        return Vec::new();
+    };
+    let shape = Shape {
+        discovery: None,
+        ..Shape::of(d, s)
+    };
+    let cluster_type = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+    let clusters = shape
+        .clusters(&d.backends)
+        .into_iter()
+        .chain(d.etcd.as_ref().map(crate::etcd::cluster))
+        .map(|c| c.first("@type", text(cluster_type)));
+    let resources = |items: Vec<Node>| {
+        let json = map([("resources", list(items))]).json();
+        format!("{json:#}\n")
+    };
+    let filter = |name: &str, plugin: &str| {
+        let config = map([
+            (
+                "@type",
+                text("type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig"),
+            ),
+            ("name", text(name)),
+            ("typed_config", shape.wasm_config(name, "", plugin)),
+        ]);
+        (filter_file(dir, name), resources(vec![config]))
+    };
+    vec![
+        (clusters_file(dir), resources(clusters.collect())),
+        filter("upcheck", &d.plugin),
+        filter("upcheck-status", &d.page_plugin),
+    ]
 }
 
 /// Envoy's tag rules for upcheck's metrics ([`series::STATS_TAGS`]), so that Prometheus sees
@@ -680,12 +787,17 @@ pub fn stats_config() -> Node {
 /// A listener `name` on `addr` with an HTTP connection manager whose one virtual host, for every
 /// domain, has `routes`, and `http_filters`: the users' listener and the status page's differ
 /// only in names, routes and filters. `(route config name, virtual host name)`.
+/// A listener of one HTTP connection manager. `clusters_read`: whether the clusters its routes
+/// name come from a file Envoy reads while it runs, which `envoy --mode validate` does not read:
+/// then the route table does not ask for them to exist at load (`validate_clusters`), as a
+/// route table served by xDS does not.
 fn http_listener(
     name: &str,
     addr: SocketAddr,
     (route, host): (&str, &str),
     routes: Node,
     http_filters: Node,
+    clusters_read: bool,
 ) -> Node {
     let virtual_host = map([
         ("name", text(host)),
@@ -697,10 +809,14 @@ fn http_listener(
         ("stat_prefix", text(name)),
         (
             "route_config",
-            map([
-                ("name", text(route)),
-                ("virtual_hosts", list([virtual_host])),
-            ]),
+            map(
+                [
+                    ("name", text(route)),
+                    ("virtual_hosts", list([virtual_host])),
+                ]
+                .into_iter()
+                .chain(clusters_read.then(|| ("validate_clusters", plain("false")))),
+            ),
         ),
         ("http_filters", http_filters),
     ]);

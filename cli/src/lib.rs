@@ -21,6 +21,7 @@ pub mod deployment;
 pub mod envoy;
 pub mod etcd;
 mod input;
+pub mod membership;
 pub mod mode;
 pub mod nginx;
 pub mod output;

@@ -17,7 +17,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use upcheck_cli::deployment::plan;
 use upcheck_cli::envoy::{render, Settings};
 use upcheck_cli::plugin::{self, Source};
-use upcheck_cli::{caddy, etcd, output};
+use upcheck_cli::{caddy, etcd, membership, output};
 use upcheck_policy::duration::display;
 use upcheck_policy::{Config, ConfigError, RoutingMode};
 
@@ -38,6 +38,9 @@ enum Command {
     /// probe clusters, the routes and their retries, the wasm filter with the plugin
     /// configuration, admin on loopback.
     Envoy(EnvoyArgs),
+    /// Add, remove or list the backends of a running balancer whose configuration `upcheck envoy
+    /// --membership -o FILE` wrote: no restart, no file edited by hand.
+    Backends(BackendsArgs),
     /// Write a complete, commented NGINX configuration for upcheck, for an NGINX built with
     /// Kong's ngx_wasm_module: the wasm block, one upstream per backend, the routing map and
     /// proxy_pass with failover where it is safe, the status page on loopback.
@@ -113,6 +116,53 @@ struct EnvoyArgs {
     /// Write here (replaced atomically) instead of standard output.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: Option<PathBuf>,
+    /// Let `upcheck backends --config OUT` change the backends while Envoy runs: Envoy reads
+    /// the clusters and both filters' configurations from files in OUT.d/, which that command
+    /// rewrites. Needs -o.
+    #[arg(long, requires = "output", conflicts_with = "etcd")]
+    membership: bool,
+}
+
+#[derive(Args)]
+struct BackendsArgs {
+    /// The Envoy configuration `upcheck envoy --membership -o FILE` wrote for the balancer.
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: BackendsCommand,
+}
+
+#[derive(Subcommand)]
+enum BackendsCommand {
+    /// Each backend: its name, its address, and its state on the status page, since when.
+    List,
+    /// Adds a backend: probed at once, and no user before its first probe passes.
+    Add {
+        /// Its name (as upstreams are named: logs, metrics and the status page show it).
+        name: String,
+        /// Where it listens: `ip:port` (host routing), or `host:port` (cluster routing).
+        address: String,
+        /// Its share of the traffic relative to the others. Default 1.
+        #[arg(long, value_name = "N")]
+        weight: Option<u32>,
+    },
+    /// Removes a backend: no new request from the moment the command runs, then its cluster
+    /// goes once its requests in flight have ended (or --timeout passed).
+    Remove {
+        /// Its name.
+        name: String,
+        /// How long to wait for its requests in flight, e.g. `30s`.
+        #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
+        timeout: std::time::Duration,
+        /// Remove it even if it is the last backend in service.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// A duration as the plugin configuration writes one (`30s`, `500ms`).
+fn duration(text: &str) -> Result<std::time::Duration, String> {
+    upcheck_policy::duration::parse(text)
 }
 
 #[derive(Args)]
@@ -162,6 +212,7 @@ enum Failure {
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Envoy(args) => envoy(args),
+        Command::Backends(args) => backends(args),
         Command::Nginx(args) => nginx(args),
         Command::Check { config } => check(&config),
         #[cfg(feature = "simulate")]
@@ -266,6 +317,19 @@ fn envoy(args: EnvoyArgs) -> Result<(), Failure> {
         Some(part) => format!("{} ({part})", name(path)),
         None => name(path),
     };
+    if let (true, Some(out)) = (args.membership, args.output.as_ref()) {
+        let state = membership::State {
+            input: source.document.input(deployment.routing),
+            probe_port: source.probe_port,
+            listen: args.listen,
+            admin: args.admin,
+            status: args.status,
+            wasm: args.wasm,
+            concurrency: args.concurrency,
+            written_from: input,
+        };
+        return membership::write(out, &state).map_err(refusal);
+    }
     let settings = Settings {
         listen: args.listen,
         admin: args.admin,
@@ -273,8 +337,51 @@ fn envoy(args: EnvoyArgs) -> Result<(), Failure> {
         wasm: args.wasm,
         concurrency: args.concurrency,
         input,
+        membership: None,
     };
     write_out(args.output.as_ref(), &render(&deployment, &settings))
+}
+
+fn refusal(refusal: membership::Refusal) -> Failure {
+    match refusal {
+        membership::Refusal::Input(message) => Failure::Input(message),
+        membership::Refusal::Output(message) => Failure::Output(message),
+    }
+}
+
+fn backends(args: BackendsArgs) -> Result<(), Failure> {
+    let said = match args.command {
+        BackendsCommand::List => membership::list(&args.config),
+        BackendsCommand::Add {
+            name,
+            address,
+            weight,
+        } => membership::change(
+            &args.config,
+            &membership::Change::Add {
+                name,
+                address,
+                weight,
+            },
+        ),
+        BackendsCommand::Remove {
+            name,
+            timeout,
+            force,
+        } => membership::change(
+            &args.config,
+            &membership::Change::Remove {
+                name,
+                timeout,
+                force,
+            },
+        ),
+    }
+    .map_err(refusal)?;
+    for line in said {
+        println!("{line}");
+    }
+    Ok(())
 }
 
 /// The input of `upcheck envoy` or `upcheck nginx`: where it was read from, and what it says.

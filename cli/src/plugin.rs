@@ -137,6 +137,20 @@ impl Document {
         Document { members, page }
     }
 
+    /// The whole document as [`read`] reads it back: its members in order under `routing`, the
+    /// status page's last.
+    pub fn input(&self, routing: RoutingMode) -> Map<String, Value> {
+        let name = match routing {
+            RoutingMode::Host => "host",
+            RoutingMode::Cluster => "cluster",
+        };
+        let mut all = Map::new();
+        all.insert("routing".into(), Value::from(name));
+        all.extend(self.members.clone());
+        all.extend(self.page.clone());
+        all
+    }
+
     /// The `fleet` member as written, added as an empty object when missing, for
     /// `upcheck envoy --etcd` to complete ([`crate::etcd`]).
     pub fn fleet_mut(&mut self) -> &mut Value {

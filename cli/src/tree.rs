@@ -112,6 +112,15 @@ impl Node {
         self
     }
 
+    /// This mapping with `key: value` as its first entry (anything else as it is): how an xDS
+    /// resource is typed, `"@type"` first.
+    pub fn first(mut self, key: &str, value: Node) -> Node {
+        if let Kind::Map(entries, _) = &mut self.kind {
+            entries.insert(0, (key.to_owned(), value));
+        }
+        self
+    }
+
     /// This mapping or sequence written on one line, `{ a: 1 }` or `[a]`.
     pub fn flow(mut self) -> Node {
         match &mut self.kind {

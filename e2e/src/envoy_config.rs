@@ -174,6 +174,7 @@ fn shape(routing: Routing, module: &Path) -> Shape {
         header: ROUTING_HEADER.to_owned(),
         wasm: module.display().to_string(),
         max_fails: 0,
+        discovery: None,
     }
 }
 

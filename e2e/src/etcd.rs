@@ -525,6 +525,7 @@ impl Balancer {
             wasm: module()?.display().to_string(),
             concurrency: 1,
             input: "the fleet test".into(),
+            membership: None,
         };
         let config = dir.path().join("envoy.yaml");
         std::fs::write(&config, render(&deployment, &settings))?;

@@ -17,6 +17,7 @@ mod fleet;
 mod fleet_evidence;
 mod health_blip;
 mod invalid_config;
+mod membership;
 mod one_prober;
 mod peers;
 mod plugin_config;

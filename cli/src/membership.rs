@@ -1,0 +1,583 @@
+//! A running balancer's backends, changed by one command: `upcheck backends --config FILE add`,
+//! `remove` and `list`.
+//!
+//! `upcheck envoy --membership -o FILE` writes FILE so that Envoy reads its clusters (CDS) and
+//! both filters' configurations (ECDS) from files in `FILE.d/`, and keeps there what it was
+//! written from ([`State`]: the input, the routing, the command line). A change edits that
+//! input and writes every file again from it with the same code `upcheck envoy` uses, each
+//! replaced by an atomic rename, which Envoy takes in at once: the clusters, the pool and the
+//! plugin configuration never disagree, no listener is touched (a filter configuration read by
+//! ECDS applies to the streams that start after it, on the connections already open), and an
+//! Envoy restarted on FILE reads the same backends. Measured on Envoy 1.40 (docs/deploying.md).
+//!
+//! An added backend's cluster goes in first, then the filters' configurations naming it: the
+//! filter probes it at once and, as for any backend it has not heard from, routes no user to it
+//! before its first probe passes. A removed backend leaves the filters' configurations first
+//! (no new request from that moment), then, once Envoy's count of its requests in flight is zero
+//! (or `--timeout` passed), its cluster goes. The command reads both from Envoy's admin
+//! interface and the status page, on loopback, as FILE names them.
+//!
+//! Every refusal leaves every file as it was. Two commands at once: the second is told to retry
+//! (a lock file, made with `O_EXCL`, for the length of a change).
+
+use std::fs;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use upcheck_policy::RoutingMode;
+
+use crate::deployment::{plan, Deployment};
+use crate::envoy::{clusters_file, membership_files, render, Settings};
+use crate::output;
+use crate::plugin;
+
+/// What FILE was written from, kept in `FILE.d/membership.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct State {
+    /// The plugin configuration as `upcheck envoy` read it, `routing` first and every backend
+    /// with its address: what a change edits.
+    pub input: Map<String, Value>,
+    /// The port probes go to instead of each backend's own (Caddy's `health_checks.active.port`).
+    pub probe_port: Option<u16>,
+    /// Where users connect.
+    pub listen: SocketAddr,
+    /// Envoy's admin interface.
+    pub admin: SocketAddr,
+    /// The status page's listener.
+    pub status: SocketAddr,
+    /// Path of upcheck.wasm on the balancer.
+    pub wasm: String,
+    /// Envoy's worker threads.
+    pub concurrency: u32,
+    /// What FILE was first written from.
+    pub written_from: String,
+}
+
+/// Why a command failed.
+#[derive(Debug)]
+pub enum Refusal {
+    /// The command or its input cannot be used; nothing was changed (exit status 2).
+    Input(String),
+    /// A file could not be written, or Envoy did not take the change (exit status 1).
+    Output(String),
+}
+
+fn input(message: impl Into<String>) -> Refusal {
+    Refusal::Input(message.into())
+}
+
+/// A change to the membership.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// Adds backend `name` at `address` (`host:port`) with `weight` (default 1).
+    Add {
+        /// Its name, as upstreams are named.
+        name: String,
+        /// Where it listens.
+        address: String,
+        /// Its share of the traffic.
+        weight: Option<u32>,
+    },
+    /// Removes backend `name`, after its requests in flight have ended or `timeout` passed;
+    /// the last backend in service only with `force`.
+    Remove {
+        /// Its name.
+        name: String,
+        /// How long to wait for its requests in flight. Default 30 s.
+        timeout: Duration,
+        /// Whether it may be the last backend in service.
+        force: bool,
+    },
+}
+
+/// The directory of FILE's membership.
+pub fn directory(file: &Path) -> io::Result<PathBuf> {
+    let absolute = std::path::absolute(file)?;
+    let mut name = absolute.file_name().unwrap_or_default().to_owned();
+    name.push(".d");
+    Ok(absolute.with_file_name(name))
+}
+
+fn state_file(dir: &Path) -> PathBuf {
+    dir.join("membership.json")
+}
+
+impl State {
+    /// The deployment and settings this state writes, for `file`.
+    fn plan(&self, file: &Path) -> Result<(Deployment, Settings), Refusal> {
+        let text = serde_json::to_string(&Value::Object(self.input.clone()))
+            .map_err(|e| input(format!("the membership cannot be written as JSON: {e}")))?;
+        let mut source = plugin::read(text.as_bytes()).map_err(|e| input(e.to_string()))?;
+        source.probe_port = self.probe_port;
+        let deployment = plan(&source, None).map_err(|e| input(e.to_string()))?;
+        let settings = Settings {
+            listen: self.listen,
+            admin: self.admin,
+            status: self.status,
+            wasm: self.wasm.clone(),
+            concurrency: self.concurrency,
+            input: self.written_from.clone(),
+            membership: Some(directory(file).map_err(|e| input(e.to_string()))?),
+        };
+        Ok((deployment, settings))
+    }
+
+    /// The backends, in order: each upstream of the input.
+    fn upstreams(&self) -> &[Value] {
+        self.input
+            .get("upstreams")
+            .and_then(Value::as_array)
+            .map_or(&[], Vec::as_slice)
+    }
+
+    fn upstreams_mut(&mut self) -> Result<&mut Vec<Value>, Refusal> {
+        self.input
+            .get_mut("upstreams")
+            .and_then(Value::as_array_mut)
+            .ok_or_else(|| input("the membership has no `upstreams` list"))
+    }
+}
+
+/// Writes `file` and its membership directory for `deployment` as `upcheck envoy --membership`
+/// does: the state, the files Envoy reads while it runs, then `file` itself.
+pub fn write(file: &Path, state: &State) -> Result<(), Refusal> {
+    let (deployment, settings) = state.plan(file)?;
+    let dir = directory(file).map_err(|e| Refusal::Output(e.to_string()))?;
+    fs::create_dir_all(&dir)
+        .map_err(|e| Refusal::Output(format!("{}: cannot create: {e}", dir.display())))?;
+    write_files(&dir, state, &deployment, &settings)?;
+    replace(file, &render(&deployment, &settings))
+}
+
+fn replace(path: &Path, text: &str) -> Result<(), Refusal> {
+    output::replace(path, text)
+        .map_err(|e| Refusal::Output(format!("{}: cannot write: {e}", path.display())))
+}
+
+/// The state, then the clusters, then each filter's configuration: a backend's cluster is in
+/// place before any filter names it.
+fn write_files(
+    dir: &Path,
+    state: &State,
+    deployment: &Deployment,
+    settings: &Settings,
+) -> Result<(), Refusal> {
+    write_state(dir, state)?;
+    write_part(deployment, settings, Part::Clusters)?;
+    write_part(deployment, settings, Part::Filters)
+}
+
+fn write_state(dir: &Path, state: &State) -> Result<(), Refusal> {
+    let json = serde_json::to_string_pretty(state)
+        .map_err(|e| Refusal::Output(format!("the membership as JSON: {e}")))?;
+    replace(&state_file(dir), &format!("{json}\n"))
+}
+
+/// Which of the files Envoy reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// The clusters (CDS).
+    Clusters,
+    /// Both filters' configurations (ECDS).
+    Filters,
+}
+
+fn write_part(deployment: &Deployment, settings: &Settings, part: Part) -> Result<(), Refusal> {
+    for (path, text) in membership_files(deployment, settings) {
+        let clusters = path.file_name() == clusters_file(Path::new("")).file_name();
+        if clusters == (part == Part::Clusters) {
+            replace(&path, &text)?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads FILE's state, or says why FILE is not one `upcheck envoy --membership` wrote.
+pub fn read(file: &Path) -> Result<State, Refusal> {
+    let text = fs::read_to_string(file)
+        .map_err(|e| input(format!("{}: cannot read: {e}", file.display())))?;
+    let dir = directory(file).map_err(|e| input(e.to_string()))?;
+    let path = state_file(&dir);
+    let not_ours = || {
+        input(format!(
+            "{}: not written by `upcheck envoy --membership -o {}` (its clusters and filters \
+             are not read from {}): write it so, then change its backends",
+            file.display(),
+            file.display(),
+            dir.display()
+        ))
+    };
+    if !text.contains(&dir.display().to_string()) {
+        return Err(not_ours());
+    }
+    let state = fs::read(&path).map_err(|_| not_ours())?;
+    serde_json::from_slice(&state)
+        .map_err(|e| input(format!("{}: not a membership: {e}", path.display())))
+}
+
+/// Holds FILE's membership for the length of one change.
+struct Lock(PathBuf);
+
+impl Lock {
+    fn take(dir: &Path) -> Result<Lock, Refusal> {
+        let path = dir.join(".lock");
+        match fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(mut lock) => {
+                let _ = writeln!(lock, "{}", std::process::id());
+                Ok(Lock(path))
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(input(format!(
+                "another `upcheck backends` is changing these backends ({} exists): retry when \
+                 it is done (remove the file if no such command runs)",
+                path.display()
+            ))),
+            Err(e) => Err(Refusal::Output(format!("{}: {e}", path.display()))),
+        }
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+/// Makes `change` to FILE's membership and waits until Envoy has it; what happened, in lines.
+pub fn change(file: &Path, change: &Change) -> Result<Vec<String>, Refusal> {
+    let before = read(file)?;
+    let dir = directory(file).map_err(|e| input(e.to_string()))?;
+    let _lock = Lock::take(&dir)?;
+    let mut after = before.clone();
+    let mut said = Vec::new();
+    match change {
+        Change::Add {
+            name,
+            address,
+            weight,
+        } => {
+            if find(&before, name).is_some() {
+                return Err(input(format!("{name}: already a backend; remove it first")));
+            }
+            let mut upstream = Map::new();
+            upstream.insert("name".into(), Value::from(name.as_str()));
+            upstream.insert("address".into(), Value::from(address.as_str()));
+            if let Some(weight) = weight {
+                upstream.insert("weight".into(), Value::from(*weight));
+            }
+            after.upstreams_mut()?.push(Value::Object(upstream));
+            let (deployment, settings) = after.plan(file)?;
+            let started = Instant::now();
+            write_state(&dir, &after)?;
+            write_part(&deployment, &settings, Part::Clusters)?;
+            let address = deployment
+                .backends
+                .last()
+                .map(|b| b.address.to_string())
+                .unwrap_or_default();
+            let routing = deployment.routing;
+            let cluster = wait(Duration::from_secs(10), || {
+                has_host(before.admin, routing, name, &address)
+            });
+            write_part(&deployment, &settings, Part::Filters)?;
+            let applied = wait(Duration::from_secs(10), || {
+                in_force(before.admin, "upcheck", &deployment.plugin)
+            });
+            said.push(match (cluster, applied) {
+                (Ok(true), Ok(true)) => format!(
+                    "{name} added at {address}: in force in Envoy after {} ms; it takes users \
+                     once its first probe passes",
+                    started.elapsed().as_millis()
+                ),
+                _ => format!(
+                    "{name} added at {address} to the files; Envoy's admin interface at {} did \
+                     not show it in force within 10 s (Envoy takes it in when it runs)",
+                    before.admin
+                ),
+            });
+        }
+        Change::Remove {
+            name,
+            timeout,
+            force,
+        } => {
+            let Some(at) = find(&before, name) else {
+                let names: Vec<String> = before.upstreams().iter().filter_map(name_of).collect();
+                return Err(input(format!(
+                    "{name}: not a backend (the backends are {})",
+                    names.join(", ")
+                )));
+            };
+            let (current, _) = before.plan(file)?;
+            let others = serving(before.status, &page_path(&current), name)
+                .unwrap_or(before.upstreams().len().saturating_sub(1));
+            if !force && others == 0 {
+                return Err(input(format!(
+                    "{name}: the last backend in service; removing it leaves users nothing \
+                     (--force removes it anyway)"
+                )));
+            }
+            after.upstreams_mut()?.remove(at);
+            if after.upstreams().is_empty() {
+                return Err(input(format!(
+                    "{name}: the only backend; an upcheck pool needs one (add another first)"
+                )));
+            }
+            let address = current
+                .backends
+                .get(at)
+                .map(|b| b.address.to_string())
+                .unwrap_or_default();
+            let (deployment, settings) = after.plan(file)?;
+            let started = Instant::now();
+            // The filters first: no new request from then on; the clusters keep it meanwhile.
+            write_part(&deployment, &settings, Part::Filters)?;
+            let applied = wait(Duration::from_secs(10), || {
+                in_force(before.admin, "upcheck", &deployment.plugin)
+            });
+            let stopped = started.elapsed();
+            let routing = current.routing;
+            let drained = wait(*timeout, || {
+                Ok(in_flight(before.admin, routing, name, &address)? == 0)
+            });
+            write_state(&dir, &after)?;
+            write_part(&deployment, &settings, Part::Clusters)?;
+            said.push(format!(
+                "{name} removed: {} after {} ms; {} after {} ms; its cluster is gone",
+                match applied {
+                    Ok(true) => "no new requests",
+                    _ => "Envoy's admin interface did not show the change in force",
+                },
+                stopped.as_millis(),
+                match drained {
+                    Ok(true) => "its requests in flight had ended",
+                    Ok(false) => "its requests in flight still ran at --timeout",
+                    Err(_) => "Envoy's admin interface did not say how many requests it had",
+                },
+                started.elapsed().as_millis()
+            ));
+        }
+    }
+    Ok(said)
+}
+
+/// The backends, one line each: name, address, and what the status page says of it now.
+pub fn list(file: &Path) -> Result<Vec<String>, Refusal> {
+    let state = read(file)?;
+    let (deployment, _) = state.plan(file)?;
+    let page = get_json(state.status, &format!("{}.json", deployment.page.path)).ok();
+    let mut lines = Vec::new();
+    for backend in &deployment.backends {
+        let shown = page.as_ref().and_then(|page| {
+            page["backends"]
+                .as_array()?
+                .iter()
+                .find(|b| b["name"] == backend.name.as_str())
+                .cloned()
+        });
+        let now = match &shown {
+            Some(b) => describe(b, page.as_ref(), &backend.name),
+            None => "not on the status page (Envoy not running, or not taken in yet)".into(),
+        };
+        lines.push(format!("{}\t{}\t{now}", backend.name, backend.address));
+    }
+    Ok(lines)
+}
+
+/// What a backend's line on the status page says: its state, and since when by the history.
+fn describe(backend: &Value, page: Option<&Value>, name: &str) -> String {
+    let state = if !backend["draining"].is_null() {
+        "draining".to_owned()
+    } else if backend["ejected"] == true {
+        "ejected".to_owned()
+    } else if !backend["warming"].is_null() {
+        "warming".to_owned()
+    } else {
+        backend["status"].as_str().unwrap_or("unknown").to_owned()
+    };
+    let since = page
+        .and_then(|p| p["history"].as_array())
+        .and_then(|h| h.iter().find(|c| c["backend"] == name))
+        .and_then(|c| c["at"].as_str().map(str::to_owned));
+    match since {
+        Some(at) => format!("{state} since {at}"),
+        None => state,
+    }
+}
+
+fn find(state: &State, name: &str) -> Option<usize> {
+    state
+        .upstreams()
+        .iter()
+        .position(|u| name_of(u).as_deref() == Some(name))
+}
+
+fn name_of(upstream: &Value) -> Option<String> {
+    upstream["name"].as_str().map(str::to_owned)
+}
+
+fn page_path(deployment: &Deployment) -> String {
+    format!("{}.json", deployment.page.path)
+}
+
+/// Whether Envoy's clusters hold backend `name` at `address`: its own cluster in cluster
+/// routing, its endpoint in the pool in host routing.
+fn has_host(
+    admin: SocketAddr,
+    routing: RoutingMode,
+    name: &str,
+    address: &str,
+) -> io::Result<bool> {
+    let (_, clusters) = get(admin, "/clusters")?;
+    let host = match routing {
+        RoutingMode::Cluster => format!("{name}::"),
+        RoutingMode::Host => format!("{}::{address}::", crate::deployment::POOL),
+    };
+    Ok(clusters.lines().any(|line| line.starts_with(&host)))
+}
+
+/// Whether filter `name`'s configuration in force in Envoy is `plugin` (its ECDS config dump).
+fn in_force(admin: SocketAddr, name: &str, plugin: &str) -> io::Result<bool> {
+    let (_, dump) = get(admin, "/config_dump?resource=ecds_filters")?;
+    let dump: Value = serde_json::from_str(&dump).map_err(io::Error::other)?;
+    let configs = dump["configs"].as_array().map_or(&[][..], Vec::as_slice);
+    Ok(configs.iter().any(|c| {
+        let filter = &c["ecds_filter"];
+        filter["name"] == name
+            && filter["typed_config"]["config"]["configuration"]["value"] == plugin
+    }))
+}
+
+/// How many backends other than `name` the status page shows in rotation; none if it cannot
+/// be read.
+fn serving(status: SocketAddr, path: &str, name: &str) -> Option<usize> {
+    let page = get_json(status, path).ok()?;
+    let all = page["backends"].as_array()?;
+    Some(
+        all.iter()
+            .filter(|b| b["name"] != name && b["routable"] == true)
+            .count(),
+    )
+}
+
+/// Envoy's count of requests in flight to backend `name` at `address`: its cluster's in cluster
+/// routing, its host's in the pool in host routing.
+fn in_flight(
+    admin: SocketAddr,
+    routing: RoutingMode,
+    name: &str,
+    address: &str,
+) -> io::Result<u64> {
+    let (_, clusters) = get(admin, "/clusters")?;
+    // `/clusters` has a line per host and figure: `app3::127.0.0.1:3003::rq_active::1`.
+    let host = match routing {
+        RoutingMode::Cluster => format!("{name}::"),
+        RoutingMode::Host => format!("{}::{address}::", crate::deployment::POOL),
+    };
+    Ok(clusters
+        .lines()
+        .filter_map(|line| line.strip_prefix(&host))
+        .filter_map(|rest| rest.rsplit_once("::rq_active::"))
+        .filter_map(|(_, n)| n.trim().parse::<u64>().ok())
+        .sum())
+}
+
+/// Calls `done` every 100 ms until it says so or `timeout` passes: whether it did. An error
+/// ends the wait with it once `timeout` passes without an answer.
+fn wait(timeout: Duration, mut done: impl FnMut() -> io::Result<bool>) -> io::Result<bool> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let answer = done();
+        match answer {
+            Ok(true) => return Ok(true),
+            Ok(false) if Instant::now() >= deadline => return Ok(false),
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+fn get_json(addr: SocketAddr, path: &str) -> io::Result<Value> {
+    let (status, body) = get(addr, path)?;
+    if status != 200 {
+        return Err(io::Error::other(format!("{addr}{path} answered {status}")));
+    }
+    serde_json::from_str(&body).map_err(io::Error::other)
+}
+
+/// A GET on loopback: the status and the body. HTTP/1.1 with `Connection: close`, the body
+/// read to the end (de-chunked when so sent): all the admin interface and the status page need,
+/// where an HTTP client crate would bring an async runtime into the operator's binary.
+fn get(addr: SocketAddr, path: &str) -> io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| io::Error::other("no end of headers"))?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| io::Error::other("no status"))?;
+    let chunked = head.lines().any(|l| {
+        l.to_ascii_lowercase()
+            .starts_with("transfer-encoding: chunked")
+    });
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    Ok((status, body))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(rest.get(..size).unwrap_or_default());
+        body = rest
+            .get(size..)
+            .unwrap_or_default()
+            .trim_start_matches("\r\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunked_body_reads_as_its_chunks_joined() {
+        assert_eq!(
+            dechunk("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"),
+            "hello world"
+        );
+    }
+
+    #[test]
+    fn the_membership_lives_beside_the_file_it_belongs_to() {
+        let dir = directory(Path::new("/etc/upcheck/envoy.yaml")).unwrap();
+        assert_eq!(dir, Path::new("/etc/upcheck/envoy.yaml.d"));
+    }
+}
