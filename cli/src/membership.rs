@@ -273,7 +273,15 @@ pub fn change(file: &Path, change: &Change) -> Result<Vec<String>, Refusal> {
                 upstream.insert("weight".into(), Value::from(*weight));
             }
             after.upstreams_mut()?.push(Value::Object(upstream));
-            let (deployment, settings) = after.plan(file)?;
+            let added = format!("upstreams[{}].", before.upstreams().len());
+            let (deployment, settings) = after.plan(file).map_err(|refusal| match refusal {
+                // The module names the field; the operator wrote a name and an address.
+                Refusal::Input(m) => match m.strip_prefix(&added) {
+                    Some(rest) => input(format!("{name}: {rest}")),
+                    None => Refusal::Input(m),
+                },
+                other => other,
+            })?;
             let started = Instant::now();
             write_state(&dir, &after)?;
             write_part(&deployment, &settings, Part::Clusters)?;
@@ -476,17 +484,25 @@ fn in_flight(
     address: &str,
 ) -> io::Result<u64> {
     let (_, clusters) = get(admin, "/clusters")?;
-    // `/clusters` has a line per host and figure: `app3::127.0.0.1:3003::rq_active::1`.
     let host = match routing {
         RoutingMode::Cluster => format!("{name}::"),
         RoutingMode::Host => format!("{}::{address}::", crate::deployment::POOL),
     };
-    Ok(clusters
+    Ok(active(&clusters, &host))
+}
+
+/// The requests in flight `/clusters` shows for the hosts whose lines start with `host`: it has
+/// a line per host and figure, `app3::127.0.0.1:3003::rq_active::1`.
+fn active(clusters: &str, host: &str) -> u64 {
+    clusters
         .lines()
-        .filter_map(|line| line.strip_prefix(&host))
-        .filter_map(|rest| rest.rsplit_once("::rq_active::"))
-        .filter_map(|(_, n)| n.trim().parse::<u64>().ok())
-        .sum())
+        .filter(|line| line.starts_with(host))
+        .filter_map(|line| {
+            let mut fields = line.rsplit("::");
+            let count = fields.next()?;
+            (fields.next() == Some("rq_active")).then(|| count.trim().parse::<u64>().ok())?
+        })
+        .sum()
 }
 
 /// Calls `done` every 100 ms until it says so or `timeout` passes: whether it did. An error
@@ -512,9 +528,11 @@ fn get_json(addr: SocketAddr, path: &str) -> io::Result<Value> {
     serde_json::from_str(&body).map_err(io::Error::other)
 }
 
-/// A GET on loopback: the status and the body. HTTP/1.1 with `Connection: close`, the body
-/// read to the end (de-chunked when so sent): all the admin interface and the status page need,
-/// where an HTTP client crate would bring an async runtime into the operator's binary.
+/// A GET on loopback: the status and the body. HTTP/1.1 with `Connection: close`, read until
+/// the body is whole by its length, or its last chunk (Envoy holds a connection it answered
+/// itself open for a second, waiting for the client to close first): all the admin interface and
+/// the status page need, where an HTTP client crate would bring an async runtime into the
+/// operator's binary.
 fn get(addr: SocketAddr, path: &str) -> io::Result<(u16, String)> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
@@ -523,7 +541,14 @@ fn get(addr: SocketAddr, path: &str) -> io::Result<(u16, String)> {
         "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"
     )?;
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
+    let mut buf = [0u8; 16_384];
+    loop {
+        let n = stream.read(&mut buf)?;
+        raw.extend_from_slice(buf.get(..n).unwrap_or_default());
+        if n == 0 || whole(&raw) {
+            break;
+        }
+    }
     let text = String::from_utf8_lossy(&raw);
     let (head, body) = text
         .split_once("\r\n\r\n")
@@ -533,16 +558,37 @@ fn get(addr: SocketAddr, path: &str) -> io::Result<(u16, String)> {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| io::Error::other("no status"))?;
-    let chunked = head.lines().any(|l| {
-        l.to_ascii_lowercase()
-            .starts_with("transfer-encoding: chunked")
-    });
-    let body = if chunked {
-        dechunk(body)
-    } else {
-        body.to_owned()
+    let body = match chunked(head) {
+        true => dechunk(body),
+        false => body.to_owned(),
     };
     Ok((status, body))
+}
+
+fn chunked(head: &str) -> bool {
+    head.lines().any(|l| {
+        l.to_ascii_lowercase()
+            .starts_with("transfer-encoding: chunked")
+    })
+}
+
+/// Whether a response read so far is whole: its headers, and a body as long as its
+/// `content-length` or ending in the last chunk.
+fn whole(raw: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(raw);
+    let Some((head, body)) = text.split_once("\r\n\r\n") else {
+        return false;
+    };
+    if chunked(head) {
+        return body.ends_with("0\r\n\r\n");
+    }
+    let length = head.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.eq_ignore_ascii_case("content-length")
+            .then(|| value.trim().parse::<usize>().ok())
+            .flatten()
+    });
+    length.is_some_and(|length| body.len() >= length)
 }
 
 fn dechunk(mut body: &str) -> String {
@@ -566,6 +612,27 @@ fn dechunk(mut body: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_response_is_whole_at_its_length_or_its_last_chunk() {
+        assert!(!whole(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhel"));
+        assert!(whole(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"));
+        let chunked = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n";
+        assert!(!whole(chunked));
+        assert!(whole(&[&chunked[..], b"0\r\n\r\n"].concat()));
+    }
+
+    #[test]
+    fn requests_in_flight_are_read_from_the_hosts_lines_of_clusters() {
+        let clusters = "app3::default_priority::max_requests::1024\n\
+                        app3::127.0.0.1:3003::rq_active::2\n\
+                        app3::127.0.0.1:3003::rq_total::9\n\
+                        app30::127.0.0.1:3030::rq_active::5\n\
+                        pool::127.0.0.1:3003::rq_active::1\n";
+        assert_eq!(active(clusters, "app3::"), 2);
+        assert_eq!(active(clusters, "pool::127.0.0.1:3003::"), 1);
+        assert_eq!(active(clusters, "app4::"), 0);
+    }
 
     #[test]
     fn a_chunked_body_reads_as_its_chunks_joined() {

@@ -4,6 +4,7 @@
 
 mod common;
 
+mod backends;
 mod caddy_import;
 mod envoy_validate;
 mod etcd_input;

@@ -1,0 +1,144 @@
+//! `upcheck backends` refuses what it cannot do with exit status 2 and one line naming the
+//! problem, every file as it was (no Envoy runs here: each refusal comes before any change).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use crate::common::{stderr, upcheck};
+
+const INPUT: &str = r#"{"routing":"host","upstreams":[
+    {"name":"app1","address":"127.0.0.1:3001"},
+    {"name":"app2","address":"127.0.0.1:3002"}]}"#;
+
+/// Every file under `dir`, by path, with its bytes.
+fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut all = BTreeMap::new();
+    let mut pending = vec![dir.to_owned()];
+    while let Some(at) = pending.pop() {
+        for entry in fs::read_dir(&at).expect("listed") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                all.insert(path.display().to_string(), fs::read(&path).expect("read"));
+            }
+        }
+    }
+    all
+}
+
+/// A balancer's files as `upcheck envoy --membership` writes them for `input`, in a new
+/// directory, with an admin interface and a status page where nothing listens.
+fn written(input: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    fs::write(dir.path().join("input.json"), input).expect("input written");
+    let output = upcheck(
+        dir.path(),
+        &[
+            "envoy",
+            "input.json",
+            "--membership",
+            "-o",
+            "envoy.yaml",
+            "--admin",
+            "127.0.0.1:1",
+            "--status",
+            "127.0.0.1:2",
+        ],
+        b"",
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    dir
+}
+
+/// Runs `upcheck backends --config envoy.yaml args` on `dir` and checks it was refused as bad
+/// input, every file as it was; returns the message without `upcheck: ` and the newline.
+fn refused(dir: &Path, args: &[&str]) -> String {
+    let before = files(dir);
+    let mut all = vec!["backends", "--config", "envoy.yaml"];
+    all.extend(args);
+    let output = upcheck(dir, &all, b"");
+    let message = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{message}");
+    assert!(output.stdout.is_empty());
+    assert_eq!(files(dir), before, "a refusal changed a file: {message}");
+    let message = message
+        .strip_prefix("upcheck: ")
+        .expect("upcheck's message");
+    let line = message.strip_suffix('\n').expect("ends its line");
+    assert!(!line.contains('\n'), "one line: {message}");
+    line.to_owned()
+}
+
+#[test]
+fn a_name_already_in_the_pool_is_refused() {
+    let dir = written(INPUT);
+    let message = refused(dir.path(), &["add", "app2", "127.0.0.1:3009"]);
+    assert_eq!(message, "app2: already a backend; remove it first");
+}
+
+#[test]
+fn an_address_another_backend_has_is_refused() {
+    let dir = written(INPUT);
+    let message = refused(dir.path(), &["add", "app3", "127.0.0.1:3002"]);
+    assert!(
+        message.contains("\"127.0.0.1:3002\" is another upstream's address"),
+        "{message}"
+    );
+}
+
+#[test]
+fn an_address_that_is_not_host_and_port_is_refused() {
+    let dir = written(INPUT);
+    let message = refused(dir.path(), &["add", "app3", "nohost"]);
+    assert!(message.contains("expected ip:port"), "{message}");
+}
+
+#[test]
+fn an_unknown_name_is_refused_with_the_names_there_are() {
+    let dir = written(INPUT);
+    let message = refused(dir.path(), &["remove", "app9"]);
+    assert_eq!(message, "app9: not a backend (the backends are app1, app2)");
+}
+
+#[test]
+fn the_last_backend_is_removed_only_with_force_and_never_the_only_one() {
+    let dir =
+        written(r#"{"routing":"host","upstreams":[{"name":"app1","address":"127.0.0.1:3001"}]}"#);
+    let message = refused(dir.path(), &["remove", "app1"]);
+    assert!(
+        message.starts_with("app1: the last backend in service"),
+        "{message}"
+    );
+    let message = refused(dir.path(), &["remove", "app1", "--force"]);
+    assert!(message.starts_with("app1: the only backend"), "{message}");
+}
+
+#[test]
+fn a_file_upcheck_envoy_wrote_without_membership_is_refused() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    fs::write(dir.path().join("input.json"), INPUT).expect("input written");
+    let output = upcheck(
+        dir.path(),
+        &["envoy", "input.json", "-o", "envoy.yaml"],
+        b"",
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    let message = refused(dir.path(), &["add", "app3", "127.0.0.1:3003"]);
+    assert!(
+        message.contains("not written by `upcheck envoy --membership -o envoy.yaml`"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_change_while_another_runs_is_told_to_retry() {
+    let dir = written(INPUT);
+    fs::write(dir.path().join("envoy.yaml.d/.lock"), "1\n").expect("a lock");
+    let message = refused(dir.path(), &["add", "app3", "127.0.0.1:3003"]);
+    assert!(
+        message.starts_with("another `upcheck backends` is changing these backends"),
+        "{message}"
+    );
+}
