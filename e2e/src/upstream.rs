@@ -290,7 +290,9 @@ async fn follow(mut switches: Vec<Switch>, shared: Arc<Shared>) {
     }
 }
 
-/// Accepts connections while the mode allows it; gives the port up while refusing.
+/// Accepts connections while the mode allows it. While refusing it stops listening but keeps
+/// the port bound ([`hold`]): a connection is refused as by a port nothing listens on, and no
+/// other test's backend can take the port meanwhile and answer in its place.
 async fn accept_loop(
     listener: TcpListener,
     addr: SocketAddr,
@@ -298,14 +300,27 @@ async fn accept_loop(
     shutdown: CancellationToken,
 ) {
     let mut mode = shared.mode.subscribe();
-    let mut listener = Some(listener);
+    let mut port = Port::Listening(listener);
     loop {
         let current = mode.borrow_and_update().clone();
-        if current == Mode::Refuse {
-            listener = None;
-        } else if listener.is_none() {
-            listener = rebind(addr, &shutdown).await;
-        }
+        port = match (current == Mode::Refuse, port) {
+            (true, Port::Listening(listener)) => {
+                drop(listener);
+                Port::Held(hold(addr))
+            }
+            (false, Port::Held(held)) => {
+                drop(held);
+                match rebind(addr, &shutdown).await {
+                    Some(listener) => Port::Listening(listener),
+                    None => Port::Held(None),
+                }
+            }
+            (_, same) => same,
+        };
+        let listener = match &port {
+            Port::Listening(listener) => Some(listener),
+            Port::Held(_) => None,
+        };
         let accepting = current != Mode::NoAccept;
         let accept = async {
             match &listener {
@@ -327,6 +342,26 @@ async fn accept_loop(
             },
         }
     }
+}
+
+/// A fake backend's port: listened on, or held without listening while it refuses.
+enum Port {
+    Listening(TcpListener),
+    Held(Option<tokio::net::TcpSocket>),
+}
+
+/// `addr` bound without listening: the kernel refuses every connection to it (a reset to the
+/// first packet), as to a closed port, while no one else can bind it. `None` if it cannot be
+/// bound (the port is then closed, as before).
+fn hold(addr: SocketAddr) -> Option<tokio::net::TcpSocket> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+    }
+    .ok()?;
+    socket.set_reuseaddr(true).ok()?;
+    socket.bind(addr).ok()?;
+    Some(socket)
 }
 
 /// Listens on `addr` again after refusing, retrying while something else briefly holds the port.
