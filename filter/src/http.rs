@@ -11,8 +11,9 @@
 use crate::abi::{Action, HeaderMap};
 use crate::hostcall as hostcalls;
 use crate::vm::{self, Handle};
+use std::time::Duration;
 use upcheck_policy::outcome::status_code;
-use upcheck_policy::{drain, Pick, Pool, RequestOutcome, Retried, Routed, RoutingMode};
+use upcheck_policy::{drain, Pick, Pool, RequestOutcome, Retried, Routed, RoutingMode, Time};
 
 /// How a request ended, as the proxy's callbacks tell it.
 struct Ending {
@@ -29,8 +30,8 @@ struct Ending {
 pub struct Http {
     id: u32,
     vm: Handle,
-    /// The backend picked.
-    pick: Option<Routed>,
+    /// The backend picked, and when if latency is tracked.
+    pick: Option<(Routed, Option<Time>)>,
     settled: bool,
 }
 
@@ -58,18 +59,22 @@ impl Http {
         vm::with(&self.vm, |v| {
             let pick = pick.or_else(|| {
                 let at = v.resumed.iter().position(|r| r.context == id)?;
-                Some(v.resumed.swap_remove(at).backend)
+                let resumed = v.resumed.swap_remove(at);
+                Some((resumed.backend, resumed.started))
             });
-            let Some(backend) = pick else {
+            let Some((backend, started)) = pick else {
                 v.parked.retain(|context| *context != id);
                 return;
+            };
+            // The clock is read here only where latency matters, or later if the outcome counts.
+            let now = started.map(|_| vm::now());
+            let latency = match (now, started) {
+                (Some(now), Some(started)) => now.saturating_sub(started),
+                _ => Duration::ZERO,
             };
             let Some(pool) = v.pool.as_mut() else {
                 return;
             };
-            // The clock is read here only where latency matters, or later if the outcome counts.
-            let mut now = None;
-            let latency = pool.request_latency(id, backend, || *now.insert(vm::now()));
             let config = pool.config();
             let flags_reported = ending.ask_proxy && config.proxy.reports_response_flags();
             let outcome =

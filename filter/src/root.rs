@@ -232,8 +232,12 @@ fn resume_parked(v: &mut Vm) {
         if let Some(pool) = v.pool.as_ref() {
             http::route(pool, Some(backend), &mut v.joined);
         }
-        if let Some(backend) = v.routed(context, backend) {
-            v.resumed.push(Resumed { context, backend });
+        if let Some((backend, started)) = v.routed(context, backend) {
+            v.resumed.push(Resumed {
+                context,
+                backend,
+                started,
+            });
         }
         if let Err(status) = hostcalls::resume_http_request() {
             log::warn!("upcheck: a request parked at cold start could not resume ({status:?})");

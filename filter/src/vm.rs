@@ -49,6 +49,8 @@ pub struct Resumed {
     pub context: u32,
     /// The backend picked for it.
     pub backend: Routed,
+    /// When it was sent on, if requests are timed.
+    pub started: Option<Time>,
 }
 
 /// One VM's state.
@@ -111,14 +113,14 @@ impl Vm {
     }
 
     /// Counts a request routed to `backend`, and starts timing it when requests are timed:
-    /// returns the backend as the request must name it when it settles.
-    pub fn routed(&mut self, context: u32, backend: usize) -> Option<Routed> {
+    /// returns the backend as the request must name it when it settles, and when it started.
+    pub fn routed(&mut self, context: u32, backend: usize) -> Option<(Routed, Option<Time>)> {
         let pool = self.pool.as_mut()?;
         if pool.handles_mut(backend).is_some_and(|m| m.count_request()) {
             self.counted.push(backend);
         }
         let started = pool.times_requests().then(now);
-        Some(pool.request_routed(context, backend, started))
+        Some((pool.request_routed(context, backend, started), started))
     }
 
     /// Adds each backend's requests counted since the last flush to its `requests` counter.

@@ -231,12 +231,6 @@ impl Outstanding {
         Some(ended)
     }
 
-    /// When request `id`, kept `at`, started (`None` if it is not tracked there).
-    pub fn started(&self, id: u32, at: InFlight) -> Option<Time> {
-        let p = self.slots.get(at.slot())?.as_ref()?;
-        (p.id == id).then_some(p.started)
-    }
-
     /// When each request to `backend` still in flight started.
     pub fn starts(&self, backend: usize) -> Vec<Time> {
         self.pending()

@@ -25,16 +25,6 @@ impl<H> Pool<H> {
         }
     }
 
-    /// How long request `id`, sent as `routed`, has been in flight at `now`, where requests are
-    /// timed ([`Pool::times_requests`]; zero elsewhere): the latency of its answer.
-    pub fn request_latency(&self, id: u32, routed: Routed, now: impl FnOnce() -> Time) -> Duration {
-        let started = routed
-            .flight
-            .filter(|_| self.times_requests())
-            .and_then(|flight| self.outstanding.started(id, flight));
-        started.map_or(Duration::ZERO, |started| now().saturating_sub(started))
-    }
-
     /// Request `id`, sent to backend `picked`, ended with `outcome`. When the proxy retried it
     /// ([`Retried::Yes`]), the picked backend's attempt failed, and `outcome` belongs to the
     /// backend that gave the final answer. `now` is read only if the outcome changes anything.
