@@ -127,7 +127,11 @@ impl Rotation {
         if self.position >= self.width {
             self.position = 0;
             self.round += 1;
-            if self.members.first().is_none_or(|heaviest| heaviest.weight < self.round) {
+            if self
+                .members
+                .first()
+                .is_none_or(|heaviest| heaviest.weight < self.round)
+            {
                 // The cycle ends (at once when every weight is equal): all take the next round.
                 self.round = 1;
                 self.width = self.members.len();
