@@ -38,7 +38,7 @@ enum Command {
     /// probe clusters, the routes and their retries, the wasm filter with the plugin
     /// configuration, admin on loopback.
     Envoy(EnvoyArgs),
-    /// Add, remove or list the backends of a running balancer whose configuration `upcheck envoy
+    /// Add, drain, remove or list the backends of a running balancer whose configuration `upcheck envoy
     /// --membership -o FILE` wrote: no restart, no file edited by hand.
     Backends(BackendsArgs),
     /// Write a complete, commented NGINX configuration for upcheck, for an NGINX built with
@@ -145,6 +145,15 @@ enum BackendsCommand {
         /// Its share of the traffic relative to the others. Default 1.
         #[arg(long, value_name = "N")]
         weight: Option<u32>,
+    },
+    /// Drains a backend: no new request from the moment the command runs, whatever its probes
+    /// say, while it stays probed and its requests in flight finish; `--end` ends the drain.
+    Drain {
+        /// Its name.
+        name: String,
+        /// End the drain: it takes users again as its probes allow.
+        #[arg(long)]
+        end: bool,
     },
     /// Removes a backend: no new request from the moment the command runs, then its cluster
     /// goes once its requests in flight have ended (or --timeout passed).
@@ -327,6 +336,7 @@ fn envoy(args: EnvoyArgs) -> Result<(), Failure> {
             wasm: args.wasm,
             concurrency: args.concurrency,
             written_from: input,
+            removed: Default::default(),
         };
         return membership::write(out, &state).map_err(refusal);
     }
@@ -362,6 +372,13 @@ fn backends(args: BackendsArgs) -> Result<(), Failure> {
                 name,
                 address,
                 weight,
+            },
+        ),
+        BackendsCommand::Drain { name, end } => membership::change(
+            &args.config,
+            &membership::Change::Drain {
+                name,
+                drained: !end,
             },
         ),
         BackendsCommand::Remove {

@@ -1,5 +1,5 @@
 //! A running balancer's backends, changed by one command: `upcheck backends --config FILE add`,
-//! `remove` and `list`.
+//! `drain`, `remove` and `list`.
 //!
 //! `upcheck envoy --membership -o FILE` writes FILE so that Envoy reads its clusters (CDS) and
 //! both filters' configurations (ECDS) from files in `FILE.d/`, and keeps there what it was
@@ -20,6 +20,7 @@
 //! Every refusal leaves every file as it was. Two commands at once: the second is told to retry
 //! (a lock file, made with `O_EXCL`, for the length of a change).
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -55,6 +56,11 @@ pub struct State {
     pub concurrency: u32,
     /// What FILE was first written from.
     pub written_from: String,
+    /// How many times each backend name was removed: one added back under a removed name gets
+    /// a cluster named for the count (`app3-1`), and so a key of its own in the process-wide
+    /// tables, so that it starts unknown, with none of the evidence its namesake left.
+    #[serde(default)]
+    pub removed: BTreeMap<String, u32>,
 }
 
 /// Why a command failed.
@@ -81,6 +87,13 @@ pub enum Change {
         address: String,
         /// Its share of the traffic.
         weight: Option<u32>,
+    },
+    /// Drains backend `name` (`upstreams[].drain`), or ends its drain.
+    Drain {
+        /// Its name.
+        name: String,
+        /// Whether it drains from now on.
+        drained: bool,
     },
     /// Removes backend `name`, after its requests in flight have ended or `timeout` passed;
     /// the last backend in service only with `force`.
@@ -269,6 +282,9 @@ pub fn change(file: &Path, change: &Change) -> Result<Vec<String>, Refusal> {
             let mut upstream = Map::new();
             upstream.insert("name".into(), Value::from(name.as_str()));
             upstream.insert("address".into(), Value::from(address.as_str()));
+            if let Some(times) = before.removed.get(name) {
+                upstream.insert("cluster".into(), Value::from(format!("{name}-{times}")));
+            }
             if let Some(weight) = weight {
                 upstream.insert("weight".into(), Value::from(*weight));
             }
@@ -285,14 +301,18 @@ pub fn change(file: &Path, change: &Change) -> Result<Vec<String>, Refusal> {
             let started = Instant::now();
             write_state(&dir, &after)?;
             write_part(&deployment, &settings, Part::Clusters)?;
-            let address = deployment
+            let (host, address) = deployment
                 .backends
                 .last()
-                .map(|b| b.address.to_string())
+                .map(|b| {
+                    (
+                        host_prefix(deployment.routing, &b.cluster, &b.address.to_string()),
+                        b.address.to_string(),
+                    )
+                })
                 .unwrap_or_default();
-            let routing = deployment.routing;
             let cluster = wait(Duration::from_secs(10), || {
-                has_host(before.admin, routing, name, &address)
+                Ok(has_host(&get(before.admin, "/clusters")?.1, &host))
             });
             write_part(&deployment, &settings, Part::Filters)?;
             let applied = wait(Duration::from_secs(10), || {
@@ -304,9 +324,71 @@ pub fn change(file: &Path, change: &Change) -> Result<Vec<String>, Refusal> {
                      once its first probe passes",
                     started.elapsed().as_millis()
                 ),
+                (Err(e), _) | (_, Err(e)) => format!(
+                    "{name} added at {address} to the files; Envoy's admin interface at {}: {e} \
+                     (Envoy takes it in when it runs)",
+                    before.admin
+                ),
                 _ => format!(
                     "{name} added at {address} to the files; Envoy's admin interface at {} did \
-                     not show it in force within 10 s (Envoy takes it in when it runs)",
+                     not show it in force within 10 s",
+                    before.admin
+                ),
+            });
+        }
+        Change::Drain { name, drained } => {
+            let at = known(&before, name)?;
+            let current = before
+                .upstreams()
+                .get(at)
+                .is_some_and(|u| u["drain"] == true);
+            if current == *drained {
+                return Err(input(match drained {
+                    true => format!("{name}: already drained (`drain {name} --end` ends it)"),
+                    false => format!("{name}: not drained by `upcheck backends drain`"),
+                }));
+            }
+            if let Some(Value::Object(upstream)) = after.upstreams_mut()?.get_mut(at) {
+                match drained {
+                    true => upstream.insert("drain".into(), Value::Bool(true)),
+                    false => upstream.remove("drain"),
+                };
+            }
+            let (deployment, settings) = after.plan(file)?;
+            let started = Instant::now();
+            write_state(&dir, &after)?;
+            write_part(&deployment, &settings, Part::Filters)?;
+            let applied = wait(Duration::from_secs(10), || {
+                in_force(before.admin, "upcheck", &deployment.plugin)
+            });
+            let host = deployment
+                .backends
+                .get(at)
+                .map(|b| host_prefix(deployment.routing, &b.cluster, &b.address.to_string()))
+                .unwrap_or_default();
+            let in_flight = get(before.admin, "/clusters").map(|(_, c)| active(&c, &host));
+            said.push(match (applied, drained, in_flight) {
+                (Ok(true), true, Ok(n)) => format!(
+                    "{name} drained: no new requests after {} ms; {n} in flight finish; still \
+                     probed",
+                    started.elapsed().as_millis()
+                ),
+                (Ok(true), false, _) => format!(
+                    "{name} no longer drained after {} ms: it takes users as its probes allow",
+                    started.elapsed().as_millis()
+                ),
+                (Ok(true), true, Err(_)) => format!(
+                    "{name} drained: no new requests after {} ms",
+                    started.elapsed().as_millis()
+                ),
+                (Ok(false), ..) => format!(
+                    "{name}: the files say so; Envoy's admin interface at {} did not show it in \
+                     force within 10 s",
+                    before.admin
+                ),
+                (Err(e), ..) => format!(
+                    "{name}: the files say so; Envoy's admin interface at {}: {e} (Envoy takes \
+                     it in when it runs)",
                     before.admin
                 ),
             });
@@ -316,13 +398,7 @@ pub fn change(file: &Path, change: &Change) -> Result<Vec<String>, Refusal> {
             timeout,
             force,
         } => {
-            let Some(at) = find(&before, name) else {
-                let names: Vec<String> = before.upstreams().iter().filter_map(name_of).collect();
-                return Err(input(format!(
-                    "{name}: not a backend (the backends are {})",
-                    names.join(", ")
-                )));
-            };
+            let at = known(&before, name)?;
             let (current, _) = before.plan(file)?;
             let others = serving(before.status, &page_path(&current), name)
                 .unwrap_or(before.upstreams().len().saturating_sub(1));
@@ -338,11 +414,12 @@ pub fn change(file: &Path, change: &Change) -> Result<Vec<String>, Refusal> {
                     "{name}: the only backend; an upcheck pool needs one (add another first)"
                 )));
             }
-            let address = current
+            let host = current
                 .backends
                 .get(at)
-                .map(|b| b.address.to_string())
+                .map(|b| host_prefix(current.routing, &b.cluster, &b.address.to_string()))
                 .unwrap_or_default();
+            *after.removed.entry(name.clone()).or_default() += 1;
             let (deployment, settings) = after.plan(file)?;
             let started = Instant::now();
             // The filters first: no new request from then on; the clusters keep it meanwhile.
@@ -351,9 +428,8 @@ pub fn change(file: &Path, change: &Change) -> Result<Vec<String>, Refusal> {
                 in_force(before.admin, "upcheck", &deployment.plugin)
             });
             let stopped = started.elapsed();
-            let routing = current.routing;
             let drained = wait(*timeout, || {
-                Ok(in_flight(before.admin, routing, name, &address)? == 0)
+                Ok(active(&get(before.admin, "/clusters")?.1, &host) == 0)
             });
             write_state(&dir, &after)?;
             write_part(&deployment, &settings, Part::Clusters)?;
@@ -420,6 +496,17 @@ fn describe(backend: &Value, page: Option<&Value>, name: &str) -> String {
     }
 }
 
+/// Where backend `name` is in `state`, or a refusal naming the backends there are.
+fn known(state: &State, name: &str) -> Result<usize, Refusal> {
+    find(state, name).ok_or_else(|| {
+        let names: Vec<String> = state.upstreams().iter().filter_map(name_of).collect();
+        input(format!(
+            "{name}: not a backend (the backends are {})",
+            names.join(", ")
+        ))
+    })
+}
+
 fn find(state: &State, name: &str) -> Option<usize> {
     state
         .upstreams()
@@ -435,20 +522,18 @@ fn page_path(deployment: &Deployment) -> String {
     format!("{}.json", deployment.page.path)
 }
 
-/// Whether Envoy's clusters hold backend `name` at `address`: its own cluster in cluster
-/// routing, its endpoint in the pool in host routing.
-fn has_host(
-    admin: SocketAddr,
-    routing: RoutingMode,
-    name: &str,
-    address: &str,
-) -> io::Result<bool> {
-    let (_, clusters) = get(admin, "/clusters")?;
-    let host = match routing {
-        RoutingMode::Cluster => format!("{name}::"),
+/// How `/clusters` begins the lines of a backend's host: its own cluster's in cluster routing,
+/// its endpoint's in the pool in host routing.
+fn host_prefix(routing: RoutingMode, cluster: &str, address: &str) -> String {
+    match routing {
+        RoutingMode::Cluster => format!("{cluster}::"),
         RoutingMode::Host => format!("{}::{address}::", crate::deployment::POOL),
-    };
-    Ok(clusters.lines().any(|line| line.starts_with(&host)))
+    }
+}
+
+/// Whether `/clusters` shows a host whose lines begin with `host`.
+fn has_host(clusters: &str, host: &str) -> bool {
+    clusters.lines().any(|line| line.starts_with(host))
 }
 
 /// Whether filter `name`'s configuration in force in Envoy is `plugin` (its ECDS config dump).
@@ -475,22 +560,6 @@ fn serving(status: SocketAddr, path: &str, name: &str) -> Option<usize> {
     )
 }
 
-/// Envoy's count of requests in flight to backend `name` at `address`: its cluster's in cluster
-/// routing, its host's in the pool in host routing.
-fn in_flight(
-    admin: SocketAddr,
-    routing: RoutingMode,
-    name: &str,
-    address: &str,
-) -> io::Result<u64> {
-    let (_, clusters) = get(admin, "/clusters")?;
-    let host = match routing {
-        RoutingMode::Cluster => format!("{name}::"),
-        RoutingMode::Host => format!("{}::{address}::", crate::deployment::POOL),
-    };
-    Ok(active(&clusters, &host))
-}
-
 /// The requests in flight `/clusters` shows for the hosts whose lines start with `host`: it has
 /// a line per host and figure, `app3::127.0.0.1:3003::rq_active::1`.
 fn active(clusters: &str, host: &str) -> u64 {
@@ -506,7 +575,8 @@ fn active(clusters: &str, host: &str) -> u64 {
 }
 
 /// Calls `done` every 100 ms until it says so or `timeout` passes: whether it did. An error
-/// ends the wait with it once `timeout` passes without an answer.
+/// ends the wait with it once `timeout` passes without an answer, or at once when nothing
+/// listens.
 fn wait(timeout: Duration, mut done: impl FnMut() -> io::Result<bool>) -> io::Result<bool> {
     let deadline = Instant::now() + timeout;
     loop {
@@ -514,6 +584,8 @@ fn wait(timeout: Duration, mut done: impl FnMut() -> io::Result<bool>) -> io::Re
         match answer {
             Ok(true) => return Ok(true),
             Ok(false) if Instant::now() >= deadline => return Ok(false),
+            // Nothing listens: Envoy does not run, and will take the files in when it starts.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Err(e),
             Err(e) if Instant::now() >= deadline => return Err(e),
             _ => std::thread::sleep(Duration::from_millis(100)),
         }

@@ -142,3 +142,82 @@ fn a_change_while_another_runs_is_told_to_retry() {
         "{message}"
     );
 }
+
+#[test]
+fn a_backend_added_back_under_a_removed_name_gets_a_cluster_and_so_a_state_of_its_own() {
+    let dir = written(INPUT);
+    let run = |args: &[&str]| {
+        let mut all = vec!["backends", "--config", "envoy.yaml"];
+        all.extend(args);
+        let output = upcheck(dir.path(), &all, b"");
+        assert!(output.status.success(), "{}", stderr(&output));
+    };
+    let clusters = || fs::read_to_string(dir.path().join("envoy.yaml.d/clusters.json")).unwrap();
+    let plugin = || fs::read_to_string(dir.path().join("envoy.yaml.d/upcheck.json")).unwrap();
+    run(&["remove", "app2"]);
+    assert!(!plugin().contains("app2"), "{}", plugin());
+    run(&["add", "app2", "127.0.0.1:3002"]);
+    assert!(
+        plugin().contains(r#"\"cluster\": \"app2-1\""#),
+        "{}",
+        plugin()
+    );
+    assert!(clusters().contains(r#""name": "app2-1""#), "{}", clusters());
+    run(&["remove", "app2"]);
+    run(&["add", "app2", "127.0.0.1:3002"]);
+    assert!(
+        plugin().contains(r#"\"cluster\": \"app2-2\""#),
+        "{}",
+        plugin()
+    );
+    assert!(
+        !clusters().contains(r#""name": "app2-1""#),
+        "{}",
+        clusters()
+    );
+}
+
+#[test]
+fn a_drain_goes_into_the_filters_configuration_and_is_refused_twice_or_ended_where_none_is() {
+    let dir = written(INPUT);
+    let plugin = || fs::read_to_string(dir.path().join("envoy.yaml.d/upcheck.json")).unwrap();
+    let clusters = fs::read(dir.path().join("envoy.yaml.d/clusters.json")).unwrap();
+    assert_eq!(
+        refused(dir.path(), &["drain", "app1", "--end"]),
+        "app1: not drained by `upcheck backends drain`"
+    );
+    let output = upcheck(
+        dir.path(),
+        &["backends", "--config", "envoy.yaml", "drain", "app1"],
+        b"",
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(plugin().contains(r#"\"drain\": true"#), "{}", plugin());
+    assert_eq!(
+        fs::read(dir.path().join("envoy.yaml.d/clusters.json")).unwrap(),
+        clusters,
+        "a drain leaves the clusters as they are"
+    );
+    assert_eq!(
+        refused(dir.path(), &["drain", "app1"]),
+        "app1: already drained (`drain app1 --end` ends it)"
+    );
+    assert_eq!(
+        refused(dir.path(), &["drain", "app9"]),
+        "app9: not a backend (the backends are app1, app2)"
+    );
+    let output = upcheck(
+        dir.path(),
+        &[
+            "backends",
+            "--config",
+            "envoy.yaml",
+            "drain",
+            "app1",
+            "--end",
+        ],
+        b"",
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(!plugin().contains("drain"), "{}", plugin());
+}

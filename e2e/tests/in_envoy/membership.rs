@@ -2,8 +2,10 @@
 //! as an operator's panel would add app3 today: under 20 users a second on kept-alive
 //! connections, in both routing modes. Three backends added broken (502 to everything, hanging,
 //! nothing listening) take no user and cost none; the 502 one, fixed, takes users after its first
-//! passing probe; a healthy backend removed under traffic costs nobody and sees no user once the
-//! command has returned; Envoy restarted on the same file has the same backends.
+//! passing probe; a healthy backend drained takes no user once the command has returned, is still
+//! probed, and takes users again once the drain ends; a healthy backend removed under traffic
+//! costs nobody and sees no user once the command has returned; Envoy restarted on the same file
+//! has the same backends.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -86,11 +88,12 @@ async fn backends_join_and_leave_a_running_balancer(routing: &str) -> Result<()>
         wasm: module()?.display().to_string(),
         concurrency: 2,
         written_from: "the membership test".into(),
+        removed: Default::default(),
     };
     membership::write(&file, &state).map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let mut process = envoy(&file, admin).await?;
 
-    let replay = Replay::new(format!("http://{listen}/"), 20, Duration::from_secs(14));
+    let replay = Replay::new(format!("http://{listen}/"), 20, Duration::from_secs(17));
     let traffic = tokio::spawn(async move { replay.run().await });
     sleep(Duration::from_millis(1500)).await;
     let mut added_at = Instant::now();
@@ -130,6 +133,48 @@ async fn backends_join_and_leave_a_running_balancer(routing: &str) -> Result<()>
         (fixed_at - added_at).as_secs_f64(),
         fixed_at.elapsed().as_secs_f64(),
         added_at.elapsed().as_secs_f64()
+    );
+
+    let said = run(
+        &file,
+        Change::Drain {
+            name: "app1".into(),
+            drained: true,
+        },
+    )
+    .await?;
+    println!("{routing} routing: {}", said.join("; "));
+    let (drained, probed) = (app1.counts().requests, app1.counts().probes);
+    sleep(Duration::from_millis(1500)).await;
+    ensure!(
+        app1.counts().requests == drained,
+        "app1 took users after `drain` returned: {drained} then {}",
+        app1.counts().requests
+    );
+    ensure!(
+        app1.counts().probes > probed,
+        "a drained app1 is still probed"
+    );
+    let said = run(
+        &file,
+        Change::Drain {
+            name: "app1".into(),
+            drained: false,
+        },
+    )
+    .await?;
+    let ended = Instant::now();
+    while app1.counts().requests == drained {
+        ensure!(
+            ended.elapsed() < Duration::from_secs(3),
+            "app1 took no user once its drain ended"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "{routing} routing: {}; its first user {:.2} s later",
+        said.join("; "),
+        ended.elapsed().as_secs_f64()
     );
 
     let removing = Instant::now();

@@ -280,6 +280,11 @@ pub struct Upstream {
     /// route header carries. Default: none (`null`).
     #[serde(deserialize_with = "grammar::address")]
     pub address: Option<String>,
+    /// Whether the operator drains it (`upcheck backends drain`, HAProxy's `state drain`): it
+    /// takes no new requests whatever its probes say, those already sent finish, and it is still
+    /// probed, so that the status page tells what it would be. Default: `false`.
+    #[serde(deserialize_with = "grammar::flag")]
+    pub drain: bool,
 }
 
 /// An upstream's fields as they are when left out: no name (which is required), and the cluster
@@ -292,6 +297,7 @@ impl Default for Upstream {
             authority: None,
             weight: 1,
             address: None,
+            drain: false,
         }
     }
 }

@@ -36,6 +36,8 @@ pub enum Signal {
     ResponseHeader,
     /// A probe answered this status, one of `health_checks.active.drain_status`.
     Status(u16),
+    /// The configuration drains it (`upstreams[].drain`, `upcheck backends drain`).
+    Operator,
 }
 
 /// A backend draining: since when, and what said so.
@@ -77,6 +79,7 @@ impl fmt::Display for Signal {
             Signal::ProbeHeader => write!(f, "its probe's answer carried {SIGNAL_HEADER}"),
             Signal::ResponseHeader => write!(f, "a response carried {SIGNAL_HEADER}"),
             Signal::Status(status) => write!(f, "its probe answered {status} (drain_status)"),
+            Signal::Operator => f.write_str("the configuration drains it (upstreams[].drain)"),
         }
     }
 }

@@ -41,6 +41,7 @@
 //! failed probe, so the guard's own evidence still never brings a draining backend back.
 
 use crate::active::{ActiveHealth, Health, ProbeOutcome};
+use crate::drain::Drain;
 use crate::passive::PassiveHealth;
 use crate::time::{nanos, Time};
 use std::borrow::Borrow;
@@ -54,6 +55,9 @@ pub struct Evidence {
     pub active: ActiveHealth,
     /// What real requests say.
     pub passive: PassiveHealth,
+    /// While the configuration drains it (`upstreams[].drain`): since this VM took that in. It
+    /// outlasts every probe, and ends with the configuration that says so.
+    pub operator_drain: Option<Drain>,
 }
 
 impl Evidence {
@@ -62,6 +66,7 @@ impl Evidence {
         Evidence {
             active: ActiveHealth::new(now),
             passive: PassiveHealth::default(),
+            operator_drain: None,
         }
     }
 
@@ -79,9 +84,14 @@ impl Evidence {
         }
     }
 
+    /// Its drain, if it drains: the operator's, else what the backend said.
+    pub fn drain(&self) -> Option<Drain> {
+        self.operator_drain.or(self.passive.drain)
+    }
+
     /// Whether it drains.
     pub fn draining(&self) -> bool {
-        self.passive.drain.is_some()
+        self.drain().is_some()
     }
 
     /// Whether anything at all has been heard from it.

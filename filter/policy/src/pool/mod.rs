@@ -31,7 +31,7 @@
 //! cluster (Envoy's `cluster_header`), in `host` routing its address (the `override_host` load
 //! balancing policy), and then [`Pool::retry_choice`] names where a retry goes.
 
-use crate::drain::Drain;
+use crate::drain::{Drain, Signal};
 use crate::events::{Effects, Event};
 use crate::guard::{Evidence, Guard};
 use crate::history::Change;
@@ -128,7 +128,7 @@ pub struct Member<H> {
     /// On the prober, the other balancers' counts of its requests, added up, as last read
     /// ([`crate::etcd::traffic`]).
     fleet_traffic: Traffic,
-    /// Its drain, as last refreshed ([`crate::drain`]).
+    /// Its drain, as this VM last reported it ([`crate::drain`]).
     drain: Option<Drain>,
     /// The adapter's own data about it (its metric handles).
     pub handles: H,
@@ -147,7 +147,7 @@ impl<H> Member<H> {
 
     /// Its drain, while it drains: since when, and what said so.
     pub fn draining(&self) -> Option<Drain> {
-        self.evidence.passive.drain
+        self.evidence.drain()
     }
 
     /// Where it stands in its passive ejection's lifecycle.
@@ -325,6 +325,8 @@ impl<H> Pool<H> {
             let member = match previous.and_then(|at| old.get_mut(at).and_then(Option::take)) {
                 Some(mut member) => {
                     member.upstream = upstream.clone();
+                    member.evidence.operator_drain =
+                        operator_drain(upstream, member.evidence.operator_drain, now);
                     // Where its duty is, the next fleet view says (before any probe is due).
                     member.elsewhere = false;
                     member
@@ -335,7 +337,10 @@ impl<H> Pool<H> {
                     probed_here: true,
                     elsewhere: false,
                     back: false,
-                    evidence: Evidence::new(now),
+                    evidence: Evidence {
+                        operator_drain: operator_drain(upstream, None, now),
+                        ..Evidence::new(now)
+                    },
                     routable: false,
                     accepting: true,
                     in_service: None,
@@ -611,4 +616,15 @@ impl<H> Pool<H> {
             None => Pick::Backend(0),
         }
     }
+}
+
+/// Backend `upstream`'s drain by the operator, once this VM takes in its configuration at `now`:
+/// the one it had, kept while the configuration still drains it (from when it began).
+fn operator_drain(upstream: &Upstream, had: Option<Drain>, now: Time) -> Option<Drain> {
+    upstream.drain.then(|| {
+        had.unwrap_or(Drain {
+            since: now,
+            by: Signal::Operator,
+        })
+    })
 }

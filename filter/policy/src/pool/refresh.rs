@@ -271,28 +271,26 @@ impl<H> Member<H> {
     }
 
     /// Follows its drain, reported by its prober as it starts and as it ends (its gauge and one
-    /// log line each).
+    /// log line each); a VM that begins probing reports the drain in force then.
     fn follow_drain(&mut self, index: usize, reporting: bool, now: Time, effects: &mut Effects) {
-        let drain = self.evidence.passive.drain;
-        if drain == self.drain {
+        let drain = self.evidence.drain();
+        if drain == self.drain || !reporting {
             return;
         }
-        if reporting {
-            if let Some(ended) = self.drain.filter(|_| drain.is_none()) {
-                effects.events.push(Event::DrainEnded {
-                    index,
-                    name: self.name().to_owned(),
-                    by: ended.by,
-                    lasted: now.saturating_sub(ended.since),
-                });
-            }
-            if let Some(drain) = drain {
-                effects.events.push(Event::DrainStarted {
-                    index,
-                    name: self.name().to_owned(),
-                    drain,
-                });
-            }
+        if let Some(ended) = self.drain.filter(|_| drain.is_none()) {
+            effects.events.push(Event::DrainEnded {
+                index,
+                name: self.name().to_owned(),
+                by: ended.by,
+                lasted: now.saturating_sub(ended.since),
+            });
+        }
+        if let Some(drain) = drain {
+            effects.events.push(Event::DrainStarted {
+                index,
+                name: self.name().to_owned(),
+                drain,
+            });
         }
         self.drain = drain;
     }
@@ -324,7 +322,7 @@ impl<H> Member<H> {
         let state = State::of(Facts {
             health: self.evidence.active.status,
             ejected,
-            draining: self.evidence.passive.drain.is_some(),
+            draining: self.evidence.draining(),
         });
         let change = state != self.state.current;
         if change {

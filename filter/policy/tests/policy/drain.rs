@@ -559,3 +559,64 @@ fn the_status_page_shows_a_draining_backend_with_what_said_so_and_since_when_in_
         "{row}"
     );
 }
+
+/// app1 and app2 as configured, app1 drained by the operator when `drained`.
+fn operator_config(drained: bool) -> Config {
+    let json = format!(
+        r#"{{"upstreams":[{{"name":"app1","drain":{drained}}},{{"name":"app2"}}],
+            "health_checks":{{"active":{{"interval":"10s","timeout":"5s"}}}}}}"#
+    );
+    Config::parse(json.as_bytes()).expect("test config parses")
+}
+
+#[test]
+fn a_backend_the_operator_drains_takes_no_new_request_through_passing_probes_until_the_drain_ends()
+{
+    let mut proxy = healthy(operator_config(false));
+    proxy.reconfigure(operator_config(true), secs(1));
+    let drain = Drain {
+        since: secs(1),
+        by: Signal::Operator,
+    };
+    assert_eq!(proxy.members()[0].draining(), Some(drain));
+    assert_eq!(routable(&proxy), ["app2"]);
+    probe_answer(&mut proxy, "app1", 200, false, secs(11), secs(11));
+    proxy.reconfigure(operator_config(true), secs(12));
+    assert_eq!(
+        proxy.members()[0].draining(),
+        Some(drain),
+        "neither a passing probe nor the same configuration again ends it"
+    );
+    assert!(picks(&mut proxy, 10, secs(12)).iter().all(|p| p == "app2"));
+    assert_eq!(
+        proxy.members()[0].evidence.active.status,
+        Health::Healthy,
+        "it is still probed"
+    );
+    proxy.reconfigure(operator_config(false), secs(13));
+    assert_eq!(proxy.members()[0].draining(), None);
+    assert_eq!(routable(&proxy), ["app1", "app2"]);
+    assert_eq!(
+        drain_events(&proxy),
+        [
+            &Event::DrainStarted {
+                index: 0,
+                name: "app1".into(),
+                drain
+            },
+            &Event::DrainEnded {
+                index: 0,
+                name: "app1".into(),
+                by: Signal::Operator,
+                lasted: secs(12),
+            }
+        ]
+    );
+}
+
+#[test]
+fn a_backend_configured_drained_from_the_start_never_takes_a_user() {
+    let mut proxy = healthy(operator_config(true));
+    assert_eq!(routable(&proxy), ["app2"]);
+    assert!(picks(&mut proxy, 10, secs(1)).iter().all(|p| p == "app2"));
+}
