@@ -319,11 +319,17 @@ impl fmt::Display for Event {
             }
             Event::DrainEnded {
                 name, by, lasted, ..
-            } => write!(
-                f,
-                "{name} no longer draining: a probe passed without the signal (it drained for {}, since {by})",
-                duration::display(*lasted)
-            ),
+            } => {
+                let why = match by {
+                    Signal::Operator => "the configuration no longer drains it",
+                    _ => "a probe passed without the signal",
+                };
+                write!(
+                    f,
+                    "{name} no longer draining: {why} (it drained for {}, since {by})",
+                    duration::display(*lasted)
+                )
+            }
             Event::Guard(Guard::Off) => f.write_str("fleet guard released"),
             Event::Guard(guard) => write!(f, "fleet guard engaged: {guard}"),
             Event::ProbeContradicted { name, outcome } => write!(

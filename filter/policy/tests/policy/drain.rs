@@ -612,6 +612,13 @@ fn a_backend_the_operator_drains_takes_no_new_request_through_passing_probes_unt
             }
         ]
     );
+    let ended = drain_events(&proxy).last().map(ToString::to_string);
+    assert!(
+        ended
+            .is_some_and(|line| line
+                .contains("app1 no longer draining: the configuration no longer drains it")),
+        "the log line says what ended it"
+    );
 }
 
 #[test]
