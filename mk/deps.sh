@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests need that are missing, with one `apt-get update` (dpkg
 # has one lock, and each update costs seconds): `mk/deps.sh PACKAGE:COMMAND[:lean] ...` installs
-# PACKAGE when COMMAND is not on the PATH (or, given as a path, not executable); `lean` installs
-# it without its recommended packages. The targets of mk/*.mk that need one package keep their
+# PACKAGE when COMMAND is not on the PATH (or, given as a path, not executable, or for a shared
+# object `.so`, not there); `lean` installs it without its recommended packages. The targets of mk/*.mk that need one package keep their
 # own check; `make test` calls this once, beside the first build.
 set -euo pipefail
 full=() lean=()
 for spec in "$@"; do
     IFS=: read -r package command how <<<"$spec"
-    if [[ $command == /* ]]; then [[ -x $command ]] && continue
+    if [[ $command == *.so ]]; then [[ -f $command ]] && continue
+    elif [[ $command == /* ]]; then [[ -x $command ]] && continue
     else command -v "$command" >/dev/null && continue
     fi
     if [[ $how == lean ]]; then lean+=("$package"); else full+=("$package"); fi

@@ -197,6 +197,16 @@ struct NginxArgs {
     /// NGINX's worker processes.
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     workers: u32,
+    /// ngx_wasm_module built as a dynamic module (`ngx_wasmx_module.so`): written as a
+    /// `load_module` line. Leave it out for an NGINX with the module built in.
+    #[arg(long, value_name = "PATH")]
+    module: Option<String>,
+    /// NGINX's error log (at level info: upcheck's health changes).
+    #[arg(long, value_name = "PATH", default_value = "/var/log/nginx/error.log")]
+    error_log: String,
+    /// NGINX's pid file.
+    #[arg(long, value_name = "PATH", default_value = "/run/nginx.pid")]
+    pid: String,
     /// Write here (replaced atomically) instead of standard output.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: Option<PathBuf>,
@@ -457,6 +467,9 @@ fn nginx(args: NginxArgs) -> Result<(), Failure> {
         status: args.status,
         wasm: args.wasm,
         workers: args.workers,
+        module: args.module,
+        error_log: args.error_log,
+        pid: args.pid,
         input,
     };
     write_out(

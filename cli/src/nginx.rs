@@ -11,8 +11,9 @@
 //! requests NGINX deems safe to repeat. The status page is a second `proxy_wasm` filter, with
 //! the pool's configuration and `"role": "status_page"`, on a server bound to loopback.
 //!
-//! What the file leaves to the operator: loading the module (`load_module`, or an NGINX with it
-//! built in), TLS, and everything else an NGINX in front of an app has.
+//! What the file leaves to the operator: TLS, and everything else an NGINX in front of an app
+//! has. It loads the module with `load_module` when told where it is (`--module`); an NGINX
+//! with the module built in needs no such line.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -60,9 +61,21 @@ pub struct Settings {
     pub wasm: String,
     /// NGINX's worker processes (each runs its own copy of the module). Default 2.
     pub workers: u32,
+    /// Path of ngx_wasm_module built as a dynamic module, for a `load_module` line. Default:
+    /// none, for an NGINX with the module built in.
+    pub module: Option<String>,
+    /// Where NGINX logs, at level `info` (upcheck's health changes). Default
+    /// `/var/log/nginx/error.log`.
+    pub error_log: String,
+    /// NGINX's pid file. Default `/run/nginx.pid`.
+    pub pid: String,
     /// What the configuration was written from, for the header, e.g. `config/caddy.json`.
     pub input: String,
 }
+
+/// What the written file was checked with in a real NGINX, for its header.
+pub const CHECKED_WITH: &str = "nginx 1.22.1 (Debian 12) and Kong's ngx_wasm_module (its main \
+     branch, built as a dynamic module) on wasmtime 27";
 
 /// The name of the `upstream` block of every backend, where a request the filter did not pick
 /// for goes.
@@ -175,9 +188,11 @@ pub fn render(plan: &Plan, s: &Settings) -> String {
     line(
         "# It needs an NGINX built with Kong's ngx_wasm_module (its `main` branch, wasmtime or V8;",
     );
-    line("# Kong's prebuilt wasmx-nginx, or NGINX 1.22 or newer with the module compiled in or");
-    line("# loaded by load_module). Stock NGINX (Debian's) lacks the module: `nginx -t` accepts this");
-    line("# file there with the module's directives (the wasm block, proxy_wasm) left out.");
+    line("# Kong's prebuilt wasmx-nginx, or NGINX 1.22 or newer with the module compiled in, or");
+    line("# loaded by load_module: `upcheck nginx --module PATH` writes that line). Stock NGINX");
+    line("# (Debian's) lacks the module: `nginx -t` accepts this file there with the module's");
+    line("# directives (its load_module, the wasm block, proxy_wasm) left out.");
+    line(&format!("# Checked with {CHECKED_WITH}."));
     line("#");
     line(
         "# What differs from Envoy: NGINX reports no response flags, so a refused connection and a",
@@ -190,12 +205,18 @@ pub fn render(plan: &Plan, s: &Settings) -> String {
     );
     line("# before the first probe answers are not held but spread over every backend.");
     line("");
+    if let Some(module) = &s.module {
+        line(&format!("load_module {module};  # ngx_wasm_module"));
+    }
     line(&format!(
         "worker_processes {};  # each its own copy of upcheck; one of them probes for all",
         s.workers
     ));
-    line("error_log /var/log/nginx/error.log info;  # upcheck's lines (health changes) are info");
-    line("pid /run/nginx.pid;");
+    line(&format!(
+        "error_log {} info;  # upcheck's lines (health changes) are info",
+        s.error_log
+    ));
+    line(&format!("pid {};", s.pid));
     line("");
     line("events {");
     line("    worker_connections 1024;");
@@ -298,7 +319,8 @@ fn status_path(plan: &Plan) -> String {
 
 /// Every line of an NGINX configuration written by [`render`] that only an NGINX with
 /// ngx_wasm_module understands (the `wasm` block and the `proxy_wasm` directives), left out:
-/// what a stock NGINX can check.
+/// what a stock NGINX can check. A `load_module` line stays, for NGINX to load the module it
+/// names (a stand-in for ngx_wasm_module's in the tests).
 pub fn without_module(conf: &str) -> String {
     let mut out = String::new();
     let mut in_wasm = false;
@@ -367,6 +389,9 @@ mod tests {
             status: "127.0.0.1:9902".parse().expect("an address"),
             wasm: "/etc/upcheck/upcheck.wasm".into(),
             workers: 2,
+            module: None,
+            error_log: "/var/log/nginx/error.log".into(),
+            pid: "/run/nginx.pid".into(),
             input: "test".into(),
         };
         let conf = render(&plan, &settings);

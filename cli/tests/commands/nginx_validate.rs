@@ -141,3 +141,65 @@ fn host_routing_and_a_public_status_server_are_refused_naming_what_to_change() {
         stderr(&output)
     );
 }
+
+#[test]
+fn a_module_given_is_loaded_by_nginx_before_anything_else_and_the_log_and_pid_go_where_told() {
+    let module = std::env::var("UPCHECK_NGINX_MODULE").unwrap_or_else(|_| {
+        panic!("UPCHECK_NGINX_MODULE is not set: run these tests through `make e2e`")
+    });
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let log = dir.path().join("upcheck-error.log").display().to_string();
+    let pid = dir.path().join("upcheck.pid").display().to_string();
+    let args = [
+        "nginx",
+        "--from-caddy",
+        "config/caddy.json",
+        "--module",
+        &module,
+        "--error-log",
+        &log,
+        "--pid",
+        &pid,
+    ];
+    let conf = written(&args);
+    let first = conf
+        .lines()
+        .find(|line| !line.starts_with('#') && !line.is_empty());
+    assert_eq!(
+        first,
+        Some(format!("load_module {module};  # ngx_wasm_module").as_str()),
+        "{conf}"
+    );
+    assert!(conf.contains(&format!("error_log {log} info;")), "{conf}");
+    assert!(conf.contains(&format!("pid {pid};")), "{conf}");
+    assert!(!conf.contains("/var/log/nginx/") && !conf.contains("/run/nginx.pid"));
+    check(&without_module(&conf)).unwrap_or_else(|e| panic!("nginx -t refused it: {e}\n{conf}"));
+
+    let missing = written(&[
+        "nginx",
+        "--from-caddy",
+        "config/caddy.json",
+        "--module",
+        "/nonexistent/ngx_wasmx_module.so",
+    ]);
+    let refused = check(&without_module(&missing)).expect_err("no module at that path");
+    assert!(
+        refused.contains("/nonexistent/ngx_wasmx_module.so"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn without_a_module_the_file_loads_none_and_names_what_it_was_checked_with() {
+    let conf = written(&["nginx", "--from-caddy", "config/caddy.json"]);
+    assert!(!conf.contains("\nload_module"), "{conf}");
+    assert!(
+        conf.contains(&format!(
+            "# Checked with {}.",
+            upcheck_cli::nginx::CHECKED_WITH
+        )),
+        "{conf}"
+    );
+    assert!(conf.contains("error_log /var/log/nginx/error.log info;"));
+    assert!(conf.contains("pid /run/nginx.pid;"));
+}
