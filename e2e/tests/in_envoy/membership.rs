@@ -45,6 +45,13 @@ async fn run(file: &Path, change: Change) -> Result<Vec<String>> {
     said.map_err(|e| anyhow::anyhow!("{e:?}"))
 }
 
+fn drain(name: &str, drained: bool) -> Change {
+    Change::Drain {
+        name: name.into(),
+        drained,
+    }
+}
+
 fn add(name: &str, upstream: &FakeUpstream) -> Change {
     Change::Add {
         name: name.into(),
@@ -135,14 +142,7 @@ async fn backends_join_and_leave_a_running_balancer(routing: &str) -> Result<()>
         added_at.elapsed().as_secs_f64()
     );
 
-    let said = run(
-        &file,
-        Change::Drain {
-            name: "app1".into(),
-            drained: true,
-        },
-    )
-    .await?;
+    let said = run(&file, drain("app1", true)).await?;
     println!("{routing} routing: {}", said.join("; "));
     let (drained, probed) = (app1.counts().requests, app1.counts().probes);
     sleep(Duration::from_millis(1500)).await;
@@ -155,14 +155,7 @@ async fn backends_join_and_leave_a_running_balancer(routing: &str) -> Result<()>
         app1.counts().probes > probed,
         "a drained app1 is still probed"
     );
-    let said = run(
-        &file,
-        Change::Drain {
-            name: "app1".into(),
-            drained: false,
-        },
-    )
-    .await?;
+    let said = run(&file, drain("app1", false)).await?;
     let ended = Instant::now();
     while app1.counts().requests == drained {
         ensure!(
