@@ -18,6 +18,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use upcheck_policy::{Config, ConfigError};
 
@@ -31,7 +32,7 @@ use crate::tree::{list, map, number, plain, text, Node};
 pub const CLUSTER: &str = "etcd";
 
 /// The etcd cluster as the Envoy configuration has it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Etcd {
     /// Its name, as the plugin configuration's `fleet.cluster`.
     pub cluster: String,
@@ -42,7 +43,7 @@ pub struct Etcd {
 }
 
 /// TLS to etcd, as the cluster's transport socket has it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tls {
     /// The CA that signed the members' certificates (absolute, as Envoy reads it wherever it runs).
     pub ca: PathBuf,
@@ -54,7 +55,7 @@ pub struct Tls {
 }
 
 /// A client certificate and its private key (absolute paths).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClientCertificate {
     /// The certificate chain, PEM.
     pub cert: PathBuf,

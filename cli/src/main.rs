@@ -17,7 +17,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use upcheck_cli::deployment::plan;
 use upcheck_cli::envoy::{render, Settings};
 use upcheck_cli::plugin::{self, Source};
-use upcheck_cli::{caddy, etcd, membership, output};
+use upcheck_cli::{caddy, etcd, etcd_membership, membership, output};
 use upcheck_policy::duration::display;
 use upcheck_policy::{Config, ConfigError, RoutingMode};
 
@@ -119,8 +119,18 @@ struct EnvoyArgs {
     /// Let `upcheck backends --config OUT` change the backends while Envoy runs: Envoy reads
     /// the clusters and both filters' configurations from files in OUT.d/, which that command
     /// rewrites. Needs -o.
-    #[arg(long, requires = "output", conflicts_with = "etcd")]
+    #[arg(long, requires = "output")]
     membership: bool,
+    /// With --membership: the networks a backend's address must be in, whoever changes the
+    /// membership (a backend named by a host name is then refused). Default: any address but
+    /// the balancer's own listeners.
+    #[arg(
+        long,
+        value_name = "CIDR[,CIDR…]",
+        value_delimiter = ',',
+        requires = "membership"
+    )]
+    allow: Vec<ipnet::IpNet>,
 }
 
 #[derive(Args)]
@@ -134,8 +144,17 @@ struct BackendsArgs {
 
 #[derive(Subcommand)]
 enum BackendsCommand {
-    /// Each backend: its name, its address, and its state on the status page, since when.
+    /// Each backend: its name, its address, and its state on the status page, since when (for
+    /// a fleet, on each balancer).
     List,
+    /// Follows the fleet's membership in etcd (FILE written with `--etcd`): run beside each
+    /// balancer's Envoy, it makes FILE's backends those the fleet's membership names, as they
+    /// change, and reports what this balancer has in force.
+    Follow {
+        /// This balancer's name in the reports. Default: the host's name and the listener.
+        #[arg(long)]
+        name: Option<String>,
+    },
     /// Adds a backend: probed at once, and no user before its first probe passes.
     Add {
         /// Its name (as upstreams are named: logs, metrics and the status page show it).
@@ -347,6 +366,8 @@ fn envoy(args: EnvoyArgs) -> Result<(), Failure> {
             concurrency: args.concurrency,
             written_from: input,
             removed: Default::default(),
+            etcd: deployment.etcd.clone(),
+            allowed: args.allow,
         };
         return membership::write(out, &state).map_err(refusal);
     }
@@ -372,6 +393,14 @@ fn refusal(refusal: membership::Refusal) -> Failure {
 fn backends(args: BackendsArgs) -> Result<(), Failure> {
     let said = match args.command {
         BackendsCommand::List => membership::list(&args.config),
+        BackendsCommand::Follow { name } => {
+            let state = membership::read(&args.config).map_err(refusal)?;
+            let name = name.unwrap_or_else(|| etcd_membership::balancer_name(&state));
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            eprintln!("follow: {name} follows the fleet's membership");
+            etcd_membership::follow(&args.config, &name, &stop, |line| eprintln!("{line}"))
+                .map(|()| Vec::new())
+        }
         BackendsCommand::Add {
             name,
             address,

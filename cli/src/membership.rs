@@ -22,17 +22,20 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{self, Write};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use upcheck_policy::RoutingMode;
 
 use crate::deployment::{plan, Deployment};
 use crate::envoy::{clusters_file, membership_files, render, Settings};
+use crate::etcd::Etcd;
+use crate::http1::{get, get_json};
 use crate::output;
 use crate::plugin;
 
@@ -61,6 +64,17 @@ pub struct State {
     /// tables, so that it starts unknown, with none of the evidence its namesake left.
     #[serde(default)]
     pub removed: BTreeMap<String, u32>,
+    /// The etcd cluster of the fleet FILE's balancer belongs to (`upcheck envoy --etcd`): the
+    /// membership is then the fleet's, in etcd ([`crate::etcd_membership`]). Default: none.
+    #[serde(default)]
+    pub etcd: Option<Etcd>,
+    /// The networks a backend's address must be in (`upcheck envoy --allow`), so that whoever
+    /// can write the membership (these files, or the fleet's key in etcd) cannot aim the
+    /// balancer at the internet or a metadata address; a backend named by a host name is then
+    /// refused too, since its name can resolve anywhere. Default: none, any address. Whatever
+    /// the list, never the balancer's own listeners.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed: Vec<IpNet>,
 }
 
 /// Why a command failed.
@@ -121,12 +135,19 @@ fn state_file(dir: &Path) -> PathBuf {
 
 impl State {
     /// The deployment and settings this state writes, for `file`.
-    fn plan(&self, file: &Path) -> Result<(Deployment, Settings), Refusal> {
+    pub fn plan(&self, file: &Path) -> Result<(Deployment, Settings), Refusal> {
+        for (at, upstream) in self.upstreams().iter().enumerate() {
+            if let Some(address) = upstream["address"].as_str() {
+                self.admits(address)
+                    .map_err(|why| input(format!("upstreams[{at}].address: {address:?} {why}")))?;
+            }
+        }
         let text = serde_json::to_string(&Value::Object(self.input.clone()))
             .map_err(|e| input(format!("the membership cannot be written as JSON: {e}")))?;
         let mut source = plugin::read(text.as_bytes()).map_err(|e| input(e.to_string()))?;
         source.probe_port = self.probe_port;
-        let deployment = plan(&source, None).map_err(|e| input(e.to_string()))?;
+        let mut deployment = plan(&source, None).map_err(|e| input(e.to_string()))?;
+        deployment.etcd = self.etcd.clone();
         let settings = Settings {
             listen: self.listen,
             admin: self.admin,
@@ -139,8 +160,42 @@ impl State {
         Ok((deployment, settings))
     }
 
+    /// Whether a backend may be at `address` (`host:port`): why not, if not.
+    fn admits(&self, address: &str) -> Result<(), String> {
+        let Ok(at) = address.parse::<SocketAddr>() else {
+            return match self.allowed.is_empty() {
+                true => Ok(()),
+                false => Err("is a host name, and the balancer admits addresses in its \
+                              --allow networks only"
+                    .into()),
+            };
+        };
+        for (listener, what) in [
+            (self.listen, "where users connect"),
+            (self.admin, "Envoy's admin interface"),
+            (self.status, "the status page"),
+        ] {
+            let local = listener.ip().is_loopback() || listener.ip().is_unspecified();
+            let same_host = at.ip() == listener.ip()
+                || at.ip().is_unspecified()
+                || (at.ip().is_loopback() && local);
+            if at.port() == listener.port() && same_host {
+                return Err(format!("is the balancer's own listener ({what})"));
+            }
+        }
+        let ip = at.ip().to_canonical();
+        if self.allowed.is_empty() || self.allowed.iter().any(|net| net.contains(&ip)) {
+            return Ok(());
+        }
+        let nets: Vec<String> = self.allowed.iter().map(IpNet::to_string).collect();
+        Err(format!(
+            "is outside the networks the balancer admits (--allow {})",
+            nets.join(",")
+        ))
+    }
+
     /// The backends, in order: each upstream of the input.
-    fn upstreams(&self) -> &[Value] {
+    pub fn upstreams(&self) -> &[Value] {
         self.input
             .get("upstreams")
             .and_then(Value::as_array)
@@ -266,38 +321,16 @@ impl Drop for Lock {
 /// Makes `change` to FILE's membership and waits until Envoy has it; what happened, in lines.
 pub fn change(file: &Path, change: &Change) -> Result<Vec<String>, Refusal> {
     let before = read(file)?;
+    if let Some(etcd) = &before.etcd {
+        return crate::etcd_membership::change(file, &before, etcd, change);
+    }
     let dir = directory(file).map_err(|e| input(e.to_string()))?;
     let _lock = Lock::take(&dir)?;
-    let mut after = before.clone();
+    let after = edited(file, &before, change)?;
     let mut said = Vec::new();
     match change {
-        Change::Add {
-            name,
-            address,
-            weight,
-        } => {
-            if find(&before, name).is_some() {
-                return Err(input(format!("{name}: already a backend; remove it first")));
-            }
-            let mut upstream = Map::new();
-            upstream.insert("name".into(), Value::from(name.as_str()));
-            upstream.insert("address".into(), Value::from(address.as_str()));
-            if let Some(times) = before.removed.get(name) {
-                upstream.insert("cluster".into(), Value::from(format!("{name}-{times}")));
-            }
-            if let Some(weight) = weight {
-                upstream.insert("weight".into(), Value::from(*weight));
-            }
-            after.upstreams_mut()?.push(Value::Object(upstream));
-            let added = format!("upstreams[{}].", before.upstreams().len());
-            let (deployment, settings) = after.plan(file).map_err(|refusal| match refusal {
-                // The module names the field; the operator wrote a name and an address.
-                Refusal::Input(m) => match m.strip_prefix(&added) {
-                    Some(rest) => input(format!("{name}: {rest}")),
-                    None => Refusal::Input(m),
-                },
-                other => other,
-            })?;
+        Change::Add { name, .. } => {
+            let (deployment, settings) = after.plan(file)?;
             let started = Instant::now();
             write_state(&dir, &after)?;
             write_part(&deployment, &settings, Part::Clusters)?;
@@ -338,22 +371,6 @@ pub fn change(file: &Path, change: &Change) -> Result<Vec<String>, Refusal> {
         }
         Change::Drain { name, drained } => {
             let at = known(&before, name)?;
-            let current = before
-                .upstreams()
-                .get(at)
-                .is_some_and(|u| u["drain"] == true);
-            if current == *drained {
-                return Err(input(match drained {
-                    true => format!("{name}: already drained (`drain {name} --end` ends it)"),
-                    false => format!("{name}: not drained by `upcheck backends drain`"),
-                }));
-            }
-            if let Some(Value::Object(upstream)) = after.upstreams_mut()?.get_mut(at) {
-                match drained {
-                    true => upstream.insert("drain".into(), Value::Bool(true)),
-                    false => upstream.remove("drain"),
-                };
-            }
             let (deployment, settings) = after.plan(file)?;
             let started = Instant::now();
             write_state(&dir, &after)?;
@@ -393,33 +410,14 @@ pub fn change(file: &Path, change: &Change) -> Result<Vec<String>, Refusal> {
                 ),
             });
         }
-        Change::Remove {
-            name,
-            timeout,
-            force,
-        } => {
+        Change::Remove { name, timeout, .. } => {
             let at = known(&before, name)?;
             let (current, _) = before.plan(file)?;
-            let others = serving(before.status, &page_path(&current), name)
-                .unwrap_or(before.upstreams().len().saturating_sub(1));
-            if !force && others == 0 {
-                return Err(input(format!(
-                    "{name}: the last backend in service; removing it leaves users nothing \
-                     (--force removes it anyway)"
-                )));
-            }
-            after.upstreams_mut()?.remove(at);
-            if after.upstreams().is_empty() {
-                return Err(input(format!(
-                    "{name}: the only backend; an upcheck pool needs one (add another first)"
-                )));
-            }
             let host = current
                 .backends
                 .get(at)
                 .map(|b| host_prefix(current.routing, &b.cluster, &b.address.to_string()))
                 .unwrap_or_default();
-            *after.removed.entry(name.clone()).or_default() += 1;
             let (deployment, settings) = after.plan(file)?;
             let started = Instant::now();
             // The filters first: no new request from then on; the clusters keep it meanwhile.
@@ -452,13 +450,117 @@ pub fn change(file: &Path, change: &Change) -> Result<Vec<String>, Refusal> {
     Ok(said)
 }
 
+/// `before` with `change` made to its input, checked as `upcheck envoy` checks one: a
+/// duplicate, an unknown name, a drain already in place, the only backend, or (without `force`)
+/// the last one in service by `file`'s status page, refused by name.
+pub fn edited(file: &Path, before: &State, change: &Change) -> Result<State, Refusal> {
+    let mut after = before.clone();
+    match change {
+        Change::Add {
+            name,
+            address,
+            weight,
+        } => {
+            if find(before, name).is_some() {
+                return Err(input(format!("{name}: already a backend; remove it first")));
+            }
+            let mut upstream = Map::new();
+            upstream.insert("name".into(), Value::from(name.as_str()));
+            upstream.insert("address".into(), Value::from(address.as_str()));
+            if let Some(times) = before.removed.get(name) {
+                upstream.insert("cluster".into(), Value::from(format!("{name}-{times}")));
+            }
+            if let Some(weight) = weight {
+                upstream.insert("weight".into(), Value::from(*weight));
+            }
+            after.upstreams_mut()?.push(Value::Object(upstream));
+            let added = format!("upstreams[{}].", before.upstreams().len());
+            after.plan(file).map_err(|refusal| match refusal {
+                // The module names the field; the operator wrote a name and an address.
+                Refusal::Input(m) => match m.strip_prefix(&added) {
+                    Some(rest) => input(format!("{name}: {rest}")),
+                    None => Refusal::Input(m),
+                },
+                other => other,
+            })?;
+        }
+        Change::Drain { name, drained } => {
+            let at = known(before, name)?;
+            let current = before
+                .upstreams()
+                .get(at)
+                .is_some_and(|u| u["drain"] == true);
+            if current == *drained {
+                return Err(input(match drained {
+                    true => format!("{name}: already drained (`drain {name} --end` ends it)"),
+                    false => format!("{name}: not drained by `upcheck backends drain`"),
+                }));
+            }
+            if let Some(Value::Object(upstream)) = after.upstreams_mut()?.get_mut(at) {
+                match drained {
+                    true => upstream.insert("drain".into(), Value::Bool(true)),
+                    false => upstream.remove("drain"),
+                };
+            }
+            after.plan(file)?;
+        }
+        Change::Remove { name, force, .. } => {
+            let at = known(before, name)?;
+            let (current, _) = before.plan(file)?;
+            let others = serving(before.status, &page_path(&current), name)
+                .unwrap_or(before.upstreams().len().saturating_sub(1));
+            if !force && others == 0 {
+                return Err(input(format!(
+                    "{name}: the last backend in service; removing it leaves users nothing \
+                     (--force removes it anyway)"
+                )));
+            }
+            after.upstreams_mut()?.remove(at);
+            if after.upstreams().is_empty() {
+                return Err(input(format!(
+                    "{name}: the only backend; an upcheck pool needs one (add another first)"
+                )));
+            }
+            *after.removed.entry(name.clone()).or_default() += 1;
+            after.plan(file)?;
+        }
+    }
+    Ok(after)
+}
+
 /// The backends, one line each: name, address, and what the status page says of it now.
 pub fn list(file: &Path) -> Result<Vec<String>, Refusal> {
     let state = read(file)?;
+    if let Some(etcd) = &state.etcd {
+        return crate::etcd_membership::list(file, &state, etcd);
+    }
+    Ok(now(file, &state)?
+        .iter()
+        .map(|b| format!("{}\t{}\t{}", b.name, b.address, b.state))
+        .collect())
+}
+
+/// A backend as this balancer has it now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backend {
+    /// Its name.
+    pub name: String,
+    /// Its address.
+    pub address: String,
+    /// What the status page says of it, and since when.
+    pub state: String,
+    /// Its requests in flight in Envoy, when it drains. Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<u64>,
+}
+
+/// Each backend of `state` as the status page and Envoy's admin interface show it now.
+pub fn now(file: &Path, state: &State) -> Result<Vec<Backend>, Refusal> {
     let (deployment, _) = state.plan(file)?;
-    let page = get_json(state.status, &format!("{}.json", deployment.page.path)).ok();
-    let mut lines = Vec::new();
-    for backend in &deployment.backends {
+    let page = get_json(state.status, &page_path(&deployment)).ok();
+    let clusters = get(state.admin, "/clusters").ok().map(|(_, c)| c);
+    let mut backends = Vec::new();
+    for (backend, upstream) in deployment.backends.iter().zip(state.upstreams()) {
         let shown = page.as_ref().and_then(|page| {
             page["backends"]
                 .as_array()?
@@ -466,13 +568,86 @@ pub fn list(file: &Path) -> Result<Vec<String>, Refusal> {
                 .find(|b| b["name"] == backend.name.as_str())
                 .cloned()
         });
-        let now = match &shown {
+        let said = match &shown {
             Some(b) => describe(b, page.as_ref(), &backend.name),
             None => "not on the status page (Envoy not running, or not taken in yet)".into(),
         };
-        lines.push(format!("{}\t{}\t{now}", backend.name, backend.address));
+        let address = backend.address.to_string();
+        let in_flight = match (&clusters, upstream["drain"] == true) {
+            (Some(c), true) => Some(active(
+                c,
+                &host_prefix(deployment.routing, &backend.cluster, &address),
+            )),
+            _ => None,
+        };
+        backends.push(Backend {
+            name: backend.name.clone(),
+            address,
+            state: said,
+            in_flight,
+        });
     }
-    Ok(lines)
+    Ok(backends)
+}
+
+/// Makes FILE's backends `upstreams`, with `removed` its counts of removals, as a change would
+/// (the clusters first when one is gained, the filters first otherwise), and waits until
+/// Envoy has them: what changed, or none when FILE had them already.
+pub fn adopt(
+    file: &Path,
+    upstreams: Vec<Value>,
+    removed: BTreeMap<String, u32>,
+) -> Result<Option<String>, Refusal> {
+    let before = read(file)?;
+    if before.upstreams() == upstreams.as_slice() && before.removed == removed {
+        return Ok(None);
+    }
+    let dir = directory(file).map_err(|e| input(e.to_string()))?;
+    let _lock = Lock::take(&dir)?;
+    let mut after = before.clone();
+    *after.upstreams_mut()? = upstreams;
+    after.removed = removed;
+    let (had, _) = before.plan(file)?;
+    let (deployment, settings) = after.plan(file)?;
+    let gained: Vec<String> = deployment
+        .backends
+        .iter()
+        .filter(|b| !had.backends.iter().any(|h| h.cluster == b.cluster))
+        .map(|b| host_prefix(deployment.routing, &b.cluster, &b.address.to_string()))
+        .collect();
+    let started = Instant::now();
+    write_state(&dir, &after)?;
+    if gained.is_empty() {
+        write_part(&deployment, &settings, Part::Filters)?;
+        write_part(&deployment, &settings, Part::Clusters)?;
+    } else {
+        write_part(&deployment, &settings, Part::Clusters)?;
+        let _ = wait(Duration::from_secs(10), || {
+            let clusters = get(before.admin, "/clusters")?.1;
+            Ok(gained.iter().all(|host| has_host(&clusters, host)))
+        });
+        write_part(&deployment, &settings, Part::Filters)?;
+    }
+    let applied = wait(Duration::from_secs(10), || {
+        in_force(before.admin, "upcheck", &deployment.plugin)
+    });
+    let names: Vec<&str> = deployment
+        .backends
+        .iter()
+        .map(|b| b.name.as_str())
+        .collect();
+    Ok(Some(match applied {
+        Ok(true) => format!(
+            "backends {}: in force in Envoy after {} ms",
+            names.join(", "),
+            started.elapsed().as_millis()
+        ),
+        _ => format!(
+            "backends {}: in the files; Envoy's admin interface at {} did not show them in force",
+            names.join(", "),
+            before.admin
+        ),
+    }))
 }
 
 /// What a backend's line on the status page says: its state, and since when by the history.
@@ -592,107 +767,9 @@ fn wait(timeout: Duration, mut done: impl FnMut() -> io::Result<bool>) -> io::Re
     }
 }
 
-fn get_json(addr: SocketAddr, path: &str) -> io::Result<Value> {
-    let (status, body) = get(addr, path)?;
-    if status != 200 {
-        return Err(io::Error::other(format!("{addr}{path} answered {status}")));
-    }
-    serde_json::from_str(&body).map_err(io::Error::other)
-}
-
-/// A GET on loopback: the status and the body. HTTP/1.1 with `Connection: close`, read until
-/// the body is whole by its length, or its last chunk (Envoy holds a connection it answered
-/// itself open for a second, waiting for the client to close first): all the admin interface and
-/// the status page need, where an HTTP client crate would bring an async runtime into the
-/// operator's binary.
-fn get(addr: SocketAddr, path: &str) -> io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"
-    )?;
-    let mut raw = Vec::new();
-    let mut buf = [0u8; 16_384];
-    loop {
-        let n = stream.read(&mut buf)?;
-        raw.extend_from_slice(buf.get(..n).unwrap_or_default());
-        if n == 0 || whole(&raw) {
-            break;
-        }
-    }
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| io::Error::other("no end of headers"))?;
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| io::Error::other("no status"))?;
-    let body = match chunked(head) {
-        true => dechunk(body),
-        false => body.to_owned(),
-    };
-    Ok((status, body))
-}
-
-fn chunked(head: &str) -> bool {
-    head.lines().any(|l| {
-        l.to_ascii_lowercase()
-            .starts_with("transfer-encoding: chunked")
-    })
-}
-
-/// Whether a response read so far is whole: its headers, and a body as long as its
-/// `content-length` or ending in the last chunk.
-fn whole(raw: &[u8]) -> bool {
-    let text = String::from_utf8_lossy(raw);
-    let Some((head, body)) = text.split_once("\r\n\r\n") else {
-        return false;
-    };
-    if chunked(head) {
-        return body.ends_with("0\r\n\r\n");
-    }
-    let length = head.lines().find_map(|l| {
-        let (name, value) = l.split_once(':')?;
-        name.eq_ignore_ascii_case("content-length")
-            .then(|| value.trim().parse::<usize>().ok())
-            .flatten()
-    });
-    length.is_some_and(|length| body.len() >= length)
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if size == 0 || rest.len() < size {
-            break;
-        }
-        out.push_str(rest.get(..size).unwrap_or_default());
-        body = rest
-            .get(size..)
-            .unwrap_or_default()
-            .trim_start_matches("\r\n");
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_response_is_whole_at_its_length_or_its_last_chunk() {
-        assert!(!whole(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhel"));
-        assert!(whole(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"));
-        let chunked = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n";
-        assert!(!whole(chunked));
-        assert!(whole(&[&chunked[..], b"0\r\n\r\n"].concat()));
-    }
 
     #[test]
     fn requests_in_flight_are_read_from_the_hosts_lines_of_clusters() {
@@ -704,14 +781,6 @@ mod tests {
         assert_eq!(active(clusters, "app3::"), 2);
         assert_eq!(active(clusters, "pool::127.0.0.1:3003::"), 1);
         assert_eq!(active(clusters, "app4::"), 0);
-    }
-
-    #[test]
-    fn a_chunked_body_reads_as_its_chunks_joined() {
-        assert_eq!(
-            dechunk("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"),
-            "hello world"
-        );
     }
 
     #[test]

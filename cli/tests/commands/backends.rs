@@ -31,23 +31,26 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 /// A balancer's files as `upcheck envoy --membership` writes them for `input`, in a new
 /// directory, with an admin interface and a status page where nothing listens.
 fn written(input: &str) -> tempfile::TempDir {
+    written_with(input, &[])
+}
+
+/// The same, with `more` options to `upcheck envoy`.
+fn written_with(input: &str, more: &[&str]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("a temporary directory");
     fs::write(dir.path().join("input.json"), input).expect("input written");
-    let output = upcheck(
-        dir.path(),
-        &[
-            "envoy",
-            "input.json",
-            "--membership",
-            "-o",
-            "envoy.yaml",
-            "--admin",
-            "127.0.0.1:1",
-            "--status",
-            "127.0.0.1:2",
-        ],
-        b"",
-    );
+    let mut args = vec![
+        "envoy",
+        "input.json",
+        "--membership",
+        "-o",
+        "envoy.yaml",
+        "--admin",
+        "127.0.0.1:1",
+        "--status",
+        "127.0.0.1:2",
+    ];
+    args.extend(more);
+    let output = upcheck(dir.path(), &args, b"");
     assert!(output.status.success(), "{}", stderr(&output));
     dir
 }
@@ -93,6 +96,58 @@ fn an_address_that_is_not_host_and_port_is_refused() {
     let dir = written(INPUT);
     let message = refused(dir.path(), &["add", "app3", "nohost"]);
     assert!(message.contains("expected ip:port"), "{message}");
+}
+
+#[test]
+fn an_address_outside_the_allowed_networks_is_refused() {
+    // The input's own addresses are inside: written.
+    let dir = written_with(INPUT, &["--allow", "127.0.0.0/8,10.0.0.0/8"]);
+    let message = refused(dir.path(), &["add", "app3", "169.254.169.254:80"]);
+    assert_eq!(
+        message,
+        "app3: address: \"169.254.169.254:80\" is outside the networks the balancer admits \
+         (--allow 127.0.0.0/8,10.0.0.0/8)"
+    );
+    let message = refused(dir.path(), &["add", "app3", "metadata.internal:80"]);
+    assert!(message.contains("is a host name"), "{message}");
+}
+
+#[test]
+fn an_input_naming_an_address_outside_the_allowed_networks_is_not_written() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    fs::write(dir.path().join("input.json"), INPUT).expect("input written");
+    let output = upcheck(
+        dir.path(),
+        &[
+            "envoy",
+            "input.json",
+            "--membership",
+            "-o",
+            "envoy.yaml",
+            "--allow",
+            "10.0.0.0/8",
+        ],
+        b"",
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("upstreams[0].address: \"127.0.0.1:3001\" is outside"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!dir.path().join("envoy.yaml").exists());
+}
+
+#[test]
+fn a_backend_at_the_balancers_own_admin_interface_is_refused_whatever_the_allowed_networks() {
+    let dir = written(INPUT);
+    let message = refused(dir.path(), &["add", "admin", "127.0.0.1:1"]);
+    assert_eq!(
+        message,
+        "admin: address: \"127.0.0.1:1\" is the balancer's own listener (Envoy's admin interface)"
+    );
+    let message = refused(dir.path(), &["add", "page", "127.0.0.2:2"]);
+    assert!(message.contains("(the status page)"), "{message}");
 }
 
 #[test]

@@ -13,11 +13,14 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use serde_json::{json, Value};
 use tokio::time::sleep;
+use upcheck_cli::etcd_membership;
 use upcheck_cli::membership::{self, Change, State};
 use upcheck_e2e::envoy::{binary, module, Turn};
 use upcheck_e2e::envoy_process::{EnvoyProcess, Launch};
+use upcheck_e2e::etcd::{plugin, Etcd};
 use upcheck_e2e::mode::Mode;
 use upcheck_e2e::ports::free_addr;
+use upcheck_e2e::raw_http::status_of;
 use upcheck_e2e::replay::Replay;
 use upcheck_e2e::upstream::FakeUpstream;
 
@@ -96,6 +99,8 @@ async fn backends_join_and_leave_a_running_balancer(routing: &str) -> Result<()>
         concurrency: 2,
         written_from: "the membership test".into(),
         removed: Default::default(),
+        etcd: None,
+        allowed: Vec::new(),
     };
     membership::write(&file, &state).map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let mut process = envoy(&file, admin).await?;
@@ -215,6 +220,29 @@ async fn backends_join_and_leave_a_running_balancer(routing: &str) -> Result<()>
         names == ["app1", "app3", "app4", "app5"],
         "restarted: {listed:#?}"
     );
+
+    // A client naming Envoy's admin interface in the routing header reaches a backend.
+    let served = || app1.counts().requests + broken[0].1.counts().requests;
+    let before = served();
+    let naming_admin = [
+        format!("x-upcheck-upstream: {admin}"),
+        format!("X-Upcheck-Upstream: {admin}"),
+    ];
+    for header in &naming_admin {
+        for _ in 0..5 {
+            let status = status_of(listen, &[header.as_str()]).await?;
+            ensure!(status == 200, "{header}: {status}");
+        }
+    }
+    ensure!(
+        served() - before == 10,
+        "{routing} routing: of 10 requests naming the admin interface, {} reached a backend",
+        served() - before
+    );
+    ensure!(
+        app1.counts().with_routing_header + broken[0].1.counts().with_routing_header == 0,
+        "a backend saw the routing header"
+    );
     Ok(())
 }
 
@@ -226,4 +254,256 @@ async fn backends_join_and_leave_a_running_balancer_in_host_routing() -> Result<
 #[tokio::test]
 async fn backends_join_and_leave_a_running_balancer_in_cluster_routing() -> Result<()> {
     backends_join_and_leave_a_running_balancer("cluster").await
+}
+
+/// A balancer of a fleet: FILE written as `upcheck envoy --etcd … --membership` writes it for
+/// `upstreams`, its Envoy, and its follower (`upcheck backends --config FILE follow`) on a
+/// thread of its own, whose lines the test prints.
+struct FleetBalancer {
+    file: std::path::PathBuf,
+    listen: std::net::SocketAddr,
+    name: String,
+    _envoy: EnvoyProcess,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    follower: Option<std::thread::JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl FleetBalancer {
+    async fn start(name: &str, etcd: &Etcd, upstreams: &[&FakeUpstream]) -> Result<FleetBalancer> {
+        let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
+        let file = dir.path().join("envoy.yaml");
+        let (listen, admin, status) = (free_addr()?, free_addr()?, free_addr()?);
+        let Value::Object(input) = plugin(upstreams, Some(json!({"cluster": "etcd"}))) else {
+            anyhow::bail!("the input is an object");
+        };
+        let state = State {
+            input,
+            probe_port: None,
+            listen,
+            admin,
+            status,
+            wasm: module()?.display().to_string(),
+            concurrency: 2,
+            written_from: "the fleet membership test".into(),
+            removed: Default::default(),
+            etcd: Some(upcheck_cli::etcd::Etcd {
+                cluster: "etcd".into(),
+                members: etcd.clients(),
+                tls: None,
+            }),
+            allowed: vec!["127.0.0.0/8".parse()?],
+        };
+        membership::write(&file, &state).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let envoy = envoy(&file, admin).await?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let follower = std::thread::spawn({
+            let (file, stop, name) = (file.clone(), stop.clone(), name.to_owned());
+            move || {
+                let said = etcd_membership::follow(&file, &name, &stop, |line| {
+                    println!("{name} follower: {line}")
+                });
+                if let Err(e) = said {
+                    println!("{name} follower stopped: {e:?}");
+                }
+            }
+        });
+        Ok(FleetBalancer {
+            file,
+            listen,
+            name: name.to_owned(),
+            _envoy: envoy,
+            stop,
+            follower: Some(follower),
+            _dir: dir,
+        })
+    }
+
+    /// What its follower last reported to etcd, once it has reported.
+    async fn report(&self, etcd: &Etcd) -> Result<Option<Value>> {
+        let key = format!("upcheck/v1/applied/{}", self.name);
+        let found = etcd
+            .range(&key)
+            .await?
+            .into_iter()
+            .find(|(k, ..)| *k == key);
+        Ok(found.and_then(|(_, v, _)| serde_json::from_slice(&v).ok()))
+    }
+}
+
+impl Drop for FleetBalancer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(follower) = self.follower.take() {
+            let _ = follower.join();
+        }
+    }
+}
+
+/// Backends join and leave a fleet of three balancers by one command on any of them: it
+/// reaches every balancer (each one's time printed), one started afterwards reads it, a
+/// broken backend added takes no user anywhere, and a removal drains on every balancer before
+/// it returns, then deletes the keys the balancers kept of it.
+#[tokio::test]
+async fn one_command_changes_the_backends_of_every_balancer_of_a_fleet() -> Result<()> {
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
+    let app3 = FakeUpstream::start("app3", Mode::Status(502)).await?;
+    let etcd = Etcd::start(1).await?;
+    let a = FleetBalancer::start("lb-a", &etcd, &[&app1, &app2]).await?;
+    let b = FleetBalancer::start("lb-b", &etcd, &[&app1, &app2]).await?;
+    let waiting = Instant::now();
+    while a.report(&etcd).await?.is_none() || b.report(&etcd).await?.is_none() {
+        ensure!(
+            waiting.elapsed() < Duration::from_secs(10),
+            "the followers never reported"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    let users = |balancer: &FleetBalancer| {
+        let replay = Replay::new(
+            format!("http://{}/", balancer.listen),
+            10,
+            Duration::from_secs(14),
+        );
+        tokio::spawn(async move { replay.run().await })
+    };
+    let (traffic_a, traffic_b) = (users(&a), users(&b));
+    sleep(Duration::from_millis(1000)).await;
+
+    let said = run(&a.file, add("app3", &app3)).await?;
+    println!("add app3 (502) on lb-a: {}", said.join("; "));
+    for balancer in ["lb-a", "lb-b"] {
+        ensure!(
+            said.iter()
+                .any(|l| l.starts_with(balancer) && l.contains("in force after")),
+            "{balancer} did not take the change in: {said:?}"
+        );
+    }
+    let c = FleetBalancer::start("lb-c", &etcd, &[&app1, &app2]).await?;
+    let started = Instant::now();
+    loop {
+        let listed = c.report(&etcd).await?.unwrap_or_default();
+        let names: Vec<&str> = listed["backends"]
+            .as_array()
+            .map(|b| b.iter().filter_map(|b| b["name"].as_str()).collect())
+            .unwrap_or_default();
+        if names == ["app1", "app2", "app3"] {
+            break;
+        }
+        ensure!(
+            started.elapsed() < Duration::from_secs(10),
+            "lb-c never read app3: {listed}"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "lb-c, started after the change, had app3 in force {} ms after its Envoy was ready",
+        started.elapsed().as_millis()
+    );
+    sleep(Duration::from_secs(2)).await;
+    ensure!(
+        app3.counts().requests == 0,
+        "a broken app3 took users: {:?}",
+        app3.counts()
+    );
+    ensure!(
+        app3.counts().probes >= 2,
+        "app3 is probed: {:?}",
+        app3.counts()
+    );
+
+    app3.set_mode(Mode::Ok);
+    let fixed = Instant::now();
+    while app3.counts().requests == 0 {
+        ensure!(
+            fixed.elapsed() < Duration::from_secs(5),
+            "a fixed app3 took no user"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "app3 fixed took its first user {:.1} s later",
+        fixed.elapsed().as_secs_f64()
+    );
+
+    let removing = Instant::now();
+    let said = run(
+        &b.file,
+        Change::Remove {
+            name: "app1".into(),
+            timeout: Duration::from_secs(10),
+            force: false,
+        },
+    )
+    .await?;
+    let after_remove = app1.counts().requests;
+    println!(
+        "remove app1 on lb-b ({:.1} s): {}",
+        removing.elapsed().as_secs_f64(),
+        said.join("; ")
+    );
+    for balancer in ["lb-a", "lb-b", "lb-c"] {
+        ensure!(
+            said.iter()
+                .any(|l| l.starts_with(balancer) && l.contains("none of app1's requests")),
+            "{balancer} did not drain app1 first: {said:?}"
+        );
+    }
+    let (report_a, report_b) = (traffic_a.await??, traffic_b.await??);
+    println!("users through lb-a: {report_a}; through lb-b: {report_b}");
+    ensure!(
+        report_a.failures() + report_b.failures() == 0,
+        "users failed"
+    );
+    ensure!(
+        app1.counts().requests == after_remove,
+        "app1 took users after `remove` returned: {after_remove} then {}",
+        app1.counts().requests
+    );
+    let kept: Vec<String> = etcd
+        .range("upcheck/v1/")
+        .await?
+        .into_iter()
+        .map(|(k, ..)| k)
+        .filter(|k| {
+            k.rsplit('/')
+                .next()
+                .is_some_and(|last| last.starts_with("app1@"))
+        })
+        .collect();
+    ensure!(kept.is_empty(), "keys of a removed app1 remain: {kept:?}");
+    let listed = tokio::task::spawn_blocking({
+        let file = c.file.clone();
+        move || membership::list(&file)
+    })
+    .await?
+    .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    println!("list on lb-c:\n{}", listed.join("\n"));
+    ensure!(
+        listed.iter().all(|l| !l.contains("\tapp1\t")),
+        "app1 still listed: {listed:#?}"
+    );
+
+    // Whoever can write etcd cannot aim the fleet outside its balancers' --allow networks.
+    let hostile = json!({"kind": "membership/v1", "upstreams": [
+        {"name": "app2", "address": app2.addr().to_string()},
+        {"name": "metadata", "address": "169.254.169.254:80"}
+    ]});
+    etcd.put("upcheck/v1/membership", hostile.to_string().as_bytes())
+        .await?;
+    sleep(Duration::from_millis(1500)).await;
+    for balancer in [&a, &b, &c] {
+        let report = balancer.report(&etcd).await?.unwrap_or_default();
+        let names: Vec<&str> = report["backends"]
+            .as_array()
+            .map(|b| b.iter().filter_map(|b| b["name"].as_str()).collect())
+            .unwrap_or_default();
+        ensure!(
+            names == ["app2", "app3"],
+            "{} took a membership outside its networks in: {report}",
+            balancer.name
+        );
+    }
+    Ok(())
 }

@@ -691,6 +691,9 @@ impl Membership {
                     self.refuse(&kv.key, "its value is not the lease it lives by");
                     continue;
                 }
+                // The operators' membership and its followers' reports (`upcheck backends`):
+                // the balancers' evidence is none of it.
+                "membership" | "applied" => {}
                 _ => {
                     self.refuse(&kv.key, "not a key upcheck writes");
                     continue;

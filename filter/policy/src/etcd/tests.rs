@@ -392,6 +392,35 @@ fn garbage_foreign_and_hostile_values_are_ignored_with_one_line_each() {
 }
 
 #[test]
+fn the_operators_membership_and_its_followers_reports_are_taken_without_a_line() {
+    let mut etcd = Etcd::default();
+    let own = keys(2);
+    let mut fleet = balancers(1, S);
+    let now = run(&mut etcd, &mut fleet, &own, S, 5);
+    let written = [
+        (
+            "upcheck/v1/membership",
+            br#"{"kind":"membership/v1","upstreams":[]}"#.to_vec(),
+        ),
+        (
+            "upcheck/v1/applied/lb1:127.0.0.1:8080",
+            br#"{"revision":3,"backends":[]}"#.to_vec(),
+        ),
+    ];
+    for (k, v) in &written {
+        etcd.kv.insert((*k).to_owned(), (v.clone(), 0));
+    }
+    let _ = fleet[0].fleet.take_notes();
+    run(&mut etcd, &mut fleet, &own, now, 10);
+    let notes = fleet[0].fleet.take_notes();
+    assert!(
+        notes.iter().all(|n| !n.text.contains("upcheck/v1/")),
+        "{notes:?}"
+    );
+    assert_eq!(here(&fleet[0], &own), vec![true, true], "its duties stand");
+}
+
+#[test]
 fn a_balancer_gone_loses_its_duties_when_its_lease_expires_and_another_takes_them() {
     let mut etcd = Etcd::default();
     let own = keys(2);
