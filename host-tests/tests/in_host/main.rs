@@ -10,6 +10,7 @@ mod fleet_scale;
 mod histories;
 mod host_mechanics;
 mod hosts;
+mod membership;
 mod operator_metrics;
 mod peers;
 mod probe_bodies;
