@@ -63,6 +63,16 @@ impl Written {
 /// <UPCHECK_WASM> --listen --admin --status` with `ports`; an error with what it said
 /// unless it exits 0.
 pub fn write_envoy_yaml(upcheck: &Path, caddy_json: &str, ports: &ConfigPorts) -> Result<Written> {
+    write_envoy_yaml_with(upcheck, caddy_json, ports, &[])
+}
+
+/// The same, with `more` options to `upcheck envoy` (`--membership`, say).
+pub fn write_envoy_yaml_with(
+    upcheck: &Path,
+    caddy_json: &str,
+    ports: &ConfigPorts,
+    more: &[&str],
+) -> Result<Written> {
     // Absolute: the binary runs in the temporary directory, where a relative path would not lead.
     let upcheck = std::fs::canonicalize(upcheck)
         .with_context(|| format!("no upcheck binary at {}", upcheck.display()))?;
@@ -77,6 +87,7 @@ pub fn write_envoy_yaml(upcheck: &Path, caddy_json: &str, ports: &ConfigPorts) -
         .args(["--listen", &ports.listener.to_string()])
         .args(["--admin", &ports.admin.to_string()])
         .args(["--status", &ports.status.to_string()])
+        .args(more)
         .current_dir(dir.path())
         .output()
         .with_context(|| format!("cannot run {}", upcheck.display()))?;

@@ -9,20 +9,27 @@
 //! upcheck logs is shown as it happens. So a reader watches app2 being kept out of rotation, and
 //! can break or fix a backend by hand (the printed `curl -X PUT` lines) and watch upcheck follow.
 //!
+//! Then the day's other half, the one that started the incident: a backend joining a running
+//! balancer. At 15 s `upcheck backends add app3` adds app3 while it answers 502 to everything (no
+//! user reaches it); at 30 s app3 is fixed, and the demo prints how long after the command its
+//! first user came; at 45 s `upcheck backends remove app1` drains app1 and removes it under
+//! traffic. Each step prints what the command said, and the users' lines show what they saw.
+//!
 //! The backends and the traffic come from the e2e harness and the configuration from the built
 //! `upcheck` binary, as in the migration test (`cli/tests/commands/moving_from_caddy.rs`), so the demo runs
 //! what the tests test. It stops on Ctrl-C or SIGTERM, or by itself after `--seconds`
 //! (`DEMO_SECONDS`, default 10 min), and kills Envoy by its pid on the way out.
 
 use std::convert::Infallible;
-use std::path::PathBuf;
+use std::future::pending;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::{sleep_until, Instant, MissedTickBehavior};
-use upcheck_e2e::caddy::{dialling, write_envoy_yaml};
+use upcheck_e2e::caddy::{dialling, write_envoy_yaml_with};
 use upcheck_e2e::envoy::Envoy;
 use upcheck_e2e::mode::Mode;
 use upcheck_e2e::replay::Replay;
@@ -84,8 +91,7 @@ async fn follow_log(envoy: &Envoy, start: Instant) -> Infallible {
 async fn drive_users(
     url: String,
     rate: u32,
-    app1: &FakeUpstream,
-    app2: &FakeUpstream,
+    backends: &[&FakeUpstream],
     start: Instant,
 ) -> reqwest::Error {
     let second = Replay::new(url, rate, Duration::from_secs(1)).connection_per_request();
@@ -93,27 +99,90 @@ async fn drive_users(
     every_second.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         every_second.tick().await;
-        let before = (app1.counts().requests, app2.counts().requests);
+        let before: Vec<u64> = backends.iter().map(|b| b.counts().requests).collect();
         let report = match second.run().await {
             Ok(report) => report,
             Err(e) => return e,
         };
-        let after = (app1.counts().requests, app2.counts().requests);
         let outcomes: Vec<String> = report
             .outcomes()
             .iter()
             .map(|(outcome, n)| format!("{outcome}:{n}"))
             .collect();
+        let got: Vec<String> = backends
+            .iter()
+            .zip(before)
+            .map(|(b, before)| format!("{} {}", b.name(), b.counts().requests - before))
+            .collect();
         println!(
-            "{} users: {} sent, {} failed ({})  backends got: app1 {}, app2 {}",
+            "{} users: {} sent, {} failed ({})  backends got: {}",
             stamp(start),
             report.requests(),
             report.failures(),
             outcomes.join(" "),
-            after.0 - before.0,
-            after.1 - before.1,
+            got.join(", "),
         );
     }
+}
+
+/// Runs `upcheck backends --config FILE args…` as an operator would, and prints what it said.
+async fn backends_command(upcheck: &Path, file: &Path, args: &[&str], start: Instant) {
+    println!(
+        "{} $ upcheck backends --config {} {}",
+        stamp(start),
+        file.display(),
+        args.join(" ")
+    );
+    let mut command = std::process::Command::new(upcheck);
+    command.args(["backends", "--config"]).arg(file).args(args);
+    // It waits on Envoy: off the runtime's threads.
+    match tokio::task::spawn_blocking(move || command.output()).await {
+        Ok(Ok(output)) => {
+            let said = [output.stdout, output.stderr].concat();
+            for line in String::from_utf8_lossy(&said).lines() {
+                println!("{}   {line}", stamp(start));
+            }
+        }
+        Ok(Err(e)) => println!("{}   cannot run {}: {e}", stamp(start), upcheck.display()),
+        Err(e) => println!("{}   the command did not finish: {e}", stamp(start)),
+    }
+}
+
+/// The membership steps: app3 added broken, fixed, app1 removed. Ends after the last step.
+async fn membership_steps(upcheck: &Path, file: &Path, app3: &FakeUpstream, start: Instant) {
+    let at = |seconds: u64| sleep_until(start + Duration::from_secs(seconds));
+    at(15).await;
+    println!(
+        "{} step: app3 joins while it answers 502 to everything",
+        stamp(start)
+    );
+    let added = Instant::now();
+    backends_command(
+        upcheck,
+        file,
+        &["add", "app3", &app3.addr().to_string()],
+        start,
+    )
+    .await;
+    at(30).await;
+    let while_broken = app3.counts().requests;
+    println!(
+        "{} step: app3 is fixed; while broken it got {while_broken} users",
+        stamp(start)
+    );
+    app3.set_mode(Mode::Ok);
+    while app3.counts().requests == while_broken {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "{} app3 took its first user {:.1} s after `add`, once its probe passed",
+        stamp(start),
+        added.elapsed().as_secs_f64(),
+    );
+    at(45).await;
+    println!("{} step: app1 leaves: drained, then removed", stamp(start));
+    backends_command(upcheck, file, &["remove", "app1"], start).await;
+    backends_command(upcheck, file, &["list"], start).await;
 }
 
 #[tokio::main]
@@ -124,13 +193,19 @@ async fn main() -> anyhow::Result<()> {
 
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Status(502)).await?;
+    let app3 = FakeUpstream::start("app3", Mode::Status(502)).await?;
     let caddy = dialling(&caddy, [app1.addr(), app2.addr()])
         .with_context(|| args.caddy.display().to_string())?;
     let mut written = None;
     let envoy = Envoy::builder()
         .concurrency(2)
         .start_yaml(|ports| {
-            let yaml = written.insert(write_envoy_yaml(&args.upcheck, &caddy, ports)?);
+            let yaml = written.insert(write_envoy_yaml_with(
+                &args.upcheck,
+                &caddy,
+                ports,
+                &["--membership"],
+            )?);
             yaml.yaml()
         })
         .await?;
@@ -149,7 +224,7 @@ async fn main() -> anyhow::Result<()> {
         envoy.pid(),
     );
     println!(
-        "         upcheck envoy --from-caddy {} (app1 and app2 dialled) -o {}",
+        "         upcheck envoy --from-caddy {} (app1 and app2 dialled) --membership -o {}",
         args.caddy.display(),
         written.path().display()
     );
@@ -173,6 +248,11 @@ async fn main() -> anyhow::Result<()> {
         app1.addr()
     );
     println!(
+        "  app3   {}  not yet a backend: joins at 15 s answering 502, fixed at 30 s",
+        app3.addr()
+    );
+    println!("  app1   leaves at 45 s (upcheck backends remove app1)");
+    println!(
         "Background traffic: {} requests/s. Stops on Ctrl-C, or by itself after {} s.",
         args.rate, args.seconds
     );
@@ -180,28 +260,37 @@ async fn main() -> anyhow::Result<()> {
 
     let mut terminate = signal(SignalKind::terminate())?;
     let deadline = start + Duration::from_secs(args.seconds);
+    let backends = [&app1, &app2, &app3];
     let stopped_by = tokio::select! {
         _ = tokio::signal::ctrl_c() => "Ctrl-C".to_owned(),
         _ = terminate.recv() => "SIGTERM".to_owned(),
         _ = sleep_until(deadline) => format!("{} s are up", args.seconds),
         never = follow_log(&envoy, start) => match never {},
-        e = drive_users(envoy.url("/"), args.rate, &app1, &app2, start) => {
+        never = async {
+            membership_steps(&args.upcheck, &written.path(), &app3, start).await;
+            pending::<Infallible>().await
+        } => match never {},
+        e = drive_users(envoy.url("/"), args.rate, &backends, start) => {
             format!("the traffic stopped: {e}")
         }
     };
 
-    let (a1, a2) = (app1.counts(), app2.counts());
     println!();
     println!(
-        "Stopping ({stopped_by}). In {} s: app1 received {} user requests and {} probes, app2 {} user requests and {} probes.",
-        start.elapsed().as_secs(),
-        a1.requests,
-        a1.probes,
-        a2.requests,
-        a2.probes
+        "Stopping ({stopped_by}). In {} s:",
+        start.elapsed().as_secs()
     );
+    for backend in backends {
+        let counts = backend.counts();
+        println!(
+            "  {} received {} user requests and {} probes",
+            backend.name(),
+            counts.requests,
+            counts.probes
+        );
+    }
     let pid = envoy.pid();
     drop(envoy);
-    println!("Envoy (pid {pid}) and both backends stopped.");
+    println!("Envoy (pid {pid}) and the backends stopped.");
     Ok(())
 }
