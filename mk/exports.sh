@@ -17,6 +17,9 @@ keep=(
     proxy_on_context_create proxy_on_vm_start proxy_on_configure proxy_on_tick
     proxy_on_new_connection
     proxy_on_http_call_response proxy_on_done proxy_on_delete
+    # etcd's watch, a gRPC stream the root opens (filter/src/etcd_calls.rs): its messages and
+    # its end; its metadata is not read.
+    proxy_on_grpc_receive proxy_on_grpc_close
     # The HTTP streams: the filter (http.rs) and the status page (status_page.rs). Body and
     # trailer callbacks answer "continue", as a missing one would; they are exported, so that no
     # host is asked to treat a missing one as such.

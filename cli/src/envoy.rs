@@ -673,7 +673,7 @@ fn document(d: &Deployment, s: &Settings) -> Node {
         shape
             .clusters(&d.backends)
             .into_iter()
-            .chain(d.etcd.as_ref().map(crate::etcd::cluster)),
+            .chain(d.etcd.iter().flat_map(crate::etcd::clusters)),
     )
     .gap()
     .note(clusters_note.clone());
@@ -740,7 +740,7 @@ pub fn membership_files(d: &Deployment, s: &Settings) -> Vec<(PathBuf, String)> 
     let clusters = shape
         .clusters(&d.backends)
         .into_iter()
-        .chain(d.etcd.as_ref().map(crate::etcd::cluster))
+        .chain(d.etcd.iter().flat_map(crate::etcd::clusters))
         .map(|c| c.first("@type", text(cluster_type)));
     let resources = |items: Vec<Node>| {
         let json = map([("resources", list(items))]).json();

@@ -40,6 +40,11 @@ pub struct Etcd {
     pub members: Vec<SocketAddr>,
     /// TLS to the members ([`TlsFlags::tls`]). Default: none, plain HTTP.
     pub tls: Option<Tls>,
+    /// The cluster through which the watch reaches the same members' gRPC service, HTTP/2, as
+    /// the plugin configuration's `fleet.watch_cluster`. Default: none (the prefix is read on a
+    /// clock).
+    #[serde(default)]
+    pub watch_cluster: Option<String>,
 }
 
 /// TLS to etcd, as the cluster's transport socket has it.
@@ -210,10 +215,22 @@ pub fn join(source: &mut Source, members: Vec<SocketAddr>) -> Result<Etcd, Confi
             CLUSTER.to_owned()
         }
     };
+    let watch_cluster = match fields.get("watch_cluster") {
+        Some(Value::String(name)) => Some(name.clone()),
+        // The operator's choice: the prefix read on a clock.
+        Some(Value::Null) => None,
+        Some(_) => return Err(refuse("fleet.watch_cluster", "expected a cluster name")),
+        None => {
+            let name = format!("{cluster}_grpc");
+            fields.insert("watch_cluster".into(), Value::String(name.clone()));
+            Some(name)
+        }
+    };
     Ok(Etcd {
         cluster,
         members,
         tls: None,
+        watch_cluster,
     })
 }
 
@@ -223,31 +240,40 @@ pub fn check(deployment: &Deployment, config: &Config) -> Result<(), ConfigError
     let Some(etcd) = &deployment.etcd else {
         return Ok(());
     };
-    if etcd.cluster == POOL {
-        return Err(refuse(
-            "fleet.cluster",
-            format!("{POOL:?} is the pool's cluster; name etcd's another"),
-        ));
+    for (name, field) in [
+        (Some(&etcd.cluster), "fleet.cluster"),
+        (etcd.watch_cluster.as_ref(), "fleet.watch_cluster"),
+    ] {
+        let Some(name) = name else { continue };
+        if name == POOL {
+            return Err(refuse(
+                field,
+                format!("{POOL:?} is the pool's cluster; name etcd's another"),
+            ));
+        }
+        if let Some(i) = config.upstreams.iter().position(|u| u.cluster() == name) {
+            return Err(refuse(
+                format!("upstreams[{i}].cluster"),
+                format!("{name:?} is etcd's cluster ({field}); users must never be routed to it"),
+            ));
+        }
     }
-    match config
-        .upstreams
-        .iter()
-        .position(|u| u.cluster() == etcd.cluster)
-    {
-        Some(i) => Err(refuse(
-            format!("upstreams[{i}].cluster"),
-            format!(
-                "{:?} is etcd's cluster (fleet.cluster); users must never be routed to it",
-                etcd.cluster
-            ),
-        )),
-        None => Ok(()),
-    }
+    Ok(())
 }
 
-/// The etcd cluster: HTTP/1.1 to each member's JSON gateway (over TLS when asked), Envoy
-/// checking each member's `/health` so that requests go to members that have a leader.
-pub fn cluster(etcd: &Etcd) -> Node {
+/// The etcd clusters: the JSON gateway's, and the watch's when there is one.
+pub fn clusters(etcd: &Etcd) -> Vec<Node> {
+    let mut clusters = vec![cluster(etcd, &etcd.cluster, false)];
+    if let Some(watch) = &etcd.watch_cluster {
+        clusters.push(cluster(etcd, watch, true));
+    }
+    clusters
+}
+
+/// An etcd cluster named `name`: HTTP/1.1 to each member's JSON gateway, or with `grpc` HTTP/2
+/// to its gRPC service (over TLS when asked), Envoy checking each member's `/health` so that
+/// requests go to members that have a leader.
+fn cluster(etcd: &Etcd, name: &str, grpc: bool) -> Node {
     let endpoints = etcd.members.iter().map(|m| {
         map([(
             "endpoint",
@@ -261,14 +287,36 @@ pub fn cluster(etcd: &Etcd) -> Node {
         .tls
         .as_ref()
         .map(|tls| ("transport_socket", transport_socket(tls, etcd)));
+    let http2 = grpc.then(|| {
+        (
+            "typed_extension_protocol_options",
+            map([(
+                "envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                map([
+                    (
+                        "@type",
+                        text("type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"),
+                    ),
+                    (
+                        "explicit_http_config",
+                        map([(
+                            "http2_protocol_options",
+                            map(Vec::<(String, Node)>::new()).flow(),
+                        )]),
+                    ),
+                ]),
+            )]),
+        )
+    });
     map([
-        ("name", text(&etcd.cluster)),
+        ("name", text(name)),
         ("type", text("STATIC")),
         ("connect_timeout", plain("1s")),
         ("lb_policy", text("ROUND_ROBIN")),
     ]
     .into_iter()
     .chain(tls)
+    .chain(http2)
     .chain([
         (
             "health_checks",
@@ -297,18 +345,23 @@ pub fn cluster(etcd: &Etcd) -> Node {
         (
             "load_assignment",
             map([
-                ("cluster_name", text(&etcd.cluster)),
+                ("cluster_name", text(name)),
                 ("endpoints", list([map([("lb_endpoints", list(endpoints))])])),
             ]),
         ),
     ]))
     .gap()
-    .note(format!(
-        "etcd ({} member{}), through which the balancers share one view of health (the plugin \
-         configuration's fleet). Never a cluster users are routed to.",
-        etcd.members.len(),
-        if etcd.members.len() == 1 { "" } else { "s" }
-    ))
+    .note(match grpc {
+        false => format!(
+            "etcd ({} member{}), through which the balancers share one view of health (the \
+             plugin configuration's fleet). Never a cluster users are routed to.",
+            etcd.members.len(),
+            if etcd.members.len() == 1 { "" } else { "s" }
+        ),
+        true => "The same members' gRPC service, HTTP/2: the stream on which each balancer \
+                 follows the fleet's keys (etcd's Watch; fleet.watch_cluster)."
+            .into(),
+    })
 }
 
 /// TLS to the members: their certificates checked against the CA and for the name they are
@@ -397,6 +450,7 @@ mod tests {
                 .map(|m| m.parse().expect("an address"))
                 .collect(),
             tls: Some(tls),
+            watch_cluster: Some("etcd_grpc".into()),
         }
     }
 
@@ -412,15 +466,43 @@ mod tests {
     }
 
     #[test]
-    fn without_tls_the_cluster_has_no_transport_socket() {
+    fn without_tls_neither_cluster_has_a_transport_socket() {
         let mut plain = etcd(tls(false, None));
         plain.tls = None;
-        assert_eq!(cluster(&plain).json().get("transport_socket"), None);
+        let written = clusters(&plain);
+        assert_eq!(written.len(), 2);
+        for cluster in written {
+            assert_eq!(cluster.json().get("transport_socket"), None);
+        }
+    }
+
+    #[test]
+    fn the_watch_goes_to_the_same_members_over_http2_with_the_same_tls() {
+        let written: Vec<serde_json::Value> = clusters(&etcd(tls(true, None)))
+            .iter()
+            .map(Node::json)
+            .collect();
+        let [gateway, watch] = written.as_slice() else {
+            panic!("two clusters: {written:?}");
+        };
+        assert_eq!(watch["name"], "etcd_grpc");
+        let options = &watch["typed_extension_protocol_options"]
+            ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
+        assert_eq!(
+            options["explicit_http_config"],
+            serde_json::json!({"http2_protocol_options": {}})
+        );
+        assert_eq!(gateway.get("typed_extension_protocol_options"), None);
+        assert_eq!(watch["transport_socket"], gateway["transport_socket"]);
+        assert_eq!(
+            watch["load_assignment"]["endpoints"],
+            gateway["load_assignment"]["endpoints"]
+        );
     }
 
     #[test]
     fn tls_checks_the_members_against_the_ca_and_for_each_members_ip_address() {
-        let json = cluster(&etcd(tls(false, None))).json();
+        let json = cluster(&etcd(tls(false, None)), CLUSTER, false).json();
         let socket = &json["transport_socket"];
         assert_eq!(socket["name"], "envoy.transport_sockets.tls");
         let config = &socket["typed_config"];
@@ -452,7 +534,7 @@ mod tests {
 
     #[test]
     fn a_client_certificate_is_shown_and_an_sni_is_sent_and_checked_instead_of_the_addresses() {
-        let json = cluster(&etcd(tls(true, Some("etcd.internal")))).json();
+        let json = cluster(&etcd(tls(true, Some("etcd.internal"))), CLUSTER, false).json();
         let config = &json["transport_socket"]["typed_config"];
         assert_eq!(config["sni"], "etcd.internal");
         let context = &config["common_tls_context"];

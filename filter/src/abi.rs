@@ -59,6 +59,8 @@ pub enum HeaderMap {
 pub enum BufferType {
     /// The body of an answer to `dispatch_http_call`.
     HttpCallResponseBody = 4,
+    /// A message received on a gRPC stream.
+    GrpcReceiveBuffer = 5,
     /// The plugin's configuration.
     PluginConfiguration = 7,
 }

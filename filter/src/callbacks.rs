@@ -133,6 +133,18 @@ pub extern "C" fn proxy_on_http_call_response(
     });
 }
 
+/// A message of gRPC stream `token` (etcd's watch), opened by root `context_id`.
+#[no_mangle]
+pub extern "C" fn proxy_on_grpc_receive(context_id: u32, token: u32, message_size: usize) {
+    with_root(context_id, |root| root.on_grpc_receive(token, message_size));
+}
+
+/// gRPC stream `token` ended with `status`.
+#[no_mangle]
+pub extern "C" fn proxy_on_grpc_close(context_id: u32, token: u32, status: u32) {
+    with_root(context_id, |root| root.on_grpc_close(token, status));
+}
+
 /// A request's headers.
 #[no_mangle]
 pub extern "C" fn proxy_on_request_headers(

@@ -1,8 +1,11 @@
 //! The fleet's calls to etcd on the wire ([`upcheck_policy::etcd`]): on the VM that probes for
 //! this Envoy, each tick's requests go out by `dispatch_http_call` to the `fleet.cluster`
 //! (etcd's JSON gateway), each answer goes back to the core as read, and the core's notes become
-//! log lines. Which backends this balancer then probes, and what the others published, the pool
-//! takes in ([`upcheck_policy::Pool::fleet_view`]).
+//! log lines. The watch the core asks for is a gRPC stream to the `fleet.watch_cluster`, each of
+//! its messages handed to the core as it arrives, and cancelled when this VM's part in the fleet
+//! ends (the lease to probe moved, or the configuration changed). Which backends this balancer
+//! then probes, and what the others published, the pool takes in
+//! ([`upcheck_policy::Pool::fleet_view`]).
 //!
 //! The stats show it, named as every metric of the pool is ([`upcheck_policy::series`]):
 //! `upcheck.fleet_local` (1 while fallen back to probing everything here),
@@ -17,7 +20,7 @@ use crate::metrics;
 use crate::shared;
 use crate::vm::Vm;
 use upcheck_policy::etcd::shown::{Holder, Shown};
-use upcheck_policy::etcd::{Membership, Request, MAX_ANSWER};
+use upcheck_policy::etcd::{watch, Membership, Request, MAX_ANSWER};
 use upcheck_policy::outcome::status_code;
 use upcheck_policy::{series, Level, Pool, Time};
 
@@ -54,6 +57,15 @@ impl Gauge {
         if self.shown != Some(value) {
             metrics::set(self.id, value);
             self.shown = Some(value);
+        }
+    }
+}
+
+/// A part that ends takes its watch with it.
+impl Drop for Part {
+    fn drop(&mut self) {
+        if let Some(token) = self.fleet.watch_token() {
+            let _ = hostcalls::grpc_cancel(token);
         }
     }
 }
@@ -121,10 +133,72 @@ pub fn tick(v: &mut Vm, now: Time) {
     let mut requests = fleet.tick(now, &pool.active_table());
     requests.extend(pool.evidence(fleet, now));
     send(fleet, requests, now);
+    if let Some(token) = fleet.watch_stalled(now) {
+        let _ = hostcalls::grpc_cancel(token);
+    }
+    open_watch(fleet, now);
     log(fleet);
     let effects = pool.fleet_view(fleet, now);
     part.show(pool);
     v.carry_out(effects, now);
+}
+
+/// Opens the watch the core asks for: the stream, then its create request.
+fn open_watch(fleet: &mut Membership, now: Time) {
+    let Some(open) = fleet.watch_due(now) else {
+        return;
+    };
+    let metadata: Vec<(&str, &str)> = open
+        .metadata
+        .iter()
+        .map(|(name, value)| (*name, value.as_str()))
+        .collect();
+    let opened =
+        hostcalls::open_grpc_stream(&open.cluster, watch::SERVICE, watch::METHOD, &metadata)
+            .and_then(|token| match hostcalls::grpc_send(token, &open.message) {
+                Ok(()) => Ok(token),
+                Err(status) => {
+                    let _ = hostcalls::grpc_cancel(token);
+                    Err(status)
+                }
+            });
+    match opened {
+        Ok(token) => fleet.watch_opened(token, now),
+        Err(status) => fleet.watch_refused(describe(status), now),
+    }
+}
+
+/// A message of gRPC stream `token`, `size` bytes: the watch's, handed to the core; a stream
+/// that is not (any more) the watch's is cancelled.
+pub fn watch_message(v: &mut Vm, token: u32, size: usize, now: Time) {
+    let (Some(part), Some(pool)) = (v.fleet.as_mut(), v.pool.as_mut()) else {
+        let _ = hostcalls::grpc_cancel(token);
+        return;
+    };
+    let fleet = &mut part.fleet;
+    if !fleet.owns_watch(token) {
+        let _ = hostcalls::grpc_cancel(token);
+        return;
+    }
+    let message = hostcalls::get_buffer(BufferType::GrpcReceiveBuffer, 0, size.min(MAX_ANSWER))
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    if !fleet.watch_message(token, &message, now) {
+        let _ = hostcalls::grpc_cancel(token);
+    }
+    log(fleet);
+    let effects = pool.fleet_view(fleet, now);
+    part.show(pool);
+    v.carry_out(effects, now);
+}
+
+/// gRPC stream `token` ended with `status`.
+pub fn watch_closed(v: &mut Vm, token: u32, status: u32) {
+    if let Some(part) = v.fleet.as_mut() {
+        part.fleet.watch_closed(token, status);
+        log(&mut part.fleet);
+    }
 }
 
 /// The answer to call `token`, if it was the fleet's (else false: a probe's).

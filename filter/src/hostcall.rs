@@ -103,6 +103,20 @@ extern "C" {
         timeout_ms: u32,
         token: *mut u32,
     ) -> u32;
+    fn proxy_grpc_stream(
+        upstream: *const u8,
+        upstream_size: usize,
+        service: *const u8,
+        service_size: usize,
+        method: *const u8,
+        method_size: usize,
+        initial_metadata: *const u8,
+        initial_metadata_size: usize,
+        token: *mut u32,
+    ) -> u32;
+    fn proxy_grpc_send(token: u32, message: *const u8, message_size: usize, end_stream: u32)
+        -> u32;
+    fn proxy_grpc_cancel(token: u32) -> u32;
 }
 
 /// `proxy_continue_stream`'s number for the HTTP request.
@@ -363,6 +377,42 @@ pub fn dispatch_http_call(
         )
     })?;
     Ok(token)
+}
+
+/// Opens a gRPC stream to `service`/`method` through the cluster `upstream` with
+/// `initial_metadata`: its token, for [`grpc_send`], [`grpc_cancel`] and the stream callbacks.
+pub fn open_grpc_stream(
+    upstream: &str,
+    service: &str,
+    method: &str,
+    initial_metadata: &[(&str, &str)],
+) -> Result<u32, Status> {
+    let metadata = serialize_map(initial_metadata);
+    let mut token = 0u32;
+    Status::of(unsafe {
+        proxy_grpc_stream(
+            upstream.as_ptr(),
+            upstream.len(),
+            service.as_ptr(),
+            service.len(),
+            method.as_ptr(),
+            method.len(),
+            metadata.as_ptr(),
+            metadata.len(),
+            &mut token,
+        )
+    })?;
+    Ok(token)
+}
+
+/// Sends `message` on gRPC stream `token`.
+pub fn grpc_send(token: u32, message: &[u8]) -> Result<(), Status> {
+    Status::of(unsafe { proxy_grpc_send(token, message.as_ptr(), message.len(), 0) })
+}
+
+/// Ends gRPC stream `token` at once: no callback of it follows.
+pub fn grpc_cancel(token: u32) -> Result<(), Status> {
+    Status::of(unsafe { proxy_grpc_cancel(token) })
 }
 
 /// Defines a metric; its id.

@@ -94,6 +94,17 @@ impl Root {
         });
     }
 
+    /// A message of gRPC stream `token`, `size` bytes: etcd's watch.
+    pub fn on_grpc_receive(&mut self, token: u32, size: usize) {
+        let now = vm::now();
+        vm::with(&self.vm, |v| etcd_calls::watch_message(v, token, size, now));
+    }
+
+    /// gRPC stream `token` ended with `status`.
+    pub fn on_grpc_close(&mut self, token: u32, status: u32) {
+        vm::with(&self.vm, |v| etcd_calls::watch_closed(v, token, status));
+    }
+
     /// The VM starts: the logger goes in.
     pub fn on_vm_start(&mut self) -> bool {
         crate::logger::install();

@@ -194,7 +194,11 @@ fn tls_to_etcd_becomes_the_clusters_transport_socket_with_the_files_at_absolute_
     ] {
         assert!(yaml.contains(&line), "{line:?} in {yaml}");
     }
-    assert_eq!(yaml.matches("transport_socket:").count(), 1, "etcd's only");
+    assert_eq!(
+        yaml.matches("transport_socket:").count(),
+        2,
+        "etcd's only: its gateway's cluster and its watch's"
+    );
     assert!(!yaml.contains("MIIB"), "the files are named, never copied");
 }
 

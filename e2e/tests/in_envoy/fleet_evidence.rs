@@ -107,6 +107,19 @@ async fn sharing(
         anyhow::ensure!(Instant::now() < deadline, "the balancers never registered");
         sleep(Duration::from_millis(100)).await;
     }
+    // Each follows the prefix with etcd's watch, as `upcheck envoy --etcd` writes it.
+    while ![&a, &b].iter().all(|x| {
+        x.log()
+            .contains("fleet: following upcheck/ in etcd from revision")
+    }) {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "a balancer never watched the prefix: {}{}",
+            a.log(),
+            b.log()
+        );
+        sleep(Duration::from_millis(100)).await;
+    }
     Ok((a, b))
 }
 

@@ -221,7 +221,16 @@ async fn backends_join_and_leave_a_running_balancer(routing: &str) -> Result<()>
         "restarted: {listed:#?}"
     );
 
-    // A client naming Envoy's admin interface in the routing header reaches a backend.
+    // A client naming Envoy's admin interface in the routing header reaches a backend, once
+    // the restarted Envoy serves users.
+    let serving = Instant::now();
+    while status_of(listen, &[]).await.ok() != Some(200) {
+        ensure!(
+            serving.elapsed() < Duration::from_secs(15),
+            "the restarted Envoy never served"
+        );
+        sleep(Duration::from_millis(100)).await;
+    }
     let served = || app1.counts().requests + broken[0].1.counts().requests;
     let before = served();
     let naming_admin = [
@@ -291,6 +300,7 @@ impl FleetBalancer {
                 cluster: "etcd".into(),
                 members: etcd.clients(),
                 tls: None,
+                watch_cluster: None,
             }),
             allowed: vec!["127.0.0.0/8".parse()?],
         };

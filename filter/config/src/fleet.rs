@@ -53,6 +53,12 @@ pub struct Fleet {
     /// errors about it do not repeat it. Default: none (`null`).
     #[serde(deserialize_with = "password")]
     pub password: Option<String>,
+    /// The Envoy cluster, speaking HTTP/2, whose members are etcd's client endpoints for gRPC:
+    /// the prefix is then read once and followed by etcd's Watch over a gRPC stream through it,
+    /// where without it the prefix is read on a clock (hosts without gRPC streams, such as
+    /// NGINX's ngx_wasm_module). A name as a cluster's is. Default: none (`null`).
+    #[serde(deserialize_with = "grammar::cluster_or_none")]
+    pub watch_cluster: Option<String>,
 }
 
 impl Default for Fleet {
@@ -63,6 +69,7 @@ impl Default for Fleet {
             lease_ttl: DEFAULT_LEASE_TTL,
             user: None,
             password: None,
+            watch_cluster: None,
         }
     }
 }
@@ -85,6 +92,7 @@ impl fmt::Debug for Fleet {
             .field("lease_ttl", &self.lease_ttl)
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "…"))
+            .field("watch_cluster", &self.watch_cluster)
             .finish()
     }
 }

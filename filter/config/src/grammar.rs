@@ -204,6 +204,11 @@ pub fn cluster<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Err
     read(d, A_STRING, |found| name(found).map(Some))
 }
 
+/// A cluster's name, or `null` for none.
+pub fn cluster_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    read(d, "a string or null", |found| or_off(found, name))
+}
+
 /// `route_header`: a header name, not a pseudo-header.
 pub fn route_header<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     read(d, A_STRING, |found| {

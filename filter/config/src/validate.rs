@@ -363,12 +363,25 @@ fn check_upstreams(config: &Config) -> Result<(), ConfigError> {
 }
 
 /// What only Envoy can do, refused for another proxy: NGINX has no load balancer that takes
-/// the address upcheck names, nor a retry policy upcheck can steer.
+/// the address upcheck names, nor a retry policy upcheck can steer, nor gRPC streams.
 fn envoy_only(config: &Config) -> Result<(), ConfigError> {
-    if config.proxy != Proxy::Envoy && config.routing == RoutingMode::Host {
+    if config.proxy == Proxy::Envoy {
+        return Ok(());
+    }
+    if config.routing == RoutingMode::Host {
         return Err(fail(
             "routing",
             "\"host\" needs Envoy (its override_host policy and retries); with \"proxy\": \"nginx\" use \"cluster\", the route header naming each backend's cluster",
+        ));
+    }
+    if config
+        .fleet
+        .as_ref()
+        .is_some_and(|f| f.watch_cluster.is_some())
+    {
+        return Err(fail(
+            "fleet.watch_cluster",
+            "etcd's watch needs Envoy (a gRPC stream, which ngx_wasm_module does not open); with \"proxy\": \"nginx\" leave it out, and the prefix is read every 500 ms",
         ));
     }
     Ok(())

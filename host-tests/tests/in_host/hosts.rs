@@ -15,7 +15,7 @@ const PROFILES: [Profile; 2] = [Profile::Envoy, Profile::Nginx];
 /// The host calls upcheck makes (`filter/src/hostcall.rs`), and all it imports: the module speaks
 /// the ABI itself, so no SDK trait's default links in a call it never makes (ngx_wasm_module
 /// traps in several of those, [`upcheck_host_tests::nginx`]).
-const CALLED: [&str; 18] = [
+const CALLED: [&str; 21] = [
     "proxy_continue_stream",
     "proxy_define_metric",
     "proxy_get_buffer_bytes",
@@ -24,6 +24,9 @@ const CALLED: [&str; 18] = [
     "proxy_get_header_map_value",
     "proxy_get_property",
     "proxy_get_shared_data",
+    "proxy_grpc_cancel",
+    "proxy_grpc_send",
+    "proxy_grpc_stream",
     "proxy_http_call",
     "proxy_increment_metric",
     "proxy_log",

@@ -223,17 +223,37 @@ pub struct KeyValue {
     pub lease: i64,
 }
 
+/// A range answer: the keys, and the store's revision they are as of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Range {
+    /// The store's revision at the read: a watch from the next one misses nothing.
+    pub revision: i64,
+    /// The keys.
+    pub kvs: Vec<KeyValue>,
+}
+
 /// The keys of a range answer; keys that do not decode are dropped (etcd only returns what was
 /// written, so they are not upcheck's), values that do not decode are empty, and so refused
-/// later with their key named.
-pub fn kvs(status: Option<u16>, body: &[u8]) -> Read<Vec<KeyValue>> {
+/// later with their key named. An answer without the store's revision is none.
+pub fn kvs(status: Option<u16>, body: &[u8]) -> Read<Range> {
     let answer = parsed(status, body)?;
+    let revision = answer
+        .get("header")
+        .map(|header| int(header, "revision"))
+        .transpose()?
+        .flatten()
+        .ok_or("a range answer without the store's revision")?;
     let items = match answer.get("kvs") {
-        None => return Ok(Vec::new()),
+        None => {
+            return Ok(Range {
+                revision,
+                kvs: Vec::new(),
+            })
+        }
         Some(Value::List(items)) => items,
         Some(_) => return Err("kvs is not a list".into()),
     };
-    Ok(items
+    let kvs = items
         .iter()
         .filter_map(|kv| {
             let key = String::from_utf8(unbase64(kv.get("key")?.text()?)?).ok()?;
@@ -245,7 +265,8 @@ pub fn kvs(status: Option<u16>, body: &[u8]) -> Read<Vec<KeyValue>> {
             let lease = int(kv, "lease").ok().flatten().unwrap_or(0);
             Some(KeyValue { key, value, lease })
         })
-        .collect())
+        .collect();
+    Ok(Range { revision, kvs })
 }
 
 #[cfg(test)]
@@ -296,15 +317,21 @@ mod tests {
         );
         assert_eq!(
             kvs(Some(200), RANGE),
-            Ok(vec![KeyValue {
-                key: "up/duty/app1".into(),
-                value: b"me".to_vec(),
-                lease: 2324035752709560581
-            }])
+            Ok(Range {
+                revision: 2,
+                kvs: vec![KeyValue {
+                    key: "up/duty/app1".into(),
+                    value: b"me".to_vec(),
+                    lease: 2324035752709560581
+                }]
+            })
         );
         assert_eq!(
             kvs(Some(200), EMPTY),
-            Ok(vec![]),
+            Ok(Range {
+                revision: 2,
+                kvs: vec![]
+            }),
             "an empty range has no kvs"
         );
     }
@@ -322,7 +349,11 @@ mod tests {
         assert!(kvs(Some(200), b"<html>")
             .unwrap_err()
             .starts_with("an answer that does not parse"));
-        assert!(kvs(Some(200), br#"{"kvs":"many"}"#).is_err());
+        assert!(kvs(Some(200), br#"{"header":{"revision":"2"},"kvs":"many"}"#).is_err());
+        assert_eq!(
+            kvs(Some(200), br#"{"kvs":[]}"#),
+            Err("a range answer without the store's revision".into())
+        );
         assert!(granted(Some(200), br#"{"ID":"x","TTL":"6"}"#).is_err());
         assert!(granted(Some(200), br#"{"ID":"0","TTL":"6"}"#).is_err());
         assert_eq!(kvs(None, b""), Err("no answer (reset or timed out)".into()));

@@ -27,10 +27,12 @@
 //!   of its own that ends with it, which every other balancer holds until that end
 //!   ([`ejections`]).
 //!
-//! Every balancer reads the prefix every [`READ_EVERY`] (a read that failed once more after
-//! [`READ_AGAIN`]) and takes a published result in as its
-//! own workers take its prober's ([`crate::pool::Pool::fleet_view`]); the backends whose duty is
-//! elsewhere are not probed here.
+//! Every balancer reads the prefix once and follows it with etcd's Watch over a gRPC stream
+//! (`fleet.watch_cluster`, [`watch`]), or, without one (a host without gRPC streams), reads it
+//! every [`READ_EVERY`] (a read that failed once more after [`READ_AGAIN`]); it takes a
+//! published result in as its own workers take its prober's
+//! ([`crate::pool::Pool::fleet_view`]); the backends whose duty is elsewhere are not probed
+//! here.
 //!
 //! Fail local, never fail closed: without a usable read for one lease TTL (etcd down, slow, or
 //! answering garbage), a balancer probes every backend itself again, exactly as without a
@@ -53,6 +55,7 @@ pub mod gateway;
 pub mod json;
 pub mod shown;
 pub mod traffic;
+pub mod watch;
 
 use crate::active::ActiveHealth;
 use crate::events::Level;
@@ -210,6 +213,20 @@ pub struct Membership {
     evidence: evidence::Evidence,
     traffic: traffic::PeerCounts,
     ejections: ejections::Ejections,
+    follow: Option<watch::Follow>,
+}
+
+/// A watch of the prefix for the adapter to open: a gRPC stream to `cluster`
+/// ([`watch::SERVICE`], [`watch::METHOD`]) with `metadata`, and `message` sent on it.
+#[derive(Debug, Clone)]
+pub struct OpenWatch {
+    /// The cluster (`fleet.watch_cluster`).
+    pub cluster: String,
+    /// The stream's initial metadata: `hasleader` (a member without a leader ends the watch
+    /// rather than going silent) and, with authentication, etcd's `token`.
+    pub metadata: Vec<(&'static str, String)>,
+    /// The watch's create request.
+    pub message: Vec<u8>,
 }
 
 impl Membership {
@@ -217,7 +234,6 @@ impl Membership {
     /// first read says what is free, or one lease TTL passes without one.
     pub fn new(settings: Settings, now: Time) -> Membership {
         Membership {
-            settings,
             started: now,
             joined: Joined::Out,
             auth: None,
@@ -238,6 +254,8 @@ impl Membership {
             evidence: evidence::Evidence::default(),
             traffic: traffic::PeerCounts::default(),
             ejections: ejections::Ejections::default(),
+            follow: settings.watch_cluster.clone().map(watch::Follow::new),
+            settings,
         }
     }
 
@@ -342,6 +360,11 @@ impl Membership {
     /// Time passing, with the probe state of the backends this balancer's pool probes (by key):
     /// the calls to make now.
     pub fn tick(&mut self, now: Time, own: &[(String, ActiveHealth)]) -> Vec<Request> {
+        // A watch in place holds every change as etcd commits it, and ends when its member goes
+        // or loses its leader: while it stands, the view is current.
+        if self.follow.as_ref().is_some_and(watch::Follow::live) {
+            self.read = Some(now);
+        }
         self.judge(now);
         let mut out = Vec::new();
         let retry = self.ttl() / 3;
@@ -388,7 +411,16 @@ impl Membership {
         } else {
             READ_EVERY
         };
-        if due(self.asked, every) && !self.busy(|c| matches!(c, Call::Read)) {
+        let unread = self.follow.as_ref().is_some_and(|f| f.unread);
+        if unread {
+            self.take_in_kept(now);
+        }
+        // With a watch, the prefix is read only before it opens: first, after a compaction, and
+        // while the proxy will not open one.
+        let reading = self.follow.as_ref().is_none_or(|f| {
+            f.revision == 0 || f.stale || (f.refused.is_some() && f.stream == watch::Stream::Closed)
+        });
+        if reading && due(self.asked, every) && !self.busy(|c| matches!(c, Call::Read)) {
             self.asked = Some(now);
             let prefix = format!("{}/", self.settings.prefix);
             out.push(self.request(Call::Read, "/v3/kv/range", gateway::range(&prefix)));
@@ -459,6 +491,179 @@ impl Membership {
             let bytes = tagged(Published::TAG, &Published { by: lease, health });
             let body = gateway::put(&self.key("active", &key), &bytes, lease);
             out.push(self.request(Call::Publish(key, health), "/v3/kv/put", body));
+        }
+    }
+
+    /// The watch to open now, if one is due: the prefix has been read, no stream is open or
+    /// opening, and the proxy did not refuse one within [`watch::REOPEN_AFTER`].
+    pub fn watch_due(&mut self, now: Time) -> Option<OpenWatch> {
+        let token = self.auth.clone();
+        let wants_token = self.settings.credentials().is_some();
+        let prefix = format!("{}/", self.settings.prefix);
+        let follow = self.follow.as_mut()?;
+        let refused_lately = follow
+            .refused
+            .as_ref()
+            .is_some_and(|(at, _)| now.saturating_sub(*at) < watch::REOPEN_AFTER);
+        if follow.stream != watch::Stream::Closed
+            || follow.revision == 0
+            || follow.stale
+            || refused_lately
+            || (wants_token && token.is_none())
+        {
+            return None;
+        }
+        follow.stream = watch::Stream::Opening;
+        let mut metadata = vec![("hasleader", "true".to_owned())];
+        metadata.extend(token.map(|t| ("token", t)));
+        Some(OpenWatch {
+            cluster: follow.cluster.clone(),
+            metadata,
+            message: watch::request(&prefix, follow.revision + 1),
+        })
+    }
+
+    /// The watch asked for is open as `token`.
+    pub fn watch_opened(&mut self, token: u32, now: Time) {
+        if let Some(follow) = self.follow.as_mut() {
+            follow.stream = watch::Stream::Open {
+                token,
+                since: now,
+                created: false,
+            };
+        }
+    }
+
+    /// The proxy would not open the watch, saying `why`: the prefix is read on the clock until
+    /// it is tried again.
+    pub fn watch_refused(&mut self, why: &str, now: Time) {
+        let Some(follow) = self.follow.as_mut() else {
+            return;
+        };
+        follow.stream = watch::Stream::Closed;
+        let first = follow.refused.is_none();
+        follow.refused = Some((now, why.to_owned()));
+        if first {
+            let text = format!(
+                "fleet: etcd's watch could not be opened through cluster {} ({why}); the prefix is read every {} ms instead",
+                follow.cluster,
+                READ_EVERY.as_millis()
+            );
+            self.note(Level::Warn, text);
+        }
+    }
+
+    /// A stream opened that etcd has not confirmed within a call's timeout: the token to cancel
+    /// (it is opened again at the next tick).
+    pub fn watch_stalled(&mut self, now: Time) -> Option<u32> {
+        let timeout = self.timeout();
+        let follow = self.follow.as_mut()?;
+        match follow.stream {
+            watch::Stream::Open {
+                token,
+                since,
+                created: false,
+            } if now.saturating_sub(since) > timeout => {
+                follow.stream = watch::Stream::Closed;
+                Some(token)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether `token` is the watch's stream.
+    pub fn owns_watch(&self, token: u32) -> bool {
+        self.follow.as_ref().is_some_and(|f| f.owns(token))
+    }
+
+    /// The watch's stream, if one is open: the adapter closes it when this membership goes.
+    pub fn watch_token(&self) -> Option<u32> {
+        match self.follow.as_ref()?.stream {
+            watch::Stream::Open { token, .. } => Some(token),
+            _ => None,
+        }
+    }
+
+    /// The watch's figures, for the status page and the metrics: none without a watch.
+    pub fn watch(&self) -> Option<&watch::Follow> {
+        self.follow.as_ref()
+    }
+
+    /// A message on the watch's stream `token`: false if the stream is to be cancelled (etcd
+    /// ended the watch, or the message was garbage; the next tick reads or reopens).
+    pub fn watch_message(&mut self, token: u32, message: &[u8], now: Time) -> bool {
+        let prefix = self.settings.prefix.clone();
+        let Some(follow) = self.follow.as_mut().filter(|f| f.owns(token)) else {
+            return false;
+        };
+        match watch::heard(message) {
+            Ok(watch::Heard::Created) => {
+                if let watch::Stream::Open { token, since, .. } = follow.stream {
+                    follow.stream = watch::Stream::Open {
+                        token,
+                        since,
+                        created: true,
+                    };
+                }
+                let text = format!(
+                    "fleet: following {prefix}/ in etcd from revision {}",
+                    follow.revision + 1
+                );
+                self.read = Some(now);
+                self.note(Level::Info, text);
+                self.judge(now);
+                true
+            }
+            Ok(watch::Heard::Changes { revision, changes }) => {
+                if follow.apply(changes, revision, now) {
+                    self.take_in_kept(now);
+                }
+                self.read = Some(now);
+                self.failed_reads = 0;
+                self.judge(now);
+                true
+            }
+            Ok(watch::Heard::Canceled { compacted, reason }) => {
+                follow.stream = watch::Stream::Closed;
+                let text = match compacted {
+                    Some(at) => {
+                        follow.stale = true;
+                        format!(
+                            "fleet: etcd compacted past revision {} (to {at}); reading the prefix again",
+                            follow.revision
+                        )
+                    }
+                    None => format!("fleet: etcd ended the watch ({reason}); resuming it"),
+                };
+                self.note(Level::Info, text);
+                false
+            }
+            Err(why) => {
+                follow.stream = watch::Stream::Closed;
+                follow.stale = true;
+                self.note(
+                    Level::Warn,
+                    format!("fleet: ignored the watch: {why}; reading the prefix again"),
+                );
+                false
+            }
+        }
+    }
+
+    /// The watch's stream `token` ended with gRPC status `status`: it is opened again from the
+    /// revision after the last one heard.
+    pub fn watch_closed(&mut self, token: u32, status: u32) {
+        let Some(follow) = self.follow.as_mut().filter(|f| f.owns(token)) else {
+            return;
+        };
+        let live = follow.live();
+        follow.stream = watch::Stream::Closed;
+        if live {
+            let text = format!(
+                "fleet: etcd's watch ended (gRPC status {status}); resuming from revision {}",
+                follow.revision + 1
+            );
+            self.note(Level::Info, text);
         }
     }
 
@@ -548,8 +753,14 @@ impl Membership {
                 Err(why) => self.failed(fail(why)),
             },
             Call::Read => match gateway::kvs(status, body) {
-                Ok(kvs) => {
-                    self.take_in(kvs, now);
+                Ok(range) => {
+                    match self.follow.as_mut() {
+                        Some(follow) => {
+                            follow.read(range.kvs, range.revision);
+                            self.take_in_kept(now);
+                        }
+                        None => self.take_in(&range.kvs, now),
+                    }
                     self.read = Some(now);
                     self.failed_reads = 0;
                     self.judge(now);
@@ -620,8 +831,19 @@ impl Membership {
         );
     }
 
+    /// The keys the watch keeps, taken in as a read.
+    fn take_in_kept(&mut self, now: Time) {
+        let Some(kept) = self.follow.as_mut().map(watch::Follow::take_kept) else {
+            return;
+        };
+        self.take_in(&kept, now);
+        if let Some(follow) = self.follow.as_mut() {
+            follow.restore(kept);
+        }
+    }
+
     /// A read of the prefix.
-    fn take_in(&mut self, kvs: Vec<gateway::KeyValue>, now: Time) {
+    fn take_in(&mut self, kvs: &[gateway::KeyValue], now: Time) {
         let mine = format!("{}/v{VERSION}/", self.settings.prefix);
         let base = format!("{}/", self.settings.prefix);
         let lease_of = |kv: &gateway::KeyValue| {
@@ -648,27 +870,27 @@ impl Membership {
                 continue;
             };
             let (kind, name) = rest.split_once('/').unwrap_or((rest, ""));
-            let holder = lease_of(&kv);
+            let holder = lease_of(kv);
             match kind {
                 "balancers" if holder.is_some() => {}
                 "duty" if holder.is_some() && !name.is_empty() => {
                     duties.push((name.to_owned(), kv.lease));
                 }
-                "active" => match self.published_state(&kv, now) {
+                "active" => match self.published_state(kv, now) {
                     Ok(health) => results.push((name.to_owned(), kv.lease, health)),
                     Err(why) => {
                         self.refuse(&kv.key, &why);
                         continue;
                     }
                 },
-                "failures" => match evidence::read(&kv, name, latest) {
+                "failures" => match evidence::read(kv, name, latest) {
                     Ok(published) => failures.push(published),
                     Err(why) => {
                         self.refuse(&kv.key, why);
                         continue;
                     }
                 },
-                "traffic" => match traffic::read(&kv, name, latest, self.traffic.window) {
+                "traffic" => match traffic::read(kv, name, latest, self.traffic.window) {
                     Ok(_) if !members.contains(&kv.lease) => {
                         self.refuse(&kv.key, "counts of no balancer of the fleet");
                         continue;
@@ -679,7 +901,7 @@ impl Membership {
                         continue;
                     }
                 },
-                "ejected" => match ejections::read(&kv, now, latest, self.ejections.longest) {
+                "ejected" => match ejections::read(kv, now, latest, self.ejections.longest) {
                     Ok(Some(shared)) => ejected.push((name.to_owned(), shared)),
                     Ok(None) => {}
                     Err(why) => {

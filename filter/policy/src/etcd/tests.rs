@@ -20,6 +20,10 @@ pub(crate) struct Etcd {
     requests: usize,
     /// Requests by path, answered or refused while down.
     by_path: BTreeMap<&'static str, usize>,
+    /// The store's revision: one more at each change.
+    revision: i64,
+    /// Every change since the start, with the revision it made: what a watch is sent.
+    changes: Vec<(i64, watch::Change)>,
 }
 
 fn b64(v: &Value) -> Vec<u8> {
@@ -37,7 +41,42 @@ fn num(v: &Value) -> i64 {
 impl Etcd {
     /// Writes `value` at `key`, living by `lease`, as another writer would.
     pub(crate) fn put(&mut self, key: &str, value: &[u8], lease: i64) {
+        self.revision += 1;
+        self.changes.push((
+            self.revision,
+            watch::Change::Put(gateway::KeyValue {
+                key: key.to_owned(),
+                value: value.to_vec(),
+                lease,
+            }),
+        ));
         self.kv.insert(key.to_owned(), (value.to_vec(), lease));
+    }
+
+    /// Deletes `key`, as etcd does when asked or when its lease expires.
+    fn delete(&mut self, key: &str) {
+        if self.kv.remove(key).is_some() {
+            self.revision += 1;
+            self.changes
+                .push((self.revision, watch::Change::Delete(key.to_owned())));
+        }
+    }
+
+    /// The changes after revision `from` under `prefix`, and the revision they bring the store
+    /// to: what a watch from `from + 1` is sent next.
+    pub(crate) fn changes_after(&self, from: i64, prefix: &str) -> (Vec<watch::Change>, i64) {
+        let changes = self
+            .changes
+            .iter()
+            .filter(|(r, c)| *r > from && c.key().starts_with(prefix))
+            .map(|(_, c)| c.clone())
+            .collect();
+        (changes, self.revision)
+    }
+
+    /// How many requests went to `path` (`watch`: streams opened).
+    pub(crate) fn asked(&self, path: &str) -> usize {
+        self.by_path.get(path).copied().unwrap_or(0)
     }
 
     /// How many failures the value a balancer (`lease`, in hex) published for `backend` lists.
@@ -74,12 +113,22 @@ impl Etcd {
             .collect();
         for id in gone {
             self.leases.remove(&id);
-            self.kv.retain(|_, (_, lease)| *lease != id);
+            let keys: Vec<String> = self
+                .kv
+                .iter()
+                .filter(|(_, (_, lease))| *lease == id)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for key in keys {
+                self.delete(&key);
+            }
         }
     }
 
     pub(crate) fn answer(&mut self, request: &Request, now: Time) -> (Option<u16>, Vec<u8>) {
         *self.by_path.entry(request.path).or_default() += 1;
+        // etcd's store starts at revision 1.
+        self.revision = self.revision.max(1);
         if self.down {
             return (Some(503), b"upstream connect error".to_vec());
         }
@@ -117,8 +166,7 @@ impl Etcd {
                         br#"{"error":"etcdserver: requested lease not found","code":5}"#.to_vec(),
                     );
                 }
-                self.kv
-                    .insert(text(&body["key"]), (b64(&body["value"]), lease));
+                self.put(&text(&body["key"]), &b64(&body["value"]), lease);
                 ok(serde_json::json!({"header": {}}))
             }
             "/v3/kv/txn" => {
@@ -134,10 +182,9 @@ impl Etcd {
                 if holds {
                     let success = &body["success"][0];
                     if let Some(put) = success.get("request_put") {
-                        self.kv
-                            .insert(text(&put["key"]), (b64(&put["value"]), num(&put["lease"])));
+                        self.put(&text(&put["key"]), &b64(&put["value"]), num(&put["lease"]));
                     } else if let Some(delete) = success.get("request_delete_range") {
-                        self.kv.remove(&text(&delete["key"]));
+                        self.delete(&text(&delete["key"]));
                     }
                     ok(serde_json::json!({"header": {}, "succeeded": true}))
                 } else {
@@ -154,11 +201,12 @@ impl Etcd {
                         serde_json::json!({"key": gateway::base64(k.as_bytes()), "value": gateway::base64(v), "lease": lease.to_string()})
                     })
                     .collect();
+                let header = serde_json::json!({"revision": self.revision.to_string()});
                 if kvs.is_empty() {
-                    ok(serde_json::json!({"header": {}}))
+                    ok(serde_json::json!({ "header": header }))
                 } else {
                     ok(
-                        serde_json::json!({"header": {}, "kvs": kvs, "count": kvs.len().to_string()}),
+                        serde_json::json!({"header": header, "kvs": kvs, "count": kvs.len().to_string()}),
                     )
                 }
             }
@@ -172,6 +220,8 @@ pub(crate) struct Balancer {
     pub(crate) fleet: Membership,
     pub(crate) up: bool,
     pub(crate) token: u32,
+    /// The watch's stream, and the revision the messages sent on it reached.
+    pub(crate) stream: Option<(u32, i64)>,
 }
 
 pub(crate) fn settings() -> Settings {
@@ -204,17 +254,68 @@ fn run(
 ) -> Time {
     let mut now = from;
     for _ in 0..ticks {
-        for b in balancers.iter_mut().filter(|b| b.up) {
+        for at in 0..balancers.len() {
+            let Some(b) = balancers.get_mut(at).filter(|b| b.up) else {
+                continue;
+            };
             for request in b.fleet.tick(now, own) {
                 b.token += 1;
                 b.fleet.sent(request.call.clone(), b.token);
                 let (status, body) = etcd.answer(&request, now);
                 assert!(b.fleet.answered(b.token, status, &body, now));
             }
+            b.watch(etcd, now);
+            // Every change goes out on every stream as soon as it is made.
+            for b in balancers.iter_mut().filter(|b| b.up) {
+                b.hear(etcd, now);
+            }
         }
         now += TICK;
     }
     now
+}
+
+impl Balancer {
+    /// Opens the watch the balancer asks for, as etcd does: `created`, then what changed.
+    pub(crate) fn watch(&mut self, etcd: &mut Etcd, now: Time) {
+        if etcd.down {
+            if let Some((token, _)) = self.stream.take() {
+                self.fleet.watch_closed(token, 14);
+            }
+            return;
+        }
+        let Some(open) = self.fleet.watch_due(now) else {
+            return;
+        };
+        *etcd.by_path.entry("watch").or_default() += 1;
+        self.token += 1;
+        self.fleet.watch_opened(self.token, now);
+        let from = self
+            .fleet
+            .watch()
+            .map(|f| f.revision)
+            .expect("a watch was due");
+        assert_eq!(open.message, watch::request("upcheck/", from + 1));
+        self.stream = Some((self.token, from));
+        let created = watch::message(&watch::Heard::Created);
+        assert!(self.fleet.watch_message(self.token, &created, now));
+    }
+
+    /// Sends the stream what changed since it last heard.
+    pub(crate) fn hear(&mut self, etcd: &Etcd, now: Time) {
+        let Some((token, heard)) = self.stream else {
+            return;
+        };
+        let (changes, revision) = etcd.changes_after(heard, "upcheck/");
+        if changes.is_empty() {
+            return;
+        }
+        let message = watch::message(&watch::Heard::Changes { revision, changes });
+        self.stream = Some((token, revision));
+        if !self.fleet.watch_message(token, &message, now) {
+            self.stream = None;
+        }
+    }
 }
 
 fn here(b: &Balancer, own: &[(String, ActiveHealth)]) -> Vec<bool> {
@@ -224,11 +325,24 @@ fn here(b: &Balancer, own: &[(String, ActiveHealth)]) -> Vec<bool> {
 }
 
 pub(crate) fn balancers(n: usize, now: Time) -> Vec<Balancer> {
+    balancers_with(settings(), n, now)
+}
+
+/// The settings of balancers that follow the prefix with a watch.
+pub(crate) fn watching() -> Settings {
+    Settings {
+        watch_cluster: Some("etcd_grpc".into()),
+        ..settings()
+    }
+}
+
+pub(crate) fn balancers_with(settings: Settings, n: usize, now: Time) -> Vec<Balancer> {
     (0..n)
         .map(|_| Balancer {
-            fleet: Membership::new(settings(), now),
+            fleet: Membership::new(settings.clone(), now),
             up: true,
             token: 0,
+            stream: None,
         })
         .collect()
 }
@@ -275,6 +389,7 @@ fn a_balancer_that_starts_late_gets_its_share_from_the_others() {
         fleet: Membership::new(settings(), now),
         up: true,
         token: 0,
+        stream: None,
     });
     run(&mut etcd, &mut fleet, &own, now, 20);
     assert_eq!(probers(&fleet, &own), vec![1; 4]);
@@ -329,7 +444,7 @@ fn a_holders_results_reach_the_others_and_nobody_else_is_trusted_with_them() {
             health: failing,
         },
     );
-    etcd.kv.insert(forged_key.clone(), (forged, 0));
+    etcd.put(&forged_key, &forged, 0);
     let _ = fleet[holder].fleet.take_notes();
     run(&mut etcd, &mut fleet, &own, now, 5);
     let notes = fleet[holder].fleet.take_notes();
@@ -372,7 +487,7 @@ fn garbage_foreign_and_hostile_values_are_ignored_with_one_line_each() {
         ("upcheck/v0/duty/app0@app0", b"x".to_vec(), 0),
     ];
     for (k, v, l) in &hostile {
-        etcd.kv.insert((*k).to_owned(), (v.clone(), *l));
+        etcd.put(k, v, *l);
     }
     let _ = fleet[0].fleet.take_notes();
     run(&mut etcd, &mut fleet, &own, now, 10);
@@ -408,7 +523,7 @@ fn the_operators_membership_and_its_followers_reports_are_taken_without_a_line()
         ),
     ];
     for (k, v) in &written {
-        etcd.kv.insert((*k).to_owned(), (v.clone(), 0));
+        etcd.put(k, v, 0);
     }
     let _ = fleet[0].fleet.take_notes();
     run(&mut etcd, &mut fleet, &own, now, 10);
@@ -531,4 +646,188 @@ fn a_failed_read_is_tried_again_at_the_next_tick_and_a_second_failure_waits_the_
         [true, true, false, false, true, false, false, true, false, false, true],
         "{read_at:?}"
     );
+}
+
+#[test]
+fn followed_by_a_watch_each_balancer_reads_the_prefix_once_and_the_duties_spread_as_with_reads() {
+    let mut etcd = Etcd::default();
+    let own = keys(6);
+    let mut fleet = balancers_with(watching(), 3, S);
+    let now = run(&mut etcd, &mut fleet, &own, S, 20);
+    assert_eq!(probers(&fleet, &own), vec![1; 6]);
+    assert!(fleet
+        .iter()
+        .all(|b| b.fleet.balancers() == 3 && !b.fleet.local()));
+    assert_eq!(etcd.asked("/v3/kv/range"), 3, "one read each");
+    assert_eq!(etcd.asked("watch"), 3, "one stream each");
+    // A minute idle: no read on the clock, nobody falls back to local.
+    run(&mut etcd, &mut fleet, &own, now, 300);
+    assert_eq!(etcd.asked("/v3/kv/range"), 3);
+    assert_eq!(etcd.asked("watch"), 3);
+    assert_eq!(probers(&fleet, &own), vec![1; 6]);
+    assert!(fleet.iter().all(|b| !b.fleet.local()));
+}
+
+#[test]
+fn a_failure_one_balancer_publishes_is_held_by_a_watching_balancer_the_moment_it_is_put() {
+    let mut etcd = Etcd::default();
+    let own = keys(2);
+    let mut fleet = balancers_with(watching(), 2, S);
+    fleet.extend(balancers(1, S));
+    let now = run(&mut etcd, &mut fleet, &own, S, 10);
+    let failed = [now];
+    let publish = fleet[0]
+        .fleet
+        .evidence("app0@app0", failed.iter())
+        .expect("a failure to publish");
+    let a = &mut fleet[0];
+    a.token += 1;
+    a.fleet.sent(publish.call.clone(), a.token);
+    let (status, body) = etcd.answer(&publish, now);
+    assert!(a.fleet.answered(a.token, status, &body, now));
+    for b in &mut fleet {
+        b.hear(&etcd, now);
+    }
+    assert_eq!(
+        fleet[1].fleet.fleet_failures("app0@app0"),
+        vec![now],
+        "the watching balancer holds it at once"
+    );
+    assert!(
+        fleet[2].fleet.fleet_failures("app0@app0").is_empty(),
+        "one that reads on the clock holds it only at its next read"
+    );
+}
+
+#[test]
+fn a_stream_that_ends_is_resumed_after_the_last_revision_heard_without_reading_again() {
+    let mut etcd = Etcd::default();
+    let own = keys(2);
+    let mut fleet = balancers_with(watching(), 2, S);
+    let mut now = run(&mut etcd, &mut fleet, &own, S, 10);
+    let (token, heard) = fleet[0].stream.take().expect("a stream");
+    fleet[0].fleet.watch_closed(token, 14);
+    let notes = fleet[0].fleet.take_notes();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.text.contains("resuming from revision")),
+        "{notes:?}"
+    );
+    // Meanwhile another balancer changes something: the resumed watch must bring it.
+    etcd.put("upcheck/v1/ejected/x", b"not upcheck's", 0);
+    now = run(&mut etcd, &mut fleet, &own, now, 1);
+    assert_eq!(etcd.asked("/v3/kv/range"), 2, "no read again");
+    assert_eq!(etcd.asked("watch"), 3, "reopened once");
+    assert!(fleet[0].stream.is_some_and(|(_, r)| r > heard));
+    let notes = fleet[0].fleet.take_notes();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.text.contains("upcheck/v1/ejected/x")),
+        "the change made while it was closed is heard, and refused: {notes:?}"
+    );
+    run(&mut etcd, &mut fleet, &own, now, 10);
+    assert_eq!(probers(&fleet, &own), vec![1; 2]);
+}
+
+#[test]
+fn a_watch_etcd_compacted_away_is_followed_by_one_fresh_read() {
+    let mut etcd = Etcd::default();
+    let own = keys(2);
+    let mut fleet = balancers_with(watching(), 1, S);
+    let now = run(&mut etcd, &mut fleet, &own, S, 10);
+    let (token, _) = fleet[0].stream.take().expect("a stream");
+    let canceled = watch::message(&watch::Heard::Canceled {
+        compacted: Some(etcd.revision),
+        reason: "mvcc: required revision has been compacted".into(),
+    });
+    assert!(!fleet[0].fleet.watch_message(token, &canceled, now));
+    run(&mut etcd, &mut fleet, &own, now, 5);
+    assert_eq!(etcd.asked("/v3/kv/range"), 2, "read again, once");
+    assert_eq!(etcd.asked("watch"), 2, "and watched from there");
+    assert_eq!(fleet[0].fleet.watch().map(|w| w.resyncs), Some(1));
+    assert!(!fleet[0].fleet.local());
+}
+
+#[test]
+fn garbage_on_the_stream_is_ignored_with_a_line_and_the_prefix_read_again() {
+    let mut etcd = Etcd::default();
+    let own = keys(2);
+    let mut fleet = balancers_with(watching(), 1, S);
+    let now = run(&mut etcd, &mut fleet, &own, S, 10);
+    let _ = fleet[0].fleet.take_notes();
+    let (token, _) = fleet[0].stream.take().expect("a stream");
+    assert!(!fleet[0]
+        .fleet
+        .watch_message(token, b"\xff\xff\xff\xff", now));
+    let notes = fleet[0].fleet.take_notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0]
+            .text
+            .starts_with("fleet: ignored the watch: a watch message that does not decode"),
+        "{notes:?}"
+    );
+    assert_eq!(here(&fleet[0], &own), vec![true, true], "its duties stand");
+    run(&mut etcd, &mut fleet, &own, now, 5);
+    assert_eq!(etcd.asked("/v3/kv/range"), 2);
+    assert_eq!(etcd.asked("watch"), 2);
+}
+
+#[test]
+fn a_proxy_that_will_not_open_the_watch_leaves_the_prefix_read_on_the_clock_and_says_so_once() {
+    let mut etcd = Etcd::default();
+    let own = keys(2);
+    let mut fleet = Membership::new(watching(), S);
+    let mut now = S;
+    let mut token = 0;
+    for _ in 0..50 {
+        for request in fleet.tick(now, &own) {
+            token += 1;
+            fleet.sent(request.call.clone(), token);
+            let (status, body) = etcd.answer(&request, now);
+            fleet.answered(token, status, &body, now);
+        }
+        if fleet.watch_due(now).is_some() {
+            fleet.watch_refused("bad argument: is the fleet's cluster defined?", now);
+        }
+        now += TICK;
+    }
+    let reads = etcd.asked("/v3/kv/range");
+    // Due every 500 ms, read at the first tick after: every 600 ms over 10 s.
+    assert!((16..=18).contains(&reads), "{reads}");
+    let notes: Vec<String> = fleet
+        .take_notes()
+        .into_iter()
+        .map(|n| n.text)
+        .filter(|t| t.contains("watch"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].contains("could not be opened through cluster etcd_grpc"));
+    assert!(!fleet.local());
+}
+
+#[test]
+fn without_etcd_a_watching_balancer_probes_everything_itself_within_one_ttl_and_rejoins() {
+    let mut etcd = Etcd::default();
+    let own = keys(4);
+    let mut fleet = balancers_with(watching(), 2, S);
+    let mut now = run(&mut etcd, &mut fleet, &own, S, 10);
+    etcd.down = true;
+    let ttl_ticks = u32::try_from(settings().lease_ttl.as_millis() / TICK.as_millis()).unwrap();
+    now = run(&mut etcd, &mut fleet, &own, now, ttl_ticks - 1);
+    assert_eq!(probers(&fleet, &own), vec![1; 4], "not yet");
+    now = run(&mut etcd, &mut fleet, &own, now, 3);
+    assert_eq!(probers(&fleet, &own), vec![2; 4], "each on its own");
+    etcd.down = false;
+    run(&mut etcd, &mut fleet, &own, now, 20);
+    assert_eq!(probers(&fleet, &own), vec![1; 4], "rejoined");
+    for b in &mut fleet {
+        let notes = b.fleet.take_notes();
+        assert!(
+            notes.iter().any(|n| n.text.contains("etcd answers again")),
+            "{notes:?}"
+        );
+    }
 }

@@ -29,6 +29,7 @@ fn a_fleet_naming_its_cluster_takes_the_defaults_for_the_rest() {
             lease_ttl: DEFAULT_LEASE_TTL,
             user: None,
             password: None,
+            watch_cluster: None,
         }
     );
     assert_eq!(fleet.lease_ttl, Duration::from_secs(6));
@@ -140,4 +141,31 @@ fn a_refused_password_is_never_repeated_in_the_error() {
             "{error}"
         );
     }
+}
+
+#[test]
+fn a_fleet_may_name_the_cluster_its_watch_goes_through_and_nothing_else_there() {
+    let config = parse(r#"{"cluster":"etcd","watch_cluster":"etcd_grpc"}"#).unwrap();
+    let fleet = config.fleet.clone().unwrap();
+    assert_eq!(fleet.watch_cluster.as_deref(), Some("etcd_grpc"));
+    let again = Config::parse(config.effective_json().as_bytes()).unwrap();
+    assert_eq!(again, config, "the effective form reads back");
+    let off = parse(r#"{"cluster":"etcd","watch_cluster":null}"#).unwrap();
+    assert_eq!(off.fleet.unwrap().watch_cluster, None);
+    let e = parse(r#"{"cluster":"etcd","watch_cluster":"a b"}"#).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "fleet.watch_cluster: \"a b\" contains ' ', which is not allowed"
+    );
+}
+
+#[test]
+fn a_watch_is_refused_for_nginx_which_opens_no_grpc_stream() {
+    let json = r#"{"proxy":"nginx","upstreams":[{"name":"127.0.0.1:3001"}],
+        "fleet":{"cluster":"etcd","watch_cluster":"etcd_grpc"}}"#;
+    let e = Config::parse(json.as_bytes()).unwrap_err().to_string();
+    assert!(
+        e.starts_with("fleet.watch_cluster: etcd's watch needs Envoy"),
+        "{e}"
+    );
 }
