@@ -85,8 +85,8 @@ impl Http {
                 false => Retried::No,
             };
             let clock = || now.unwrap_or_else(vm::now);
-            let effects = pool.request_settled(id, backend, retried, outcome, clock);
-            if !effects.is_empty() {
+            let effects = pool.request_ended(id, backend, retried, outcome, clock);
+            if let Some(effects) = effects.filter(|e| !e.is_empty()) {
                 v.carry_out(effects, now.unwrap_or_else(vm::now));
             }
         });
