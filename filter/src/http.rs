@@ -196,30 +196,31 @@ impl Http {
     /// The request's headers: the pick, the route header, or a wait at cold start.
     pub fn on_request_headers(&mut self) -> Action {
         let id = self.id;
-        let picked = vm::with(&self.vm, |v| {
+        let pick = &mut self.pick;
+        vm::with(&self.vm, |v| {
             let backend = match v.pick()? {
                 Pick::Backend(i) => Some(i),
                 Pick::Wait(_) => None,
             };
             route(v.pool.as_ref()?, backend, &mut v.joined);
-            Some(match backend {
+            let routed = match backend {
                 Some(i) => v.routed(id, i),
                 None => {
                     v.parked.push(id);
                     None
                 }
+            };
+            Some(match routed {
+                Some(routed) => {
+                    *pick = Some(routed);
+                    Action::Continue
+                }
+                None => Action::Pause,
             })
         })
-        .flatten();
-        match picked {
-            Some(Some(pick)) => {
-                self.pick = Some(pick);
-                Action::Continue
-            }
-            Some(None) => Action::Pause,
-            // Not configured: leave the request to the proxy's own routing.
-            None => Action::Continue,
-        }
+        .flatten()
+        // Not configured: leave the request to the proxy's own routing.
+        .unwrap_or(Action::Continue)
     }
 
     /// The response's headers: the outcome, with the drain signal taken off.
