@@ -250,11 +250,17 @@ impl Http {
 
     /// The request has ended: settled now if no response headers settled it.
     pub fn on_log(&mut self) {
-        if self.settled {
-            return;
+        if !self.settled {
+            self.settle_unanswered();
         }
-        // No response headers reached the client: the backend failed, or the client left. A
-        // request still parked when it ended reached no backend, so the proxy has no flags for it.
+    }
+
+    /// Settles a request no response headers reached: the backend failed, or the client left.
+    /// A request still parked when it ended reached no backend, so the proxy has no flags for
+    /// it. Out of line: most requests were settled by their answer, and the log callback then
+    /// sets up nothing.
+    #[inline(never)]
+    fn settle_unanswered(&mut self) {
         self.settle(Ending {
             status: None,
             signalled: false,
