@@ -21,6 +21,7 @@
 
 use crate::abi::Action;
 use crate::http::Http;
+use crate::logger;
 use crate::root::Root;
 use crate::status_page::StatusPage;
 use std::cell::RefCell;
@@ -43,7 +44,7 @@ thread_local! {
 fn with_root<R>(id: u32, f: impl FnOnce(&mut Root) -> R) -> Option<R> {
     ROOTS.with(|roots| {
         let Ok(mut roots) = roots.try_borrow_mut() else {
-            log::error!("upcheck: root contexts busy; callback skipped");
+            logger::busy("root contexts", None);
             return None;
         };
         roots.iter_mut().find(|(i, _)| *i == id).map(|(_, r)| f(r))
@@ -54,7 +55,7 @@ fn with_root<R>(id: u32, f: impl FnOnce(&mut Root) -> R) -> Option<R> {
 fn with_stream<R>(id: u32, f: impl FnOnce(&mut Stream) -> R) -> Option<R> {
     STREAMS.with(|streams| {
         let Ok(mut streams) = streams.try_borrow_mut() else {
-            log::error!("upcheck: stream contexts busy; callback skipped");
+            logger::busy("stream contexts", None);
             return None;
         };
         streams.get_mut(id).map(f)
@@ -87,7 +88,7 @@ pub extern "C" fn proxy_on_context_create(context_id: u32, root_context_id: u32)
                 roots.retain(|(i, _)| *i != context_id);
                 roots.push((context_id, Root::default()));
             }
-            Err(_) => log::error!("upcheck: root contexts busy; context {context_id} not made"),
+            Err(_) => logger::busy("root contexts", Some(context_id)),
         });
         return;
     }
@@ -96,7 +97,7 @@ pub extern "C" fn proxy_on_context_create(context_id: u32, root_context_id: u32)
     };
     STREAMS.with(|streams| match streams.try_borrow_mut() {
         Ok(mut streams) => streams.insert(context_id, stream),
-        Err(_) => log::error!("upcheck: stream contexts busy; context {context_id} not made"),
+        Err(_) => logger::busy("stream contexts", Some(context_id)),
     });
 }
 

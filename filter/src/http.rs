@@ -85,8 +85,8 @@ impl Http {
                 false => Retried::No,
             };
             let clock = || now.unwrap_or_else(vm::now);
-            let effects = pool.request_settled(id, backend, retried, outcome, clock);
-            if !effects.is_empty() {
+            let effects = pool.request_ended(id, backend, retried, outcome, clock);
+            if let Some(effects) = effects.filter(|e| !e.is_empty()) {
                 v.carry_out(effects, now.unwrap_or_else(vm::now));
             }
         });
@@ -196,30 +196,31 @@ impl Http {
     /// The request's headers: the pick, the route header, or a wait at cold start.
     pub fn on_request_headers(&mut self) -> Action {
         let id = self.id;
-        let picked = vm::with(&self.vm, |v| {
+        let pick = &mut self.pick;
+        vm::with(&self.vm, |v| {
             let backend = match v.pick()? {
                 Pick::Backend(i) => Some(i),
                 Pick::Wait(_) => None,
             };
             route(v.pool.as_ref()?, backend, &mut v.joined);
-            Some(match backend {
+            let routed = match backend {
                 Some(i) => v.routed(id, i),
                 None => {
                     v.parked.push(id);
                     None
                 }
+            };
+            Some(match routed {
+                Some(routed) => {
+                    *pick = Some(routed);
+                    Action::Continue
+                }
+                None => Action::Pause,
             })
         })
-        .flatten();
-        match picked {
-            Some(Some(pick)) => {
-                self.pick = Some(pick);
-                Action::Continue
-            }
-            Some(None) => Action::Pause,
-            // Not configured: leave the request to the proxy's own routing.
-            None => Action::Continue,
-        }
+        .flatten()
+        // Not configured: leave the request to the proxy's own routing.
+        .unwrap_or(Action::Continue)
     }
 
     /// The response's headers: the outcome, with the drain signal taken off.
@@ -249,11 +250,17 @@ impl Http {
 
     /// The request has ended: settled now if no response headers settled it.
     pub fn on_log(&mut self) {
-        if self.settled {
-            return;
+        if !self.settled {
+            self.settle_unanswered();
         }
-        // No response headers reached the client: the backend failed, or the client left. A
-        // request still parked when it ended reached no backend, so the proxy has no flags for it.
+    }
+
+    /// Settles a request no response headers reached: the backend failed, or the client left.
+    /// A request still parked when it ended reached no backend, so the proxy has no flags for
+    /// it. Out of line: most requests were settled by their answer, and the log callback then
+    /// sets up nothing.
+    #[inline(never)]
+    fn settle_unanswered(&mut self) {
         self.settle(Ending {
             status: None,
             signalled: false,

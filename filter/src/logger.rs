@@ -59,3 +59,16 @@ pub fn set_level(level: config::LogLevel) {
         config::LogLevel::Off => log::LevelFilter::Off,
     });
 }
+
+/// Logs that a callback found what it needs (`held`: the root contexts, the stream contexts,
+/// the VM state) in use by another, so that it skipped its work or, making context `made`, did
+/// not make it. Never the case in a single-threaded VM: out of line, so that the callbacks'
+/// common way sets up nothing for the line.
+#[cold]
+#[inline(never)]
+pub fn busy(held: &str, made: Option<u32>) {
+    match made {
+        Some(context) => log::error!("upcheck: {held} busy; context {context} not made"),
+        None => log::error!("upcheck: {held} busy; callback skipped"),
+    }
+}

@@ -31,7 +31,7 @@ pub fn with<R>(vm: &Handle, f: impl FnOnce(&mut Vm) -> R) -> Option<R> {
     match vm.try_borrow_mut() {
         Ok(mut v) => Some(f(&mut v)),
         Err(_) => {
-            log::error!("upcheck: VM state busy; callback skipped");
+            crate::logger::busy("VM state", None);
             None
         }
     }

@@ -115,15 +115,26 @@ impl<T> Contexts<T> {
     /// Drops context `id` where it is held: whether it was. (Dropped in place, never moved out:
     /// every move of a context is a copy of it.)
     pub fn remove(&mut self, id: u32) -> bool {
-        let Some(mut hole) = self.find(id) else {
+        let Some(hole) = self.find(id) else {
             return false;
         };
         if let Some(place) = self.slots.get_mut(hole) {
             *place = None;
         }
         self.held -= 1;
-        // Shift back each entry after the hole that may sit there: one whose first slot is not
-        // between the hole and where it sits, cyclically.
+        // Nearly always the slot after it is free, and nothing has to move.
+        let next = (hole + 1) & self.mask();
+        if self.slots.get(next).is_some_and(Option::is_some) {
+            self.close(hole);
+        }
+        true
+    }
+
+    /// Shifts back each entry after `hole`, a slot just freed, that may sit there: one whose
+    /// first slot is not between the hole and where it sits, cyclically. Out of line, as it is
+    /// seldom needed.
+    #[inline(never)]
+    fn close(&mut self, mut hole: usize) {
         let mask = self.mask();
         let mut at = (hole + 1) & mask;
         while let Some(Some(slot)) = self.slots.get(at) {
@@ -142,7 +153,6 @@ impl<T> Contexts<T> {
             }
             at = (at + 1) & mask;
         }
-        true
     }
 
     /// Doubles the table (or makes the first) and places every context again.

@@ -152,12 +152,22 @@ impl PassiveHealth {
 /// The requests one VM has in flight, so one that hangs counts as failed the moment it is
 /// `unhealthy_latency` late rather than when it finally ends. Each is kept in a slot it is
 /// handed back by ([`InFlight`], carried with the request), so that beginning and ending one
-/// costs the same however many are in flight; a slot a request ended in takes the next.
+/// costs the same however many are in flight; a slot a request ended in takes the next. The
+/// slots no request holds are chained through themselves, so neither touches a second list.
 #[derive(Debug, Default, Clone)]
 pub struct Outstanding {
-    slots: Vec<Option<Pending>>,
-    /// The slots no request holds.
-    free: Vec<usize>,
+    slots: Vec<Slot>,
+    /// The slot a request ended in last, the first of the chain of free slots.
+    free: Option<InFlight>,
+}
+
+/// A slot of [`Outstanding`].
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    /// A request in flight.
+    Held(Pending),
+    /// No request: the next free slot, if any.
+    Free(Option<InFlight>),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -200,21 +210,23 @@ impl Outstanding {
     /// Starts tracking request `id` to `backend`: where it is kept, for [`Outstanding::end`].
     /// `None` only past four billion requests in flight at once.
     pub fn begin(&mut self, id: u32, backend: usize, now: Time) -> Option<InFlight> {
-        let pending = Some(Pending {
+        let pending = Slot::Held(Pending {
             id,
             backend,
             started: now,
             late: false,
         });
-        let slot = match self.free.pop() {
-            Some(slot) => slot,
-            None => {
-                self.slots.push(None);
-                self.slots.len() - 1
-            }
+        let Some(at) = self.free else {
+            let at = InFlight::of(self.slots.len())?;
+            self.slots.push(pending);
+            return Some(at);
         };
-        let at = InFlight::of(slot)?;
-        *self.slots.get_mut(slot)? = pending;
+        let slot = self.slots.get_mut(at.slot())?;
+        let Slot::Free(next) = *slot else {
+            return None; // never: the chain holds only free slots
+        };
+        self.free = next;
+        *slot = pending;
         Some(at)
     }
 
@@ -222,12 +234,12 @@ impl Outstanding {
     /// counted late (`None` if it is not tracked there).
     pub fn end(&mut self, id: u32, at: InFlight) -> Option<(Time, bool)> {
         let slot = self.slots.get_mut(at.slot())?;
-        let ended = slot
-            .as_ref()
-            .filter(|p| p.id == id)
-            .map(|p| (p.started, p.late))?;
-        *slot = None;
-        self.free.push(at.slot());
+        let ended = match slot {
+            Slot::Held(p) if p.id == id => (p.started, p.late),
+            _ => return None,
+        };
+        *slot = Slot::Free(self.free);
+        self.free = Some(at);
         Some(ended)
     }
 
@@ -241,21 +253,24 @@ impl Outstanding {
 
     /// Every request in flight.
     fn pending(&self) -> impl Iterator<Item = &Pending> {
-        self.slots.iter().flatten()
+        self.slots.iter().filter_map(|slot| match slot {
+            Slot::Held(p) => Some(p),
+            Slot::Free(_) => None,
+        })
     }
 
     /// Follows a reconfiguration (`kept[new] = Some(old)`): requests to a removed backend are
     /// no longer its business.
     pub fn remap(&mut self, kept: &[Option<usize>]) {
         for (i, slot) in self.slots.iter_mut().enumerate() {
-            let Some(p) = slot else {
+            let Slot::Held(p) = slot else {
                 continue;
             };
             match kept.iter().position(|old| *old == Some(p.backend)) {
                 Some(new) => p.backend = new,
                 None => {
-                    *slot = None;
-                    self.free.push(i);
+                    *slot = Slot::Free(self.free);
+                    self.free = InFlight::of(i);
                 }
             }
         }
@@ -265,7 +280,11 @@ impl Outstanding {
     /// each.
     pub fn overdue(&mut self, now: Time, latency: Duration) -> Vec<Late> {
         let mut late = Vec::new();
-        for p in self.slots.iter_mut().flatten().filter(|p| !p.late) {
+        let held = self.slots.iter_mut().filter_map(|slot| match slot {
+            Slot::Held(p) => Some(p),
+            Slot::Free(_) => None,
+        });
+        for p in held.filter(|p| !p.late) {
             let waited = now.saturating_sub(p.started);
             if waited >= latency {
                 p.late = true;

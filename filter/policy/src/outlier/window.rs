@@ -170,7 +170,9 @@ impl Traffic {
         }
     }
 
-    /// Moves the current half-window forward to `half` (never back).
+    /// Moves the current half-window forward to `half` (never back). Out of line: it runs once
+    /// a half-window, and inlined it would make every count pay for its moves.
+    #[inline(never)]
     fn roll_to(&mut self, half: u64) {
         match half.saturating_sub(self.half) {
             0 => return,

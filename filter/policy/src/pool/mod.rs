@@ -7,10 +7,11 @@
 //!   failures expiring; with outlier detection on, this VM's request counts shared in one change
 //!   and every backend in rotation judged against its peers (a stall shows only here);
 //! - [`Pool::probe_sent`], [`Pool::probe_refused`], [`Pool::probe_answered`]: active checks;
-//! - [`Pool::request_routed`], [`Pool::request_settled`]: real requests, including a retried
-//!   attempt and a client gone. Each outcome is counted in this VM's traffic; a failure is also
-//!   shared at once with this VM's verdict on its backend and the run rule as it sees the peers,
-//!   so a broken backend goes out within a few requests, not at the next tick;
+//! - [`Pool::request_routed`], [`Pool::request_settled`] ([`Pool::request_ended`]): real
+//!   requests, including a retried attempt and a client gone. Each outcome is counted in this
+//!   VM's traffic; a failure is also shared at once with this VM's verdict on its backend and the
+//!   run rule as it sees the peers, so a broken backend goes out within a few requests, not at
+//!   the next tick;
 //! - [`Pool::active_published`], [`Pool::passive_written`]: tables another VM (or this one)
 //!   wrote to shared data;
 //! - [`Pool::fleet_view`]: on the prober, which backends other balancers probe and what they

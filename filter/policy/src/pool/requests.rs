@@ -36,20 +36,33 @@ impl<H> Pool<H> {
         outcome: RequestOutcome,
         now: impl Fn() -> Time,
     ) -> Effects {
-        let mut effects = Effects::default();
+        self.request_ended(id, picked, retried, outcome, now)
+            .unwrap_or_default()
+    }
+
+    /// [`Pool::request_settled`], with `None` where there is nothing to carry out: a quiet
+    /// success (the common case) or a backend no longer configured, so that such a request
+    /// makes no effects to hand back and drop.
+    pub fn request_ended(
+        &mut self,
+        id: u32,
+        picked: Routed,
+        retried: Retried,
+        outcome: RequestOutcome,
+        now: impl Fn() -> Time,
+    ) -> Option<Effects> {
         let ended = picked
             .flight
             .and_then(|flight| self.outstanding.end(id, flight));
         if let (Retried::No, RequestOutcome::Answered { status, latency }) = (retried, outcome) {
             if self.settle_quiet(picked, ended, status, latency) {
-                return effects;
+                return None;
             }
         }
         // A backend removed meanwhile, or a request from two configurations ago: its outcome
         // belongs to no backend this pool knows by that position.
-        let Some(picked) = self.current(picked) else {
-            return effects;
-        };
+        let picked = self.current(picked)?;
+        let mut effects = Effects::default();
         // A request counted when it became late is not counted again when it ends (though the
         // outlier rules take its outcome).
         let counted_late = ended.is_some_and(|(_, late)| late);
@@ -80,7 +93,7 @@ impl<H> Pool<H> {
                 self.settle_lazily(other, outcome, Passive::Counts, latency, &now, &mut effects);
             }
         }
-        effects
+        Some(effects)
     }
 
     /// Settles a request answered `status` after `latency` (zero when not timed), which ended
