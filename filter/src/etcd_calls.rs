@@ -10,7 +10,10 @@
 //! The stats show it, named as every metric of the pool is ([`upcheck_policy::series`]):
 //! `upcheck.fleet_local` (1 while fallen back to probing everything here),
 //! `upcheck.fleet_balancers` (how many the last read counted) and, per backend,
-//! `upcheck.<name>.probe_duty` (1 on the balancer that probes it), each set when it changes.
+//! `upcheck.<name>.probe_duty` (1 on the balancer that probes it), each set when it changes;
+//! with a watch, `upcheck.fleet_watch` (1 while it is in place), `upcheck.fleet_revision` (the
+//! store's revision held), `upcheck.fleet_watch_events` (changes heard) and
+//! `upcheck.fleet_resyncs` (fresh reads after the first), as gauges of the prober.
 //! The status page, answered by another VM, reads the same from shared data
 //! ([`crate::shared::write_fleet`]).
 
@@ -31,8 +34,18 @@ pub struct Part {
     balancers: Gauge,
     /// Per backend key, its `probe_duty` gauge.
     duties: Vec<(String, Gauge)>,
+    /// The watch's gauges, with one.
+    watch: Option<WatchGauges>,
     /// What the status page was last given, as bytes.
     shown: Vec<u8>,
+}
+
+/// What the stats show of the watch.
+struct WatchGauges {
+    live: Gauge,
+    revision: Gauge,
+    events: Gauge,
+    resyncs: Gauge,
 }
 
 /// A gauge and the value it was last set to.
@@ -73,10 +86,17 @@ impl Drop for Part {
 impl Part {
     fn new<H>(fleet: Membership, pool: &Pool<H>) -> Part {
         let name = pool.config().pool.as_deref();
+        let gauge = |stat: &str| Gauge::define(&series::pool_stat(name, stat));
         Part {
+            watch: fleet.watch().map(|_| WatchGauges {
+                live: gauge("fleet_watch"),
+                revision: gauge("fleet_revision"),
+                events: gauge("fleet_watch_events"),
+                resyncs: gauge("fleet_resyncs"),
+            }),
             fleet,
-            local: Gauge::define(&series::pool_stat(name, "fleet_local")),
-            balancers: Gauge::define(&series::pool_stat(name, "fleet_balancers")),
+            local: gauge("fleet_local"),
+            balancers: gauge("fleet_balancers"),
             duties: Vec::new(),
             shown: Vec::new(),
         }
@@ -106,6 +126,12 @@ impl Part {
         self.balancers.show(shown.balancers());
         for (key, gauge) in &mut self.duties {
             gauge.show(u64::from(matches!(shown.holder(key), Some(Holder::Here))));
+        }
+        if let (Some(gauges), Some(watching)) = (self.watch.as_mut(), shown.watching()) {
+            gauges.live.show(u64::from(watching.live));
+            gauges.revision.show(watching.revision);
+            gauges.events.show(watching.events);
+            gauges.resyncs.show(watching.resyncs);
         }
         let bytes = shown.encode();
         if self.shown != bytes {
@@ -272,6 +298,8 @@ fn log(fleet: &mut Membership) {
 fn describe(status: Status) -> &'static str {
     match status {
         Status::BadArgument => "bad argument: is the fleet's cluster defined?",
+        // Envoy's answer to a gRPC stream to a cluster it does not know.
+        Status::ParseFailure => "parse failure: is the watch's cluster defined?",
         Status::NotFound => "not found",
         _ => "refused",
     }

@@ -216,14 +216,19 @@ pub fn encode_fleet(entries: &AnnounceTable) -> Vec<u8> {
     encode(FLEET, entries)
 }
 
-/// Reads what [`encode_fleet`] wrote, refusing fewer entries than the head's four, more than
-/// those and a backend's each, or longer keys than any writer writes.
+/// The entries of a fleet record before its backends' ([`crate::etcd::shown`]).
+pub const FLEET_HEAD: usize = 9;
+
+/// Reads what [`encode_fleet`] wrote, refusing fewer entries than the head's, more than those
+/// and a backend's each, or longer keys than any writer writes.
 pub fn decode_fleet(bytes: &[u8]) -> Result<AnnounceTable, TableError> {
     let entries: AnnounceTable = decode(FLEET, bytes)?;
-    if entries.len() < 4 {
+    if entries.len() < FLEET_HEAD {
         return Err(TableError("a fleet without its head"));
     }
-    if entries.len() > MAX_UPSTREAMS + 4 || entries.iter().any(|(k, _)| k.len() > MAX_KEY_LEN) {
+    if entries.len() > MAX_UPSTREAMS + FLEET_HEAD
+        || entries.iter().any(|(k, _)| k.len() > MAX_KEY_LEN)
+    {
         return Err(TableError("a fleet larger than any written"));
     }
     Ok(entries)
@@ -595,8 +600,10 @@ mod tests {
 
     #[test]
     fn a_fleet_record_is_bounded_and_no_other_table_reads_as_one() {
-        let entries = vec![(String::new(), 1); 4];
+        let entries = vec![(String::new(), 1); FLEET_HEAD];
         assert_eq!(decode_fleet(&encode_fleet(&entries)), Ok(entries));
+        let headless = vec![(String::new(), 1); FLEET_HEAD - 1];
+        assert!(decode_fleet(&encode_fleet(&headless)).is_err());
         let long = vec![("k".repeat(MAX_KEY_LEN + 1), 0)];
         assert!(decode_fleet(&encode_fleet(&long)).is_err());
         assert!(decode_fleet(&encode_announce(&vec![(String::new(), 1)])).is_err());

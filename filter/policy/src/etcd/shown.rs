@@ -8,17 +8,52 @@
 //! anything of its credentials.
 //!
 //! The record is kept in the announcements' form, a key and a number per entry, so its bytes
-//! cost no code of their own: four entries without a key (this balancer's lease or 0, 1 if it
+//! cost no code of their own: nine entries without a key (this balancer's lease or 0, 1 if it
 //! has fallen back to local, when it last read in milliseconds plus one or 0, how many balancers
-//! it counted), then each backend's key and its duty holder's lease (0: nobody; etcd never
-//! grants lease 0).
+//! it counted; then its watch: 0 without one, 1 while not in place, 2 in place; the revision it
+//! holds; the changes it heard; its fresh reads after the first; when it last heard a change, in
+//! milliseconds plus one or 0), then each backend's key and its duty holder's lease (0: nobody;
+//! etcd never grants lease 0).
 
-use super::{Duty, Membership};
-use crate::tables::{self, AnnounceTable, TableError};
+use super::{watch, Duty, Membership};
+use crate::tables::{self, AnnounceTable, TableError, FLEET_HEAD as HEAD};
 use crate::time::Time;
 
-/// The entries before the backends'.
-const HEAD: usize = 4;
+/// A time as an entry's number: milliseconds plus one, 0 for none.
+fn millis(t: Option<Time>) -> u64 {
+    t.map_or(0, |t| {
+        let ms = t.as_secs().saturating_mul(1000);
+        ms.saturating_add(u64::from(t.subsec_millis()) + 1)
+    })
+}
+
+/// The watch as the page shows it: etcd's Watch followed over a gRPC stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watching {
+    /// Whether the watch is in place (else the prefix is read until it is).
+    pub live: bool,
+    /// The store's revision the balancer holds.
+    pub revision: u64,
+    /// Changes heard on the stream.
+    pub events: u64,
+    /// Fresh reads after the first (after a compaction, or garbage on the stream).
+    pub resyncs: u64,
+    /// When the last change was heard.
+    pub last_event: Option<Time>,
+}
+
+impl Watching {
+    /// What `follow` shows.
+    pub fn of(follow: &watch::Follow) -> Watching {
+        Watching {
+            live: follow.live(),
+            revision: u64::try_from(follow.revision).unwrap_or(0),
+            events: follow.events,
+            resyncs: follow.resyncs,
+            last_event: follow.last_event,
+        }
+    }
+}
 
 /// The fleet as one balancer sees it, for its status page.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,14 +89,31 @@ impl Shown {
         local: bool,
         read: Option<Time>,
         balancers: usize,
+        watching: Option<Watching>,
         duties: impl Iterator<Item = (String, Option<i64>)>,
     ) -> Shown {
-        let read = read.map_or(0, |t| {
-            let ms = t.as_secs().saturating_mul(1000);
-            ms.saturating_add(u64::from(t.subsec_millis()) + 1)
-        });
         let balancers = u64::try_from(balancers).unwrap_or(u64::MAX);
-        let head = [lease(me), u64::from(local), read, balancers];
+        let watch = watching.map_or([0; 5], |w| {
+            [
+                1 + u64::from(w.live),
+                w.revision,
+                w.events,
+                w.resyncs,
+                millis(w.last_event),
+            ]
+        });
+        let [state, revision, events, resyncs, last] = watch;
+        let head = [
+            lease(me),
+            u64::from(local),
+            millis(read),
+            balancers,
+            state,
+            revision,
+            events,
+            resyncs,
+            last,
+        ];
         Shown(
             head.into_iter()
                 .map(|n| (String::new(), n))
@@ -85,6 +137,7 @@ impl Shown {
             fleet.local(),
             fleet.last_read(),
             fleet.balancers(),
+            fleet.watch().map(Watching::of),
             duties,
         )
     }
@@ -123,6 +176,18 @@ impl Shown {
         self.head(3)
     }
 
+    /// Its watch of etcd, if it has one.
+    pub fn watching(&self) -> Option<Watching> {
+        let state = self.head(4);
+        (state != 0).then(|| Watching {
+            live: state == 2,
+            revision: self.head(5),
+            events: self.head(6),
+            resyncs: self.head(7),
+            last_event: self.head(8).checked_sub(1).map(Time::from_millis),
+        })
+    }
+
     /// Where the probe duty of the backend whose key is `key` is; `None` if this record does
     /// not know the backend.
     pub fn holder(&self, key: &str) -> Option<Holder> {
@@ -144,7 +209,21 @@ mod tests {
     fn shown(local: bool) -> Shown {
         let duties = [("a", Some(0x2a)), ("b", Some(0xff)), ("c", None)];
         let duties = duties.into_iter().map(|(k, l)| (k.to_owned(), l));
-        Shown::new(Some(0x2a), local, Some(Time::from_secs(3)), 3, duties)
+        let watching = Watching {
+            live: true,
+            revision: 42,
+            events: 7,
+            resyncs: 1,
+            last_event: Some(Time::from_millis(2_500)),
+        };
+        Shown::new(
+            Some(0x2a),
+            local,
+            Some(Time::from_secs(3)),
+            3,
+            Some(watching),
+            duties,
+        )
     }
 
     #[test]
@@ -159,6 +238,17 @@ mod tests {
             (s.me(), s.local(), s.read(), s.balancers()),
             (Some(0x2a), false, Some(Time::from_secs(3)), 3)
         );
+        let watching = s.watching().expect("a watch");
+        assert_eq!(
+            (
+                watching.live,
+                watching.revision,
+                watching.events,
+                watching.resyncs
+            ),
+            (true, 42, 7, 1)
+        );
+        assert_eq!(watching.last_event, Some(Time::from_millis(2_500)));
         assert_eq!(Shown::decode(&s.encode()), Ok(s), "the round trip");
     }
 
@@ -172,8 +262,9 @@ mod tests {
 
     #[test]
     fn a_balancer_without_a_lease_or_a_read_says_so() {
-        let s = Shown::new(None, true, None, 0, std::iter::empty());
+        let s = Shown::new(None, true, None, 0, None, std::iter::empty());
         assert_eq!((s.me(), s.read(), s.local()), (None, None, true));
+        assert_eq!(s.watching(), None, "it reads on the clock");
         assert_eq!(Shown::decode(&s.encode()), Ok(s));
         let headless = tables::encode_fleet(&vec![(String::new(), 1)]);
         assert!(Shown::decode(&headless).is_err());

@@ -117,9 +117,25 @@ pub fn json<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
             );
             match f.read() {
                 Some(at) => {
-                    let _ = write!(out, "{}}}", millis(now.saturating_sub(at)));
+                    let _ = write!(out, "{}", millis(now.saturating_sub(at)));
                 }
-                None => out.push_str("null}"),
+                None => out.push_str("null"),
+            }
+            match f.watching() {
+                Some(w) => {
+                    let _ = write!(
+                        out,
+                        ",\"watch\":{{\"live\":{},\"revision\":{},\"events\":{},\"resyncs\":{},\"last_event_ago_ms\":",
+                        w.live, w.revision, w.events, w.resyncs
+                    );
+                    match w.last_event {
+                        Some(at) => {
+                            let _ = write!(out, "{}}}}}", millis(now.saturating_sub(at)));
+                        }
+                        None => out.push_str("null}}"),
+                    }
+                }
+                None => out.push_str(",\"watch\":null}"),
             }
         }
         None => out.push_str(",\"fleet\":null"),

@@ -2,7 +2,7 @@
 //! a fleet or without.
 
 use crate::active::{MadeBy, ProbeAnswer};
-use crate::etcd::shown::Shown;
+use crate::etcd::shown::{Shown, Watching};
 use crate::pool::Pool;
 use std::time::Duration;
 use upcheck_config::Config;
@@ -44,8 +44,13 @@ pub(super) fn warming_pool() -> Pool {
     pool
 }
 
-/// app1's duty held here (lease 2a), app-2's by balancer ff, read at 700 ms.
+/// app1's duty held here (lease 2a), app-2's by balancer ff, read at 700 ms, on the clock.
 pub(super) fn fleet(pool: &Pool, local: bool) -> Shown {
+    fleet_watching(pool, local, None)
+}
+
+/// The same, following etcd with `watching`.
+pub(super) fn fleet_watching(pool: &Pool, local: bool, watching: Option<Watching>) -> Shown {
     let duties = pool.members().iter().map(|m| m.key.clone());
     let duties = duties.zip([Some(0x2a), Some(0xff)]);
     Shown::new(
@@ -53,6 +58,7 @@ pub(super) fn fleet(pool: &Pool, local: bool) -> Shown {
         local,
         Some(Duration::from_millis(700)),
         3,
+        watching,
         duties,
     )
 }

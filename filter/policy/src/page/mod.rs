@@ -136,8 +136,9 @@ pub fn answer(page: &StatusPage, path: &str, local_address: Option<&str>) -> Ans
 
 #[cfg(test)]
 mod tests {
-    use super::fixtures::{fleet, pool, row, warming_pool};
+    use super::fixtures::{fleet, fleet_watching, pool, row, warming_pool};
     use super::*;
+    use crate::etcd::shown::Watching;
     use std::time::Duration;
 
     #[test]
@@ -187,7 +188,7 @@ mod tests {
         assert_eq!(v["backends"][1]["probe_duty"], "ff");
         assert_eq!(
             v["fleet"],
-            serde_json::json!({"balancer": "2a", "balancers": 3, "local": false, "last_read_ago_ms": 300})
+            serde_json::json!({"balancer": "2a", "balancers": 3, "local": false, "last_read_ago_ms": 300, "watch": null})
         );
         let html = html(&pool, Some(&shown), now);
         assert!(
@@ -197,6 +198,47 @@ mod tests {
         assert!(
             html.contains("<p id=\"fleet\" class=\"guard\">fleet: balancer 2a of 3"),
             "{html}"
+        );
+    }
+
+    #[test]
+    fn every_form_shows_the_watch_a_balancer_follows_etcd_with() {
+        let (pool, now) = (pool(), Duration::from_secs(1));
+        let live = Watching {
+            live: true,
+            revision: 42,
+            events: 7,
+            resyncs: 1,
+            last_event: Some(Duration::from_millis(900)),
+        };
+        let shown = fleet_watching(&pool, false, Some(live));
+        let text = text(&pool, Some(&shown), now);
+        assert!(
+            text.contains("; following etcd at revision 42, 7 changes heard, the last 100ms ago, 1 fresh reads\n"),
+            "{text}"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&json(&pool, Some(&shown), now)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            v["fleet"]["watch"],
+            serde_json::json!({"live": true, "revision": 42, "events": 7, "resyncs": 1, "last_event_ago_ms": 100})
+        );
+        let html = html(&pool, Some(&shown), now);
+        assert!(html.contains("following etcd at revision 42"), "{html}");
+        let waiting = Watching {
+            live: false,
+            last_event: None,
+            ..live
+        };
+        let shown = fleet_watching(&pool, false, Some(waiting));
+        assert!(super::text(&pool, Some(&shown), now)
+            .contains("etcd's watch not in place: the prefix is read until it is"));
+        let v: serde_json::Value =
+            serde_json::from_str(&json(&pool, Some(&shown), now)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v["fleet"]["watch"]["live"], false);
+        assert_eq!(
+            v["fleet"]["watch"]["last_event_ago_ms"],
+            serde_json::Value::Null
         );
     }
 

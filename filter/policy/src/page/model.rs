@@ -144,6 +144,25 @@ pub(super) fn fleet_summary(out: &mut String, fleet: &Shown, now: Time) {
         out.push_str(&ago(now, at));
         out.push_str(" ago");
     }
+    match fleet.watching() {
+        Some(w) if w.live => {
+            let _ = write!(
+                out,
+                "; following etcd at revision {}, {} changes heard",
+                w.revision, w.events
+            );
+            if let Some(at) = w.last_event {
+                out.push_str(", the last ");
+                out.push_str(&ago(now, at));
+                out.push_str(" ago");
+            }
+            if w.resyncs > 0 {
+                let _ = write!(out, ", {} fresh reads", w.resyncs);
+            }
+        }
+        Some(_) => out.push_str("; etcd's watch not in place: the prefix is read until it is"),
+        None => {}
+    }
 }
 
 /// The pool's changes, newest first, as every form lists them.
