@@ -83,7 +83,8 @@ unit: | rust-tools
 # ngx_wasm_module (tests/in_host/hosts.rs).
 host-test: host-suite soak fleet-scale
 
-host-suite: $(WASM) | rust-tools
+# The host's gRPC streams are tested against a real etcd (tests/in_host/host_mechanics.rs).
+host-suite: $(WASM) etcd | rust-tools
 	$(CARGO_TEST) --test in_host
 
 # A day of virtual time, ignored by a plain run (tests/in_host/soak.rs).

@@ -14,6 +14,8 @@ pub enum Status {
     BadArgument = 2,
     /// A serialized map or path could not be parsed.
     SerializationFailure = 3,
+    /// What should name something parses as nothing (Envoy: a gRPC stream to no cluster).
+    ParseFailure = 4,
     /// A guest pointer/length pair points outside the guest's memory.
     InvalidMemoryAccess = 6,
     /// The shared queue is empty.
@@ -64,7 +66,11 @@ pub(crate) enum MapType {
     ResponseHeaders,
     CallResponseHeaders,
     CallResponseTrailers,
-    /// Request/response trailers and gRPC metadata: never present in this host.
+    /// The initial metadata of a gRPC stream, while `proxy_on_grpc_receive_initial_metadata` runs.
+    GrpcInitialMetadata,
+    /// Its trailing metadata, while `proxy_on_grpc_receive_trailing_metadata` runs.
+    GrpcTrailingMetadata,
+    /// Request/response trailers: never present in this host.
     Absent,
 }
 
@@ -73,9 +79,11 @@ impl MapType {
         Some(match raw {
             0 => MapType::RequestHeaders,
             2 => MapType::ResponseHeaders,
+            4 => MapType::GrpcInitialMetadata,
+            5 => MapType::GrpcTrailingMetadata,
             6 => MapType::CallResponseHeaders,
             7 => MapType::CallResponseTrailers,
-            1 | 3..=5 => MapType::Absent,
+            1 | 3 => MapType::Absent,
             _ => return None,
         })
     }
@@ -86,9 +94,11 @@ impl MapType {
 pub(crate) enum BufferType {
     ResponseBody,
     CallResponseBody,
+    /// A gRPC stream's message, while `proxy_on_grpc_receive` runs.
+    GrpcReceive,
     VmConfiguration,
     PluginConfiguration,
-    /// Request body, TCP data, gRPC buffers, foreign call data: never present in this host.
+    /// Request body, TCP data, foreign call data: never present in this host.
     Absent,
 }
 
@@ -97,9 +107,10 @@ impl BufferType {
         Some(match raw {
             1 => BufferType::ResponseBody,
             4 => BufferType::CallResponseBody,
+            5 => BufferType::GrpcReceive,
             6 => BufferType::VmConfiguration,
             7 => BufferType::PluginConfiguration,
-            0 | 2 | 3 | 5 | 8 => BufferType::Absent,
+            0 | 2 | 3 | 8 => BufferType::Absent,
             _ => return None,
         })
     }

@@ -6,6 +6,7 @@
 //! a test can cover minutes of traffic in milliseconds.
 
 use crate::envoy::Reply;
+use crate::grpc::Arrival;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Duration;
@@ -24,6 +25,13 @@ pub(crate) enum Event {
         context: u32,
         token: u32,
         reply: Reply,
+    },
+    /// Something arrived on a gRPC stream opened by `context` in `vm`.
+    GrpcArrival {
+        vm: usize,
+        context: u32,
+        token: u32,
+        arrival: Arrival,
     },
     /// Something was enqueued on a shared queue registered by `context` in `vm`.
     QueueReady { vm: usize, context: u32, queue: u32 },
@@ -45,6 +53,7 @@ impl Event {
         match self {
             Event::Tick { vm }
             | Event::CallResponse { vm, .. }
+            | Event::GrpcArrival { vm, .. }
             | Event::QueueReady { vm, .. }
             | Event::UpstreamReply { vm, .. }
             | Event::ClientGivesUp { vm, .. } => Some(*vm),

@@ -15,6 +15,7 @@
 use crate::abi::{BufferType, LogLevel, MetricKind};
 use crate::clock::Event;
 use crate::driver::RequestRecord;
+use crate::grpc::{Arrival, RealStream};
 use crate::imports;
 use crate::loopback::RealCall;
 use crate::process::{CallRecord, LogLine, Process, SharedDataUsage};
@@ -442,6 +443,12 @@ impl Host {
                 delivered?;
                 self.settle(vm)
             }
+            Event::GrpcArrival {
+                vm,
+                context,
+                token,
+                arrival,
+            } => self.deliver_grpc(vm, context, token, arrival),
             Event::QueueReady { vm, context, queue } => {
                 self.callback(vm, "proxy_on_queue_ready", context, &[queue as i32])?;
                 self.settle(vm)
@@ -452,6 +459,30 @@ impl Host {
             }
             Event::ClientGivesUp { vm, context } => self.give_up(vm, context),
         }
+    }
+
+    /// Hands what arrived on gRPC stream `token` to the context that opened it, unless the
+    /// stream was cancelled or the context is gone (Envoy resets the streams of a finished one).
+    fn deliver_grpc(
+        &mut self,
+        vm: usize,
+        context: u32,
+        token: u32,
+        arrival: Arrival,
+    ) -> Result<(), HostError> {
+        if !self.process.borrow_mut().grpc.deliver(token, &arrival) {
+            return Ok(());
+        }
+        let state = self.vms[vm].state_mut();
+        if !state.is_root(context) && !state.streams.contains_key(&context) {
+            return Ok(());
+        }
+        let (export, last) = arrival.callback();
+        state.grpc_arrival = Some(arrival);
+        let delivered = self.callback(vm, export, context, &[token as i32, last]);
+        self.vms[vm].state_mut().grpc_arrival = None;
+        delivered?;
+        self.settle(vm)
     }
 
     /// Runs callback `name(context, args...)` on `vm` if it is running and exports it; returns
@@ -557,9 +588,10 @@ impl Host {
     }
 
     /// Http calls to cluster `name` go to the real HTTP/1.1 server at `address` (etcd's client
-    /// URL, say) from now on, instead of a scripted upstream ([`crate::loopback`]). Each answer
-    /// is delivered at the first [`Host::advance`] after it arrived, at that virtual instant:
-    /// the caller paces the virtual clock to real time.
+    /// URL, say) from now on, instead of a scripted upstream ([`crate::loopback`]), and gRPC
+    /// streams to it over HTTP/2 in plaintext ([`crate::grpc`]). Each answer, and each thing
+    /// arriving on a stream, is delivered at the first [`Host::advance`] after it arrived, at that
+    /// virtual instant: the caller paces the virtual clock to real time.
     pub fn real_cluster(&mut self, name: &str, address: SocketAddr) {
         self.process.borrow_mut().loopback.serve(name, address);
     }
@@ -569,9 +601,17 @@ impl Host {
         self.process.borrow().loopback.answered.clone()
     }
 
-    /// Puts the real servers' answers that arrived on the agenda, due now.
+    /// Every gRPC stream opened to a real server's cluster so far ([`crate::grpc`]), in order,
+    /// with what went each way and how it ended.
+    pub fn real_streams(&self) -> Vec<RealStream> {
+        self.process.borrow().grpc.records.clone()
+    }
+
+    /// Puts what the real servers sent since the last look on the agenda, due now: http call
+    /// answers, then what arrived on gRPC streams, in order.
     fn take_real_answers(&mut self) {
         let mut process = self.process.borrow_mut();
+        let arrivals = process.grpc.take_arrivals();
         for (vm, context, token, reply) in process.loopback.take_answers() {
             if let Some(call) = process.call_mut(token) {
                 call.status = Some(reply.status);
@@ -582,6 +622,15 @@ impl Host {
                 context,
                 token,
                 reply,
+            };
+            process.clock.schedule(Duration::ZERO, event);
+        }
+        for (vm, context, token, arrival) in arrivals {
+            let event = Event::GrpcArrival {
+                vm,
+                context,
+                token,
+                arrival,
             };
             process.clock.schedule(Duration::ZERO, event);
         }
@@ -711,8 +760,8 @@ impl Host {
     /// Replaces VM `vm`, stopped or crashed, with a fresh instance of the module, as Envoy's
     /// `failure_policy: FAIL_RELOAD` does: it gets Envoy's start sequence with the plugin
     /// configuration in force and shares the process (shared data, stats, upstreams) with the
-    /// other VMs. What was due to the old instance (ticks, call answers, responses) is dropped;
-    /// the user requests it held stay `Pending`.
+    /// other VMs. What was due to the old instance (ticks, call answers, responses) is dropped,
+    /// and its gRPC streams are reset; the user requests it held stay `Pending`.
     pub fn restart_vm(&mut self, vm: usize) -> Result<(), HostError> {
         match self.vms.get(vm).map(|instance| &instance.status) {
             None => {
@@ -732,7 +781,11 @@ impl Host {
                 "restarting vm{vm} before the host started"
             )));
         };
-        self.process.borrow_mut().clock.forget_vm(vm);
+        {
+            let mut process = self.process.borrow_mut();
+            process.clock.forget_vm(vm);
+            process.grpc.forget_vm(vm);
+        }
         let state = HostState::new(
             vm,
             self.process.clone(),

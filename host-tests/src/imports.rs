@@ -5,8 +5,9 @@
 //! property, shared-data key or buffer is NotFound (the SDK turns it into `None`); a header map
 //! that does not exist in the current callback is BadArgument (NotFound while logging), as in
 //! Envoy's `Context::getHeaderMapValue`; an unknown cluster or a call without `:authority`,
-//! `:path` or `:method` is BadArgument at once; a stale CAS is CasMismatch. Guest pointers go
-//! through `memory`, so a bad one is InvalidMemoryAccess.
+//! `:path` or `:method` is BadArgument at once, a gRPC stream to an unknown cluster
+//! ParseFailure; a stale CAS is CasMismatch. Guest pointers go through `memory`, so a bad one is
+//! InvalidMemoryAccess. gRPC streams are [`crate::grpc`]'s.
 
 use crate::abi::{
     deserialize_map, serialize_map, BufferType, Headers, LogLevel, MapType, MetricKind, Status,
@@ -14,6 +15,7 @@ use crate::abi::{
 };
 use crate::clock::Event;
 use crate::envoy::{self, Reply};
+use crate::grpc::{self, Arrival};
 use crate::host::Profile;
 use crate::loopback;
 use crate::memory::{give, read, read_string, write, write_u32, Fault, Hostcall};
@@ -348,7 +350,7 @@ fn envoy_linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
             })())
         },
     )?;
-    // No gRPC clusters exist here: calls fail the way the SDK expects a failed call to.
+    // Unary gRPC calls are not emulated: they fail the way the SDK expects a failed call to.
     l.func_wrap(
         "env",
         "proxy_grpc_call",
@@ -369,28 +371,77 @@ fn envoy_linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
     l.func_wrap(
         "env",
         "proxy_grpc_stream",
-        |_: Ctx, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32| {
-            status(Err(Status::InternalFailure.into()))
+        |mut c: Ctx,
+         cluster_ptr: i32,
+         cluster_len: i32,
+         service_ptr: i32,
+         service_len: i32,
+         method_ptr: i32,
+         method_len: i32,
+         metadata_ptr: i32,
+         metadata_len: i32,
+         token_ptr: i32| {
+            status((|| {
+                let cluster = read_string(&mut c, cluster_ptr, cluster_len)?;
+                let service = read_string(&mut c, service_ptr, service_len)?;
+                let method = read_string(&mut c, method_ptr, method_len)?;
+                let metadata = deserialize_map(&read(&mut c, metadata_ptr, metadata_len)?)
+                    .ok_or(Status::SerializationFailure)?;
+                write_u32(&mut c, token_ptr, 0)?;
+                let token = grpc_stream(c.data(), &cluster, &service, &method, &metadata)?;
+                write_u32(&mut c, token_ptr, token)
+            })())
         },
     )?;
     l.func_wrap(
         "env",
         "proxy_grpc_send",
-        |_: Ctx, _: i32, _: i32, _: i32, _: i32| status(Err(Status::NotFound.into())),
+        |mut c: Ctx, token: i32, ptr: i32, len: i32, end_of_stream: i32| {
+            status((|| {
+                let message = read(&mut c, ptr, len)?;
+                let state = c.data();
+                let mut process = state.process.borrow_mut();
+                let (vm, context, token) = (state.vm, state.effective_context, token as u32);
+                Ok(process
+                    .grpc
+                    .send(vm, context, token, &message, end_of_stream != 0)?)
+            })())
+        },
     )?;
-    l.func_wrap("env", "proxy_grpc_cancel", |_: Ctx, _: i32| {
-        status(Err(Status::NotFound.into()))
+    l.func_wrap("env", "proxy_grpc_cancel", |c: Ctx, token: i32| {
+        let state = c.data();
+        let mut process = state.process.borrow_mut();
+        let (vm, context) = (state.vm, state.effective_context);
+        status(
+            process
+                .grpc
+                .cancel(vm, context, token as u32)
+                .map_err(Fault::from),
+        )
     })?;
-    l.func_wrap("env", "proxy_grpc_close", |_: Ctx, _: i32| {
-        status(Err(Status::NotFound.into()))
+    l.func_wrap("env", "proxy_grpc_close", |c: Ctx, token: i32| {
+        let state = c.data();
+        let mut process = state.process.borrow_mut();
+        let (vm, context) = (state.vm, state.effective_context);
+        status(
+            process
+                .grpc
+                .close(vm, context, token as u32)
+                .map_err(Fault::from),
+        )
     })?;
     l.func_wrap(
         "env",
         "proxy_get_status",
         |mut c: Ctx, code_ptr: i32, ptr_ptr: i32, size_ptr: i32| {
             status((|| {
-                write_u32(&mut c, code_ptr, 0)?;
-                give(&mut c, &[], ptr_ptr, size_ptr)
+                // Envoy's status is that of the gRPC close being delivered, else 0 and nothing.
+                let (code, message) = match &c.data().grpc_arrival {
+                    Some(Arrival::Close { status, message }) => (*status, message.clone()),
+                    _ => (0, String::new()),
+                };
+                write_u32(&mut c, code_ptr, code)?;
+                give(&mut c, message.as_bytes(), ptr_ptr, size_ptr)
             })())
         },
     )?;
@@ -635,6 +686,10 @@ fn get_buffer(
     let buffer = match kind {
         BufferType::ResponseBody => state.stream().and_then(|s| s.response_body.as_ref()),
         BufferType::CallResponseBody => state.call_response.as_ref().map(|r| &r.body),
+        BufferType::GrpcReceive => match &state.grpc_arrival {
+            Some(Arrival::Message(message)) => Some(message),
+            _ => None,
+        },
         BufferType::VmConfiguration | BufferType::PluginConfiguration => state
             .configuration
             .as_ref()
@@ -676,6 +731,14 @@ fn map(state: &HostState, kind: i32) -> Hostcall<&Headers> {
         MapType::ResponseHeaders => stream.and_then(|s| s.response_headers.as_ref()),
         MapType::CallResponseHeaders => state.call_response.as_ref().map(|r| &r.headers),
         MapType::CallResponseTrailers => state.call_response.as_ref().map(|_| NO_TRAILERS),
+        MapType::GrpcInitialMetadata => match &state.grpc_arrival {
+            Some(Arrival::InitialMetadata(metadata)) => Some(metadata),
+            _ => None,
+        },
+        MapType::GrpcTrailingMetadata => match &state.grpc_arrival {
+            Some(Arrival::TrailingMetadata(metadata)) => Some(metadata),
+            _ => None,
+        },
         MapType::Absent => None,
     };
     // Envoy: a map that does not exist (yet) is BadArgument, except while logging (NotFound).
@@ -695,7 +758,10 @@ fn map_mut(state: &mut HostState, kind: i32) -> Hostcall<&mut Headers> {
         MapType::RequestHeaders => state.stream_mut().map(|s| &mut s.request_headers),
         MapType::ResponseHeaders => state.stream_mut().and_then(|s| s.response_headers.as_mut()),
         MapType::CallResponseHeaders => state.call_response.as_mut().map(|r| &mut r.headers),
-        MapType::CallResponseTrailers | MapType::Absent => None,
+        MapType::CallResponseTrailers
+        | MapType::GrpcInitialMetadata
+        | MapType::GrpcTrailingMetadata
+        | MapType::Absent => None,
     };
     Ok(found.ok_or(Status::BadArgument)?)
 }
@@ -858,7 +924,7 @@ fn http_call(
     let wall = process.clock.wall_nanos();
     let timeout = (!timeout.is_zero()).then_some(timeout);
     let token = process.next_token();
-    if !nginx && process.loopback.serves(cluster) {
+    if !nginx && process.loopback.address(cluster).is_some() {
         process.loopback.send(loopback::Call {
             token,
             vm: state.vm,
@@ -929,6 +995,41 @@ fn http_call(
         };
         process.clock.schedule(after, event);
     }
+    Ok(token)
+}
+
+/// Opens a gRPC stream as Envoy does for a cluster named in place of a `GrpcService`, to a real
+/// server's cluster; [`crate::grpc`] says what the other names get, and why.
+fn grpc_stream(
+    state: &HostState,
+    cluster: &str,
+    service: &str,
+    method: &str,
+    metadata: &Headers,
+) -> Hostcall<u32> {
+    let mut process = state.process.borrow_mut();
+    let Some(address) = process.loopback.address(cluster) else {
+        let scripted = process.upstreams.contains_key(cluster);
+        let status = if scripted {
+            Status::InternalFailure
+        } else {
+            Status::ParseFailure
+        };
+        return Err(status.into());
+    };
+    let now = process.clock.now();
+    let token = process.next_token();
+    process.grpc.open(grpc::Opening {
+        token,
+        vm: state.vm,
+        context: state.effective_context,
+        cluster,
+        address,
+        service,
+        method,
+        metadata,
+        now,
+    })?;
     Ok(token)
 }
 

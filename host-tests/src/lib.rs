@@ -52,7 +52,9 @@
 //!   [`Host::vm_status`], [`Host::calls`] (every probe as a [`CallRecord`]: sent when, by which
 //!   VM, answered what, delivered when).
 //! - A real server behind a cluster: [`Host::real_cluster`] (etcd for the fleet, as
-//!   [`loopback`] says), [`Host::real_calls`] ([`RealCall`]: path, status, bytes, real time).
+//!   [`loopback`] says), [`Host::real_calls`] ([`RealCall`]: path, status, bytes, real time);
+//!   gRPC streams to it ([`grpc`]: etcd's Watch), [`Host::real_streams`] ([`RealStream`]:
+//!   messages and bytes each way, the status it closed with).
 //! - Faults: [`Host::stop_vm`], [`Host::restart_vm`]; guest traps per [`OnTrap`].
 //! - [`Host::call`]: call any export, for tests of the host itself with hand-written guests.
 
@@ -63,6 +65,7 @@ mod abi;
 pub mod clock;
 mod driver;
 pub mod envoy;
+pub mod grpc;
 mod host;
 mod imports;
 pub mod loopback;
@@ -74,6 +77,7 @@ mod vm;
 
 pub use abi::{Headers, LogLevel};
 pub use driver::{Load, Outcome, RequestRecord, RequestSpec, Traffic};
+pub use grpc::RealStream;
 pub use host::{Host, HostError, HostOptions, OnTrap, Profile};
 pub use loopback::RealCall;
 pub use process::{CallRecord, LogLine, SharedDataUsage};

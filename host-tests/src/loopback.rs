@@ -102,9 +102,9 @@ impl Loopback {
         self.clusters.insert(cluster.to_string(), address);
     }
 
-    /// Whether calls to `cluster` go to a real server.
-    pub(crate) fn serves(&self, cluster: &str) -> bool {
-        self.clusters.contains_key(cluster)
+    /// The real server behind `cluster`, if there is one.
+    pub(crate) fn address(&self, cluster: &str) -> Option<SocketAddr> {
+        self.clusters.get(cluster).copied()
     }
 
     /// Sends `call` on a thread of its own; its answer waits for [`Loopback::take_answers`].

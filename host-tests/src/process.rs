@@ -1,5 +1,5 @@
 //! What one Envoy process shares between all VMs of a `vm_id`: shared data, shared queues, stats,
-//! the log, the clusters, the clock and the http-call token counter.
+//! the log, the clusters, the clock, the gRPC streams and the token counter of calls and streams.
 //!
 //! Semantics follow proxy-wasm-cpp-host's `SharedData` and `SharedQueue` as Envoy uses them: one
 //! CAS counter for the whole process that starts at 1 and moves on every set (so a CAS is never
@@ -9,6 +9,7 @@
 
 use crate::abi::{LogLevel, MetricKind, Status};
 use crate::clock::{Clock, Event};
+use crate::grpc::Streams;
 use crate::loopback::Loopback;
 use crate::upstream::Upstream;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -104,6 +105,8 @@ pub(crate) struct Process {
     pub upstreams: BTreeMap<String, Upstream>,
     /// The clusters served by a real server, and their calls.
     pub loopback: Loopback,
+    /// The gRPC streams to those servers.
+    pub grpc: Streams,
     /// Every http call dispatched, in order (so by token).
     pub calls: Vec<CallRecord>,
     last_token: u32,
@@ -192,7 +195,7 @@ impl Process {
         self.calls.get_mut(at)
     }
 
-    /// A token no other http call of the process has.
+    /// A token no other http call or gRPC stream of the process has.
     pub(crate) fn next_token(&mut self) -> u32 {
         self.last_token += 1;
         self.last_token

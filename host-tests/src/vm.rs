@@ -8,6 +8,7 @@
 
 use crate::abi::{BufferType, Headers, LogLevel};
 use crate::envoy::{Reply, StreamInfo};
+use crate::grpc::Arrival;
 use crate::host::Profile;
 use crate::process::Process;
 use std::cell::RefCell;
@@ -87,6 +88,8 @@ pub(crate) struct HostState {
     pub streams: BTreeMap<u32, Stream>,
     /// The http-call response being delivered by `proxy_on_http_call_response`.
     pub call_response: Option<Reply>,
+    /// What a gRPC stream delivers by the callback running (metadata, a message, its close).
+    pub grpc_arrival: Option<Arrival>,
     /// The VM or plugin configuration, while `on_vm_start` / `on_configure` runs.
     pub configuration: Option<(BufferType, Vec<u8>)>,
     /// Properties the guest set, by (context, serialized path).
@@ -118,6 +121,7 @@ impl HostState {
             listener_roots: Vec::new(),
             streams: BTreeMap::new(),
             call_response: None,
+            grpc_arrival: None,
             configuration: None,
             properties: HashMap::new(),
             metric_names: Vec::new(),

@@ -669,3 +669,362 @@ fn a_second_tick_period_is_taken_by_envoy_and_traps_in_nginx() {
         "a period cleared may be set again"
     );
 }
+
+/// A guest that opens gRPC streams on demand (to `etcdserverpb.Watch/<method>`, with one of two
+/// metadata maps) and keeps what each callback gave it: counts at 9000 (initial metadata,
+/// messages, trailing metadata, closes), the last close status at 9016, the last metadata
+/// sizes at 9020 and 9024, every message in shared data as `m0`, `m1`...; it logs the
+/// `content-type` of the initial metadata, the `grpc-status` of the trailers and the close's
+/// message (`proxy_get_status`), whose code it leaves at 8020.
+fn streamer_guest() -> String {
+    guest(&format!(
+        r#"
+  (data (i32.const 100) "etcdscriptednowhere")
+  (data (i32.const 200) "etcdserverpb.Watch")
+  (data (i32.const 240) "WatchNope")
+  (data (i32.const 300) "{token}")
+  (data (i32.const 400) "{plain}")
+  (data (i32.const 600) "{watch}")
+  (data (i32.const 1000) "content-type")
+  (data (i32.const 1020) "grpc-status")
+  (data (i32.const 1040) "m0")
+  (func (export "open") (param $cluster i32) (param $cluster_len i32) (param $method i32) (param $method_len i32)
+      (param $metadata i32) (param $metadata_len i32) (result i32)
+    (call $grpc_stream (local.get $cluster) (local.get $cluster_len) (i32.const 200) (i32.const 18)
+      (local.get $method) (local.get $method_len) (local.get $metadata) (local.get $metadata_len) (i32.const 8100)))
+  (func (export "send") (param $token i32) (param $end i32) (result i32)
+    (call $grpc_send (local.get $token) (i32.const 600) (i32.const {watch_len}) (local.get $end)))
+  (func (export "cancel") (param $token i32) (result i32) (call $grpc_cancel (local.get $token)))
+  (func (export "close") (param $token i32) (result i32) (call $grpc_close (local.get $token)))
+  (func $count (param $at i32)
+    (i32.store (local.get $at) (i32.add (i32.load (local.get $at)) (i32.const 1))))
+  (func $log_header (param $map i32) (param $name i32) (param $name_len i32)
+    (if (i32.eqz (call $get_header (local.get $map) (local.get $name) (local.get $name_len) (i32.const 8000) (i32.const 8004)))
+      (then (drop (call $log (i32.const 2) (i32.load (i32.const 8000)) (i32.load (i32.const 8004)))))))
+  (func (export "proxy_on_grpc_receive_initial_metadata") (param $ctx i32) (param $token i32) (param $headers i32)
+    (call $count (i32.const 9000))
+    (i32.store (i32.const 9020) (local.get $headers))
+    (call $log_header (i32.const 4) (i32.const 1000) (i32.const 12)))
+  (func (export "proxy_on_grpc_receive") (param $ctx i32) (param $token i32) (param $size i32)
+    (drop (call $get_buffer (i32.const 5) (i32.const 0) (local.get $size) (i32.const 8008) (i32.const 8012)))
+    (i32.store8 (i32.const 1041) (i32.add (i32.const 48) (i32.load (i32.const 9004))))
+    (drop (call $set_shared (i32.const 1040) (i32.const 2) (i32.load (i32.const 8008)) (i32.load (i32.const 8012)) (i32.const 0)))
+    (call $count (i32.const 9004)))
+  (func (export "proxy_on_grpc_receive_trailing_metadata") (param $ctx i32) (param $token i32) (param $trailers i32)
+    (call $count (i32.const 9008))
+    (i32.store (i32.const 9024) (local.get $trailers))
+    (call $log_header (i32.const 5) (i32.const 1020) (i32.const 11)))
+  (func (export "proxy_on_grpc_close") (param $ctx i32) (param $token i32) (param $status i32)
+    (call $count (i32.const 9012))
+    (i32.store (i32.const 9016) (local.get $status))
+    (drop (call $get_status (i32.const 8020) (i32.const 8024) (i32.const 8028)))
+    (drop (call $log (i32.const 2) (i32.load (i32.const 8024)) (i32.load (i32.const 8028)))))"#,
+        token = wat_map(&[("token", "forged")]),
+        plain = wat_map(&[("x-upcheck", "host-test")]),
+        watch = common::wat_bytes(&WATCH_REQUEST),
+        watch_len = WATCH_REQUEST.len(),
+    ))
+}
+
+/// `open`'s arguments: cluster `etcd`, `scripted` or `nowhere`; method `Watch` or `Nope`;
+/// metadata with etcd's auth `token` (a forged one) or without.
+const ETCD: [i32; 2] = [100, 4];
+const SCRIPTED: [i32; 2] = [104, 8];
+const NOWHERE: [i32; 2] = [112, 7];
+const WATCH: [i32; 2] = [240, 5];
+const NOPE: [i32; 2] = [245, 4];
+const TOKEN: [i32; 2] = [300, 4 + 8 + 6 + 7];
+const PLAIN: [i32; 2] = [400, 4 + 8 + 10 + 10];
+
+/// `open`'s six arguments.
+fn open_args(cluster: [i32; 2], method: [i32; 2], metadata: [i32; 2]) -> [i32; 6] {
+    [
+        cluster[0],
+        cluster[1],
+        method[0],
+        method[1],
+        metadata[0],
+        metadata[1],
+    ]
+}
+
+/// etcd's `WatchRequest { create_request { key: "watched/", range_end: "watched0" } }`: every
+/// key under `watched/`, hand-encoded (field 1, length-delimited, holding fields 1 and 2).
+const WATCH_REQUEST: [u8; 22] = [
+    0x0a, 20, 0x0a, 8, b'w', b'a', b't', b'c', b'h', b'e', b'd', b'/', 0x12, 8, b'w', b'a', b't',
+    b'c', b'h', b'e', b'd', b'0',
+];
+
+const PARSE_FAILURE: i32 = 4;
+const INTERNAL_FAILURE: i32 = 10;
+
+/// The guest's counters: initial metadata, messages, trailing metadata and closes it was given.
+fn heard(host: &mut Host, vm: usize) -> [i32; 4] {
+    [9000, 9004, 9008, 9012].map(|at| call_i32(host, vm, "load", &[at]))
+}
+
+/// Advances `host` in step with real time (the server's) until `done`, for at most 10 s.
+fn paced_until(host: &mut Host, mut done: impl FnMut(&mut Host) -> bool) {
+    let started = std::time::Instant::now();
+    while !done(host) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "still waiting after 10 s: {:?}",
+            host.real_streams()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+        host.advance(Duration::from_millis(10)).unwrap();
+    }
+}
+
+/// The fields of a protobuf message, by number: varints as numbers, length-delimited fields
+/// as their bytes (enough of the wire format to read etcd's answers).
+fn proto(mut bytes: &[u8]) -> Vec<(u64, Result<u64, Vec<u8>>)> {
+    fn varint(bytes: &mut &[u8]) -> u64 {
+        let mut value = 0;
+        for shift in (0..64).step_by(7) {
+            let (byte, rest) = bytes.split_first().expect("a whole varint");
+            *bytes = rest;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                break;
+            }
+        }
+        value
+    }
+    let mut fields = Vec::new();
+    while !bytes.is_empty() {
+        let key = varint(&mut bytes);
+        let value = match key & 7 {
+            0 => Ok(varint(&mut bytes)),
+            2 => {
+                let len = varint(&mut bytes) as usize;
+                let (value, rest) = bytes.split_at(len);
+                bytes = rest;
+                Err(value.to_vec())
+            }
+            wire => panic!("wire type {wire} in {bytes:?}"),
+        };
+        fields.push((key >> 3, value));
+    }
+    fields
+}
+
+/// Field `number` of `message`, length-delimited.
+fn nested(message: &[u8], number: u64) -> Vec<u8> {
+    proto(message)
+        .into_iter()
+        .find_map(|(n, value)| value.err().filter(|_| n == number))
+        .unwrap_or_else(|| panic!("no field {number} in {message:?}"))
+}
+
+/// A real etcd (`UPCHECK_ETCD`) on free loopback ports, and a runtime to write to it with.
+fn etcd() -> (upcheck_e2e::etcd::Etcd, tokio::runtime::Runtime) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let etcd = runtime
+        .block_on(upcheck_e2e::etcd::Etcd::start(1))
+        .expect("etcd starts (UPCHECK_ETCD)");
+    (etcd, runtime)
+}
+
+/// Lets real time pass with the host in step, for things that must not arrive.
+fn paced_for(host: &mut Host, span: Duration) {
+    let started = std::time::Instant::now();
+    while started.elapsed() < span {
+        std::thread::sleep(Duration::from_millis(10));
+        host.advance(Duration::from_millis(10)).unwrap();
+    }
+}
+
+#[test]
+fn a_watch_opened_as_a_grpc_stream_gets_etcds_created_answer_then_a_puts_event_and_nothing_once_cancelled(
+) {
+    let (etcd, runtime) = etcd();
+    let mut host = Host::new(streamer_guest(), options(1)).unwrap();
+    host.real_cluster("etcd", etcd.clients()[0]);
+    // The metadata reaches etcd: a forged auth token gets its refusal.
+    let forged = open_args(ETCD, WATCH, TOKEN);
+    assert_eq!(call_i32(&mut host, 0, "open", &forged), 0);
+    let forged = call_i32(&mut host, 0, "load", &[8100]);
+    assert_eq!(call_i32(&mut host, 0, "send", &[forged, 0]), 0);
+    paced_until(&mut host, |host| heard(host, 0)[1] == 1);
+    let (refused, _) = host.shared_data("m0").expect("etcd's answer");
+    let reason = String::from_utf8_lossy(&nested(&refused, 6)).into_owned();
+    assert!(reason.contains("invalid auth token"), "{reason}");
+    assert_eq!(call_i32(&mut host, 0, "cancel", &[forged]), 0);
+
+    let opened = host.now();
+    assert_eq!(
+        call_i32(&mut host, 1, "open", &open_args(ETCD, WATCH, PLAIN)),
+        0
+    );
+    let token = call_i32(&mut host, 1, "load", &[8100]);
+    assert_ne!(token, forged);
+    assert_eq!(call_i32(&mut host, 1, "send", &[token, 0]), 0);
+    paced_until(&mut host, |host| heard(host, 1)[1] == 1);
+    assert_eq!(heard(&mut host, 1), [1, 1, 0, 0]);
+    let initial: Vec<(usize, String)> = messages(&host)
+        .into_iter()
+        .map(|(_, vm, message)| (vm, message))
+        .collect();
+    let content_type = "application/grpc".to_string();
+    assert_eq!(initial, [(0, content_type.clone()), (1, content_type)]);
+    let (created, _) = host.shared_data("m0").expect("vm1's first message");
+    assert!(
+        proto(&created).contains(&(3, Ok(1))),
+        "WatchResponse.created: {created:?}"
+    );
+
+    runtime.block_on(etcd.put("watched/k", b"v1")).expect("put");
+    paced_until(&mut host, |host| heard(host, 1)[1] == 2);
+    let (event, _) = host.shared_data("m1").expect("the second message");
+    let kv = proto(&nested(&nested(&event, 11), 2));
+    assert!(kv.contains(&(1, Err(b"watched/k".to_vec()))), "{kv:?}");
+    assert!(kv.contains(&(5, Err(b"v1".to_vec()))), "{kv:?}");
+
+    assert_eq!(call_i32(&mut host, 1, "cancel", &[token]), 0);
+    runtime.block_on(etcd.put("watched/k", b"v2")).expect("put");
+    paced_for(&mut host, Duration::from_millis(500));
+    assert_eq!(heard(&mut host, 1), [1, 2, 0, 0], "nothing after a cancel");
+    assert_eq!(call_i32(&mut host, 1, "cancel", &[token]), NOT_FOUND);
+    assert_eq!(call_i32(&mut host, 1, "send", &[token, 0]), NOT_FOUND);
+    let streams = host.real_streams();
+    assert_eq!(streams.len(), 2);
+    let stream = &streams[1];
+    assert_eq!(
+        (stream.token, stream.vm, stream.cluster.as_str()),
+        (token as u32, 1, "etcd")
+    );
+    assert_eq!(
+        (
+            stream.service.as_str(),
+            stream.method.as_str(),
+            stream.opened
+        ),
+        ("etcdserverpb.Watch", "Watch", opened)
+    );
+    assert_eq!(
+        (stream.messages_out, stream.bytes_out),
+        (1, WATCH_REQUEST.len() as u64)
+    );
+    assert_eq!(
+        (stream.messages_in, stream.bytes_in),
+        (2, (created.len() + event.len()) as u64)
+    );
+    assert_eq!((stream.status, stream.cancelled), (None, true));
+}
+
+#[test]
+fn a_method_etcd_does_not_have_closes_with_its_status_from_a_trailers_only_answer() {
+    let (etcd, _runtime) = etcd();
+    let mut host = Host::new(streamer_guest(), options(0)).unwrap();
+    host.real_cluster("etcd", etcd.clients()[0]);
+    assert_eq!(
+        call_i32(&mut host, 0, "open", &open_args(ETCD, NOPE, PLAIN)),
+        0
+    );
+    let token = call_i32(&mut host, 0, "load", &[8100]);
+    assert_eq!(call_i32(&mut host, 0, "send", &[token, 1]), 0);
+    assert_eq!(
+        call_i32(&mut host, 0, "send", &[token, 0]),
+        BAD_ARGUMENT,
+        "nothing goes after the end of the request"
+    );
+
+    paced_until(&mut host, |host| heard(host, 0)[3] == 1);
+    const UNIMPLEMENTED: i32 = 12;
+    assert_eq!(heard(&mut host, 0), [1, 0, 1, 1]);
+    assert_eq!(
+        call_i32(&mut host, 0, "load", &[9020]),
+        0,
+        "no initial metadata"
+    );
+    assert_eq!(call_i32(&mut host, 0, "load", &[9016]), UNIMPLEMENTED);
+    assert_eq!(call_i32(&mut host, 0, "load", &[8020]), UNIMPLEMENTED);
+    let logged: Vec<String> = messages(&host).into_iter().map(|(_, _, m)| m).collect();
+    assert_eq!(logged[0], "12", "the trailers' grpc-status");
+    assert!(logged[1].contains("Nope"), "{logged:?}");
+    assert_eq!(host.real_streams()[0].status, Some(12));
+    // Closed by the server, the stream is the guest's until it closes it too.
+    assert_eq!(call_i32(&mut host, 0, "close", &[token]), 0);
+    assert_eq!(call_i32(&mut host, 0, "close", &[token]), NOT_FOUND);
+}
+
+#[test]
+fn a_grpc_stream_to_a_closed_port_closes_unavailable_with_envoys_words_and_a_stopped_vm_hears_nothing(
+) {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut host = Host::new(streamer_guest(), options(1)).unwrap();
+    host.real_cluster("etcd", closed);
+    let open = open_args(ETCD, WATCH, PLAIN);
+    assert_eq!(call_i32(&mut host, 0, "open", &open), 0);
+    let token = call_i32(&mut host, 0, "load", &[8100]);
+    assert_eq!(call_i32(&mut host, 1, "open", &open), 0);
+    let other = call_i32(&mut host, 1, "load", &[8100]);
+    assert_ne!(token, other);
+    assert_eq!(
+        call_i32(&mut host, 0, "send", &[other, 0]),
+        NOT_FOUND,
+        "another VM's stream"
+    );
+    host.stop_vm(1);
+
+    paced_until(&mut host, |host| heard(host, 0)[3] == 1);
+    const UNAVAILABLE: i32 = 14;
+    assert_eq!(heard(&mut host, 0), [1, 0, 1, 1]);
+    assert_eq!(call_i32(&mut host, 0, "load", &[9016]), UNAVAILABLE);
+    assert_eq!(call_i32(&mut host, 0, "load", &[8020]), UNAVAILABLE);
+    let refused = "upstream connect error or disconnect/reset before headers. reset reason: \
+                   connection failure, transport failure reason: delayed connect error: 111";
+    paced_until(&mut host, |host| {
+        host.real_streams().iter().all(|s| s.status.is_some())
+    });
+    let logged: Vec<(usize, String)> = messages(&host)
+        .into_iter()
+        .map(|(_, vm, message)| (vm, message))
+        .collect();
+    assert_eq!(
+        logged,
+        [(0, "14".to_string()), (0, refused.to_string())],
+        "the trailers' grpc-status and the close's message; vm1 stopped and heard nothing"
+    );
+    assert_eq!(call_i32(&mut host, 0, "cancel", &[token]), 0);
+    assert_eq!(call_i32(&mut host, 0, "close", &[token]), NOT_FOUND);
+}
+
+#[test]
+fn a_grpc_stream_to_no_cluster_is_a_parse_failure_to_a_scripted_one_an_internal_failure_and_nginx_traps(
+) {
+    let mut host = Host::new(streamer_guest(), options(0)).unwrap();
+    host.upstream("scripted");
+    assert_eq!(
+        call_i32(&mut host, 0, "open", &open_args(NOWHERE, WATCH, PLAIN)),
+        PARSE_FAILURE
+    );
+    assert_eq!(
+        call_i32(&mut host, 0, "open", &open_args(SCRIPTED, WATCH, PLAIN)),
+        INTERNAL_FAILURE
+    );
+    for export in ["cancel", "close"] {
+        assert_eq!(call_i32(&mut host, 0, export, &[2]), NOT_FOUND, "{export}");
+    }
+    assert_eq!(call_i32(&mut host, 0, "send", &[2, 0]), NOT_FOUND);
+    host.advance(Duration::from_secs(1)).unwrap();
+    assert!(host.real_streams().is_empty());
+    assert!(host.logs().is_empty());
+
+    let mut nginx = Host::new(streamer_guest(), profile(Profile::Nginx)).unwrap();
+    let open = open_args(NOWHERE, WATCH, PLAIN).map(Val::I32);
+    match nginx.call(0, "open", &open) {
+        Err(HostError::Trap { message, .. }) => {
+            assert!(message.contains("proxy_grpc_stream"), "{message}")
+        }
+        other => panic!("ngx_wasm_module does not implement gRPC streams: {other:?}"),
+    }
+}
