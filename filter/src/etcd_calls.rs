@@ -38,6 +38,8 @@ pub struct Part {
     watch: Option<WatchGauges>,
     /// What the status page was last given, as bytes.
     shown: Vec<u8>,
+    /// The passive table's compare-and-swap number when its failures were last offered to etcd.
+    offered: Option<u32>,
 }
 
 /// What the stats show of the watch.
@@ -99,6 +101,7 @@ impl Part {
             balancers: gauge("fleet_balancers"),
             duties: Vec::new(),
             shown: Vec::new(),
+            offered: None,
         }
     }
 
@@ -167,6 +170,34 @@ pub fn tick(v: &mut Vm, now: Time) {
     let effects = pool.fleet_view(fleet, now);
     part.show(pool);
     v.carry_out(effects, now);
+}
+
+/// A wake-up between ticks on the prober: when its process counted a failure since its
+/// failures were last offered to etcd (the passive table's compare-and-swap number moved, read
+/// without copying the table; whichever VM wrote it, this one included), they go to etcd now,
+/// so that the other balancers hold them a stream event later rather than a tick.
+pub fn between_ticks(v: &mut Vm, now: Time) {
+    let Some(part) = v.fleet.as_ref() else {
+        return;
+    };
+    let cas = shared::passive_cas();
+    if cas == part.offered {
+        return;
+    }
+    v.take_in_passive(now);
+    offer(v, cas, now);
+}
+
+/// The pool's failures, counts and ejections for etcd, as of the passive table at `cas`.
+fn offer(v: &mut Vm, cas: Option<u32>, now: Time) {
+    let (Some(part), Some(pool)) = (v.fleet.as_mut(), v.pool.as_ref()) else {
+        return;
+    };
+    part.offered = cas;
+    let fleet = &mut part.fleet;
+    let requests = pool.evidence(fleet, now);
+    send(fleet, requests, now);
+    log(fleet);
 }
 
 /// Opens the watch the core asks for: the stream, then its create request.

@@ -228,6 +228,11 @@ pub fn update_passive(
     written
 }
 
+/// The passive table's compare-and-swap number, read without copying the table.
+pub fn passive_cas() -> Option<u32> {
+    hostcalls::shared_data_cas(PASSIVE)
+}
+
 /// The count of passive changes that took a backend out ([`PASSIVE_TAKEN_OUT`]) if it moved
 /// since `seen`.
 pub fn passive_taken_out_since(seen: Option<u32>) -> Option<u32> {

@@ -164,7 +164,7 @@ impl Vm {
     }
 
     /// Takes in the passive table if it changed since the last look.
-    fn take_in_passive(&mut self, now: Time) {
+    pub fn take_in_passive(&mut self, now: Time) {
         let Some(pool) = self.pool.as_mut() else {
             return;
         };

@@ -102,16 +102,15 @@ async fn sharing(
     let a = Balancer::start(plugin, Some(etcd)).await?;
     let b = Balancer::start(plugin, Some(etcd)).await?;
     until_healthy(&[&a, &b], backend).await?;
+    let prefix = plugin["fleet"]["prefix"].as_str().unwrap_or("upcheck");
     let deadline = Instant::now() + Duration::from_secs(20);
-    while etcd.range("upcheck/v1/balancers/").await?.len() < 2 {
+    while etcd.range(&format!("{prefix}/v1/balancers/")).await?.len() < 2 {
         anyhow::ensure!(Instant::now() < deadline, "the balancers never registered");
         sleep(Duration::from_millis(100)).await;
     }
     // Each follows the prefix with etcd's watch, as `upcheck envoy --etcd` writes it.
-    while ![&a, &b].iter().all(|x| {
-        x.log()
-            .contains("fleet: following upcheck/ in etcd from revision")
-    }) {
+    let following = format!("fleet: following {prefix}/ in etcd from revision");
+    while ![&a, &b].iter().all(|x| x.log().contains(&following)) {
         anyhow::ensure!(
             Instant::now() < deadline,
             "a balancer never watched the prefix: {}{}",
@@ -278,5 +277,122 @@ async fn behind_two_balancers_sharing_etcd_a_backend_whose_pages_fail_fails_no_m
         "the ejection held on the other balancer {:?} after the first",
         first.abs_diff(second)
     );
+    Ok(())
+}
+
+/// How many failures `balancer`'s status page shows for `backend`.
+async fn failures_shown(balancer: &Balancer, backend: &str) -> anyhow::Result<u64> {
+    let page = balancer.page_json().await?;
+    Ok(page["backends"]
+        .as_array()
+        .and_then(|all| all.iter().find(|b| b["name"] == backend))
+        .and_then(|b| b["failures"].as_u64())
+        .unwrap_or(0))
+}
+
+/// How soon a failure one balancer counted is held by the other, which follows etcd's watch:
+/// from the user's 502 through one balancer to the other's status page showing the failure,
+/// over twenty failures a second apart (each remembered for a second and never enough to eject,
+/// outlier detection off, so every trial starts from none). Printed: the median and the longest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_counted_behind_one_balancer_is_held_by_the_other_a_stream_event_later(
+) -> anyhow::Result<()> {
+    const TRIALS: usize = 20;
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
+    let etcd = Etcd::start(1).await?;
+    let mut shared = config(
+        &[&app1, &app2],
+        Some(json!({"cluster": "etcd", "lease_ttl": "3s"})),
+    );
+    shared["health_checks"]["passive"] = json!({"fail_duration": "1s", "max_fails": 1000});
+    // Nor does the peer comparison take app2 out: only the failure's way is measured.
+    shared["health_checks"]["outlier"] = json!({"enabled": false});
+    let (a, b) = sharing(&shared, &etcd, "app2").await?;
+    let mut took = Vec::new();
+    for trial in 0..TRIALS {
+        // Its pages only: its probes keep passing.
+        app2.set_mode(Mode::Pages(502));
+        let mut sent = 0;
+        while a.user_request().await {
+            sent += 1;
+            anyhow::ensure!(sent < 10, "no request reached app2 in trial {trial}");
+        }
+        let failed = Instant::now();
+        app2.set_mode(Mode::Ok);
+        while failures_shown(&b, "app2").await? == 0 {
+            anyhow::ensure!(
+                failed.elapsed() < Duration::from_secs(5),
+                "the other balancer never held trial {trial}'s failure"
+            );
+            sleep(Duration::from_millis(2)).await;
+        }
+        took.push(failed.elapsed());
+        // Both forget it before the next.
+        sleep(Duration::from_millis(1_200)).await;
+        while failures_shown(&a, "app2").await? + failures_shown(&b, "app2").await? > 0 {
+            anyhow::ensure!(
+                failed.elapsed() < Duration::from_secs(10),
+                "never forgotten"
+            );
+            sleep(Duration::from_millis(50)).await;
+        }
+    }
+    took.sort();
+    let at = |q: usize| took[(took.len() * q / 100).min(took.len() - 1)];
+    println!(
+        "a failure behind one balancer held by the other, {TRIALS} trials: p50 {:?}, p99 {:?} (all: {took:?})",
+        at(50),
+        at(99)
+    );
+    Ok(())
+}
+
+/// app2 answering 502 from mid-traffic, users alternating between two balancers that follow
+/// etcd's watch, at 20 and 200 user requests a second, against one balancer at the same rate,
+/// in the same run: what sharing costs over one balancer, printed, and bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_two_balancers_following_etcd_a_broken_backend_costs_what_it_costs_behind_one(
+) -> anyhow::Result<()> {
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
+    let backends = [&app1, &app2];
+    let etcd = Etcd::start(1).await?;
+    let mut figures = Vec::new();
+    for per_second in [20, 200] {
+        let single = Balancer::start(&config(&backends, None), None).await?;
+        until_healthy(&[&single], "app2").await?;
+        let (alone, _) =
+            break_mid_traffic(&[&single], &app2, Mode::Status(502), (per_second, 3)).await?;
+        drop(single);
+        app2.set_mode(Mode::Ok);
+
+        let prefix = format!("rate{per_second}");
+        let shared = config(
+            &backends,
+            Some(json!({"cluster": "etcd", "lease_ttl": "3s", "prefix": prefix})),
+        );
+        let (a, b) = sharing(&shared, &etcd, "app2").await?;
+        let (together, seen) =
+            break_mid_traffic(&[&a, &b], &app2, Mode::Status(502), (per_second, 3)).await?;
+        drop((a, b));
+        app2.set_mode(Mode::Ok);
+        println!(
+            "{per_second} user requests/s, app2 answering 502 from mid-traffic: users failed {alone} \
+             behind one balancer, {together} behind two following etcd; app2 out on each {seen:?} \
+             after the switch"
+        );
+        figures.push((per_second, alone, together));
+    }
+    for (per_second, alone, together) in figures {
+        assert!(
+            alone >= MAX_FAILS,
+            "{per_second}/s: one balancer ejects after max_fails: {alone}"
+        );
+        assert!(
+            together <= alone + 3,
+            "{per_second}/s: behind two {together}, behind one {alone}"
+        );
+    }
     Ok(())
 }

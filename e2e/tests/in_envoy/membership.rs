@@ -41,6 +41,38 @@ async fn envoy(file: &Path, admin: std::net::SocketAddr) -> Result<EnvoyProcess>
     Ok(process)
 }
 
+/// FILE written as `upcheck envoy --membership` writes it for `input` (a plugin
+/// configuration), with users, Envoy's admin interface and the status page at `ports`, the
+/// fleet's `etcd` if any, and the networks `allowed`.
+fn write(
+    file: &Path,
+    input: Value,
+    [listen, admin, status]: [std::net::SocketAddr; 3],
+    etcd: Option<upcheck_cli::etcd::Etcd>,
+    allowed: &[&str],
+) -> Result<()> {
+    let Value::Object(input) = input else {
+        anyhow::bail!("the input is an object");
+    };
+    let state = State {
+        input,
+        probe_port: None,
+        listen,
+        admin,
+        status,
+        wasm: module()?.display().to_string(),
+        concurrency: 2,
+        written_from: "the membership test".into(),
+        removed: Default::default(),
+        etcd,
+        allowed: allowed
+            .iter()
+            .map(|net| net.parse())
+            .collect::<Result<_, _>>()?,
+    };
+    membership::write(file, &state).map_err(|e| anyhow::anyhow!("{e:?}"))
+}
+
 /// Runs `change` on `file` as the command does (it waits on Envoy, so off the runtime).
 async fn run(file: &Path, change: Change) -> Result<Vec<String>> {
     let file = file.to_owned();
@@ -86,23 +118,7 @@ async fn backends_join_and_leave_a_running_balancer(routing: &str) -> Result<()>
         ],
         "health_checks": {"active": {"uri": "/up", "interval": "1s", "timeout": "500ms"}}
     });
-    let Value::Object(input) = input else {
-        anyhow::bail!("the input is an object");
-    };
-    let state = State {
-        input,
-        probe_port: None,
-        listen,
-        admin,
-        status,
-        wasm: module()?.display().to_string(),
-        concurrency: 2,
-        written_from: "the membership test".into(),
-        removed: Default::default(),
-        etcd: None,
-        allowed: Vec::new(),
-    };
-    membership::write(&file, &state).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    write(&file, input, [listen, admin, status], None, &[])?;
     let mut process = envoy(&file, admin).await?;
 
     let replay = Replay::new(format!("http://{listen}/"), 20, Duration::from_secs(17));
@@ -283,28 +299,20 @@ impl FleetBalancer {
         let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
         let file = dir.path().join("envoy.yaml");
         let (listen, admin, status) = (free_addr()?, free_addr()?, free_addr()?);
-        let Value::Object(input) = plugin(upstreams, Some(json!({"cluster": "etcd"}))) else {
-            anyhow::bail!("the input is an object");
+        let etcd = upcheck_cli::etcd::Etcd {
+            cluster: "etcd".into(),
+            members: etcd.clients(),
+            tls: None,
+            watch_cluster: None,
         };
-        let state = State {
+        let input = plugin(upstreams, Some(json!({"cluster": "etcd"})));
+        write(
+            &file,
             input,
-            probe_port: None,
-            listen,
-            admin,
-            status,
-            wasm: module()?.display().to_string(),
-            concurrency: 2,
-            written_from: "the fleet membership test".into(),
-            removed: Default::default(),
-            etcd: Some(upcheck_cli::etcd::Etcd {
-                cluster: "etcd".into(),
-                members: etcd.clients(),
-                tls: None,
-                watch_cluster: None,
-            }),
-            allowed: vec!["127.0.0.0/8".parse()?],
-        };
-        membership::write(&file, &state).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            [listen, admin, status],
+            Some(etcd),
+            &["127.0.0.0/8"],
+        )?;
         let envoy = envoy(&file, admin).await?;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let follower = std::thread::spawn({

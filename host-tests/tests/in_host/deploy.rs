@@ -5,8 +5,9 @@
 //! are deterministic here, so they are asserted; the same deploy in a real Envoy, both routing
 //! modes, is `e2e/tests/in_envoy/deploy.rs`.
 
+use crate::support::{host, secs};
 use std::time::Duration;
-use upcheck_host_tests::{Behaviour, Host, HostOptions, Load, RequestSpec, Traffic, UPCHECK_WASM};
+use upcheck_host_tests::{Behaviour, Host, Load, RequestSpec, Traffic};
 use upcheck_policy::drain::SIGNAL_HEADER;
 
 const BOTH: &str = r#"{"upstreams":[{"name":"app1"},{"name":"app2"}]}"#;
@@ -28,15 +29,6 @@ const TURNS: [(&str, Duration); 2] = [
     ("app1", Duration::from_secs(20)),
     ("app2", Duration::from_secs(60)),
 ];
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
-
-fn host() -> Host {
-    Host::from_file(UPCHECK_WASM, HostOptions::default())
-        .unwrap_or_else(|e| panic!("{UPCHECK_WASM} loads (run `make build`): {e}"))
-}
 
 /// The answer of a backend that drains: 200, with the signal.
 fn signalled() -> Behaviour {

@@ -4,24 +4,12 @@
 //! guard never brings it back. A main-thread VM and two workers, 40 requests a second, probes
 //! every 10 s (± 1 s jitter).
 
+use crate::support::{host, ok, secs};
 use std::time::Duration;
-use upcheck_host_tests::{Behaviour, Host, HostOptions, Load, RequestSpec, Traffic, UPCHECK_WASM};
+use upcheck_host_tests::{Behaviour, Host, Load, RequestSpec, Traffic};
 use upcheck_policy::drain::SIGNAL_HEADER;
 
 const BOTH: &str = r#"{"upstreams":[{"name":"app1"},{"name":"app2"}]}"#;
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
-
-fn host() -> Host {
-    Host::from_file(UPCHECK_WASM, HostOptions::default())
-        .unwrap_or_else(|e| panic!("{UPCHECK_WASM} loads (run `make build`): {e}"))
-}
-
-fn ok<T>(result: Result<T, upcheck_host_tests::HostError>) -> T {
-    result.unwrap_or_else(|e| panic!("{e}"))
-}
 
 fn run(host: &mut Host, load: Load) -> Traffic {
     let traffic = ok(host.load(load));

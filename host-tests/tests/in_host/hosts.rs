@@ -4,10 +4,11 @@
 //! a second tick period, are in `host_mechanics.rs`), and the scenarios that make sense without Envoy's response flags (the
 //! incident, a database blip, a backend booted but failing its pages, a hang), run in both.
 
+use crate::support::{ok, secs};
 use std::collections::BTreeSet;
 use std::time::Duration;
 use upcheck_host_tests::{
-    Behaviour, Host, HostError, HostOptions, Profile, RequestSpec, Traffic, UPCHECK_WASM,
+    Behaviour, Host, HostOptions, Profile, RequestSpec, Traffic, UPCHECK_WASM,
 };
 
 const PROFILES: [Profile; 2] = [Profile::Envoy, Profile::Nginx];
@@ -39,10 +40,6 @@ const CALLED: [&str; 21] = [
     "proxy_set_tick_period_milliseconds",
 ];
 
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
-
 fn options(profile: Profile) -> HostOptions {
     HostOptions {
         profile,
@@ -53,10 +50,6 @@ fn options(profile: Profile) -> HostOptions {
 fn host(profile: Profile) -> Host {
     Host::from_file(UPCHECK_WASM, options(profile))
         .unwrap_or_else(|e| panic!("{UPCHECK_WASM} loads in {profile:?} (run `make build`): {e}"))
-}
-
-fn ok<T>(result: Result<T, HostError>) -> T {
-    result.unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn run(host: &mut Host, rate: u32, duration: Duration) -> Traffic {

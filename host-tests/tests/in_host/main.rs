@@ -19,4 +19,5 @@ mod routing;
 mod scenarios;
 mod shared_cause;
 mod soak;
+mod support;
 mod warm_up;

@@ -7,21 +7,9 @@
 //! The random histories (`histories.rs`) race additions and removals with probes, ejections and
 //! the fleet guard; these pin the two cases a reader would look for by name.
 
+use crate::support::{host, ok, secs};
 use std::time::Duration;
-use upcheck_host_tests::{Behaviour, Host, HostOptions, Traffic, UPCHECK_WASM};
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
-
-fn host() -> Host {
-    Host::from_file(UPCHECK_WASM, HostOptions::default())
-        .unwrap_or_else(|e| panic!("{UPCHECK_WASM} loads (run `make build`): {e}"))
-}
-
-fn ok<T>(result: Result<T, upcheck_host_tests::HostError>) -> T {
-    result.unwrap_or_else(|e| panic!("{e}"))
-}
+use upcheck_host_tests::{Behaviour, Host, Traffic};
 
 fn run(host: &mut Host, duration: Duration) -> Traffic {
     let traffic = ok(host.traffic(40, duration));

@@ -2,17 +2,13 @@
 //! gauge per state (exactly one of them 1), its number of changes, when it last changed, and its
 //! last probe's latency; a main-thread VM and two workers, 40 requests a second.
 
+use crate::support::host;
 use std::time::Duration;
 use upcheck_host_tests::clock::EPOCH_NANOS;
-use upcheck_host_tests::{Behaviour, Host, HostOptions, UPCHECK_WASM};
+use upcheck_host_tests::{Behaviour, Host};
 
 const BOTH: &str = r#"{"upstreams":[{"name":"app1"},{"name":"app2"}]}"#;
 const STATES: [&str; 5] = ["healthy", "unhealthy", "ejected", "draining", "unknown"];
-
-fn host() -> Host {
-    Host::from_file(UPCHECK_WASM, HostOptions::default())
-        .unwrap_or_else(|e| panic!("{UPCHECK_WASM} loads (run `make build`): {e}"))
-}
 
 /// The states whose gauge is 1 for `backend`, and whether every one of the five is defined.
 fn states(host: &Host, backend: &str) -> Vec<&'static str> {

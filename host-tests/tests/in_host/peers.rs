@@ -6,23 +6,15 @@
 //!
 //! Each scenario prints its figures: `cargo test --profile host-test -p upcheck-host-tests --test in_host peers:: -- --nocapture`.
 
+use crate::support::{host, secs};
 use std::time::Duration;
-use upcheck_host_tests::{Behaviour, Host, HostOptions, RequestSpec, Traffic, UPCHECK_WASM};
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
+use upcheck_host_tests::{Behaviour, Host, RequestSpec, Traffic};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
 const BOTH: &str = r#"{"upstreams":[{"name":"app1"},{"name":"app2"}]}"#;
-
-fn host() -> Host {
-    Host::from_file(UPCHECK_WASM, HostOptions::default())
-        .unwrap_or_else(|e| panic!("{UPCHECK_WASM} loads (run `make build`): {e}"))
-}
 
 fn start(host: &mut Host) {
     host.start(BOTH).unwrap_or_else(|e| panic!("{e}"));

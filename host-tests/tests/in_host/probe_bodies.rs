@@ -7,8 +7,9 @@
 //! Linear memory only grows, in 64 KiB pages, so the pages a VM has after probing the big
 //! answers, against those it had after the same rounds of small ones, bound what one read took.
 
+use crate::support::ok;
 use std::time::Duration;
-use upcheck_host_tests::{Behaviour, Host, HostError, HostOptions, UPCHECK_WASM};
+use upcheck_host_tests::{Behaviour, Host, HostOptions, UPCHECK_WASM};
 
 /// The size of the big answer.
 const BIG: usize = 10 * 1024 * 1024;
@@ -20,10 +21,6 @@ const INTERVAL: Duration = Duration::from_secs(10);
 const ROUNDS: u32 = 5;
 /// What a passing answer must contain.
 const NEEDLE: &str = "READY";
-
-fn ok<T>(result: Result<T, HostError>) -> T {
-    result.unwrap_or_else(|e| panic!("{e}"))
-}
 
 /// An answer of `len` bytes: dots, with [`NEEDLE`] from byte `needle_at` if given.
 fn body(len: usize, needle_at: Option<usize>) -> String {

@@ -1,6 +1,7 @@
 //! Process-wide behaviour: one prober whatever the worker count, a new one when it stops, a
 //! refused configuration, and what a request and a probe round cost in wasm instructions.
 
+use crate::support::ok;
 use std::time::Duration;
 use upcheck_host_tests::{Behaviour, Host, HostError, HostOptions, UPCHECK_WASM};
 
@@ -15,10 +16,6 @@ fn host(workers: usize) -> Host {
         },
     )
     .unwrap_or_else(|e| panic!("{UPCHECK_WASM} loads (run `make build`): {e}"))
-}
-
-fn ok<T>(result: Result<T, HostError>) -> T {
-    result.unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The VM that most recently took the probing lease.

@@ -2,20 +2,12 @@
 //! workers, 40 requests a second, probes every 10 s with a 5 s timeout, 3 failures in 10 s eject,
 //! a 15 s route timeout.
 
+use crate::support::{host, ok, secs};
 use std::time::Duration;
-use upcheck_host_tests::{Behaviour, Host, HostOptions, RequestSpec, Traffic, UPCHECK_WASM};
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
+use upcheck_host_tests::{Behaviour, Host, RequestSpec, Traffic};
 
 const APP1: &str = r#"{"upstreams":[{"name":"app1"}]}"#;
 const BOTH: &str = r#"{"upstreams":[{"name":"app1"},{"name":"app2"}]}"#;
-
-fn host() -> Host {
-    Host::from_file(UPCHECK_WASM, HostOptions::default())
-        .unwrap_or_else(|e| panic!("{UPCHECK_WASM} loads (run `make build`): {e}"))
-}
 
 fn run(host: &mut Host, rate: u32, duration: Duration) -> Traffic {
     let traffic = host
@@ -23,10 +15,6 @@ fn run(host: &mut Host, rate: u32, duration: Duration) -> Traffic {
         .unwrap_or_else(|e| panic!("traffic runs: {e}"));
     println!("{traffic}");
     traffic
-}
-
-fn ok<T>(result: Result<T, upcheck_host_tests::HostError>) -> T {
-    result.unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// app1 serving; app2 joins by a configuration update, the incident's way, behaving as `broken`.

@@ -8,12 +8,9 @@
 //! out as its probe times out would pile the traffic onto whoever is left, and with real
 //! capacity that is the cascade. These tests hold the policy to the operators' four cases.
 
+use crate::support::{host, ok, secs};
 use std::time::Duration;
-use upcheck_host_tests::{Behaviour, Host, HostOptions, Traffic, UPCHECK_WASM};
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
+use upcheck_host_tests::{Behaviour, Host, Traffic};
 
 /// How requests reach the picked backend.
 #[derive(Clone, Copy, Debug)]
@@ -35,15 +32,6 @@ impl Routing {
             }
         }
     }
-}
-
-fn ok<T>(result: Result<T, upcheck_host_tests::HostError>) -> T {
-    result.unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn host() -> Host {
-    Host::from_file(UPCHECK_WASM, HostOptions::default())
-        .unwrap_or_else(|e| panic!("{UPCHECK_WASM} loads (run `make build`): {e}"))
 }
 
 fn run(host: &mut Host, rate: u32, duration: Duration) -> Traffic {

@@ -2,20 +2,12 @@
 //! second, probes every 10 s; app2 refuses connections from 20 s to 40 s and comes back, with
 //! `health_checks.slow_start` at 30 s.
 
+use crate::support::{host, secs};
 use std::time::Duration;
-use upcheck_host_tests::{Behaviour, Host, HostOptions, UPCHECK_WASM};
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
+use upcheck_host_tests::Behaviour;
 
 const WINDOW: u64 = 30;
 const SLICE: u64 = 5;
-
-fn host() -> Host {
-    Host::from_file(UPCHECK_WASM, HostOptions::default())
-        .unwrap_or_else(|e| panic!("{UPCHECK_WASM} loads (run `make build`): {e}"))
-}
 
 /// Envoy's share of the weight `elapsed` seconds into the window, with the defaults
 /// (aggression 1.0, min_weight_percent 10).

@@ -18,9 +18,12 @@ use std::fmt::Write;
 /// `null` or, while it warms up, `{"percent", "ends_in_ms"}` (its share of its weight, and when it
 /// gets the whole); `probe_duty` is `null` without a fleet, else `"here"`, `"nobody"` (while no
 /// balancer holds it) or the holder's lease ID in hex. `fleet` is `null` or `{"balancer",
-/// "balancers", "local", "last_read_ago_ms"}` (this balancer's lease ID in hex, `"0"` before it
-/// has one; how many balancers the last read counted; whether it has fallen back to local; how
-/// long ago it last read the shared view, `null` if never). `history` lists the pool's changes,
+/// "balancers", "local", "last_read_ago_ms", "watch"}` (this balancer's lease ID in hex, `"0"`
+/// before it has one; how many balancers the last read counted; whether it has fallen back to
+/// local; how long ago its view was last current, `null` if never; `watch` is `null` when it
+/// reads the prefix on the clock, else `{"live", "revision", "events", "resyncs",
+/// "last_event_ago_ms"}`: whether etcd's watch is in place, the revision held, the changes heard,
+/// the fresh reads after the first, how long ago the last change came). `history` lists the pool's changes,
 /// newest first, each `{"at" (RFC 3339, UTC), "ago_ms", "backend" (`null` for the fleet guard),
 /// "from", "to", "type" (as in the JSON log), "cause"}`.
 pub fn json<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
