@@ -6,7 +6,7 @@
 #   make lint        rustfmt and clippy
 #   make unit        the policy core natively, and every crate's unit tests and doc tests
 #   make host-test   the real upcheck.wasm in a wasmtime proxy-wasm host, on a virtual clock
-#                    (host-suite), the soak of a day of virtual time (soak) and fleets of up to 50
+#                    (host-suite), the soak of a day of virtual time (soak) and fleets of up to 200
 #                    balancers sharing a real etcd, paced to real time (fleet-scale)
 #   make e2e         the real upcheck.wasm in a real Envoy 1.40, and the command line's tests
 #   make rules       the Prometheus alert rules (config/prometheus): promtool check and unit tests
@@ -91,7 +91,8 @@ host-suite: $(WASM) etcd | rust-tools
 soak: $(WASM) | rust-tools
 	$(CARGO_TEST) --test in_host -- --ignored --nocapture soak::
 
-# 1 to 50 balancers against one real etcd (tests/in_host/fleet_scale.rs); prints its figures.
+# 1 to 200 balancers against one real etcd, following it with the watch and on the clock
+# (tests/in_host/fleet_scale.rs); prints its figures.
 fleet-scale: $(WASM) etcd | rust-tools
 	$(CARGO_TEST) --test in_host -- --ignored --nocapture fleet_scale::
 
