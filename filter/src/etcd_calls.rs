@@ -241,10 +241,15 @@ pub fn watch_message(v: &mut Vm, token: u32, size: usize, now: Time) {
         .ok()
         .flatten()
         .unwrap_or_default();
-    if !fleet.watch_message(token, &message, now) {
+    let watched = fleet.watch_message(token, &message, now);
+    if !watched.keep {
         let _ = hostcalls::grpc_cancel(token);
     }
     log(fleet);
+    // Request counts wait for the tick, which takes the view in anyway.
+    if !watched.view_changed {
+        return;
+    }
     let effects = pool.fleet_view(fleet, now);
     part.show(pool);
     v.carry_out(effects, now);

@@ -216,6 +216,18 @@ pub struct Membership {
     follow: Option<watch::Follow>,
 }
 
+/// What a message on the watch's stream came to, for the adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watched {
+    /// Whether the stream stays open (else the adapter cancels it: etcd ended the watch, or the
+    /// message was garbage; the next tick reads or reopens).
+    pub keep: bool,
+    /// Whether the fleet's view changed (keys taken in, or the view current again), so that the
+    /// pool is to take it in now; changes that can wait for the tick (request counts) leave it
+    /// unchanged until then.
+    pub view_changed: bool,
+}
+
 /// A watch of the prefix for the adapter to open: a gRPC stream to `cluster`
 /// ([`watch::SERVICE`], [`watch::METHOD`]) with `metadata`, and `message` sent on it.
 #[derive(Debug, Clone)]
@@ -254,7 +266,9 @@ impl Membership {
             evidence: evidence::Evidence::default(),
             traffic: traffic::PeerCounts::default(),
             ejections: ejections::Ejections::default(),
-            follow: settings.watch_cluster.clone().map(watch::Follow::new),
+            follow: settings.watch_cluster.clone().map(|cluster| {
+                watch::Follow::new(cluster, format!("{}/v{VERSION}/", settings.prefix))
+            }),
             settings,
         }
     }
@@ -411,8 +425,7 @@ impl Membership {
         } else {
             READ_EVERY
         };
-        let unread = self.follow.as_ref().is_some_and(|f| f.unread);
-        if unread {
+        if self.follow.as_ref().is_some_and(|f| !f.unread.is_empty()) {
             self.take_in_kept(now);
         }
         // With a watch, the prefix is read only before it opens: first, after a compaction, and
@@ -589,12 +602,16 @@ impl Membership {
         self.follow.as_ref()
     }
 
-    /// A message on the watch's stream `token`: false if the stream is to be cancelled (etcd
-    /// ended the watch, or the message was garbage; the next tick reads or reopens).
-    pub fn watch_message(&mut self, token: u32, message: &[u8], now: Time) -> bool {
+    /// A message on the watch's stream `token`: whether the stream stays, and whether the view
+    /// changed ([`Watched`]).
+    pub fn watch_message(&mut self, token: u32, message: &[u8], now: Time) -> Watched {
         let prefix = self.settings.prefix.clone();
+        let ended = Watched {
+            keep: false,
+            view_changed: false,
+        };
         let Some(follow) = self.follow.as_mut().filter(|f| f.owns(token)) else {
-            return false;
+            return ended;
         };
         match watch::heard(message) {
             Ok(watch::Heard::Created) => {
@@ -612,16 +629,24 @@ impl Membership {
                 self.read = Some(now);
                 self.note(Level::Info, text);
                 self.judge(now);
-                true
+                Watched {
+                    keep: true,
+                    view_changed: true,
+                }
             }
             Ok(watch::Heard::Changes { revision, changes }) => {
-                if follow.apply(changes, revision, now) {
+                let changed = follow.apply(changes, revision, now);
+                let urgent = !changed.within(watch::Kinds::TRAFFIC);
+                if urgent {
                     self.take_in_kept(now);
                 }
                 self.read = Some(now);
                 self.failed_reads = 0;
                 self.judge(now);
-                true
+                Watched {
+                    keep: true,
+                    view_changed: urgent,
+                }
             }
             Ok(watch::Heard::Canceled { compacted, reason }) => {
                 follow.stream = watch::Stream::Closed;
@@ -636,7 +661,7 @@ impl Membership {
                     None => format!("fleet: etcd ended the watch ({reason}); resuming it"),
                 };
                 self.note(Level::Info, text);
-                false
+                ended
             }
             Err(why) => {
                 follow.stream = watch::Stream::Closed;
@@ -645,7 +670,7 @@ impl Membership {
                     Level::Warn,
                     format!("fleet: ignored the watch: {why}; reading the prefix again"),
                 );
-                false
+                ended
             }
         }
     }
@@ -759,7 +784,7 @@ impl Membership {
                             follow.read(range.kvs, range.revision);
                             self.take_in_kept(now);
                         }
-                        None => self.take_in(&range.kvs, now),
+                        None => self.take_in(&range.kvs, watch::Kinds::ALL, now),
                     }
                     self.read = Some(now);
                     self.failed_reads = 0;
@@ -831,19 +856,26 @@ impl Membership {
         );
     }
 
-    /// The keys the watch keeps, taken in as a read.
+    /// The keys the watch keeps, taken in as a read, for the kinds that changed.
     fn take_in_kept(&mut self, now: Time) {
-        let Some(kept) = self.follow.as_mut().map(watch::Follow::take_kept) else {
+        let Some((kept, changed)) = self.follow.as_mut().map(watch::Follow::take_kept) else {
             return;
         };
-        self.take_in(&kept, now);
+        self.take_in(&kept, changed, now);
         if let Some(follow) = self.follow.as_mut() {
             follow.restore(kept);
         }
     }
 
-    /// A read of the prefix.
-    fn take_in(&mut self, kvs: &[gateway::KeyValue], now: Time) {
+    /// A read of the prefix, of which the keys of the kinds `wanted` are taken in; the others
+    /// stand as last taken in. Who is in the fleet is always counted again, and request counts
+    /// are read again with it, since they count only from balancers of the fleet.
+    fn take_in(&mut self, kvs: &[gateway::KeyValue], wanted: watch::Kinds, now: Time) {
+        use watch::Kinds;
+        let wanted = match wanted.has(Kinds::BALANCERS) {
+            true => wanted.with(Kinds::TRAFFIC),
+            false => wanted,
+        };
         let mine = format!("{}/v{VERSION}/", self.settings.prefix);
         let base = format!("{}/", self.settings.prefix);
         let lease_of = |kv: &gateway::KeyValue| {
@@ -863,6 +895,9 @@ impl Membership {
         let mut ejected = Vec::new();
         let latest = now.saturating_add(self.ttl());
         for kv in kvs {
+            if !wanted.has(Kinds::of(&kv.key, &mine)) {
+                continue;
+            }
             let Some(rest) = kv.key.strip_prefix(&mine) else {
                 if kv.key.starts_with(&base) {
                     self.refuse(&kv.key, "not a key of this version of upcheck");
@@ -924,11 +959,21 @@ impl Membership {
             self.refused.retain(|k| *k != kv.key);
         }
         self.balancers = members.len();
-        self.duties = duties;
-        self.results = results;
-        self.evidence.read = failures;
-        self.traffic.read = traffic::others(counts, self.lease());
-        self.ejections_read(ejected, now);
+        if wanted.has(Kinds::DUTY) {
+            self.duties = duties;
+        }
+        if wanted.has(Kinds::ACTIVE) {
+            self.results = results;
+        }
+        if wanted.has(Kinds::FAILURES) {
+            self.evidence.read = failures;
+        }
+        if wanted.has(Kinds::TRAFFIC) {
+            self.traffic.read = traffic::others(counts, self.lease());
+        }
+        if wanted.has(Kinds::EJECTED) {
+            self.ejections_read(ejected, now);
+        }
     }
 
     fn published_state(&self, kv: &gateway::KeyValue, now: Time) -> Result<ActiveHealth, String> {

@@ -298,7 +298,7 @@ impl Balancer {
         assert_eq!(open.message, watch::request("upcheck/", from + 1));
         self.stream = Some((self.token, from));
         let created = watch::message(&watch::Heard::Created);
-        assert!(self.fleet.watch_message(self.token, &created, now));
+        assert!(self.fleet.watch_message(self.token, &created, now).keep);
     }
 
     /// Sends the stream what changed since it last heard.
@@ -312,7 +312,7 @@ impl Balancer {
         }
         let message = watch::message(&watch::Heard::Changes { revision, changes });
         self.stream = Some((token, revision));
-        if !self.fleet.watch_message(token, &message, now) {
+        if !self.fleet.watch_message(token, &message, now).keep {
             self.stream = None;
         }
     }
@@ -742,7 +742,7 @@ fn a_watch_etcd_compacted_away_is_followed_by_one_fresh_read() {
         compacted: Some(etcd.revision),
         reason: "mvcc: required revision has been compacted".into(),
     });
-    assert!(!fleet[0].fleet.watch_message(token, &canceled, now));
+    assert!(!fleet[0].fleet.watch_message(token, &canceled, now).keep);
     run(&mut etcd, &mut fleet, &own, now, 5);
     assert_eq!(etcd.asked("/v3/kv/range"), 2, "read again, once");
     assert_eq!(etcd.asked("watch"), 2, "and watched from there");
@@ -758,9 +758,10 @@ fn garbage_on_the_stream_is_ignored_with_a_line_and_the_prefix_read_again() {
     let now = run(&mut etcd, &mut fleet, &own, S, 10);
     let _ = fleet[0].fleet.take_notes();
     let (token, _) = fleet[0].stream.take().expect("a stream");
-    assert!(!fleet[0]
+    let watched = fleet[0]
         .fleet
-        .watch_message(token, b"\xff\xff\xff\xff", now));
+        .watch_message(token, b"\xff\xff\xff\xff", now);
+    assert!(!watched.keep);
     let notes = fleet[0].fleet.take_notes();
     assert_eq!(notes.len(), 1, "{notes:?}");
     assert!(
@@ -830,4 +831,31 @@ fn without_etcd_a_watching_balancer_probes_everything_itself_within_one_ttl_and_
             "{notes:?}"
         );
     }
+}
+
+#[test]
+fn request_counts_heard_on_the_watch_wait_for_the_tick_and_anything_else_is_taken_in_at_once() {
+    let mut etcd = Etcd::default();
+    let own = keys(2);
+    let mut fleet = balancers_with(watching(), 1, S);
+    let now = run(&mut etcd, &mut fleet, &own, S, 10);
+    let (token, heard) = fleet[0].stream.expect("a stream");
+    let counts = watch::message(&watch::Heard::Changes {
+        revision: heard + 1,
+        changes: vec![watch::Change::Put(gateway::KeyValue {
+            key: "upcheck/v1/traffic/7".into(),
+            value: b"counts".to_vec(),
+            lease: 7,
+        })],
+    });
+    let watched = fleet[0].fleet.watch_message(token, &counts, now);
+    assert_eq!((watched.keep, watched.view_changed), (true, false));
+    let failures = watch::message(&watch::Heard::Changes {
+        revision: heard + 2,
+        changes: vec![watch::Change::Delete(
+            "upcheck/v1/failures/7/app0@app0".into(),
+        )],
+    });
+    let watched = fleet[0].fleet.watch_message(token, &failures, now);
+    assert_eq!((watched.keep, watched.view_changed), (true, true));
 }

@@ -195,6 +195,67 @@ pub fn heard(message: &[u8]) -> Result<Heard, String> {
     Ok(Heard::Changes { revision, changes })
 }
 
+/// Kinds of keys under the prefix, as a set: which a take-in reads again. After a read every
+/// kind is; after a message on the stream only those it changed, so that a probe result heard
+/// does not decode every balancer's request counts again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Kinds(u8);
+
+impl Kinds {
+    /// Every kind: a read of the whole prefix.
+    pub const ALL: Kinds = Kinds(u8::MAX);
+    /// `balancers/`: who is in the fleet.
+    pub const BALANCERS: Kinds = Kinds(1);
+    /// `duty/`: who probes which backend.
+    pub const DUTY: Kinds = Kinds(1 << 1);
+    /// `active/`: the probe results published.
+    pub const ACTIVE: Kinds = Kinds(1 << 2);
+    /// `failures/`: the failures toward `max_fails` published.
+    pub const FAILURES: Kinds = Kinds(1 << 3);
+    /// `traffic/`: the request counts published, which can wait for the tick.
+    pub const TRAFFIC: Kinds = Kinds(1 << 4);
+    /// `ejected/`: the outlier ejections published.
+    pub const EJECTED: Kinds = Kinds(1 << 5);
+    /// Any other key: the operators' membership, or one upcheck does not write.
+    pub const OTHER: Kinds = Kinds(1 << 6);
+
+    /// The kind of `key`, `mine` being the prefix and version (`upcheck/v1/`).
+    pub fn of(key: &str, mine: &str) -> Kinds {
+        let kind = key
+            .strip_prefix(mine)
+            .and_then(|rest| rest.split('/').next());
+        match kind {
+            Some("balancers") => Kinds::BALANCERS,
+            Some("duty") => Kinds::DUTY,
+            Some("active") => Kinds::ACTIVE,
+            Some("failures") => Kinds::FAILURES,
+            Some("traffic") => Kinds::TRAFFIC,
+            Some("ejected") => Kinds::EJECTED,
+            _ => Kinds::OTHER,
+        }
+    }
+
+    /// Whether it holds every kind `other` holds.
+    pub fn has(self, other: Kinds) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The kinds of both.
+    pub fn with(self, other: Kinds) -> Kinds {
+        Kinds(self.0 | other.0)
+    }
+
+    /// Whether it holds no kind but those `other` holds.
+    pub fn within(self, other: Kinds) -> bool {
+        self.0 & !other.0 == 0
+    }
+
+    /// Whether it holds no kind.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
 /// Where the stream is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stream {
@@ -224,8 +285,10 @@ pub struct Follow {
     kept: Vec<KeyValue>,
     /// The store's revision `kept` is as of (0 before the first read).
     pub revision: i64,
-    /// Whether `kept` changed since it was last taken in.
-    pub(super) unread: bool,
+    /// The prefix and version of the keys (`upcheck/v1/`), for their kinds.
+    mine: String,
+    /// The kinds of keys changed in `kept` since it was last taken in.
+    pub(super) unread: Kinds,
     /// Whether a fresh read must come before the next stream (a compaction, or garbage).
     pub(super) stale: bool,
     /// When the proxy last refused to open a stream, and why.
@@ -239,14 +302,16 @@ pub struct Follow {
 }
 
 impl Follow {
-    /// A watch through `cluster` that has read nothing yet.
-    pub fn new(cluster: String) -> Follow {
+    /// A watch through `cluster` of the keys under `mine` (`upcheck/v1/`) that has read
+    /// nothing yet.
+    pub fn new(cluster: String, mine: String) -> Follow {
         Follow {
             cluster,
             stream: Stream::Closed,
             kept: Vec::new(),
             revision: 0,
-            unread: false,
+            mine,
+            unread: Kinds::default(),
             stale: false,
             refused: None,
             events: 0,
@@ -265,10 +330,11 @@ impl Follow {
         matches!(self.stream, Stream::Open { token: t, .. } if t == token)
     }
 
-    /// The keys kept, for a take-in; put back with [`Follow::restore`].
-    pub(super) fn take_kept(&mut self) -> Vec<KeyValue> {
-        self.unread = false;
-        std::mem::take(&mut self.kept)
+    /// The keys kept and the kinds changed since the last take-in, for a take-in; the keys are
+    /// put back with [`Follow::restore`].
+    pub(super) fn take_kept(&mut self) -> (Vec<KeyValue>, Kinds) {
+        let unread = std::mem::take(&mut self.unread);
+        (std::mem::take(&mut self.kept), unread)
     }
 
     /// The keys kept, back after a take-in.
@@ -286,14 +352,14 @@ impl Follow {
         self.kept = kvs;
         self.revision = revision;
         self.stale = false;
+        self.unread = Kinds::ALL;
     }
 
-    /// Applies `changes` up to `revision`: whether any of them was more than a balancer's request
-    /// counts, which can wait for the next tick.
-    pub(super) fn apply(&mut self, changes: Vec<Change>, revision: i64, now: Time) -> bool {
-        let mut urgent = false;
+    /// Applies `changes` up to `revision`: the kinds of keys they changed.
+    pub(super) fn apply(&mut self, changes: Vec<Change>, revision: i64, now: Time) -> Kinds {
+        let mut changed = Kinds::default();
         for change in changes {
-            urgent |= !change.key().contains("/traffic/");
+            changed = changed.with(Kinds::of(change.key(), &self.mine));
             self.events += 1;
             self.last_event = Some(now);
             let at = self
@@ -314,8 +380,8 @@ impl Follow {
             }
         }
         self.revision = self.revision.max(revision);
-        self.unread = true;
-        urgent
+        self.unread = self.unread.with(changed);
+        changed
     }
 }
 
@@ -463,27 +529,38 @@ mod tests {
     }
 
     #[test]
-    fn the_keys_kept_follow_the_changes_and_only_request_counts_wait_for_a_tick() {
-        let mut follow = Follow::new("etcd_grpc".into());
+    fn the_keys_kept_follow_the_changes_and_say_which_kinds_changed() {
+        let mut follow = Follow::new("etcd_grpc".into(), "p/v1/".into());
         let kv = |key: &str, value: &str| KeyValue {
             key: key.into(),
             value: value.into(),
             lease: 1,
         };
-        follow.read(vec![kv("p/v1/b", "1"), kv("p/v1/a", "1")], 10);
+        follow.read(vec![kv("p/v1/duty/b", "1"), kv("p/v1/active/a", "1")], 10);
+        let (read, unread) = follow.take_kept();
+        assert_eq!(unread, Kinds::ALL, "a read changes every kind");
+        follow.restore(read);
         let traffic = vec![Change::Put(kv("p/v1/traffic/1", "x"))];
-        assert!(!follow.apply(traffic, 11, Time::from_secs(1)));
-        let urgent = vec![
-            Change::Put(kv("p/v1/a", "2")),
-            Change::Delete("p/v1/b".into()),
+        let changed = follow.apply(traffic, 11, Time::from_secs(1));
+        assert!(changed.within(Kinds::TRAFFIC));
+        let more = vec![
+            Change::Put(kv("p/v1/active/a", "2")),
+            Change::Delete("p/v1/duty/b".into()),
         ];
-        assert!(follow.apply(urgent, 12, Time::from_secs(2)));
-        let kept = follow.take_kept();
+        let changed = follow.apply(more, 12, Time::from_secs(2));
+        assert_eq!(changed, Kinds::ACTIVE.with(Kinds::DUTY));
+        let (kept, unread) = follow.take_kept();
+        assert_eq!(unread, Kinds::ACTIVE.with(Kinds::DUTY).with(Kinds::TRAFFIC));
         let keys: Vec<(&str, &[u8])> = kept
             .iter()
             .map(|kv| (kv.key.as_str(), kv.value.as_slice()))
             .collect();
-        assert_eq!(keys, [("p/v1/a", &b"2"[..]), ("p/v1/traffic/1", &b"x"[..])]);
+        assert_eq!(
+            keys,
+            [("p/v1/active/a", &b"2"[..]), ("p/v1/traffic/1", &b"x"[..])]
+        );
+        assert_eq!(Kinds::of("p/v1/membership", "p/v1/"), Kinds::OTHER);
+        assert_eq!(Kinds::of("p/v2/duty/a", "p/v1/"), Kinds::OTHER);
         assert_eq!((follow.revision, follow.events), (12, 3));
     }
 }
