@@ -313,10 +313,12 @@ async fn a_failure_counted_behind_one_balancer_is_held_by_the_other_a_stream_eve
     for trial in 0..TRIALS {
         // Its pages only: its probes keep passing.
         app2.set_mode(Mode::Pages(502));
+        // Round robin over both (a worker takes a probe result in within a tick, 200 ms).
         let mut sent = 0;
         while a.user_request().await {
             sent += 1;
-            anyhow::ensure!(sent < 10, "no request reached app2 in trial {trial}");
+            anyhow::ensure!(sent < 50, "no request reached app2 in trial {trial}");
+            sleep(Duration::from_millis(10)).await;
         }
         let failed = Instant::now();
         app2.set_mode(Mode::Ok);
