@@ -109,6 +109,7 @@ pub struct EnvoyBuilder {
     status_ip: IpAddr,
     second: Option<Value>,
     misloaded: bool,
+    alone: bool,
 }
 
 /// The names of the users' listeners (also their stat prefixes).
@@ -321,6 +322,14 @@ impl EnvoyBuilder {
         self
     }
 
+    /// Runs this Envoy with no other of the test binary beside it ([`Turn::alone`]): for a
+    /// scenario whose figure depends on how fast the backends' peers answer, which other Envoys
+    /// and their users on the same cores would slow.
+    pub fn alone(mut self) -> Self {
+        self.alone = true;
+        self
+    }
+
     /// The wasm filter as configured, with the module from `UPCHECK_WASM`.
     fn wasm(&self) -> Result<Option<WasmFilter>> {
         match &self.filter {
@@ -388,7 +397,10 @@ impl EnvoyBuilder {
 
     /// Picks the ports, writes the configuration and starts Envoy, once.
     async fn start_once(self) -> Result<Envoy> {
-        let turn = Turn::one().await?;
+        let turn = match self.alone {
+            true => Turn::alone().await?,
+            false => Turn::one().await?,
+        };
         let filter = self.wasm()?;
         let second = SecondListener::new(self.second.as_ref(), self.listen_ip, self.routing)?;
         ensure!(
@@ -594,6 +606,7 @@ impl Envoy {
             status_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             second: None,
             misloaded: false,
+            alone: false,
         }
     }
 
