@@ -554,17 +554,19 @@ fn a_balancer_gone_loses_its_duties_when_its_lease_expires_and_another_takes_the
     );
 }
 
-#[test]
-fn without_etcd_a_balancer_probes_everything_itself_within_one_ttl_says_so_once_and_rejoins() {
+/// Two balancers with `settings` in front of 4 backends; etcd goes down for a lease TTL and
+/// more, then answers again. Asserts that neither probes alone before the TTL, each does after
+/// it, and both rejoin and say so; hands back what each logged while etcd was down.
+fn without_etcd_then_back(settings: Settings) -> Vec<Vec<Note>> {
+    let ttl_ticks = u32::try_from(settings.lease_ttl.as_millis() / TICK.as_millis()).unwrap();
     let mut etcd = Etcd::default();
     let own = keys(4);
-    let mut fleet = balancers(2, S);
+    let mut fleet = balancers_with(settings, 2, S);
     let mut now = run(&mut etcd, &mut fleet, &own, S, 10);
     for b in &mut fleet {
         let _ = b.fleet.take_notes();
     }
     etcd.down = true;
-    let ttl_ticks = u32::try_from(settings().lease_ttl.as_millis() / TICK.as_millis()).unwrap();
     now = run(&mut etcd, &mut fleet, &own, now, ttl_ticks - 1);
     assert_eq!(
         probers(&fleet, &own),
@@ -574,16 +576,8 @@ fn without_etcd_a_balancer_probes_everything_itself_within_one_ttl_says_so_once_
     now = run(&mut etcd, &mut fleet, &own, now, 3);
     assert_eq!(probers(&fleet, &own), vec![2; 4], "each on its own");
     now = run(&mut etcd, &mut fleet, &own, now, 20);
-    for b in &mut fleet {
-        let notes = b.fleet.take_notes();
-        assert_eq!(notes.len(), 1, "{notes:?}");
-        assert!(
-            notes[0].text.contains("every backend is probed here"),
-            "{notes:?}"
-        );
-        assert!(notes[0].text.contains("etcd answered 503"), "{notes:?}");
-        assert!(b.fleet.local());
-    }
+    let down: Vec<Vec<Note>> = fleet.iter_mut().map(|b| b.fleet.take_notes()).collect();
+    assert!(fleet.iter().all(|b| b.fleet.local()));
     etcd.down = false;
     run(&mut etcd, &mut fleet, &own, now, 20);
     assert_eq!(probers(&fleet, &own), vec![1; 4], "rejoined");
@@ -593,6 +587,19 @@ fn without_etcd_a_balancer_probes_everything_itself_within_one_ttl_says_so_once_
             notes.iter().any(|n| n.text.contains("etcd answers again")),
             "{notes:?}"
         );
+    }
+    down
+}
+
+#[test]
+fn without_etcd_a_balancer_probes_everything_itself_within_one_ttl_says_so_once_and_rejoins() {
+    for notes in without_etcd_then_back(settings()) {
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].text.contains("every backend is probed here"),
+            "{notes:?}"
+        );
+        assert!(notes[0].text.contains("etcd answered 503"), "{notes:?}");
     }
 }
 
@@ -811,23 +818,11 @@ fn a_proxy_that_will_not_open_the_watch_leaves_the_prefix_read_on_the_clock_and_
 
 #[test]
 fn without_etcd_a_watching_balancer_probes_everything_itself_within_one_ttl_and_rejoins() {
-    let mut etcd = Etcd::default();
-    let own = keys(4);
-    let mut fleet = balancers_with(watching(), 2, S);
-    let mut now = run(&mut etcd, &mut fleet, &own, S, 10);
-    etcd.down = true;
-    let ttl_ticks = u32::try_from(settings().lease_ttl.as_millis() / TICK.as_millis()).unwrap();
-    now = run(&mut etcd, &mut fleet, &own, now, ttl_ticks - 1);
-    assert_eq!(probers(&fleet, &own), vec![1; 4], "not yet");
-    now = run(&mut etcd, &mut fleet, &own, now, 3);
-    assert_eq!(probers(&fleet, &own), vec![2; 4], "each on its own");
-    etcd.down = false;
-    run(&mut etcd, &mut fleet, &own, now, 20);
-    assert_eq!(probers(&fleet, &own), vec![1; 4], "rejoined");
-    for b in &mut fleet {
-        let notes = b.fleet.take_notes();
+    for notes in without_etcd_then_back(watching()) {
         assert!(
-            notes.iter().any(|n| n.text.contains("etcd answers again")),
+            notes
+                .iter()
+                .any(|n| n.text.contains("every backend is probed here")),
             "{notes:?}"
         );
     }
