@@ -536,7 +536,8 @@ impl Membership {
         })
     }
 
-    /// The watch asked for is open as `token`.
+    /// The watch asked for is open as `token`: a refusal before it is over (and the next one
+    /// is said again).
     pub fn watch_opened(&mut self, token: u32, now: Time) {
         if let Some(follow) = self.follow.as_mut() {
             follow.stream = watch::Stream::Open {
@@ -544,6 +545,7 @@ impl Membership {
                 since: now,
                 created: false,
             };
+            follow.refused = None;
         }
     }
 

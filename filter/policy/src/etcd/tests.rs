@@ -854,3 +854,44 @@ fn request_counts_heard_on_the_watch_wait_for_the_tick_and_anything_else_is_take
     let watched = fleet[0].fleet.watch_message(token, &failures, now);
     assert_eq!((watched.keep, watched.view_changed), (true, true));
 }
+
+#[test]
+fn a_watch_the_proxy_opens_after_refusing_it_stops_the_reads_and_a_later_refusal_is_said_again() {
+    let mut etcd = Etcd::default();
+    let own = keys(2);
+    let mut fleet = Membership::new(watching(), S);
+    let mut now = S;
+    let mut token = 0;
+    let mut step = |fleet: &mut Membership, now: Time, token: &mut u32| {
+        for request in fleet.tick(now, &own) {
+            *token += 1;
+            fleet.sent(request.call.clone(), *token);
+            let (status, body) = etcd.answer(&request, now);
+            fleet.answered(*token, status, &body, now);
+        }
+    };
+    step(&mut fleet, now, &mut token);
+    assert!(fleet.watch_due(now).is_some());
+    fleet.watch_refused("refused", now);
+    now += watch::REOPEN_AFTER;
+    step(&mut fleet, now, &mut token);
+    assert!(fleet.watch_due(now).is_some(), "tried again");
+    token += 1;
+    fleet.watch_opened(token, now);
+    let created = watch::message(&watch::Heard::Created);
+    assert!(fleet.watch_message(token, &created, now).keep);
+    let _ = fleet.take_notes();
+    // Closed, reopened at once: no read on the clock meanwhile.
+    fleet.watch_closed(token, 14);
+    now += TICK;
+    let calls: Vec<Call> = fleet.tick(now, &own).into_iter().map(|r| r.call).collect();
+    assert!(!calls.iter().any(|c| matches!(c, Call::Read)), "{calls:?}");
+    assert!(fleet.watch_due(now).is_some());
+    fleet.watch_refused("refused", now);
+    let refusals = fleet
+        .take_notes()
+        .into_iter()
+        .filter(|n| n.text.contains("could not be opened"))
+        .count();
+    assert_eq!(refusals, 1, "the refusal after an open is said again");
+}

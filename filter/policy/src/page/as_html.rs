@@ -219,7 +219,7 @@ mod tests {
             let at = Duration::from_secs(at);
             let failed = RequestOutcome::Failed(ProxyFailure::Reset);
             for change in pool
-                .request_settled(
+                .request_ended(
                     id,
                     Routed {
                         index: 0,
@@ -230,6 +230,7 @@ mod tests {
                     failed,
                     || at,
                 )
+                .unwrap_or_default()
                 .share
             {
                 let checks = pool.config().health_checks.clone();

@@ -247,7 +247,8 @@ mod evidence_tests {
             };
             let share = self
                 .pool
-                .request_settled(id, routed, Retried::No, outcome, || now)
+                .request_ended(id, routed, Retried::No, outcome, || now)
+                .unwrap_or_default()
                 .share;
             self.carry(share, now);
         }

@@ -7,7 +7,7 @@
 //!   failures expiring; with outlier detection on, this VM's request counts shared in one change
 //!   and every backend in rotation judged against its peers (a stall shows only here);
 //! - [`Pool::probe_sent`], [`Pool::probe_refused`], [`Pool::probe_answered`]: active checks;
-//! - [`Pool::request_routed`], [`Pool::request_settled`] ([`Pool::request_ended`]): real
+//! - [`Pool::request_routed`], [`Pool::request_ended`]: real
 //!   requests, including a retried attempt and a client gone. Each outcome is counted in this
 //!   VM's traffic; a failure is also shared at once with this VM's verdict on its backend and the
 //!   run rule as it sees the peers, so a broken backend goes out within a few requests, not at

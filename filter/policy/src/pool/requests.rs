@@ -25,24 +25,11 @@ impl<H> Pool<H> {
         }
     }
 
-    /// Request `id`, sent to backend `picked`, ended with `outcome`. When the proxy retried it
-    /// ([`Retried::Yes`]), the picked backend's attempt failed, and `outcome` belongs to the
-    /// backend that gave the final answer. `now` is read only if the outcome changes anything.
-    pub fn request_settled(
-        &mut self,
-        id: u32,
-        picked: Routed,
-        retried: Retried,
-        outcome: RequestOutcome,
-        now: impl Fn() -> Time,
-    ) -> Effects {
-        self.request_ended(id, picked, retried, outcome, now)
-            .unwrap_or_default()
-    }
-
-    /// [`Pool::request_settled`], with `None` where there is nothing to carry out: a quiet
-    /// success (the common case) or a backend no longer configured, so that such a request
-    /// makes no effects to hand back and drop.
+    /// Request `id`, sent to backend `picked`, ended with `outcome`: what to carry out, `None`
+    /// where there is nothing (a quiet success, the common case, or a backend no longer
+    /// configured), so that such a request makes no effects to hand back and drop. When the proxy
+    /// retried it ([`Retried::Yes`]), the picked backend's attempt failed, and `outcome` belongs to
+    /// the backend that gave the final answer. `now` is read only if the outcome changes anything.
     pub fn request_ended(
         &mut self,
         id: u32,

@@ -1470,9 +1470,10 @@ fn a_success_at_a_backend_on_no_run_of_failures_reads_no_clock_and_shares_nothin
     let routed = proxy.pool.request_routed(7, 0, None);
     let effects = proxy
         .pool
-        .request_settled(7, routed, Retried::No, answered(200), || {
+        .request_ended(7, routed, Retried::No, answered(200), || {
             panic!("the clock was read for a success")
-        });
+        })
+        .unwrap_or_default();
     assert!(effects.is_empty(), "{effects:?}");
     let before = proxy.table.clone();
     let tick = proxy.pool.tick(secs(1) + ms(200));
@@ -1500,15 +1501,18 @@ fn through_the_pool_attempts_retried_elsewhere_make_a_run_of_failures() {
     let mut proxy = fleet(&["app1", "app2"], "");
     proxy.serve(ms(20), secs(5), 40, |_, _| Some(answered(200)));
     for id in 0..5 {
-        let effects = proxy.pool.request_settled(
-            100 + id,
-            proxy.routed(1),
-            Retried::Yes {
-                final_answer: Some(0),
-            },
-            answered(200),
-            || secs(5),
-        );
+        let effects = proxy
+            .pool
+            .request_ended(
+                100 + id,
+                proxy.routed(1),
+                Retried::Yes {
+                    final_answer: Some(0),
+                },
+                answered(200),
+                || secs(5),
+            )
+            .unwrap_or_default();
         proxy.carry_out(effects, secs(5));
     }
     let ejections = outlier_ejections(&proxy);

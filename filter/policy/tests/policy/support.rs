@@ -218,7 +218,8 @@ impl Proxy {
         let i = self.pool.index_of(name).expect("known backend");
         let effects = self
             .pool
-            .request_settled(0, self.routed(i), Retried::No, outcome, || at);
+            .request_ended(0, self.routed(i), Retried::No, outcome, || at)
+            .unwrap_or_default();
         self.carry_out(effects, at);
     }
 
@@ -256,7 +257,8 @@ impl Proxy {
             if let Some(outcome) = outcome {
                 let effects = self
                     .pool
-                    .request_settled(id, routed, Retried::No, outcome, || at);
+                    .request_ended(id, routed, Retried::No, outcome, || at)
+                    .unwrap_or_default();
                 self.carry_out(effects, at);
             }
             served.push(Served { at, name, outcome });
