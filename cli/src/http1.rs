@@ -156,6 +156,8 @@ pub struct Stream {
     started: bool,
     /// The body so far, dechunked, from the first value not yet returned.
     body: Vec<u8>,
+    /// Whether the last chunk came: the values still in `body` are all there are.
+    ended: bool,
 }
 
 impl Stream {
@@ -174,6 +176,7 @@ impl Stream {
             raw: Vec::new(),
             started: false,
             body: Vec::new(),
+            ended: false,
         })
     }
 
@@ -183,6 +186,9 @@ impl Stream {
         loop {
             if let Some(value) = self.value()? {
                 return Ok(Some(value));
+            }
+            if self.ended {
+                return Err(io::Error::other("the stream ended"));
             }
             let mut buf = [0u8; 16_384];
             match self.stream.read(&mut buf) {
@@ -223,7 +229,9 @@ impl Stream {
                 .and_then(|s| usize::from_str_radix(s.trim(), 16).ok())
                 .ok_or_else(|| io::Error::other("a chunk without its size"))?;
             if size == 0 {
-                return Err(io::Error::other("the stream ended"));
+                // The values before it are still to be taken.
+                self.ended = true;
+                break;
             }
             let Some(chunk) = self.raw.get(line + 2..line + 2 + size) else {
                 break;
@@ -269,26 +277,33 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_stream_yields_each_value_once_it_is_whole_whatever_the_chunks() {
+    /// A stream whose server answers with `parts`, 30 ms apart.
+    fn served(parts: &'static [&'static [u8]]) -> (Stream, std::thread::JoinHandle<()>) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let server = std::thread::spawn(move || {
             let (mut peer, _) = listener.accept().unwrap();
             let mut request = [0u8; 1024];
             let _ = peer.read(&mut request).unwrap();
-            let parts: [&[u8]; 4] = [
-                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
-                b"8\r\n{\"a\":1}\n\r\n5\r\n{\"b\":\r\n",
-                b"2\r\n2}\r\n",
-                b"0\r\n\r\n",
-            ];
             for part in parts {
                 peer.write_all(part).unwrap();
                 std::thread::sleep(Duration::from_millis(30));
             }
         });
-        let mut stream = Stream::open(addr, "/v3/watch", &[], "{}", ANSWER).unwrap();
+        let stream = Stream::open(addr, "/v3/watch", &[], "{}", ANSWER).unwrap();
+        (stream, server)
+    }
+
+    const HEAD: &[u8] = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+
+    #[test]
+    fn a_stream_yields_each_value_once_it_is_whole_whatever_the_chunks() {
+        let (mut stream, server) = served(&[
+            HEAD,
+            b"8\r\n{\"a\":1}\n\r\n5\r\n{\"b\":\r\n",
+            b"2\r\n2}\r\n",
+            b"0\r\n\r\n",
+        ]);
         assert_eq!(
             stream.next_value().unwrap(),
             Some(serde_json::json!({"a": 1}))
@@ -301,6 +316,22 @@ mod tests {
             stream.next_value().is_err(),
             "the last chunk ends the stream"
         );
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn values_that_come_with_the_last_chunk_are_taken_before_the_stream_ends() {
+        let (mut stream, server) =
+            served(&[HEAD, b"8\r\n{\"a\":1}\n\r\n7\r\n{\"b\":2}\r\n0\r\n\r\n"]);
+        assert_eq!(
+            stream.next_value().unwrap(),
+            Some(serde_json::json!({"a": 1}))
+        );
+        assert_eq!(
+            stream.next_value().unwrap(),
+            Some(serde_json::json!({"b": 2}))
+        );
+        assert!(stream.next_value().is_err(), "then it ends");
         server.join().unwrap();
     }
 }
