@@ -304,7 +304,7 @@ mod tests {
     }
 
     /// A server on a free loopback port that reads one request and answers `answer` (or
-    /// nothing, holding the connection, for `None`); and its address.
+    /// nothing, holding the connection for ten seconds, for `None`); and its address.
     fn server(answer: Option<&'static [u8]>) -> SocketAddr {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap();
@@ -314,7 +314,7 @@ mod tests {
             let _ = stream.read(&mut request);
             match answer {
                 Some(answer) => stream.write_all(answer).unwrap(),
-                None => std::thread::sleep(Duration::from_secs(2)),
+                None => std::thread::sleep(Duration::from_secs(10)),
             }
         });
         address
@@ -322,22 +322,19 @@ mod tests {
 
     #[test]
     fn a_real_servers_answer_comes_back_and_silence_or_a_closed_port_get_envoys_own() {
-        let soon = || Instant::now() + Duration::from_millis(300);
+        // Generous for an answer that comes at once (a loaded machine may be slow to schedule
+        // the server's thread); the silent server holds its connection far longer than this,
+        // so its 504 can only come from the deadline.
+        let soon = || Instant::now() + Duration::from_secs(3);
         let answering = server(Some(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"));
         let reply = exchange(answering, b"POST / HTTP/1.1\r\n\r\n", soon()).unwrap();
         assert_eq!((reply.status, reply.body.as_slice()), (200, &b"{}"[..]));
 
         let silent = server(None);
-        let started = Instant::now();
         let reply = exchange(silent, b"POST / HTTP/1.1\r\n\r\n", soon()).unwrap_err();
         assert_eq!(
             (reply.status, reply.details.as_str()),
             (504, "upstream_response_timeout")
-        );
-        assert!(
-            started.elapsed() < Duration::from_secs(1),
-            "{:?}",
-            started.elapsed()
         );
 
         let closed = std::net::TcpListener::bind("127.0.0.1:0")
