@@ -15,9 +15,10 @@
 //! parked at cold start resumed from the tick, on a host that resumes at once) reaches it; a
 //! callback for a cell already in use is skipped with a log line, never a panic.
 //!
-//! An answer to `dispatch_http_call` comes to the context that made the call, which is always a
-//! root: probes and etcd's calls go out from ticks, configurations and answers, never from a
-//! request's callbacks.
+//! An answer to `dispatch_http_call` comes to the context that made the call: mostly a root
+//! (probes and etcd's calls go out from ticks, configurations and answers), and a request only
+//! for the probe it sent while held at cold start on a proxy that resumes a request only on its
+//! own calls' answers (ngx_wasm_module; [`Http::on_http_call_response`]).
 
 use crate::abi::Action;
 use crate::http::Http;
@@ -119,8 +120,9 @@ pub extern "C" fn proxy_on_tick(context_id: u32) {
     with_root(context_id, Root::on_tick);
 }
 
-/// The answer to call `token`, made by context `context_id`: always a root (probes and etcd's
-/// calls go out from the tick, a configuration or an answer, never from a request).
+/// The answer to call `token`, made by context `context_id`: a root's probe or etcd call, or
+/// the probe a request held at cold start waits on. The request is resumed once its stream is
+/// no longer borrowed, so a host that runs its next callbacks at once reaches it.
 #[no_mangle]
 pub extern "C" fn proxy_on_http_call_response(
     context_id: u32,
@@ -129,9 +131,20 @@ pub extern "C" fn proxy_on_http_call_response(
     body_size: usize,
     _num_trailers: usize,
 ) {
-    with_root(context_id, |root| {
+    if with_root(context_id, |root| {
         root.on_http_call_response(token, body_size)
+    })
+    .is_some()
+    {
+        return;
+    }
+    let resume = with_stream(context_id, |stream| match stream {
+        Stream::Request(http) => http.on_http_call_response(token, body_size),
+        Stream::Page(_) => false,
     });
+    if resume == Some(true) {
+        crate::http::resume();
+    }
 }
 
 /// A message of gRPC stream `token` (etcd's watch), opened by root `context_id`.

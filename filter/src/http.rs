@@ -10,7 +10,8 @@
 
 use crate::abi::{Action, HeaderMap};
 use crate::hostcall as hostcalls;
-use crate::vm::{self, Handle};
+use crate::probes;
+use crate::vm::{self, Handle, Vm};
 use std::time::Duration;
 use upcheck_policy::outcome::status_code;
 use upcheck_policy::{drain, Pick, Pool, RequestOutcome, Retried, Routed, RoutingMode, Time};
@@ -32,7 +33,55 @@ pub struct Http {
     vm: Handle,
     /// The backend picked, and when if latency is tracked.
     pick: Option<(Routed, Option<Time>)>,
+    /// The probe this request sent while held at cold start ([`Pick::Probe`]), until answered.
+    holding: Option<u32>,
     settled: bool,
+}
+
+/// What the policy made of a request's headers.
+enum Decision {
+    /// Sent to a backend, and when if latency is tracked.
+    Routed((Routed, Option<Time>)),
+    /// Held at cold start until the tick resumes it ([`Pick::Wait`]).
+    Parked,
+    /// Held at cold start on this probe of its own ([`Pick::Probe`]).
+    Holding(u32),
+}
+
+/// Routes request `id` by the policy's pick, or holds it at cold start. A probe the proxy
+/// refuses to send is the policy's word on that backend, so the request is picked for again,
+/// at most once per backend.
+fn decide(v: &mut Vm, id: u32) -> Option<Decision> {
+    let backends = v.pool.as_ref()?.config().upstreams.len();
+    for _ in 0..=backends {
+        let backend = match v.pick()? {
+            Pick::Backend(i) => Some(i),
+            Pick::Wait(_) => None,
+            Pick::Probe(i) => match v.hold_on_probe(i) {
+                Some(token) => {
+                    route(v.pool.as_ref()?, None, &mut v.joined);
+                    return Some(Decision::Holding(token));
+                }
+                None => continue,
+            },
+        };
+        route(v.pool.as_ref()?, backend, &mut v.joined);
+        return match backend {
+            Some(i) => v.routed(id, i).map(Decision::Routed),
+            None => {
+                v.parked.push(id);
+                Some(Decision::Parked)
+            }
+        };
+    }
+    None
+}
+
+/// Resumes the current request, held at cold start.
+pub fn resume() {
+    if let Err(status) = hostcalls::resume_http_request() {
+        log::warn!("upcheck: a request held at cold start could not resume ({status:?})");
+    }
 }
 
 impl Http {
@@ -42,6 +91,7 @@ impl Http {
             id,
             vm,
             pick: None,
+            holding: None,
             settled: false,
         }
     }
@@ -56,6 +106,7 @@ impl Http {
         self.settled = true;
         let id = self.id;
         let pick = self.pick;
+        let holding = self.holding.take();
         vm::with(&self.vm, |v| {
             let pick = pick.or_else(|| {
                 let at = v.resumed.iter().position(|r| r.context == id)?;
@@ -64,6 +115,9 @@ impl Http {
             });
             let Some((backend, started)) = pick else {
                 v.parked.retain(|context| *context != id);
+                if let (Some(token), Some(pool)) = (holding, v.pool.as_mut()) {
+                    pool.held_probe_dropped(token);
+                }
                 return;
             };
             // The clock is read here only where latency matters, or later if the outcome counts.
@@ -196,31 +250,51 @@ impl Http {
     /// The request's headers: the pick, the route header, or a wait at cold start.
     pub fn on_request_headers(&mut self) -> Action {
         let id = self.id;
-        let pick = &mut self.pick;
-        vm::with(&self.vm, |v| {
-            let backend = match v.pick()? {
-                Pick::Backend(i) => Some(i),
-                Pick::Wait(_) => None,
-            };
-            route(v.pool.as_ref()?, backend, &mut v.joined);
-            let routed = match backend {
-                Some(i) => v.routed(id, i),
-                None => {
-                    v.parked.push(id);
-                    None
-                }
-            };
-            Some(match routed {
-                Some(routed) => {
-                    *pick = Some(routed);
-                    Action::Continue
-                }
-                None => Action::Pause,
-            })
+        match vm::with(&self.vm, |v| decide(v, id)).flatten() {
+            Some(decision) => self.take(decision),
+            // Not configured: leave the request to the proxy's own routing.
+            None => Action::Continue,
+        }
+    }
+
+    /// Keeps what the policy decided for this request: whether it goes on or waits.
+    fn take(&mut self, decision: Decision) -> Action {
+        match decision {
+            Decision::Routed(routed) => {
+                self.pick = Some(routed);
+                Action::Continue
+            }
+            Decision::Parked => Action::Pause,
+            Decision::Holding(token) => {
+                self.holding = Some(token);
+                Action::Pause
+            }
+        }
+    }
+
+    /// The answer to call `token` of this request: the probe it was held on at cold start,
+    /// taken in as any probe's answer; then the request is picked for again. Whether it goes on
+    /// now (the caller resumes it), rather than wait on another probe.
+    #[inline(never)]
+    pub fn on_http_call_response(&mut self, token: u32, body_size: usize) -> bool {
+        if self.holding != Some(token) {
+            return false;
+        }
+        self.holding = None;
+        let id = self.id;
+        let decision = vm::with(&self.vm, |v| {
+            let now = vm::now();
+            let pool = v.pool.as_mut()?;
+            let effects = probes::answer(pool, token, body_size, now);
+            v.carry_out(effects, now);
+            decide(v, id)
         })
-        .flatten()
-        // Not configured: leave the request to the proxy's own routing.
-        .unwrap_or(Action::Continue)
+        .flatten();
+        match decision {
+            Some(decision) => self.take(decision) == Action::Continue,
+            // No longer configured: on to the proxy's own routing.
+            None => true,
+        }
     }
 
     /// The response's headers: the outcome, with the drain signal taken off.

@@ -112,6 +112,27 @@ impl Vm {
         Some(pick)
     }
 
+    /// Sends, from the current request, the probe of backend `index` it is held on at cold start
+    /// ([`Pick::Probe`]): its token, or `None` if the proxy refused it (the refusal is then the
+    /// policy's word on that backend).
+    pub fn hold_on_probe(&mut self, index: usize) -> Option<u32> {
+        let now = now();
+        let pool = self.pool.as_mut()?;
+        let member = pool.members().get(index)?;
+        match probes::dispatch(pool.config(), member) {
+            Dispatch::Sent(token) => {
+                pool.held_probe_sent(index, token, now);
+                Some(token)
+            }
+            Dispatch::Refused(why) => {
+                let effects = pool.probe_refused(index, why, now);
+                self.carry_out(effects, now);
+                None
+            }
+            Dispatch::Left => None,
+        }
+    }
+
     /// Counts a request routed to `backend`, and starts timing it when requests are timed:
     /// returns the backend as the request must name it when it settles, and when it started.
     pub fn routed(&mut self, context: u32, backend: usize) -> Option<(Routed, Option<Time>)> {

@@ -19,6 +19,8 @@ pub const EPOCH_NANOS: u64 = 1_700_000_000_000_000_000;
 pub(crate) enum Event {
     /// The tick timer of a VM fires.
     Tick { vm: usize },
+    /// A VM compiling at start is up ([`crate::HostOptions::compile`]).
+    VmUp { vm: usize },
     /// An http call (probe) is answered or times out.
     CallResponse {
         vm: usize,
@@ -52,6 +54,7 @@ impl Event {
     pub(crate) fn vm(&self) -> Option<usize> {
         match self {
             Event::Tick { vm }
+            | Event::VmUp { vm }
             | Event::CallResponse { vm, .. }
             | Event::GrpcArrival { vm, .. }
             | Event::QueueReady { vm, .. }

@@ -363,6 +363,34 @@ impl Host {
             .find(|&vm| self.vms[vm].status != VmStatus::Stopped)
             .ok_or_else(|| HostError::Unsupported("a request with no running worker".into()))?;
         self.next_worker = vm % workers;
+        if self.vms[vm].status == VmStatus::Compiling {
+            self.vms[vm].queued.push(record);
+            return Ok(());
+        }
+        self.arrive_at(record, vm)
+    }
+
+    /// ngx_wasm_module resumes a request paused with calls of its own once the last of them has
+    /// been answered, whether or not the filter asked (and only then: a request paused with no
+    /// call waits until its client gives up).
+    pub(crate) fn resume_after_calls(&mut self, vm: usize, context: u32) -> Result<(), HostError> {
+        if self.phase(vm, context) != Some(Phase::Paused) {
+            return Ok(());
+        }
+        let pending = self
+            .process
+            .borrow()
+            .calls
+            .iter()
+            .any(|c| c.vm == vm && c.context == context && c.delivered.is_none());
+        if pending {
+            return Ok(());
+        }
+        self.route(vm, context)
+    }
+
+    /// Request `record` reaches worker `vm`.
+    pub(crate) fn arrive_at(&mut self, record: usize, vm: usize) -> Result<(), HostError> {
         let Some(arriving) = self.record_mut(record) else {
             return Ok(());
         };

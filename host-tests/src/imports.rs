@@ -938,6 +938,8 @@ fn http_call(
         process.calls.push(CallRecord {
             token,
             vm: state.vm,
+            context: state.effective_context,
+            from_request: !state.is_root(state.effective_context),
             cluster: cluster.to_string(),
             path: path.to_string(),
             sent: now,
@@ -975,6 +977,8 @@ fn http_call(
     process.calls.push(CallRecord {
         token,
         vm: state.vm,
+        context: state.effective_context,
+        from_request: !state.is_root(state.effective_context),
         cluster,
         path: path.to_string(),
         sent: now,

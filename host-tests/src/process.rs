@@ -50,6 +50,11 @@ pub struct CallRecord {
     pub token: u32,
     /// The VM that dispatched it.
     pub vm: usize,
+    /// The context that dispatched it.
+    pub context: u32,
+    /// Whether that context is a request's (a probe a request held at cold start sent), not a
+    /// root's.
+    pub from_request: bool,
     /// The cluster it was sent to.
     pub cluster: String,
     /// Its `:path`.

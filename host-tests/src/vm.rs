@@ -160,6 +160,9 @@ pub struct Fuel {
 /// Whether a VM still gets callbacks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum VmStatus {
+    /// Compiling the module at start ([`crate::HostOptions::compile`]): the requests that reach
+    /// its worker wait until it is up, and are then handed to it at once.
+    Compiling,
     /// Ticks, responses and requests are delivered.
     Running,
     /// Stopped by the test (`Host::stop_vm`): nothing is delivered any more.
@@ -180,6 +183,8 @@ pub(crate) struct Vm {
     instance: Instance,
     pub status: VmStatus,
     pub fuel: BTreeMap<String, Fuel>,
+    /// The requests (record indexes) that reached this VM's worker while it compiled.
+    pub queued: Vec<usize>,
     last_context: u32,
     /// Callbacks looked up so far: the export (if any) and how many results it returns.
     callbacks: HashMap<String, Option<(Func, usize)>>,
@@ -216,6 +221,7 @@ impl Vm {
             instance,
             status: VmStatus::Running,
             fuel: BTreeMap::new(),
+            queued: Vec::new(),
             last_context: ROOT_CONTEXT,
             callbacks: HashMap::new(),
         };

@@ -201,8 +201,9 @@ pub enum Proxy {
     /// NGINX with Kong's ngx_wasm_module: `cluster` is the `host:port` probes are dispatched to,
     /// and what the route header carries for NGINX to map onto an `upstream` block. It has no
     /// response flags (a refused connection and a backend's own 503 look alike), no retry
-    /// policy upcheck can steer (`routing: "host"` is refused), and a tick cannot resume a
-    /// paused request, so requests at cold start are not held.
+    /// policy upcheck can steer (`routing: "host"` is refused), and a paused request resumes
+    /// only when the calls it made itself are answered, so a request held at cold start waits
+    /// on a probe it sends itself.
     Nginx,
 }
 
@@ -214,7 +215,8 @@ impl Proxy {
         self == Proxy::Envoy
     }
 
-    /// Whether a request paused at cold start can be resumed from the tick.
+    /// Whether a request paused at cold start can be resumed from the tick; where it cannot,
+    /// the request waits on a probe of its own.
     #[inline]
     pub fn resumes_held_requests(self) -> bool {
         self == Proxy::Envoy

@@ -224,6 +224,64 @@ fn in_both_hosts_a_hang_is_a_timed_out_probe_and_fails_only_requests_sent_before
     }
 }
 
+/// A cold start with app2 `broken` from the first instant, as NGINX starts: every VM compiles
+/// the module for a second while users arrive at 10 a second, and the requests of that second
+/// reach the workers all at once when they are up.
+fn cold_start(profile: Profile, broken: Behaviour) -> (Host, Traffic) {
+    let options = HostOptions {
+        compile: secs(1),
+        ..options(profile)
+    };
+    let mut host = Host::from_file(UPCHECK_WASM, options).expect("loads");
+    host.upstream("app1");
+    host.upstream("app2")
+        .others(broken.clone())
+        .path("/up", broken);
+    ok(host.start(&config(&host, profile, &["app1", "app2"], "")));
+    let traffic = run(&mut host, 10, secs(20));
+    (host, traffic)
+}
+
+#[test]
+fn in_both_hosts_users_arriving_while_workers_compile_wait_for_a_probe_and_none_reaches_a_broken_backend(
+) {
+    for profile in PROFILES {
+        for broken in [Behaviour::status(502), Behaviour::Refuse, Behaviour::Hang] {
+            let (host, traffic) = cold_start(profile, broken.clone());
+            let case = format!("{profile:?}, app2 {broken:?}");
+            assert!(traffic.failures().is_empty(), "{case}: {traffic}");
+            assert_eq!(host.requests_routed("app2"), 0, "{case}: app2 saw users");
+            let waited = traffic
+                .requests
+                .iter()
+                .filter(|r| r.sent < secs(1))
+                .all(|r| r.routed.is_some_and(|routed| routed >= secs(1)));
+            assert!(
+                waited,
+                "{case}: the window's requests reached a worker early"
+            );
+            // Envoy's tick resumes a held request; in NGINX each held request waits on a probe
+            // of its own, and only the requests of the window are held.
+            let window = traffic
+                .requests
+                .iter()
+                .filter(|r| r.sent <= secs(1))
+                .count();
+            let held = host.calls().iter().filter(|c| c.from_request).count();
+            let longest = traffic
+                .requests
+                .iter()
+                .filter_map(|r| Some(r.routed?.saturating_sub(r.sent)))
+                .max();
+            println!("{case}: {held} of {window} held on probes, longest wait {longest:?}");
+            match profile {
+                Profile::Envoy => assert_eq!(held, 0, "{case}"),
+                Profile::Nginx => assert!((1..=window).contains(&held), "{case}: {held} held"),
+            }
+        }
+    }
+}
+
 /// A request to the status page's server at `127.0.0.1:9902` for `path`.
 fn page_request(path: &str) -> RequestSpec {
     RequestSpec {

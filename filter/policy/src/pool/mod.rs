@@ -50,6 +50,7 @@ use upcheck_config::{Config, Upstream};
 
 mod balancers;
 mod changes;
+mod held;
 mod peers;
 mod probes;
 mod published;
@@ -64,6 +65,11 @@ pub enum Pick {
     /// Nowhere yet: nothing at all is known about any backend (cold start). Ask again once a
     /// probe has answered, or at this time at the latest (one probe timeout after start).
     Wait(Time),
+    /// Nowhere yet, as for [`Pick::Wait`], on a proxy that resumes a request only when a call
+    /// the request made is answered ([`upcheck_config::Proxy::resumes_held_requests`]): the
+    /// request sends a probe to this backend itself ([`Pool::held_probe_sent`]) and asks again
+    /// when it is answered. The backends are offered in turn.
+    Probe(usize),
 }
 
 /// The backend a request was sent to, as the pool numbered it then: positions change when a
@@ -250,6 +256,8 @@ pub struct Pool<H = ()> {
     /// When a remembered failure next expires (the routing can change by time alone then).
     expires: Option<Time>,
     prober: Option<Prober>,
+    /// Probes sent by requests held at cold start ([`Pick::Probe`]), on any VM.
+    held: Vec<SentProbe>,
     /// Counts configurations taken.
     generation: u32,
     /// Whether the rotation must be laid out again though no backend's routability changed:
@@ -293,6 +301,7 @@ impl<H> Pool<H> {
             changed: true,
             expires: None,
             prober: None,
+            held: Vec::new(),
             generation: 0,
             relayout: true,
             renumbered: Vec::new(),
@@ -522,6 +531,7 @@ impl<H> Pool<H> {
             self.share_traffic(&mut effects);
         }
         self.abandon_probes(now, &mut effects);
+        self.forget_held_probes(now);
         self.refresh(now, &mut effects);
         self.warm_up(now);
         self.schedule_probes(now, &mut effects);
@@ -607,8 +617,13 @@ impl<H> Pool<H> {
             let wait_until = self
                 .started
                 .saturating_add(self.config.health_checks.active.timeout);
-            if now < wait_until && self.config.proxy.resumes_held_requests() {
-                return Pick::Wait(wait_until);
+            if now < wait_until {
+                if self.config.proxy.resumes_held_requests() {
+                    return Pick::Wait(wait_until);
+                }
+                if let Some(i) = self.rotation.advance() {
+                    return Pick::Probe(i);
+                }
             }
         }
         match self.rotation.advance() {

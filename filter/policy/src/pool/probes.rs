@@ -17,7 +17,7 @@ use crate::time::Time;
 /// How long a probe may go unanswered, past its timeout, before it is given up on: the host
 /// answers every call by its timeout, so only a broken host needs this, but nothing may grow
 /// without bound.
-fn abandon_after(timeout: std::time::Duration) -> std::time::Duration {
+pub(super) fn abandon_after(timeout: std::time::Duration) -> std::time::Duration {
     timeout.saturating_mul(2)
 }
 
@@ -69,6 +69,18 @@ impl<H> Pool<H> {
         prober.earliest = earliest;
     }
 
+    /// Probe `token`, sent by the prober or by a request held at cold start, taken off the
+    /// probes awaiting an answer; `None` if it is not one of this VM's.
+    fn take_sent(&mut self, token: u32) -> Option<SentProbe> {
+        if let Some(prober) = self.prober.as_mut() {
+            if let Some(at) = prober.sent.iter().position(|p| p.token == token) {
+                return Some(prober.sent.swap_remove(at));
+            }
+        }
+        let at = self.held.iter().position(|p| p.token == token)?;
+        Some(self.held.swap_remove(at))
+    }
+
     /// A probe to backend `index` is on the wire as `token`.
     pub fn probe_sent(&mut self, index: usize, token: u32, now: Time) {
         let (Some(prober), Some(m)) = (self.prober.as_mut(), self.members.get(index)) else {
@@ -118,13 +130,9 @@ impl<H> Pool<H> {
 
     fn settle_probe(&mut self, token: u32, reply: Reply, now: Time) -> Effects {
         let mut effects = Effects::default();
-        let Some(prober) = self.prober.as_mut() else {
+        let Some(probe) = self.take_sent(token) else {
             return effects;
         };
-        let Some(at) = prober.sent.iter().position(|p| p.token == token) else {
-            return effects;
-        };
-        let probe = prober.sent.swap_remove(at);
         let Some(index) = self.index_of_key(&probe.key) else {
             return effects; // removed by a reconfiguration meanwhile
         };
@@ -149,6 +157,13 @@ impl<H> Pool<H> {
                     self.end_drain(index, probe.sent, &mut effects);
                 }
             }
+        }
+        if self.prober.is_none() {
+            // A probe a request held at cold start sent on a VM that does not probe: its answer
+            // steers this VM's routing, and counts as a probe; the backend's health is reported
+            // and published by the prober, whose own probe of it is out already.
+            effects.events.retain(|e| matches!(e, Event::Probed { .. }));
+            effects.publish_active = false;
         }
         self.refresh(now, &mut effects);
         self.published(&effects);

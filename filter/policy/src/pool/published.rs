@@ -4,6 +4,7 @@
 //! ejections its changes started.
 
 use super::Pool;
+use crate::active::ActiveHealth;
 use crate::events::{Effects, EjectionReason, Event};
 use crate::passive::Recorded;
 use crate::schedule::ProbeSlot;
@@ -116,7 +117,8 @@ impl<H> Pool<H> {
     }
 
     /// The probe table as the probers published it (a backend this VM probes itself is
-    /// skipped: its own state is newer).
+    /// skipped: its own state is newer; so is a backend whose latest probe here, one a request
+    /// held at cold start sent, settled after the table's).
     pub fn active_published(&mut self, table: &ActiveTable, now: Time) -> Effects {
         let mut effects = Effects::default();
         let probing = self.prober.is_some();
@@ -125,7 +127,8 @@ impl<H> Pool<H> {
                 continue;
             }
             if let Some(active) = entry(table, i, &m.key) {
-                if m.evidence.active != *active {
+                let settled = |a: &ActiveHealth| a.last.map(|(at, _)| at);
+                if m.evidence.active != *active && settled(&m.evidence.active) <= settled(active) {
                     m.evidence.active = *active;
                     self.changed = true;
                     self.heard |= m.evidence.heard_from();

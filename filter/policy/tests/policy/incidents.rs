@@ -4,7 +4,10 @@ use crate::support;
 
 use std::time::Duration;
 use support::*;
-use upcheck_policy::{Config, Event, Guard, Health, MadeBy, Pick, ProbeAnswer, ProbeOutcome};
+use upcheck_policy::tables::ActiveTable;
+use upcheck_policy::{
+    ActiveHealth, Config, Event, Guard, Health, MadeBy, Pick, Pool, ProbeAnswer, ProbeOutcome,
+};
 
 /// app1 serving and known healthy; app2 added by a reconfiguration at 30 s.
 fn app2_added() -> Proxy {
@@ -61,6 +64,68 @@ fn at_cold_start_requests_wait_for_the_first_passing_probe_at_most_one_timeout()
         ["app1", "app2"],
         "then unknowns are used"
     );
+}
+
+/// A worker of NGINX, which resumes a request only on its own calls' answers, that does not
+/// probe: app1 and app2 at their addresses, nothing known yet.
+fn nginx_worker() -> Pool {
+    let json = r#"{"proxy":"nginx","upstreams":[
+        {"name":"app1","cluster":"127.0.0.1:8081"},{"name":"app2","cluster":"127.0.0.1:8082"}]}"#;
+    let config = Config::parse(json.as_bytes()).expect("parses");
+    Pool::new(config, Duration::ZERO, |_| ())
+}
+
+#[test]
+fn at_cold_start_in_nginx_each_request_waits_on_a_probe_of_its_own_and_the_first_answer_routes_the_rest(
+) {
+    let mut pool = nginx_worker();
+    let mut offered = [pool.pick(ms(10)), pool.pick(ms(10))];
+    offered.sort_by_key(|pick| format!("{pick:?}"));
+    assert_eq!(
+        offered,
+        [Pick::Probe(0), Pick::Probe(1)],
+        "each backend in turn"
+    );
+
+    pool.held_probe_sent(1, 7, ms(10));
+    let answer = ProbeAnswer {
+        status: 502,
+        made_by: MadeBy::Backend,
+        signalled: false,
+        body: b"",
+    };
+    let effects = pool.probe_answered(7, answer, ms(12));
+    assert!(
+        effects
+            .events
+            .iter()
+            .all(|e| matches!(e, Event::Probed { .. }))
+            && !effects.publish_active,
+        "the prober reports and publishes health, not a worker: {effects:?}"
+    );
+    assert_eq!(
+        [pool.pick(ms(13)), pool.pick(ms(13))],
+        [Pick::Backend(0); 2]
+    );
+
+    let unknown: ActiveTable = pool
+        .members()
+        .iter()
+        .map(|m| (m.key.clone(), ActiveHealth::new(Duration::ZERO)))
+        .collect();
+    let _ = pool.active_published(&unknown, ms(14));
+    assert_eq!(
+        pool.pick(ms(14)),
+        Pick::Backend(0),
+        "a table that has not heard of app2 since does not undo what this worker heard"
+    );
+}
+
+#[test]
+fn in_nginx_requests_go_on_unheld_one_probe_timeout_after_start_if_no_probe_answered() {
+    let mut pool = nginx_worker();
+    assert!(matches!(pool.pick(ms(4_999)), Pick::Probe(_)));
+    assert!(matches!(pool.pick(secs(5)), Pick::Backend(_)));
 }
 
 #[test]

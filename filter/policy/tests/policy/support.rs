@@ -312,6 +312,7 @@ pub fn picks(proxy: &mut Proxy, n: usize, at: Duration) -> Vec<String> {
         .map(|_| match proxy.pool.pick(at) {
             Pick::Backend(i) => proxy.pool.members()[i].name().to_owned(),
             Pick::Wait(until) => format!("wait until {until:?}"),
+            Pick::Probe(i) => format!("probe {}", proxy.pool.members()[i].name()),
         })
         .collect()
 }

@@ -1,0 +1,51 @@
+//! Requests held at cold start on probes they send themselves.
+//!
+//! Until anything is known about any backend, a request waits (at most one probe timeout after
+//! start) rather than go to a backend that may never have booted. Envoy resumes a paused
+//! request whenever the filter asks, so the tick resumes it once the first probe has answered
+//! ([`Pick::Wait`]). ngx_wasm_module resumes a paused request only when the calls that request
+//! made itself are answered; the tick cannot. So there the request sends a probe of its own to
+//! the backend whose turn it is ([`Pick::Probe`]) and waits for that answer, which is taken in as
+//! any probe's: it counts for the requests after it, and the request is then picked for again.
+//! Each held request costs its backend one probe, and only in the window before the first
+//! answer, when workers that compiled the module while requests queued take them all at once.
+
+use super::probes::abandon_after;
+#[cfg(doc)]
+use super::Pick;
+use super::{Pool, SentProbe};
+use crate::time::Time;
+
+impl<H> Pool<H> {
+    /// A request held at cold start sent its probe of backend `index` as `token`: its answer
+    /// comes back through [`Pool::probe_answered`] or [`Pool::probe_unanswered`], as the
+    /// prober's do, on whichever VM the request is.
+    pub fn held_probe_sent(&mut self, index: usize, token: u32, now: Time) {
+        let Some(m) = self.members.get(index) else {
+            return;
+        };
+        self.held.push(SentProbe {
+            token,
+            key: m.key.clone(),
+            sent: now,
+        });
+    }
+
+    /// The request that sent probe `token` ended before its answer came (the client left): the
+    /// proxy drops the call with the request, so no answer will come.
+    pub fn held_probe_dropped(&mut self, token: u32) {
+        self.held.retain(|p| p.token != token);
+    }
+
+    /// Forgets held probes never answered: the host answers every call within its timeout while
+    /// the request that made it lives, so one still here long after went with its request,
+    /// and says nothing about the backend.
+    pub(super) fn forget_held_probes(&mut self, now: Time) {
+        if self.held.is_empty() {
+            return;
+        }
+        let timeout = self.config.health_checks.active.timeout;
+        self.held
+            .retain(|p| now.saturating_sub(p.sent) < abandon_after(timeout));
+    }
+}
