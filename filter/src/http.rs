@@ -31,48 +31,66 @@ struct Ending {
 pub struct Http {
     id: u32,
     vm: Handle,
-    /// The backend picked, and when if latency is tracked.
-    pick: Option<(Routed, Option<Time>)>,
-    /// The probe this request sent while held at cold start ([`Pick::Probe`]), until answered.
-    holding: Option<u32>,
-    settled: bool,
+    standing: Standing,
 }
 
-/// What the policy made of a request's headers.
-enum Decision {
-    /// Sent to a backend, and when if latency is tracked.
-    Routed((Routed, Option<Time>)),
-    /// Held at cold start until the tick resumes it ([`Pick::Wait`]).
-    Parked,
-    /// Held at cold start on this probe of its own ([`Pick::Probe`]).
+/// Where a request stands with the policy.
+#[derive(Debug, Clone, Copy)]
+enum Standing {
+    /// Not sent on by upcheck (yet): before its headers, not configured, or parked at cold start
+    /// (its pick is then in the VM's `resumed` once the tick resumed it).
+    Unrouted,
+    /// Sent to this backend, and when if latency is tracked.
+    Routed(Routed, Option<Time>),
+    /// Held at cold start on the probe with this token ([`Pick::Probe`]), until it is answered.
     Holding(u32),
+    /// Its outcome has gone to the policy: nothing more is said of it.
+    Settled,
 }
 
-/// Routes request `id` by the policy's pick, or holds it at cold start. A probe the proxy
-/// refuses to send is the policy's word on that backend, so the request is picked for again,
-/// at most once per backend.
-fn decide(v: &mut Vm, id: u32) -> Option<Decision> {
+/// Routes request `id` by the policy's pick, or holds it at cold start, and says where it stands
+/// in `standing`: whether it goes on, or waits (`None` if the VM is not configured).
+#[inline(always)]
+fn decide(v: &mut Vm, id: u32, standing: &mut Standing) -> Option<Action> {
+    match v.pick()? {
+        Pick::Backend(i) => send(v, id, i, standing),
+        pick => hold(v, id, pick, standing),
+    }
+}
+
+/// Sends request `id` to backend `i`.
+#[inline(always)]
+fn send(v: &mut Vm, id: u32, i: usize, standing: &mut Standing) -> Option<Action> {
+    route(v.pool.as_ref()?, Some(i), &mut v.joined);
+    let (routed, started) = v.routed(id, i)?;
+    *standing = Standing::Routed(routed, started);
+    Some(Action::Continue)
+}
+
+/// Holds request `id` at cold start as `pick` says. A probe the proxy refuses to send is the
+/// policy's word on that backend, so the request is picked for again, at most once per backend.
+/// Out of line: only requests at cold start come here.
+#[inline(never)]
+fn hold(v: &mut Vm, id: u32, pick: Pick, standing: &mut Standing) -> Option<Action> {
     let backends = v.pool.as_ref()?.config().upstreams.len();
+    let mut pick = pick;
     for _ in 0..=backends {
-        let backend = match v.pick()? {
-            Pick::Backend(i) => Some(i),
-            Pick::Wait(_) => None,
-            Pick::Probe(i) => match v.hold_on_probe(i) {
-                Some(token) => {
-                    route(v.pool.as_ref()?, None, &mut v.joined);
-                    return Some(Decision::Holding(token));
-                }
-                None => continue,
-            },
-        };
-        route(v.pool.as_ref()?, backend, &mut v.joined);
-        return match backend {
-            Some(i) => v.routed(id, i).map(Decision::Routed),
-            None => {
+        match pick {
+            Pick::Backend(i) => return send(v, id, i, standing),
+            Pick::Wait => {
+                route(v.pool.as_ref()?, None, &mut v.joined);
                 v.parked.push(id);
-                Some(Decision::Parked)
+                return Some(Action::Pause);
             }
-        };
+            Pick::Probe(i) => {
+                if let Some(token) = v.hold_on_probe(i) {
+                    route(v.pool.as_ref()?, None, &mut v.joined);
+                    *standing = Standing::Holding(token);
+                    return Some(Action::Pause);
+                }
+            }
+        }
+        pick = v.pick()?;
     }
     None
 }
@@ -90,9 +108,7 @@ impl Http {
         Http {
             id,
             vm,
-            pick: None,
-            holding: None,
-            settled: false,
+            standing: Standing::Unrouted,
         }
     }
 
@@ -100,25 +116,26 @@ impl Http {
     /// latency where requests are timed, and, in `host` routing, whether the proxy retried it
     /// and which backend gave the final answer.
     fn settle(&mut self, ending: Ending) {
-        if self.settled {
-            return;
-        }
-        self.settled = true;
+        let standing = std::mem::replace(&mut self.standing, Standing::Settled);
         let id = self.id;
-        let pick = self.pick;
-        let holding = self.holding.take();
         vm::with(&self.vm, |v| {
-            let pick = pick.or_else(|| {
-                let at = v.resumed.iter().position(|r| r.context == id)?;
-                let resumed = v.resumed.swap_remove(at);
-                Some((resumed.backend, resumed.started))
-            });
-            let Some((backend, started)) = pick else {
-                v.parked.retain(|context| *context != id);
-                if let (Some(token), Some(pool)) = (holding, v.pool.as_mut()) {
-                    pool.held_probe_dropped(token);
+            let (backend, started) = match standing {
+                Standing::Settled => return,
+                Standing::Routed(backend, started) => (backend, started),
+                Standing::Unrouted => {
+                    let at = v.resumed.iter().position(|r| r.context == id);
+                    let Some(resumed) = at.map(|at| v.resumed.swap_remove(at)) else {
+                        v.parked.retain(|context| *context != id);
+                        return;
+                    };
+                    (resumed.backend, resumed.started)
                 }
-                return;
+                Standing::Holding(token) => {
+                    if let Some(pool) = v.pool.as_mut() {
+                        pool.held_probe_dropped(token);
+                    }
+                    return;
+                }
             };
             // The clock is read here only where latency matters, or later if the outcome counts.
             let now = started.map(|_| vm::now());
@@ -250,26 +267,11 @@ impl Http {
     /// The request's headers: the pick, the route header, or a wait at cold start.
     pub fn on_request_headers(&mut self) -> Action {
         let id = self.id;
-        match vm::with(&self.vm, |v| decide(v, id)).flatten() {
-            Some(decision) => self.take(decision),
+        let standing = &mut self.standing;
+        vm::with(&self.vm, |v| decide(v, id, standing))
+            .flatten()
             // Not configured: leave the request to the proxy's own routing.
-            None => Action::Continue,
-        }
-    }
-
-    /// Keeps what the policy decided for this request: whether it goes on or waits.
-    fn take(&mut self, decision: Decision) -> Action {
-        match decision {
-            Decision::Routed(routed) => {
-                self.pick = Some(routed);
-                Action::Continue
-            }
-            Decision::Parked => Action::Pause,
-            Decision::Holding(token) => {
-                self.holding = Some(token);
-                Action::Pause
-            }
-        }
+            .unwrap_or(Action::Continue)
     }
 
     /// The answer to call `token` of this request: the probe it was held on at cold start,
@@ -277,24 +279,22 @@ impl Http {
     /// now (the caller resumes it), rather than wait on another probe.
     #[inline(never)]
     pub fn on_http_call_response(&mut self, token: u32, body_size: usize) -> bool {
-        if self.holding != Some(token) {
+        if !matches!(self.standing, Standing::Holding(held) if held == token) {
             return false;
         }
-        self.holding = None;
+        self.standing = Standing::Unrouted;
         let id = self.id;
-        let decision = vm::with(&self.vm, |v| {
+        let standing = &mut self.standing;
+        let action = vm::with(&self.vm, |v| {
             let now = vm::now();
             let pool = v.pool.as_mut()?;
             let effects = probes::answer(pool, token, body_size, now);
             v.carry_out(effects, now);
-            decide(v, id)
+            decide(v, id, standing)
         })
         .flatten();
-        match decision {
-            Some(decision) => self.take(decision) == Action::Continue,
-            // No longer configured: on to the proxy's own routing.
-            None => true,
-        }
+        // No longer configured: on to the proxy's own routing.
+        action.unwrap_or(Action::Continue) == Action::Continue
     }
 
     /// The response's headers: the outcome, with the drain signal taken off.
@@ -324,7 +324,7 @@ impl Http {
 
     /// The request has ended: settled now if no response headers settled it.
     pub fn on_log(&mut self) {
-        if !self.settled {
+        if !matches!(self.standing, Standing::Settled) {
             self.settle_unanswered();
         }
     }
@@ -338,7 +338,7 @@ impl Http {
         self.settle(Ending {
             status: None,
             signalled: false,
-            ask_proxy: self.pick.is_some(),
+            ask_proxy: matches!(self.standing, Standing::Routed(..)),
         });
     }
 }

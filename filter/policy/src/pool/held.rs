@@ -11,12 +11,27 @@
 //! answer, when workers that compiled the module while requests queued take them all at once.
 
 use super::probes::abandon_after;
-#[cfg(doc)]
-use super::Pick;
-use super::{Pool, SentProbe};
+use super::{Pick, Pool, SentProbe};
 use crate::time::Time;
 
 impl<H> Pool<H> {
+    /// How a request is held at cold start at `now`, with nothing heard yet from any backend:
+    /// `None` once one probe timeout has passed since start. Out of line: the pick of every
+    /// request after cold start skips it.
+    #[inline(never)]
+    pub(super) fn held(&mut self, now: Time) -> Option<Pick> {
+        let wait_until = self
+            .started
+            .saturating_add(self.config.health_checks.active.timeout);
+        if now >= wait_until {
+            return None;
+        }
+        if self.config.proxy.resumes_held_requests() {
+            return Some(Pick::Wait);
+        }
+        self.rotation.advance().map(Pick::Probe)
+    }
+
     /// A request held at cold start sent its probe of backend `index` as `token`: its answer
     /// comes back through [`Pool::probe_answered`] or [`Pool::probe_unanswered`], as the
     /// prober's do, on whichever VM the request is.

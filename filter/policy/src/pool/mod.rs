@@ -63,8 +63,9 @@ pub enum Pick {
     /// To this backend (position in the configuration).
     Backend(usize),
     /// Nowhere yet: nothing at all is known about any backend (cold start). Ask again once a
-    /// probe has answered, or at this time at the latest (one probe timeout after start).
-    Wait(Time),
+    /// probe has answered, or one probe timeout after start at the latest (then unknown
+    /// backends are used).
+    Wait,
     /// Nowhere yet, as for [`Pick::Wait`], on a proxy that resumes a request only when a call
     /// the request made is answered ([`upcheck_config::Proxy::resumes_held_requests`]): the
     /// request sends a probe to this backend itself ([`Pool::held_probe_sent`]) and asks again
@@ -614,16 +615,8 @@ impl<H> Pool<H> {
     /// pass a recent time (its last tick) rather than read the clock per request.
     pub fn pick(&mut self, now: Time) -> Pick {
         if !self.heard {
-            let wait_until = self
-                .started
-                .saturating_add(self.config.health_checks.active.timeout);
-            if now < wait_until {
-                if self.config.proxy.resumes_held_requests() {
-                    return Pick::Wait(wait_until);
-                }
-                if let Some(i) = self.rotation.advance() {
-                    return Pick::Probe(i);
-                }
+            if let Some(held) = self.held(now) {
+                return held;
             }
         }
         match self.rotation.advance() {

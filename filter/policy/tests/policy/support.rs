@@ -311,7 +311,7 @@ pub fn picks(proxy: &mut Proxy, n: usize, at: Duration) -> Vec<String> {
     (0..n)
         .map(|_| match proxy.pool.pick(at) {
             Pick::Backend(i) => proxy.pool.members()[i].name().to_owned(),
-            Pick::Wait(until) => format!("wait until {until:?}"),
+            Pick::Wait => "wait".to_string(),
             Pick::Probe(i) => format!("probe {}", proxy.pool.members()[i].name()),
         })
         .collect()
