@@ -75,7 +75,7 @@ pub struct Settings {
 
 /// What the written file was checked with in a real NGINX, for its header.
 pub const CHECKED_WITH: &str = "nginx 1.22.1 (Debian 12) and Kong's ngx_wasm_module (its main \
-     branch, built as a dynamic module) on wasmtime 27";
+     branch at 3bed2783, built as a dynamic module) on wasmtime 26.0.1";
 
 /// The name of the `upstream` block of every backend, where a request the filter did not pick
 /// for goes.
@@ -200,10 +200,14 @@ pub fn render(plan: &Plan, s: &Settings) -> String {
     line(
         "# backend's own 502 count alike; a failover NGINX makes (proxy_next_upstream) is not seen",
     );
+    line("# by upcheck, whose probes find a refusing backend within one interval; a request that");
     line(
-        "# by upcheck, whose probes find a refusing backend within one interval; requests arriving",
+        "# arrives before any probe has answered (workers compile the module as they start) waits",
     );
-    line("# before the first probe answers are not held but spread over every backend.");
+    line(
+        "# on a probe it sends itself, at most one probe timeout, since ngx_wasm_module resumes a",
+    );
+    line("# request only on the answers to its own calls.");
     line("");
     if let Some(module) = &s.module {
         line(&format!("load_module {module};  # ngx_wasm_module"));
