@@ -7,6 +7,12 @@
 //! the 503 Envoy answers for itself when it never sent the request. A response carrying the
 //! drain signal ([`drain::SIGNAL_HEADER`]) says so to the policy, and the header is removed on
 //! its way to the client: it is the backend's word to the balancer, not to users.
+//!
+//! At cold start, before any probe has answered, the policy holds a request instead
+//! ([`Pick::Wait`], [`Pick::Probe`]): parked for the tick to resume, where the host resumes a
+//! request whenever asked (Envoy), or paused on a probe the request sends itself, where the host
+//! resumes a request only on its own calls' answers (ngx_wasm_module); that answer goes to the
+//! policy as any probe's, and the request is picked for again.
 
 use crate::abi::{Action, HeaderMap};
 use crate::hostcall as hostcalls;

@@ -122,6 +122,30 @@ fn at_cold_start_in_nginx_each_request_waits_on_a_probe_of_its_own_and_the_first
 }
 
 #[test]
+fn a_held_probe_whose_request_left_or_that_went_unanswered_for_two_timeouts_is_forgotten() {
+    let mut pool = nginx_worker();
+    let answer = ProbeAnswer {
+        status: 502,
+        made_by: MadeBy::Backend,
+        signalled: false,
+        body: b"",
+    };
+    pool.held_probe_sent(1, 7, ms(10));
+    pool.held_probe_dropped(7);
+    let _ = pool.probe_answered(7, answer, ms(12));
+    assert!(matches!(pool.pick(ms(13)), Pick::Probe(_)), "nothing heard");
+
+    pool.held_probe_sent(1, 8, ms(20));
+    let _ = pool.tick(ms(20) + secs(10));
+    let _ = pool.probe_answered(8, answer, ms(20) + secs(10));
+    let app2 = &pool.members()[1];
+    assert!(
+        app2.routable && app2.evidence.active.last.is_none(),
+        "an answer to a forgotten probe says nothing"
+    );
+}
+
+#[test]
 fn in_nginx_requests_go_on_unheld_one_probe_timeout_after_start_if_no_probe_answered() {
     let mut pool = nginx_worker();
     assert!(matches!(pool.pick(ms(4_999)), Pick::Probe(_)));
