@@ -18,7 +18,9 @@
 //! An answer to `dispatch_http_call` comes to the context that made the call: mostly a root
 //! (probes and etcd's calls go out from ticks, configurations and answers), and a request only
 //! for the probe it sent while held at cold start on a proxy that resumes a request only on its
-//! own calls' answers (ngx_wasm_module; [`Http::on_http_call_response`]).
+//! own calls' answers (ngx_wasm_module; [`Http::on_http_call_response`]). ngx_wasm_module names
+//! the root context in that answer (its host calls act on the request meanwhile), so a root
+//! first hands a held request's answer on to it.
 
 use crate::abi::Action;
 use crate::http::Http;
@@ -121,8 +123,9 @@ pub extern "C" fn proxy_on_tick(context_id: u32) {
 }
 
 /// The answer to call `token`, made by context `context_id`: a root's probe or etcd call, or
-/// the probe a request held at cold start waits on. The request is resumed once its stream is
-/// no longer borrowed, so a host that runs its next callbacks at once reaches it.
+/// the probe a request held at cold start waits on, which ngx_wasm_module hands to the root
+/// context and Envoy to the request. The request is resumed once its stream is no longer
+/// borrowed, so a host that runs its next callbacks at once reaches it.
 #[no_mangle]
 pub extern "C" fn proxy_on_http_call_response(
     context_id: u32,
@@ -131,14 +134,17 @@ pub extern "C" fn proxy_on_http_call_response(
     body_size: usize,
     _num_trailers: usize,
 ) {
-    if with_root(context_id, |root| {
-        root.on_http_call_response(token, body_size)
-    })
-    .is_some()
-    {
-        return;
-    }
-    let resume = with_stream(context_id, |stream| match stream {
+    let request = match with_root(context_id, |root| root.held_request(token)) {
+        Some(Some(request)) => request,
+        Some(None) => {
+            with_root(context_id, |root| {
+                root.on_http_call_response(token, body_size)
+            });
+            return;
+        }
+        None => context_id,
+    };
+    let resume = with_stream(request, |stream| match stream {
         Stream::Request(http) => http.on_http_call_response(token, body_size),
         Stream::Page(_) => false,
     });

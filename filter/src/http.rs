@@ -17,7 +17,7 @@
 use crate::abi::{Action, HeaderMap};
 use crate::hostcall as hostcalls;
 use crate::probes;
-use crate::vm::{self, Handle, Vm};
+use crate::vm::{self, Handle, Holding, Vm};
 use std::time::Duration;
 use upcheck_policy::outcome::status_code;
 use upcheck_policy::{drain, Pick, Pool, RequestOutcome, Retried, Routed, RoutingMode, Time};
@@ -91,6 +91,7 @@ fn hold(v: &mut Vm, id: u32, pick: Pick, standing: &mut Standing) -> Option<Acti
             Pick::Probe(i) => {
                 if let Some(token) = v.hold_on_probe(i) {
                     route(v.pool.as_ref()?, None, &mut v.joined);
+                    v.holding.push(Holding { token, context: id });
                     *standing = Standing::Holding(token);
                     return Some(Action::Pause);
                 }
@@ -137,6 +138,7 @@ impl Http {
                     (resumed.backend, resumed.started)
                 }
                 Standing::Holding(token) => {
+                    v.holding.retain(|h| h.token != token);
                     if let Some(pool) = v.pool.as_mut() {
                         pool.held_probe_dropped(token);
                     }
@@ -292,6 +294,7 @@ impl Http {
         let id = self.id;
         let standing = &mut self.standing;
         let action = vm::with(&self.vm, |v| {
+            v.holding.retain(|h| h.token != token);
             let now = vm::now();
             let pool = v.pool.as_mut()?;
             let effects = probes::answer(pool, token, body_size, now);

@@ -75,6 +75,16 @@ impl Root {
         vm::with(&self.vm, Vm::flush_requests);
     }
 
+    /// The request held at cold start on probe `token`, if it is one's: ngx_wasm_module names the
+    /// root context in the answer to a request's own call.
+    pub fn held_request(&self, token: u32) -> Option<u32> {
+        vm::with(&self.vm, |v| {
+            let held = v.holding.iter().find(|h| h.token == token)?;
+            Some(held.context)
+        })
+        .flatten()
+    }
+
     /// The answer to call `token` (a probe's or etcd's), its body `body_size` bytes.
     pub fn on_http_call_response(&mut self, token: u32, body_size: usize) {
         let now = vm::now();

@@ -53,6 +53,16 @@ pub struct Resumed {
     pub started: Option<Time>,
 }
 
+/// A request held at cold start on a probe of its own: ngx_wasm_module hands the probe's answer
+/// to the root context, which finds the request by the probe's token.
+#[derive(Debug, Clone, Copy)]
+pub struct Holding {
+    /// The probe's token.
+    pub token: u32,
+    /// The request's HTTP context.
+    pub context: u32,
+}
+
 /// One VM's state.
 #[derive(Default)]
 pub struct Vm {
@@ -67,6 +77,8 @@ pub struct Vm {
     pub parked: Vec<u32>,
     /// Requests resumed after waiting, with their picks.
     pub resumed: Vec<Resumed>,
+    /// Requests held at cold start on probes of their own ([`Pick::Probe`]).
+    pub holding: Vec<Holding>,
     /// The host routing header's values as written ([`crate::http::route`]), kept so that a
     /// request's is mostly written already.
     pub joined: crate::http::Joined,

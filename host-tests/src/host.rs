@@ -456,6 +456,12 @@ impl Host {
                 if !state.is_root(context) && !state.streams.contains_key(&context) {
                     return Ok(()); // Envoy cancels the calls of a finished stream.
                 }
+                // ngx_wasm_module names the filter's root context in the answer to a request's
+                // own call, while the host calls made meanwhile act on the request.
+                let named = match self.options.profile {
+                    Profile::Nginx => state.streams.get(&context).map_or(context, |s| s.root),
+                    Profile::Envoy => context,
+                };
                 let args = [
                     token as i32,
                     reply.headers.len() as i32,
@@ -469,7 +475,11 @@ impl Host {
                         call.delivered = Some(now);
                     }
                 }
-                let delivered = self.callback(vm, "proxy_on_http_call_response", context, &args);
+                let args: Vec<Val> = std::iter::once(named as i32)
+                    .chain(args)
+                    .map(Val::I32)
+                    .collect();
+                let delivered = self.guest(vm, "proxy_on_http_call_response", context, &args);
                 self.vms[vm].state_mut().call_response = None;
                 delivered?;
                 self.settle(vm)?;

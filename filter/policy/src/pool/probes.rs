@@ -159,10 +159,9 @@ impl<H> Pool<H> {
             }
         }
         if self.prober.is_none() {
-            // A probe a request held at cold start sent on a VM that does not probe: its answer
-            // steers this VM's routing, and counts as a probe; the backend's health is reported
-            // and published by the prober, whose own probe of it is out already.
-            effects.events.retain(|e| matches!(e, Event::Probed { .. }));
+            // A probe a request held at cold start sent on a VM that does not probe (yet): its
+            // answer steers this VM's routing and is reported as this VM heard it, but the probe
+            // table is the prober's to publish.
             effects.publish_active = false;
         }
         self.refresh(now, &mut effects);
