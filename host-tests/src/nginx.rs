@@ -15,7 +15,10 @@
 //! `proxy_record_metric` on a counter traps ("metric is a counter"); its property table
 //! answers NotFound for `response.flags`, `response.code_details` and anything it does not list
 //! (`upstream.request_attempt_count`), and `destination.address` is the PROXY protocol's,
-//! absent without it. NGINX's own answers to a user request whose upstream failed are its
+//! absent without it. A request paused with calls of its own resumes once the last of them is
+//! answered, whatever the filter asked, and only then; the answer to a request's call names the
+//! filter's root context, not the request's, while the host calls made in it act on the request
+//! (`ngx_http_proxy_wasm_dispatch.c`, `ngx_http_proxy_wasm.c`). NGINX's own answers to a user request whose upstream failed are its
 //! error pages: 502 for a refused connection, 504 for a timeout, with the headers NGINX sends.
 
 use crate::abi::Headers;
