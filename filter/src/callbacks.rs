@@ -124,8 +124,9 @@ pub extern "C" fn proxy_on_tick(context_id: u32) {
 
 /// The answer to call `token`, made by context `context_id`: a root's probe or etcd call, or
 /// the probe a request held at cold start waits on, which ngx_wasm_module hands to the root
-/// context and Envoy to the request. The request is resumed once its stream is no longer
-/// borrowed, so a host that runs its next callbacks at once reaches it.
+/// context (a host that names the request itself reaches it too; Envoy holds no request on a
+/// probe). The request is resumed once its stream is no longer borrowed, so a host that runs
+/// its next callbacks at once reaches it.
 #[no_mangle]
 pub extern "C" fn proxy_on_http_call_response(
     context_id: u32,

@@ -99,6 +99,8 @@ fn hold(v: &mut Vm, id: u32, pick: Pick, standing: &mut Standing) -> Option<Acti
         }
         pick = v.pick()?;
     }
+    // Not reached while the pool has backends; the client's copy of the route header goes anyway.
+    route(v.pool.as_ref()?, None, &mut v.joined);
     None
 }
 

@@ -224,6 +224,7 @@ impl Root {
                 let effects = pool.tick(now);
                 v.carry_out(effects, now);
             }
+            v.forget_holding();
             resume_parked(v);
         });
     }

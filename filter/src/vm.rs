@@ -124,6 +124,17 @@ impl Vm {
         Some(pick)
     }
 
+    /// Forgets the requests held on probes the pool no longer awaits ([`Pool::tick`] forgets one
+    /// unanswered for two timeouts: its request went without a word).
+    pub fn forget_holding(&mut self) {
+        if self.holding.is_empty() {
+            return;
+        }
+        if let Some(pool) = self.pool.as_ref() {
+            self.holding.retain(|h| pool.awaits_held_probe(h.token));
+        }
+    }
+
     /// Sends, from the current request, the probe of backend `index` it is held on at cold start
     /// ([`Pick::Probe`]): its token, or `None` if the proxy refused it (the refusal is then the
     /// policy's word on that backend).

@@ -202,9 +202,17 @@ pub fn timestamp(at: Time) -> String {
 
 /// Appends `changes` to `table` and keeps its newest `size` (the writer's `history`). Pools
 /// sharing a `vm_id` share the window, each showing its own changes in it: so the history of a
-/// backend no longer configured, or of a configuration gone, ages out like any other.
+/// backend no longer configured, or of a configuration gone, ages out like any other. A change
+/// its backend's newest entry already says (the same transition, heard by two VMs: a worker's
+/// request held at cold start, then the prober) is one change, kept once.
 pub fn append(table: &mut HistoryTable, changes: &[Change], size: usize) {
-    table.extend_from_slice(changes);
+    for change in changes {
+        let newest = table.iter().rev().find(|c| c.key == change.key);
+        if newest.is_some_and(|c| c.kind == change.kind) {
+            continue;
+        }
+        table.push(change.clone());
+    }
     let over = table.len().saturating_sub(size);
     table.drain(..over);
 }
@@ -227,6 +235,26 @@ mod tests {
             timestamp(at(1_796_181_127, 250)),
             "2026-12-02T03:12:07.250Z"
         );
+    }
+
+    #[test]
+    fn the_same_transition_heard_by_two_vms_is_kept_once_and_the_next_one_again() {
+        let change = |at: u64, to: Health| Change {
+            at: Duration::from_millis(at),
+            backend: Some("app2".into()),
+            key: "app2".into(),
+            kind: Kind::Health {
+                from: Health::Unknown,
+                to,
+            },
+            cause: "1 probe answered 502".into(),
+        };
+        let mut table = HistoryTable::new();
+        append(&mut table, &[change(1, Health::Unhealthy)], 10);
+        append(&mut table, &[change(20, Health::Unhealthy)], 10);
+        assert_eq!(table, [change(1, Health::Unhealthy)]);
+        append(&mut table, &[change(30, Health::Healthy)], 10);
+        assert_eq!(table.len(), 2);
     }
 
     #[test]

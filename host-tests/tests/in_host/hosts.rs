@@ -8,7 +8,7 @@ use crate::support::{ok, secs};
 use std::collections::BTreeSet;
 use std::time::Duration;
 use upcheck_host_tests::{
-    Behaviour, Host, HostOptions, Profile, RequestSpec, Traffic, UPCHECK_WASM,
+    Behaviour, Host, HostOptions, Load, Outcome, Profile, RequestSpec, Traffic, UPCHECK_WASM,
 };
 
 const PROFILES: [Profile; 2] = [Profile::Envoy, Profile::Nginx];
@@ -280,6 +280,45 @@ fn in_both_hosts_users_arriving_while_workers_compile_wait_for_a_probe_and_none_
             }
         }
     }
+}
+
+#[test]
+fn in_nginx_a_client_that_leaves_while_held_on_its_probe_costs_no_one_after_it() {
+    let options = HostOptions {
+        compile: secs(1),
+        ..options(Profile::Nginx)
+    };
+    let mut host = Host::from_file(UPCHECK_WASM, options).expect("loads");
+    host.upstream("app1");
+    host.upstream("app2")
+        .others(Behaviour::Hang)
+        .path("/up", Behaviour::Hang);
+    ok(host.start(&config(&host, Profile::Nginx, &["app1", "app2"], "")));
+    let request = RequestSpec {
+        give_up_after: Some(secs(2)),
+        ..RequestSpec::default()
+    };
+    let traffic = ok(host.load(Load {
+        rate: 10,
+        duration: secs(20),
+        request,
+    }));
+    println!("{traffic}");
+    let (left, stayed): (Vec<_>, Vec<_>) = traffic
+        .requests
+        .iter()
+        .partition(|r| r.outcome == Outcome::Disconnected);
+    assert!(!left.is_empty(), "nobody left while held: {traffic}");
+    assert!(
+        left.iter()
+            .all(|r| r.sent <= secs(1) && r.upstream.is_none()),
+        "only requests held at cold start left, unrouted: {traffic}"
+    );
+    assert!(
+        stayed.iter().all(|r| r.outcome == Outcome::Status(200)),
+        "{traffic}"
+    );
+    assert_eq!(host.requests_routed("app2"), 0);
 }
 
 /// A request to the status page's server at `127.0.0.1:9902` for `path`.

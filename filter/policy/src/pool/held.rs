@@ -46,6 +46,11 @@ impl<H> Pool<H> {
         });
     }
 
+    /// Whether probe `token`, sent by a request held at cold start, still awaits its answer.
+    pub fn awaits_held_probe(&self, token: u32) -> bool {
+        self.held.iter().any(|p| p.token == token)
+    }
+
     /// The request that sent probe `token` ended before its answer came (the client left): the
     /// proxy drops the call with the request, so no answer will come.
     pub fn held_probe_dropped(&mut self, token: u32) {

@@ -32,6 +32,7 @@
 //! cluster (Envoy's `cluster_header`), in `host` routing its address (the `override_host` load
 //! balancing policy), and then [`Pool::retry_choice`] names where a retry goes.
 
+use crate::active::ProbeOutcome;
 use crate::drain::{Drain, Signal};
 use crate::events::{Effects, Event};
 use crate::guard::{Evidence, Guard};
@@ -129,6 +130,11 @@ pub struct Member<H> {
     /// When the newest probe whose answer was taken was sent: an answer to an older one, late
     /// (a slow answer overtaken by a newer probe's), says less and is dropped.
     newest_probe: Option<Time>,
+    /// On a VM that does not probe, once a probe a request held at cold start sent was answered
+    /// here: the latest probe the probe table had of it until then. The table is taken for it
+    /// again once it says something else, so what this VM heard is not undone by a table that
+    /// has heard nothing since, and no clocks are compared.
+    held_over: Option<Option<(Time, ProbeOutcome)>>,
     /// Where it stands in its passive ejection's lifecycle, as last refreshed.
     ejection: EjectionState,
     /// This VM's request outcomes not yet added to the process-wide counts (at the next tick).
@@ -363,6 +369,7 @@ impl<H> Pool<H> {
                     probe: ProbeSlot::due_at(now),
                     unprobeable: false,
                     newest_probe: None,
+                    held_over: None,
                     ejection: EjectionState::None,
                     traffic: Traffic::default(),
                     fleet_traffic: Traffic::default(),

@@ -158,12 +158,6 @@ impl<H> Pool<H> {
                 }
             }
         }
-        if self.prober.is_none() {
-            // A probe a request held at cold start sent on a VM that does not probe (yet): its
-            // answer steers this VM's routing and is reported as this VM heard it, but the probe
-            // table is the prober's to publish.
-            effects.publish_active = false;
-        }
         self.refresh(now, &mut effects);
         self.published(&effects);
         effects
@@ -193,6 +187,10 @@ impl<H> Pool<H> {
     ) {
         let active = &self.config.health_checks.active;
         let pages = self.pages(index, sent, now);
+        // Only the prober publishes the probe table; a VM that does not probe hears a backend
+        // only through a probe a request held at cold start sent, and keeps what it heard until
+        // the table says something else of it.
+        let probing = self.prober.is_some();
         let Some(m) = self.members.get_mut(index) else {
             return;
         };
@@ -200,6 +198,9 @@ impl<H> Pool<H> {
             return;
         }
         m.newest_probe = Some(sent);
+        if !probing {
+            m.held_over.get_or_insert(m.evidence.active.last);
+        }
         if let Some(prober) = self.prober.as_mut() {
             prober.unpublished = true;
         }
@@ -227,7 +228,7 @@ impl<H> Pool<H> {
                 name: m.name().to_owned(),
                 outcome,
             });
-            effects.publish_active = true;
+            effects.publish_active |= probing;
         }
         if let Transition::Changed { from, to, reason } = transition {
             effects.events.push(Event::HealthChanged {
@@ -236,10 +237,10 @@ impl<H> Pool<H> {
                 to,
                 reason,
             });
-            effects.publish_active = true;
+            effects.publish_active |= probing;
         }
         if m.accepting != m.evidence.accepting() {
-            effects.publish_active = true;
+            effects.publish_active |= probing;
         }
         if let Transition::Changed { to, .. } = transition {
             let warm_up =

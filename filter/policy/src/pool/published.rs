@@ -4,7 +4,6 @@
 //! ejections its changes started.
 
 use super::Pool;
-use crate::active::ActiveHealth;
 use crate::events::{Effects, EjectionReason, Event};
 use crate::passive::Recorded;
 use crate::schedule::ProbeSlot;
@@ -117,8 +116,8 @@ impl<H> Pool<H> {
     }
 
     /// The probe table as the probers published it (a backend this VM probes itself is
-    /// skipped: its own state is newer; so is a backend whose latest probe here, one a request
-    /// held at cold start sent, settled after the table's).
+    /// skipped: its own state is newer; so is a backend a request held at cold start heard from
+    /// here, until the table says something else of it).
     pub fn active_published(&mut self, table: &ActiveTable, now: Time) -> Effects {
         let mut effects = Effects::default();
         let probing = self.prober.is_some();
@@ -127,8 +126,11 @@ impl<H> Pool<H> {
                 continue;
             }
             if let Some(active) = entry(table, i, &m.key) {
-                let settled = |a: &ActiveHealth| a.last.map(|(at, _)| at);
-                if m.evidence.active != *active && settled(&m.evidence.active) <= settled(active) {
+                if m.held_over.is_some_and(|last| last == active.last) {
+                    continue;
+                }
+                m.held_over = None;
+                if m.evidence.active != *active {
                     m.evidence.active = *active;
                     self.changed = true;
                     self.heard |= m.evidence.heard_from();

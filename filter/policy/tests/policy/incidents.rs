@@ -119,6 +119,31 @@ fn at_cold_start_in_nginx_each_request_waits_on_a_probe_of_its_own_and_the_first
         Pick::Backend(0),
         "a table that has not heard of app2 since does not undo what this worker heard"
     );
+
+    let mut prober = nginx_worker();
+    let _ = prober.lease(true, ms(15), 1);
+    for (i, token) in [(0, 1), (1, 2)] {
+        prober.probe_sent(i, token, ms(15));
+        let passed = ProbeAnswer {
+            status: 200,
+            ..answer
+        };
+        let _ = prober.probe_answered(token, passed, ms(16));
+    }
+    let _ = pool.active_published(&prober.active_table(), ms(17));
+    let picks: Vec<Pick> = (0..2).map(|_| pool.pick(ms(17))).collect();
+    assert!(
+        picks.contains(&Pick::Backend(1)),
+        "the prober's newer word on app2 is taken: {picks:?}"
+    );
+}
+
+#[test]
+fn a_worker_whose_held_probe_the_proxy_refuses_leaves_the_probe_table_to_the_prober() {
+    let mut pool = nginx_worker();
+    let effects = pool.probe_refused(1, "bad argument", ms(10));
+    assert!(!effects.publish_active, "{effects:?}");
+    assert_eq!(pool.pick(ms(11)), Pick::Backend(0));
 }
 
 #[test]
