@@ -296,42 +296,42 @@ mod tests {
 
     const HEAD: &[u8] = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
 
+    /// Every value a stream whose server answers with `parts` yields, until it ends.
+    fn values(parts: &'static [&'static [u8]]) -> Vec<Value> {
+        let (mut stream, server) = served(parts);
+        let mut values = Vec::new();
+        let ended = loop {
+            match stream.next_value() {
+                Ok(Some(value)) => values.push(value),
+                Ok(None) => break false,
+                Err(_) => break true,
+            }
+        };
+        assert!(ended, "the last chunk ends the stream, after {values:?}");
+        server.join().unwrap();
+        values
+    }
+
     #[test]
     fn a_stream_yields_each_value_once_it_is_whole_whatever_the_chunks() {
-        let (mut stream, server) = served(&[
+        let parts: &[&[u8]] = &[
             HEAD,
             b"8\r\n{\"a\":1}\n\r\n5\r\n{\"b\":\r\n",
             b"2\r\n2}\r\n",
             b"0\r\n\r\n",
-        ]);
+        ];
         assert_eq!(
-            stream.next_value().unwrap(),
-            Some(serde_json::json!({"a": 1}))
+            values(parts),
+            [serde_json::json!({"a": 1}), serde_json::json!({"b": 2})]
         );
-        assert_eq!(
-            stream.next_value().unwrap(),
-            Some(serde_json::json!({"b": 2}))
-        );
-        assert!(
-            stream.next_value().is_err(),
-            "the last chunk ends the stream"
-        );
-        server.join().unwrap();
     }
 
     #[test]
     fn values_that_come_with_the_last_chunk_are_taken_before_the_stream_ends() {
-        let (mut stream, server) =
-            served(&[HEAD, b"8\r\n{\"a\":1}\n\r\n7\r\n{\"b\":2}\r\n0\r\n\r\n"]);
+        let parts: &[&[u8]] = &[HEAD, b"8\r\n{\"a\":1}\n\r\n7\r\n{\"b\":2}\r\n0\r\n\r\n"];
         assert_eq!(
-            stream.next_value().unwrap(),
-            Some(serde_json::json!({"a": 1}))
+            values(parts),
+            [serde_json::json!({"a": 1}), serde_json::json!({"b": 2})]
         );
-        assert_eq!(
-            stream.next_value().unwrap(),
-            Some(serde_json::json!({"b": 2}))
-        );
-        assert!(stream.next_value().is_err(), "then it ends");
-        server.join().unwrap();
     }
 }

@@ -408,28 +408,20 @@ fn envoy_linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
             })())
         },
     )?;
-    l.func_wrap("env", "proxy_grpc_cancel", |c: Ctx, token: i32| {
-        let state = c.data();
-        let mut process = state.process.borrow_mut();
-        let (vm, context) = (state.vm, state.effective_context);
-        status(
-            process
-                .grpc
-                .cancel(vm, context, token as u32)
-                .map_err(Fault::from),
-        )
-    })?;
-    l.func_wrap("env", "proxy_grpc_close", |c: Ctx, token: i32| {
-        let state = c.data();
-        let mut process = state.process.borrow_mut();
-        let (vm, context) = (state.vm, state.effective_context);
-        status(
-            process
-                .grpc
-                .close(vm, context, token as u32)
-                .map_err(Fault::from),
-        )
-    })?;
+    // Ending a stream: at once (cancel), or by closing this side (close).
+    type End = fn(&mut grpc::Streams, usize, u32, u32) -> Result<(), Status>;
+    let ends: [(&str, End); 2] = [
+        ("proxy_grpc_cancel", grpc::Streams::cancel),
+        ("proxy_grpc_close", grpc::Streams::close),
+    ];
+    for (name, end) in ends {
+        l.func_wrap("env", name, move |c: Ctx, token: i32| {
+            let state = c.data();
+            let mut process = state.process.borrow_mut();
+            let (vm, context) = (state.vm, state.effective_context);
+            status(end(&mut process.grpc, vm, context, token as u32).map_err(Fault::from))
+        })?;
+    }
     l.func_wrap(
         "env",
         "proxy_get_status",
