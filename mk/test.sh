@@ -16,6 +16,9 @@
 # prints every stage's time and status, and the run fails if any stage did.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# A failing test's message is what a log must show: a backtrace of the test harness (which a
+# machine's RUST_BACKTRACE would add to every failure, anyhow's errors included) buries it.
+export RUST_BACKTRACE=0 RUST_LIB_BACKTRACE=0
 logs=target/test-logs
 rm -rf "$logs" && mkdir -p "$logs"
 summary=$logs/summary

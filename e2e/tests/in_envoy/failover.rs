@@ -136,23 +136,40 @@ async fn a_backend_hanging_mid_traffic_costs_no_get_and_each_hit_at_most_one_per
 }
 
 #[tokio::test]
-async fn a_backend_refusing_connections_mid_traffic_costs_no_request_of_any_method(
+async fn a_backend_crashing_mid_traffic_costs_no_get_and_of_other_methods_only_those_it_held(
 ) -> anyhow::Result<()> {
     let run = app2_breaks(HOST, Mode::Refuse, &[Method::GET, Method::POST]).await?;
-    for (method, report) in [Method::GET, Method::POST].iter().zip(&run.reports) {
-        println!("host routing, app2 refuses mid-traffic, {method}: {report}");
-        assert_eq!(report.failures(), 0, "{method}: {report}");
-    }
-    let failures = run
-        .envoy
-        .stat("wasmcustom.upcheck.app2.request_failures")
-        .await?;
     let stats = run
         .envoy
-        .stats("^cluster\\.pool\\.(upstream_rq_retry|upstream_cx_connect_fail)$|upcheck\\.app2")
+        .stats(
+            "^cluster\\.pool\\.(upstream_rq_retry|upstream_cx_connect_fail|upstream_cx_destroy_remote_with_active_rq)$|^wasmcustom\\.upcheck\\.app2\\.request_failures$",
+        )
         .await?;
-    println!("  app2 request failures counted: {failures}; {stats:?}");
-    assert!(failures >= 1, "the refusals were counted");
+    let stat = |name: &str| stats.get(name).copied().unwrap_or_default();
+    // `refuse` is a crash: app2 also closes the connections it has open. A request on one of them
+    // as it went may have reached the app (one written onto a connection whose close Envoy had
+    // not yet read cannot be told apart), so a POST among them is not repeated: Envoy counts
+    // them in `upstream_cx_destroy_remote_with_active_rq`. Every request after that meets a
+    // refused connection, and those are retried whatever their method.
+    let cut = stat("cluster.pool.upstream_cx_destroy_remote_with_active_rq");
+    for (method, report) in [Method::GET, Method::POST].iter().zip(&run.reports) {
+        println!("host routing, app2 refuses mid-traffic, {method}: {report}");
+    }
+    println!("  {stats:?}");
+    let [gets, posts] = [&run.reports[0], &run.reports[1]];
+    assert_eq!(gets.failures(), 0, "GET: {gets}");
+    assert!(
+        posts.failures() as u64 <= cut,
+        "POST: {posts}; only a POST on a connection app2 closed under it may fail ({cut})"
+    );
+    assert!(
+        stat("cluster.pool.upstream_cx_connect_fail") >= 1,
+        "users met the refusal: {stats:?}"
+    );
+    assert!(
+        stat("wasmcustom.upcheck.app2.request_failures") >= 1,
+        "the refusals were counted"
+    );
     Ok(())
 }
 

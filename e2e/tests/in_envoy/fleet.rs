@@ -9,7 +9,7 @@ use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::time::{sleep, Instant};
+use tokio::time::{sleep, sleep_until, Instant};
 use upcheck_e2e::etcd::{plugin, Balancer, Etcd};
 use upcheck_e2e::mode::Mode;
 use upcheck_e2e::plugin::INTERVAL;
@@ -29,20 +29,39 @@ const TTL: Duration = Duration::from_secs(3);
 /// that lapses then hands its duties over, as it should, which is not what that step is about.
 const MEMBER_KILL_TTL: Duration = Duration::from_secs(6);
 
-/// Users' requests over `balancers` in turn for `intervals` probe intervals, 10 a second: how
-/// many failed, of how many.
-async fn users(balancers: &[&Balancer], intervals: u32) -> (u32, u32) {
+/// Users' requests over `balancers` in turn, 10 a second from `start` for `intervals` probe
+/// intervals, each sent on time however long the one before took: how many failed, of how many.
+async fn users(balancers: &[&Balancer], start: Instant, intervals: u32) -> (u32, u32) {
     let per_interval = 10;
     let (mut failed, mut sent) = (0, 0);
     for i in 0..intervals * per_interval {
+        sleep_until(start + INTERVAL / per_interval * i).await;
         let b = balancers[i as usize % balancers.len()];
         sent += 1;
         if !b.user_request().await {
             failed += 1;
         }
-        sleep(INTERVAL / per_interval).await;
     }
     (failed, sent)
+}
+
+/// Users through `fleet` from `start` for `intervals` intervals ([`users`]), and the probes each
+/// of `backends` got over exactly those intervals, whatever the users' answers took on a loaded
+/// machine: (failed, sent, probes).
+async fn with_users(
+    fleet: &[&Balancer],
+    backends: &[&FakeUpstream],
+    start: Instant,
+    intervals: u32,
+) -> (u32, u32, Vec<u64>) {
+    sleep_until(start).await;
+    let before = probes(backends);
+    let counting = async {
+        sleep_until(start + INTERVAL * intervals).await;
+        since(&before, backends)
+    };
+    let ((failed, sent), counted) = tokio::join!(users(fleet, start, intervals), counting);
+    (failed, sent, counted)
 }
 
 fn probes(backends: &[&FakeUpstream]) -> Vec<u64> {
@@ -87,9 +106,7 @@ async fn probes_with_users(
     expected: RangeInclusive<u64>,
     rule: &str,
 ) -> anyhow::Result<()> {
-    let before = probes(backends);
-    let (failed, sent) = users(fleet, intervals).await;
-    let counted = since(&before, backends);
+    let (failed, sent, counted) = with_users(fleet, backends, Instant::now(), intervals).await;
     println!("{about}: probes per backend in {intervals} intervals {counted:?}; users failed {failed} of {sent}");
     anyhow::ensure!(failed == 0, "{about}: {failed} of {sent} users failed");
     anyhow::ensure!(
@@ -359,11 +376,10 @@ async fn with_every_etcd_member_down_each_balancer_probes_alone_then_rejoins_wit
     let mut per_interval = Vec::new();
     let mut rejoined = None;
     let mut failed = 0;
-    for _ in 0..15 {
-        let before = probes(&backends);
-        let (f, _) = users(&all, 1).await;
+    for i in 0..15 {
+        let (f, _, counted) = with_users(&all, &backends, back + INTERVAL * i, 1).await;
         failed += f;
-        per_interval.push(since(&before, &backends));
+        per_interval.push(counted);
         if rejoined.is_none() && futures_counts(&fleet, "fleet_local").await? == [0, 0, 0] {
             rejoined = Some(back.elapsed());
         }
