@@ -188,6 +188,47 @@ impl Report {
             .count()
     }
 
+    /// The requests sent within `sent` (from the start of the run), as a report of their own.
+    pub fn sent_within(&self, sent: std::ops::Range<Duration>) -> Report {
+        Report {
+            samples: self
+                .samples
+                .iter()
+                .filter(|s| sent.contains(&s.sent))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// How many failed requests were sent at or after `from` (from the start of the run).
+    pub fn failures_sent_from(&self, from: Duration) -> usize {
+        self.samples
+            .iter()
+            .filter(|s| s.sent >= from && s.outcome.is_failure())
+            .count()
+    }
+
+    /// How many failed requests were sent after the `n`th failure's answer (in the order the
+    /// answers came back) had reached its user; 0 when fewer than `n` failed.
+    ///
+    /// A backend the filter takes out at its `n`th failure gets no request sent after that
+    /// answer, however slow the machine: the filter counts a failure, and tells every worker,
+    /// before Envoy forwards the answer. Requests already on their way may still fail, as many as
+    /// were in flight; a bound on the total would have to guess that number.
+    pub fn failures_after_nth_answered(&self, n: usize) -> usize {
+        let mut answered: Vec<Duration> = self
+            .samples
+            .iter()
+            .filter(|s| s.outcome.is_failure())
+            .map(|s| s.sent + s.latency)
+            .collect();
+        answered.sort();
+        let Some(out) = n.checked_sub(1).and_then(|i| answered.get(i)) else {
+            return 0;
+        };
+        self.failures_sent_from(*out + Duration::from_nanos(1))
+    }
+
     /// When the last failed request was sent, from the start of the run.
     pub fn last_failure(&self) -> Option<Duration> {
         self.samples
@@ -338,6 +379,30 @@ mod tests {
              1.250s user saw 503 after 2 ms\n  \
              1.500s user saw timeout after 2000 ms"
         );
+    }
+
+    #[test]
+    fn failures_count_after_the_nth_failures_answer_in_the_order_answers_came_back() {
+        let report = Report {
+            samples: vec![
+                // The first failure sent is the last to come back (at 400 ms).
+                sample(0, 400, Outcome::Status(502)),
+                sample(10, 5, Outcome::Status(502)),
+                sample(20, 5, Outcome::Status(200)),
+                // The second answered, at 35 ms: sent before it, after it.
+                sample(30, 5, Outcome::Status(502)),
+                sample(35, 1, Outcome::Status(502)),
+                sample(40, 1, Outcome::Status(503)),
+            ],
+        };
+        assert_eq!(report.failures_after_nth_answered(2), 1);
+        assert_eq!(report.failures_after_nth_answered(1), 3);
+        assert_eq!(report.failures_after_nth_answered(5), 0);
+        assert_eq!(report.failures_after_nth_answered(6), 0);
+        assert_eq!(report.failures_after_nth_answered(0), 0);
+        let window = report.sent_within(Duration::from_millis(10)..Duration::from_millis(35));
+        assert_eq!((window.requests(), window.failures()), (3, 2));
+        assert_eq!(report.failures_sent_from(Duration::from_millis(30)), 3);
     }
 
     #[test]

@@ -373,17 +373,32 @@ async fn with_every_etcd_member_down_each_balancer_probes_alone_then_rejoins_wit
     // per backend again once the duties are shared, and no backend ever leaves (no flap).
     etcd.restart().await?;
     let back = Instant::now();
-    let mut per_interval = Vec::new();
-    let mut rejoined = None;
-    let mut failed = 0;
-    for i in 0..15 {
-        let (f, _, counted) = with_users(&all, &backends, back + INTERVAL * i, 1).await;
-        failed += f;
-        per_interval.push(counted);
-        if rejoined.is_none() && futures_counts(&fleet, "fleet_local").await? == [0, 0, 0] {
-            rejoined = Some(back.elapsed());
+    // The probes are counted at each interval's edge on the clock, beside the users and the
+    // stats reads, so that no probe falls between two intervals however long those took.
+    let edges = async {
+        let mut seen = Vec::new();
+        for i in 0..=15 {
+            sleep_until(back + INTERVAL * i).await;
+            seen.push(probes(&backends));
         }
-    }
+        seen
+    };
+    let watched = async {
+        let (mut rejoined, mut failed) = (None, 0);
+        for i in 0..15 {
+            failed += users(&all, back + INTERVAL * i, 1).await.0;
+            if rejoined.is_none() && futures_counts(&fleet, "fleet_local").await? == [0, 0, 0] {
+                rejoined = Some(back.elapsed());
+            }
+        }
+        anyhow::Ok((rejoined, failed))
+    };
+    let (edges, watched) = tokio::join!(edges, watched);
+    let (rejoined, failed) = watched?;
+    let per_interval: Vec<Vec<u64>> = edges
+        .windows(2)
+        .map(|pair| pair[1].iter().zip(&pair[0]).map(|(b, a)| b - a).collect())
+        .collect();
     println!("etcd restarted: rejoined {rejoined:?} later; probes per backend per interval {per_interval:?}; users failed {failed}");
     assert!(rejoined.is_some(), "not rejoined in 15 intervals");
     assert_eq!(failed, 0, "rejoining costs no user a failure");

@@ -140,12 +140,16 @@ async fn the_recommended_config_retries_gets_on_the_other_backend_when_one_break
         .connection_per_request()
         .run()
         .await?;
-    let ejections = shipped
-        .envoy
-        .stat("wasmcustom.upcheck.app2.ejections")
-        .await?;
-    println!("config/envoy.yaml, app2 answering 502: {report}; app2 ejections {ejections}");
+    let envoy = &shipped.envoy;
+    let ejections = envoy.stat("wasmcustom.upcheck.app2.ejections").await?;
+    let probe_failures = envoy.stat("wasmcustom.upcheck.app2.probe_failures").await?;
+    println!(
+        "config/envoy.yaml, app2 answering 502: {report}; app2 ejections {ejections}, probe \
+         failures {probe_failures}"
+    );
     assert_eq!(report.failures(), 0, "{report}");
-    assert_eq!(ejections, 1);
+    // Taken out by its users' three 502s, or (when its 10 s probe happened to come within the
+    // first of them) by that probe.
+    assert!(ejections == 1 || probe_failures >= 1, "app2 stayed in");
     Ok(())
 }
