@@ -117,15 +117,21 @@ impl Replay {
         (self.duration.as_secs_f64() * f64::from(self.rate)).round() as u64
     }
 
-    /// Sends every request on schedule and waits for all outcomes.
+    /// Sends every request on schedule from now and waits for all outcomes.
     pub async fn run(&self) -> Result<Report, reqwest::Error> {
+        self.run_from(Instant::now()).await
+    }
+
+    /// Sends every request on schedule from `start`, the origin of the report's times, and waits
+    /// for all outcomes. A test that times its own events from `start` reads them on the same
+    /// clock as the samples, however late this task began.
+    pub async fn run_from(&self, start: Instant) -> Result<Report, reqwest::Error> {
         // Never through a proxy from the environment: the targets are on this machine.
         let mut client = reqwest::Client::builder().no_proxy().timeout(self.timeout);
         if self.fresh_connections {
             client = client.pool_max_idle_per_host(0);
         }
         let client = client.build()?;
-        let start = Instant::now();
         let mut requests = JoinSet::new();
         for i in 0..self.count() {
             let due = Duration::from_secs_f64(i as f64 / f64::from(self.rate.max(1)));

@@ -18,7 +18,7 @@ use std::convert::Infallible;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -75,6 +75,8 @@ struct Shared {
     turned_away: AtomicU64,
     /// A change the next probe makes as it arrives (see [`FakeUpstream::switch_at_probe`]).
     at_probe: Mutex<AtProbe>,
+    /// When the first probe arrived.
+    first_probe: OnceLock<Instant>,
 }
 
 /// A change of mode that waits for the next probe.
@@ -138,6 +140,7 @@ impl FakeUpstream {
             capacity: Mutex::new(Capacity::default()),
             turned_away: AtomicU64::new(0),
             at_probe: Mutex::new(AtProbe::Idle),
+            first_probe: OnceLock::new(),
         });
         tokio::spawn(follow(schedule.switches, shared.clone()));
         tokio::spawn(accept_loop(
@@ -166,6 +169,12 @@ impl FakeUpstream {
     /// What it has received so far.
     pub fn counts(&self) -> Counts {
         self.shared.counts()
+    }
+
+    /// When its first probe arrived, if one has: the origin of a count of probes per interval
+    /// that does not depend on how long the proxy took to say it was ready.
+    pub fn first_probe(&self) -> Option<Instant> {
+        self.shared.first_probe.get().copied()
     }
 
     /// Changes the mode now; the pending timed switches are cancelled.
@@ -268,6 +277,7 @@ impl Shared {
 
     /// Makes the change the next probe was awaited for, if one was: called as a probe arrives.
     fn probe_arrived(&self) {
+        self.first_probe.get_or_init(Instant::now);
         let mut at_probe = self.at_probe();
         let made = AtProbe::Made(self.requests.load(Ordering::Relaxed));
         match std::mem::replace(&mut *at_probe, made) {

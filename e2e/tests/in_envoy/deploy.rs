@@ -231,7 +231,7 @@ async fn rolling_deploy(run: Run) -> anyhow::Result<Measured> {
     let duration = Duration::from_secs(2) + 2 * turn_length;
     let replay = Replay::new(envoy.url("/"), RATE, duration).connection_per_request();
     let start = Instant::now();
-    let traffic = tokio::spawn(async move { replay.run().await });
+    let traffic = tokio::spawn(async move { replay.run_from(start).await });
     let mut bounds = Vec::new();
     let mut shares = Vec::new();
     sleep_until(start + Duration::from_secs(2)).await;
@@ -346,7 +346,7 @@ async fn restart_while_the_other_drains(routing: Routing) -> anyhow::Result<(Tur
     let duration = Duration::from_secs(3) + DOWN + BOOT + Duration::from_secs(4);
     let replay = Replay::new(envoy.url("/"), RATE, duration).connection_per_request();
     let start = Instant::now();
-    let traffic = tokio::spawn(async move { replay.run().await });
+    let traffic = tokio::spawn(async move { replay.run_from(start).await });
     sleep_until(start + Duration::from_secs(1)).await;
     app1.set_mode(Mode::Drain(DrainSignal::Header));
     until_gauge(&envoy, "app1", "draining", 1, Duration::from_secs(3)).await;

@@ -65,7 +65,7 @@ async fn until_stat_above(
 fn users(envoy: &Envoy, duration: Duration) -> (Instant, tokio::task::JoinHandle<Report>) {
     let replay = Replay::new(envoy.url("/"), RATE, duration).connection_per_request();
     let start = Instant::now();
-    let run = tokio::spawn(async move { replay.run().await.expect("an HTTP client") });
+    let run = tokio::spawn(async move { replay.run_from(start).await.expect("an HTTP client") });
     (start, run)
 }
 

@@ -101,7 +101,7 @@ async fn a_backend_down_before_the_blip_gets_no_user_request_during_it() -> anyh
     let replay =
         Replay::new(envoy.url("/"), RATE, Duration::from_secs(13)).connection_per_request();
     let start = Instant::now();
-    let traffic = tokio::spawn(async move { replay.run().await });
+    let traffic = tokio::spawn(async move { replay.run_from(start).await });
 
     // app2 hangs from 2 s on (and keeps hanging); app1's `/up` blips from 6 s to 11 s.
     sleep_until(start + Duration::from_secs(2)).await;

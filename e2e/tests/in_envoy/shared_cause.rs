@@ -66,7 +66,7 @@ fn name(routing: Routing) -> &'static str {
 fn users(envoy: &Envoy, rate: u32, duration: Duration) -> (Instant, JoinHandle<Report>) {
     let replay = Replay::new(envoy.url("/"), rate, duration).connection_per_request();
     let start = Instant::now();
-    let run = tokio::spawn(async move { replay.run().await.expect("an HTTP client") });
+    let run = tokio::spawn(async move { replay.run_from(start).await.expect("an HTTP client") });
     (start, run)
 }
 
