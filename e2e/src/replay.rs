@@ -214,18 +214,19 @@ impl Report {
             .count()
     }
 
-    /// How many failed requests were sent after the `n`th failure's answer (in the order the
-    /// answers came back) had reached its user; 0 when fewer than `n` failed.
+    /// How many failed requests were sent after the `n`th failed answer (a status, in the order
+    /// the answers came back) had reached its user; 0 when fewer than `n` failed so.
     ///
     /// A backend the filter takes out at its `n`th failure gets no request sent after that
     /// answer, however slow the machine: the filter counts a failure, and tells every worker,
     /// before Envoy forwards the answer. Requests already on their way may still fail, as many as
-    /// were in flight; a bound on the total would have to guess that number.
+    /// were in flight; a bound on the total would have to guess that number. A user's own timeout
+    /// or broken connection never passed through the filter, so it does not set the instant.
     pub fn failures_after_nth_answered(&self, n: usize) -> usize {
         let mut answered: Vec<Duration> = self
             .samples
             .iter()
-            .filter(|s| s.outcome.is_failure())
+            .filter(|s| s.outcome.is_failure() && matches!(s.outcome, Outcome::Status(_)))
             .map(|s| s.sent + s.latency)
             .collect();
         answered.sort();
@@ -395,6 +396,8 @@ mod tests {
                 sample(0, 400, Outcome::Status(502)),
                 sample(10, 5, Outcome::Status(502)),
                 sample(20, 5, Outcome::Status(200)),
+                // A user's own timeout, at 12 ms: counted, never the instant.
+                sample(2, 10, Outcome::Timeout),
                 // The second answered, at 35 ms: sent before it, after it.
                 sample(30, 5, Outcome::Status(502)),
                 sample(35, 1, Outcome::Status(502)),
@@ -408,7 +411,7 @@ mod tests {
         assert_eq!(report.failures_after_nth_answered(0), 0);
         let window = report.sent_within(Duration::from_millis(10)..Duration::from_millis(35));
         assert_eq!((window.requests(), window.failures()), (3, 2));
-        assert_eq!(report.failures_sent_from(Duration::from_millis(30)), 3);
+        assert_eq!(report.failures_sent_from(Duration::from_millis(2)), 5);
     }
 
     #[test]

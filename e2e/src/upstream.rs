@@ -171,10 +171,24 @@ impl FakeUpstream {
         self.shared.counts()
     }
 
-    /// When its first probe arrived, if one has: the origin of a count of probes per interval
-    /// that does not depend on how long the proxy took to say it was ready.
-    pub fn first_probe(&self) -> Option<Instant> {
-        self.shared.first_probe.get().copied()
+    /// The probes it received in `window` from its first probe on, read as the window ends: a
+    /// count per interval that does not depend on when the proxy said it was ready, nor on what
+    /// else the test awaited meanwhile. An error if no probe came within `window`.
+    pub async fn probes_from_first(&self, window: Duration) -> anyhow::Result<u64> {
+        let deadline = Instant::now() + window;
+        let first = loop {
+            if let Some(first) = self.shared.first_probe.get() {
+                break *first;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "{} was never probed",
+                self.name()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        tokio::time::sleep_until(first + window).await;
+        Ok(self.counts().probes)
     }
 
     /// Changes the mode now; the pending timed switches are cancelled.

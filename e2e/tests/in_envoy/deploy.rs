@@ -5,8 +5,8 @@
 //! turn, and each backend's share of the requests in the first 3 s after it took users again.
 //!
 //! The promises asserted: a restart without warning costs cluster routing the `max_fails` (3)
-//! users that meet the closed port before it is ejected, with any already on their way then, and
-//! none sent after the third came back; none in host routing (a refused connection is retried on the other backend); with the drain signal, no user
+//! users that meet the closed port before the filter takes it out, with any already on their way
+//! then, and none sent after the third came back; none in host routing (a refused connection is retried on the other backend); with the drain signal, no user
 //! fails in host routing and at most a few in cluster routing.
 //!
 //! Each app server is a fake upstream: `drain` or `drain:404` while it drains, `refuse` while its
@@ -128,7 +128,7 @@ impl Run {
 struct Turn {
     failed: usize,
     /// Failed requests sent after the turn's `max_fails`th failure came back: none, once the
-    /// backend is out (see [`Report::failures_after_nth_answered`]).
+    /// filter has taken the backend out (see [`Report::failures_after_nth_answered`]).
     late: usize,
     slow: usize,
     /// Its share of user requests in the first [`SHARE_WINDOW`] after it took users again.
@@ -320,7 +320,7 @@ async fn a_rolling_deploy_costs_no_user_in_host_routing_and_none_after_max_fails
     for m in &measured {
         for turn in &m.turns {
             match m.run.routing {
-                Routing::Cluster => assert_eq!(turn.late, 0, "{}", m.row()),
+                Routing::Cluster => assert_eq!(turn.late, 0, "{}: {turn:?}", m.row()),
                 _ => assert_eq!(turn.failed, 0, "{}", m.row()),
             }
         }

@@ -30,7 +30,8 @@ const TTL: Duration = Duration::from_secs(3);
 const MEMBER_KILL_TTL: Duration = Duration::from_secs(6);
 
 /// Users' requests over `balancers` in turn, 10 a second from `start` for `intervals` probe
-/// intervals, each sent on time however long the one before took: how many failed, of how many.
+/// intervals, one at a time, each at its time on the clock (or at once, when the answer before
+/// it came late): how many failed, of how many.
 async fn users(balancers: &[&Balancer], start: Instant, intervals: u32) -> (u32, u32) {
     let per_interval = 10;
     let (mut failed, mut sent) = (0, 0);
@@ -43,25 +44,6 @@ async fn users(balancers: &[&Balancer], start: Instant, intervals: u32) -> (u32,
         }
     }
     (failed, sent)
-}
-
-/// Users through `fleet` from `start` for `intervals` intervals ([`users`]), and the probes each
-/// of `backends` got over exactly those intervals, whatever the users' answers took on a loaded
-/// machine: (failed, sent, probes).
-async fn with_users(
-    fleet: &[&Balancer],
-    backends: &[&FakeUpstream],
-    start: Instant,
-    intervals: u32,
-) -> (u32, u32, Vec<u64>) {
-    sleep_until(start).await;
-    let before = probes(backends);
-    let counting = async {
-        sleep_until(start + INTERVAL * intervals).await;
-        since(&before, backends)
-    };
-    let ((failed, sent), counted) = tokio::join!(users(fleet, start, intervals), counting);
-    (failed, sent, counted)
 }
 
 fn probes(backends: &[&FakeUpstream]) -> Vec<u64> {
@@ -106,7 +88,15 @@ async fn probes_with_users(
     expected: RangeInclusive<u64>,
     rule: &str,
 ) -> anyhow::Result<()> {
-    let (failed, sent, counted) = with_users(fleet, backends, Instant::now(), intervals).await;
+    // The probes are counted over exactly `intervals` intervals, beside the users, whatever
+    // their answers took on a loaded machine.
+    let start = Instant::now();
+    let before = probes(backends);
+    let counting = async {
+        sleep_until(start + INTERVAL * intervals).await;
+        since(&before, backends)
+    };
+    let ((failed, sent), counted) = tokio::join!(users(fleet, start, intervals), counting);
     println!("{about}: probes per backend in {intervals} intervals {counted:?}; users failed {failed} of {sent}");
     anyhow::ensure!(failed == 0, "{about}: {failed} of {sent} users failed");
     anyhow::ensure!(

@@ -2,9 +2,6 @@
 //! each probed, a backend would see five probes per interval with four workers. upcheck's lease
 //! in shared data lets one VM probe for all, once per interval.
 
-use std::time::Duration;
-
-use tokio::time::{sleep, sleep_until, Instant};
 use upcheck_e2e::envoy::Envoy;
 use upcheck_e2e::mode::Mode;
 use upcheck_e2e::plugin::{fast_checks, INTERVAL};
@@ -24,19 +21,12 @@ async fn probes_with_four_workers(intervals: u32) -> anyhow::Result<[u64; 2]> {
         .await?;
     // Probing starts at once: the first probe, then one per interval. Each backend's count is
     // taken `intervals` after its own first probe, however long Envoy took to say it was ready.
-    let deadline = Instant::now() + 5 * INTERVAL;
-    let mut probes = [0; 2];
-    for (i, app) in [&app1, &app2].into_iter().enumerate() {
-        let first = loop {
-            if let Some(first) = app.first_probe() {
-                break first;
-            }
-            anyhow::ensure!(Instant::now() < deadline, "{} was never probed", app.name());
-            sleep(Duration::from_millis(10)).await;
-        };
-        sleep_until(first + intervals * INTERVAL).await;
-        probes[i] = app.counts().probes;
-    }
+    let window = intervals * INTERVAL;
+    let (app1_probes, app2_probes) = tokio::join!(
+        app1.probes_from_first(window),
+        app2.probes_from_first(window)
+    );
+    let probes = [app1_probes?, app2_probes?];
     println!(
         "probes in {intervals} intervals, 4 workers: app1 {}, app2 {}",
         probes[0], probes[1]

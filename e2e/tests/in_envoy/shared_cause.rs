@@ -70,15 +70,6 @@ fn users(envoy: &Envoy, rate: u32, duration: Duration) -> (Instant, JoinHandle<R
     (start, run)
 }
 
-/// The failed requests of `report` sent in `sent` (times from the start of the users).
-fn failures_sent(report: &Report, sent: std::ops::Range<Duration>) -> usize {
-    report
-        .samples
-        .iter()
-        .filter(|s| sent.contains(&s.sent) && s.outcome.is_failure())
-        .count()
-}
-
 /// Envoy's log lines that say `needle`.
 fn logged(envoy: &Envoy, needle: &str) -> Vec<String> {
     envoy
@@ -391,10 +382,9 @@ async fn a_real_failure_that_spreads_keeps_the_first_broken_backend_out(
     let retried = end.retries - spread.retries;
     let hits = at_spread - before;
     // A user sent just before app2 broke may still meet the break there; app1 was out long before.
-    let failed_before_spread = failures_sent(
-        &report,
-        Duration::ZERO..app2_broke - Duration::from_millis(100),
-    );
+    let failed_before_spread = report
+        .sent_within(Duration::ZERO..app2_broke - Duration::from_millis(100))
+        .failures();
     let when = match onset {
         Onset::AfterProbe => "users first",
         Onset::AtProbe => "its probe first",
@@ -414,7 +404,7 @@ async fn a_real_failure_that_spreads_keeps_the_first_broken_backend_out(
         app1_end - at_spread,
         end.app1 - spread.app1,
         app2_end - app2_at_spread,
-        failures_sent(&report, app2_broke..Duration::MAX),
+        report.failures_sent_from(app2_broke),
     );
     let health = logged(&envoy, "upcheck: app");
     println!("  {health:#?}");

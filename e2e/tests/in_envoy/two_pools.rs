@@ -85,6 +85,27 @@ fn base(root_url: &str) -> String {
     root_url.trim_end_matches('/').to_owned()
 }
 
+/// Each of `upstreams`' probes over `window` from its own first probe, counted side by side
+/// ([`FakeUpstream::probes_from_first`]), by name.
+async fn probes_side_by_side(
+    upstreams: [&FakeUpstream; 4],
+    window: Duration,
+) -> anyhow::Result<Vec<(&str, u64)>> {
+    let [a, b, c, d] = upstreams;
+    let (na, nb, nc, nd) = tokio::join!(
+        a.probes_from_first(window),
+        b.probes_from_first(window),
+        c.probes_from_first(window),
+        d.probes_from_first(window)
+    );
+    Ok(vec![
+        (a.name(), na?),
+        (b.name(), nb?),
+        (c.name(), nc?),
+        (d.name(), nd?),
+    ])
+}
+
 /// Over 10 intervals, with users on both listeners and both status pages read twice an
 /// interval: each of the four backends gets one probe per interval (10 or 11: the first probe
 /// and one per interval; none if its pool's prober never ran, 20 or more if both pools probed
@@ -123,29 +144,34 @@ async fn two_listeners_sharing_a_vm_id_each_probe_route_and_report_only_their_ow
     let mut foreign = Vec::new();
     let mut all_healthy_at = [None, None];
     let own = [vec!["app1", "app2"], vec!["api1", "api2"]];
-    // The pages are read twice an interval on the clock, so that the probes below are counted at
-    // the window's end however long the reads took.
-    for read_at in (0..2 * intervals).map(|k| start + INTERVAL / 2 * k) {
-        sleep_until(read_at).await;
-        for (i, base) in [&site, &api].into_iter().enumerate() {
-            let page = status_page(&http, base).await?;
-            if names(&page) != own[i] {
-                foreign.push(format!(
-                    "{:.1}s {base}: {page:?}",
-                    start.elapsed().as_secs_f64()
-                ));
+    // The pages are read twice an interval on the clock, while each backend's probes are counted
+    // over the `intervals` from its own first probe.
+    let reading = async {
+        for read_at in (0..2 * intervals).map(|k| start + INTERVAL / 2 * k) {
+            sleep_until(read_at).await;
+            for (i, base) in [&site, &api].into_iter().enumerate() {
+                let page = status_page(&http, base).await?;
+                if names(&page) != own[i] {
+                    foreign.push(format!(
+                        "{:.1}s {base}: {page:?}",
+                        start.elapsed().as_secs_f64()
+                    ));
+                }
+                if all_healthy_at[i].is_none() && page.iter().all(|l| l.status == "healthy") {
+                    all_healthy_at[i] = Some(start.elapsed());
+                }
             }
-            if all_healthy_at[i].is_none() && page.iter().all(|l| l.status == "healthy") {
-                all_healthy_at[i] = Some(start.elapsed());
-            }
+            reads += 1;
         }
-        reads += 1;
-    }
-    sleep_until(start + intervals * INTERVAL).await;
-    let probes: Vec<(&str, u64)> = [&app1, &app2, &api1, &api2]
-        .iter()
-        .map(|u| (u.name(), u.counts().probes))
-        .collect();
+        anyhow::Ok(())
+    };
+    let window = intervals * INTERVAL;
+    let (read, counted) = tokio::join!(
+        reading,
+        probes_side_by_side([&app1, &app2, &api1, &api2], window)
+    );
+    read?;
+    let probes = counted?;
     let pages = [
         status_page(&http, &site).await?,
         status_page(&http, &api).await?,
