@@ -171,24 +171,39 @@ impl FakeUpstream {
         self.shared.counts()
     }
 
-    /// The probes it received in `window` from its first probe on, read as the window ends: a
-    /// count per interval that does not depend on when the proxy said it was ready, nor on what
-    /// else the test awaited meanwhile. An error if no probe came within `window`.
-    pub async fn probes_from_first(&self, window: Duration) -> anyhow::Result<u64> {
+    /// The probes each of `upstreams` received in `window` from its own first probe on, each
+    /// read as its window ends: a count per interval that does not depend on when the proxy said
+    /// it was ready, nor on what else the test awaited meanwhile. An error if one was not probed
+    /// within `window`.
+    pub async fn probes_from_first(
+        upstreams: &[&FakeUpstream],
+        window: Duration,
+    ) -> anyhow::Result<Vec<u64>> {
         let deadline = Instant::now() + window;
-        let first = loop {
-            if let Some(first) = self.shared.first_probe.get() {
-                break *first;
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "{} was never probed",
-                self.name()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
-        tokio::time::sleep_until(first + window).await;
-        Ok(self.counts().probes)
+        let mut firsts = Vec::new();
+        for upstream in upstreams {
+            let first = loop {
+                if let Some(first) = upstream.shared.first_probe.get() {
+                    break *first;
+                }
+                anyhow::ensure!(
+                    Instant::now() < deadline,
+                    "{} was never probed",
+                    upstream.name()
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            };
+            firsts.push(first);
+        }
+        // In the order the windows end, so that each is read at its own end.
+        let mut order: Vec<usize> = (0..upstreams.len()).collect();
+        order.sort_by_key(|&i| firsts[i]);
+        let mut probes = vec![0; upstreams.len()];
+        for i in order {
+            tokio::time::sleep_until(firsts[i] + window).await;
+            probes[i] = upstreams[i].counts().probes;
+        }
+        Ok(probes)
     }
 
     /// Changes the mode now; the pending timed switches are cancelled.

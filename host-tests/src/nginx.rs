@@ -18,8 +18,9 @@
 //! absent without it. A request paused with calls of its own resumes once the last of them is
 //! answered, whatever the filter asked, and only then; the answer to a request's call names the
 //! filter's root context, not the request's, while the host calls made in it act on the request
-//! (`ngx_http_proxy_wasm_dispatch.c`, `ngx_http_proxy_wasm.c`). NGINX's own answers to a user request whose upstream failed are its
-//! error pages: 502 for a refused connection, 504 for a timeout, with the headers NGINX sends.
+//! (`ngx_http_proxy_wasm_dispatch.c`, `ngx_http_proxy_wasm.c`). NGINX's own answers to a user
+//! request whose upstream failed are its error pages: 502 for a refused connection, 504 for a
+//! timeout, with the headers NGINX sends.
 
 use crate::abi::Headers;
 use crate::envoy::{answer_in_time, Reply};

@@ -9,7 +9,7 @@ use upcheck_e2e::upstream::FakeUpstream;
 
 /// The probes each of two healthy backends receives in the first `intervals` intervals of an
 /// Envoy with four workers and the scenarios' plugin configuration.
-async fn probes_with_four_workers(intervals: u32) -> anyhow::Result<[u64; 2]> {
+async fn probes_with_four_workers(intervals: u32) -> anyhow::Result<Vec<u64>> {
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
     let _envoy = Envoy::builder()
@@ -21,16 +21,8 @@ async fn probes_with_four_workers(intervals: u32) -> anyhow::Result<[u64; 2]> {
         .await?;
     // Probing starts at once: the first probe, then one per interval. Each backend's count is
     // taken `intervals` after its own first probe, however long Envoy took to say it was ready.
-    let window = intervals * INTERVAL;
-    let (app1_probes, app2_probes) = tokio::join!(
-        app1.probes_from_first(window),
-        app2.probes_from_first(window)
-    );
-    let probes = [app1_probes?, app2_probes?];
-    println!(
-        "probes in {intervals} intervals, 4 workers: app1 {}, app2 {}",
-        probes[0], probes[1]
-    );
+    let probes = FakeUpstream::probes_from_first(&[&app1, &app2], intervals * INTERVAL).await?;
+    println!("probes in {intervals} intervals, 4 workers (app1, app2): {probes:?}");
     Ok(probes)
 }
 

@@ -85,27 +85,6 @@ fn base(root_url: &str) -> String {
     root_url.trim_end_matches('/').to_owned()
 }
 
-/// Each of `upstreams`' probes over `window` from its own first probe, counted side by side
-/// ([`FakeUpstream::probes_from_first`]), by name.
-async fn probes_side_by_side(
-    upstreams: [&FakeUpstream; 4],
-    window: Duration,
-) -> anyhow::Result<Vec<(&str, u64)>> {
-    let [a, b, c, d] = upstreams;
-    let (na, nb, nc, nd) = tokio::join!(
-        a.probes_from_first(window),
-        b.probes_from_first(window),
-        c.probes_from_first(window),
-        d.probes_from_first(window)
-    );
-    Ok(vec![
-        (a.name(), na?),
-        (b.name(), nb?),
-        (c.name(), nc?),
-        (d.name(), nd?),
-    ])
-}
-
 /// Over 10 intervals, with users on both listeners and both status pages read twice an
 /// interval: each of the four backends gets one probe per interval (10 or 11: the first probe
 /// and one per interval; none if its pool's prober never ran, 20 or more if both pools probed
@@ -165,13 +144,11 @@ async fn two_listeners_sharing_a_vm_id_each_probe_route_and_report_only_their_ow
         }
         anyhow::Ok(())
     };
-    let window = intervals * INTERVAL;
-    let (read, counted) = tokio::join!(
-        reading,
-        probes_side_by_side([&app1, &app2, &api1, &api2], window)
-    );
+    let upstreams = [&app1, &app2, &api1, &api2];
+    let counting = FakeUpstream::probes_from_first(&upstreams, intervals * INTERVAL);
+    let (read, counted) = tokio::join!(reading, counting);
     read?;
-    let probes = counted?;
+    let probes: Vec<(&str, u64)> = upstreams.iter().map(|u| u.name()).zip(counted?).collect();
     let pages = [
         status_page(&http, &site).await?,
         status_page(&http, &api).await?,
