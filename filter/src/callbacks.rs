@@ -95,7 +95,12 @@ pub extern "C" fn proxy_on_context_create(context_id: u32, root_context_id: u32)
         });
         return;
     }
-    let Some(stream) = with_root(root_context_id, |root| root.create_stream(context_id)) else {
+    // The status page's on its listener, else routed.
+    let create = |root: &mut Root| match root.serves_page() {
+        true => Stream::Page(StatusPage::new(root.vm())),
+        false => Stream::Request(Http::new(context_id, root.vm())),
+    };
+    let Some(stream) = with_root(root_context_id, create) else {
         return;
     };
     STREAMS.with(|streams| match streams.try_borrow_mut() {

@@ -17,13 +17,14 @@
 
 mod abi;
 mod callbacks;
-mod etcd_calls;
+mod fleet;
 mod hostcall;
 mod http;
 mod logger;
 mod metrics;
 mod probes;
 mod root;
+mod route;
 mod shared;
 mod status_page;
 mod vm;

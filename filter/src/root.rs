@@ -12,14 +12,11 @@
 //! which reads the shared tables when the page is asked for.
 
 use crate::abi::BufferType;
-use crate::callbacks::Stream;
-use crate::etcd_calls;
 use crate::hostcall as hostcalls;
-use crate::http::{self, Http};
 use crate::metrics::{self, BackendMetrics};
 use crate::probes;
+use crate::route;
 use crate::shared;
-use crate::status_page::StatusPage;
 use crate::vm::{self, Handle, Resumed, Vm};
 use upcheck_policy::{lease, nanos, tick_due, Config, Pick, Pool, Time, WAKE};
 
@@ -90,7 +87,7 @@ impl Root {
         let now = vm::now();
         let fingerprint = self.config_fingerprint;
         vm::with(&self.vm, |v| {
-            if etcd_calls::answer(v, token, body_size, now) {
+            if v.etcd_answered(token, body_size, now) {
                 return;
             }
             // What other VMs saw since this VM's last tick first: whether the answer changes
@@ -107,12 +104,13 @@ impl Root {
     /// A message of gRPC stream `token`, `size` bytes: etcd's watch.
     pub fn on_grpc_receive(&mut self, token: u32, size: usize) {
         let now = vm::now();
-        vm::with(&self.vm, |v| etcd_calls::watch_message(v, token, size, now));
+        vm::with(&self.vm, |v| v.stream_message(token, size, now));
     }
 
     /// gRPC stream `token` ended with `status`.
     pub fn on_grpc_close(&mut self, token: u32, status: u32) {
-        vm::with(&self.vm, |v| etcd_calls::watch_closed(v, token, status));
+        let now = vm::now();
+        vm::with(&self.vm, |v| v.stream_closed(token, status, now));
     }
 
     /// The VM starts: the logger goes in.
@@ -188,7 +186,7 @@ impl Root {
         }
         let now = vm::now();
         if !tick_due(self.last_tick, now) {
-            vm::with(&self.vm, |v| etcd_calls::between_ticks(v, now));
+            vm::with(&self.vm, |v| v.between_ticks(now));
             return;
         }
         self.last_tick = Some(now);
@@ -212,11 +210,6 @@ impl Root {
                 let effects = pool.lease(held, now, seed);
                 v.carry_out(effects, now);
             }
-            if held {
-                etcd_calls::tick(v, now);
-            } else {
-                v.fleet = None;
-            }
             v.last_tick = now;
             v.flush_requests();
             v.sync(fingerprint, now);
@@ -229,12 +222,14 @@ impl Root {
         });
     }
 
-    /// The context of request `context_id`: the status page's on its listener, else routed.
-    pub fn create_stream(&self, context_id: u32) -> Stream {
-        if self.serves_page {
-            return Stream::Page(StatusPage::new(self.vm.clone()));
-        }
-        Stream::Request(Http::new(context_id, self.vm.clone()))
+    /// Whether its configuration serves the status page rather than the traffic.
+    pub fn serves_page(&self) -> bool {
+        self.serves_page
+    }
+
+    /// The VM state its request streams share.
+    pub fn vm(&self) -> Handle {
+        self.vm.clone()
     }
 }
 
@@ -253,7 +248,7 @@ fn resume_parked(v: &mut Vm) {
             continue; // the request is gone
         }
         if let Some(pool) = v.pool.as_ref() {
-            http::route(pool, Some(backend), &mut v.joined);
+            route::route(pool, Some(backend), &mut v.joined);
         }
         if let Some((backend, started)) = v.routed(context, backend) {
             v.resumed.push(Resumed {

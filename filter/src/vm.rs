@@ -8,14 +8,18 @@
 //! changes are shared by compare-and-swap and the written table goes back in, probes are sent,
 //! the probe table is published, and events become log lines and metrics.
 
+use crate::fleet::{self, FleetGauges};
 use crate::hostcall as hostcalls;
 use crate::metrics::{self, BackendMetrics};
 use crate::probes;
+use crate::route::Joined;
 use crate::shared;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 use upcheck_policy::config::HealthChecks;
+use upcheck_policy::etcd::shown::Shown;
+use upcheck_policy::etcd::{OpenWatch, Request};
 use upcheck_policy::events::EjectionReason;
 use upcheck_policy::history::HistoryTable;
 use upcheck_policy::host::{self, Dispatch, Host};
@@ -71,8 +75,11 @@ pub struct Vm {
     pub pool: Option<Pool<BackendMetrics>>,
     /// The fleet guard's gauge.
     pub fleet_guard: Option<u32>,
-    /// On the VM that probes, with a `fleet` configured: its part in the fleet of balancers.
-    pub fleet: Option<crate::etcd_calls::Part>,
+    /// On the VM that speaks for its process in a fleet of balancers: the gauges that show it.
+    fleet: FleetGauges,
+    /// The passive table's compare-and-swap number when its failures were last offered to the
+    /// fleet between ticks ([`Vm::between_ticks`]).
+    offered: Option<u32>,
     /// Requests (HTTP contexts) waiting at cold start.
     pub parked: Vec<u32>,
     /// Requests resumed after waiting, with their picks.
@@ -81,7 +88,7 @@ pub struct Vm {
     pub holding: Vec<Holding>,
     /// The host routing header's values as written ([`crate::http::route`]), kept so that a
     /// request's is mostly written already.
-    pub joined: crate::http::Joined,
+    pub joined: Joined,
     /// Backends with requests counted since the last flush, so that a flush visits only those
     /// (a tick at 1,000 backends would otherwise walk them all).
     counted: Vec<usize>,
@@ -111,6 +118,7 @@ impl Vm {
         let seen = &mut self.seen_passive;
         let mut envoy = Envoy {
             fleet_guard: self.fleet_guard,
+            gauges: &mut self.fleet,
             now,
         };
         let latest = || {
@@ -251,22 +259,75 @@ impl Vm {
         };
         let mut envoy = Envoy {
             fleet_guard: self.fleet_guard,
+            gauges: &mut self.fleet,
             now,
         };
         host::carry_out(pool, &mut envoy, effects, now);
+    }
+
+    /// A wake-up between ticks: on the VM that speaks for its process in a fleet, when the
+    /// process counted a failure since its failures were last offered (the passive table's
+    /// compare-and-swap number moved, read without copying the table; whichever VM wrote it,
+    /// this one included), the table goes in and the pool offers them now.
+    pub fn between_ticks(&mut self, now: Time) {
+        if !self.pool.as_ref().is_some_and(Pool::in_fleet) {
+            return;
+        }
+        let cas = shared::passive_cas();
+        if cas == self.offered {
+            return;
+        }
+        self.offered = cas;
+        self.take_in_passive(now);
+        if let Some(pool) = self.pool.as_mut() {
+            let effects = pool.offer_to_fleet(now);
+            self.carry_out(effects, now);
+        }
+    }
+
+    /// The answer to call `token`, its body `body_size` bytes, if it is one of the fleet's
+    /// calls: handed to the pool, and true; false for a probe's.
+    pub fn etcd_answered(&mut self, token: u32, body_size: usize, now: Time) -> bool {
+        let Some(pool) = self.pool.as_mut().filter(|p| p.awaits_etcd(token)) else {
+            return false;
+        };
+        let effects = fleet::answer(pool, token, body_size, now);
+        self.carry_out(effects, now);
+        true
+    }
+
+    /// A message of gRPC stream `token`, `size` bytes: the pool's to take in (a stream with no
+    /// pool to hear it is cancelled).
+    pub fn stream_message(&mut self, token: u32, size: usize, now: Time) {
+        let Some(pool) = self.pool.as_mut() else {
+            fleet::cancel(token);
+            return;
+        };
+        let effects = fleet::message(pool, token, size, now);
+        self.carry_out(effects, now);
+    }
+
+    /// gRPC stream `token` ended with `status`.
+    pub fn stream_closed(&mut self, token: u32, status: u32, now: Time) {
+        if let Some(pool) = self.pool.as_mut() {
+            let effects = pool.watch_closed(token, status);
+            self.carry_out(effects, now);
+        }
     }
 }
 
 /// The host the policy's effects are carried out on: shared data by compare-and-swap, probes
 /// by `dispatch_http_call`, events as log lines and metrics.
-struct Envoy {
+struct Envoy<'a> {
     /// The fleet guard's gauge.
     fleet_guard: Option<u32>,
+    /// The gauges that show the fleet of balancers.
+    gauges: &'a mut FleetGauges,
     /// When the effects are carried out: the time a change is logged with.
     now: Time,
 }
 
-impl Host<BackendMetrics> for Envoy {
+impl Host<BackendMetrics> for Envoy<'_> {
     fn report(&mut self, pool: &Pool<BackendMetrics>, event: &Event) {
         report(pool, self.fleet_guard, event, self.now);
     }
@@ -294,6 +355,24 @@ impl Host<BackendMetrics> for Envoy {
 
     fn record(&mut self, append: &dyn Fn(&mut HistoryTable)) -> Option<HistoryTable> {
         shared::update_history(append)
+    }
+
+    fn call_etcd(&mut self, cluster: &str, request: &Request) -> Result<u32, &'static str> {
+        fleet::call(cluster, request)
+    }
+
+    fn open_watch(&mut self, open: &OpenWatch) -> Result<u32, &'static str> {
+        fleet::open_watch(open)
+    }
+
+    fn cancel_stream(&mut self, token: u32) {
+        fleet::cancel(token);
+    }
+
+    fn show_fleet(&mut self, pool: &Pool<BackendMetrics>, shown: &Shown) {
+        if let Some(settings) = pool.config().fleet.as_ref() {
+            self.gauges.show(pool, shown, &settings.prefix);
+        }
     }
 }
 

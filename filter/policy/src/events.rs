@@ -9,7 +9,9 @@
 
 use crate::active::{Health, ProbeOutcome, Reason};
 use crate::drain::{Drain, Signal};
+use crate::etcd::{Note, ToEtcd};
 use crate::guard::Guard;
+use crate::level::Level;
 use crate::outcome::Failure;
 use crate::outlier::Verdict;
 use crate::state::State;
@@ -18,19 +20,6 @@ use crate::time::Time;
 use std::fmt;
 use std::time::Duration;
 use upcheck_config::duration;
-
-/// How loud an event is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
-    /// Something is wrong with the setup.
-    Error,
-    /// The policy acted against its own preference (guard engaged, cap reached).
-    Warn,
-    /// A change of who takes traffic, or of a backend's health.
-    Info,
-    /// Detail for the curious.
-    Debug,
-}
 
 /// Why a backend was ejected.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,12 +220,16 @@ pub enum Event {
         /// How long it drained.
         lasted: Duration,
     },
+    /// What this balancer's part in the fleet of balancers has to say ([`crate::etcd`]): joining,
+    /// falling back to probing everything here, a value refused, the watch's life.
+    Fleet(Note),
 }
 
 impl Event {
     /// How loud its log line is.
     pub fn level(&self) -> Level {
         match self {
+            Event::Fleet(note) => note.level,
             Event::Unprobeable { .. } => Level::Error,
             Event::CapReached { .. } => Level::Warn,
             Event::Guard(guard) if guard.engaged() => Level::Warn,
@@ -263,6 +256,7 @@ impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         match self {
             Event::Probing => f.write_str("this VM now probes for the process"),
+            Event::Fleet(note) => f.write_str(&note.text),
             Event::Probed { name, outcome, .. } => write!(f, "{name}: probe {outcome}"),
             Event::State { name, state, .. } => write!(f, "{name} is {}", state.as_str()),
             Event::HealthChanged { name, to, reason, .. } => write!(f, "{name} {to}: {reason}"),
@@ -384,6 +378,12 @@ pub struct Effects {
     /// Whether the probe table must be published now (the prober's, after a change others
     /// must see at once).
     pub publish_active: bool,
+    /// What this balancer asks of etcd, in order: calls to send, the watch to open or cancel
+    /// ([`crate::etcd`]); what came of each goes back in through the pool.
+    pub etcd: Vec<ToEtcd>,
+    /// Whether what the fleet of balancers looks like from here changed, so its gauges and the
+    /// status page's record are to be shown again ([`crate::pool::Pool::fleet_shown`]).
+    pub show_fleet: bool,
 }
 
 impl Effects {
@@ -393,6 +393,8 @@ impl Effects {
         self.share.extend(other.share);
         self.probes.extend(other.probes);
         self.publish_active |= other.publish_active;
+        self.etcd.extend(other.etcd);
+        self.show_fleet |= other.show_fleet;
     }
 
     /// Whether there is nothing to do.
@@ -401,5 +403,7 @@ impl Effects {
             && self.share.is_empty()
             && self.probes.is_empty()
             && !self.publish_active
+            && self.etcd.is_empty()
+            && !self.show_fleet
     }
 }

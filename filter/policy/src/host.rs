@@ -4,11 +4,15 @@
 //! way, so it is written once, here: events are reported, changes are shared by
 //! compare-and-swap and each written table goes back in ([`Pool::passive_written`]), probes are
 //! sent and each send goes back in ([`Pool::probe_sent`], [`Pool::probe_refused`]), the probe
-//! table is published, the changes among the events are appended to the process-wide history
-//! and the history as written goes back in ([`Pool::history_published`]), and whatever that asked for in turn is carried out after. The host
-//! ([`Host`]) only does each thing: the proxy-wasm adapter with host calls, the tests by
-//! recording what they were asked.
+//! table is published, the fleet's calls to etcd are sent and its watch opened or cancelled,
+//! each token or refusal going back in ([`Pool::etcd_sent`], [`Pool::watch_opened`]), the fleet
+//! is shown, the changes among the events are appended to the process-wide history and the
+//! history as written goes back in ([`Pool::history_published`]), and whatever that asked for in
+//! turn is carried out after. The host ([`Host`]) only does each thing: the proxy-wasm adapter
+//! with host calls, the tests by recording what they were asked.
 
+use crate::etcd::shown::Shown;
+use crate::etcd::{OpenWatch, Request, ToEtcd};
 use crate::events::{Effects, Event};
 use crate::history::{self, Change, HistoryTable};
 use crate::pool::{Member, Pool};
@@ -41,6 +45,22 @@ pub trait Host<H> {
     /// read ([`history::append`]): the table as written, or `None` if it could not be written
     /// (the changes are then missing from the history, though not from the log).
     fn record(&mut self, append: &dyn Fn(&mut HistoryTable)) -> Option<HistoryTable>;
+
+    /// Sends `request` to etcd's JSON gateway through `cluster` (`fleet.cluster`): its token,
+    /// whose answer comes back through [`Pool::etcd_answered`], or the proxy's word for
+    /// refusing it.
+    fn call_etcd(&mut self, cluster: &str, request: &Request) -> Result<u32, &'static str>;
+
+    /// Opens etcd's watch as `open` says: the stream's token, whose messages come back through
+    /// [`Pool::watch_message`], or the proxy's word for refusing it.
+    fn open_watch(&mut self, open: &OpenWatch) -> Result<u32, &'static str>;
+
+    /// Cancels gRPC stream `token`.
+    fn cancel_stream(&mut self, token: u32);
+
+    /// Shows what the fleet of balancers looks like from here: its gauges, and the record the
+    /// status page reads.
+    fn show_fleet(&mut self, pool: &Pool<H>, shown: &Shown);
 }
 
 /// What came of asking the host for a probe.
@@ -65,6 +85,8 @@ pub fn carry_out<H>(pool: &mut Pool<H>, host: &mut impl Host<H>, effects: Effect
             share,
             probes,
             publish_active,
+            etcd,
+            show_fleet,
         } = effects;
         for event in &events {
             host.report(pool, event);
@@ -92,7 +114,47 @@ pub fn carry_out<H>(pool: &mut Pool<H>, host: &mut impl Host<H>, effects: Effect
         if publish_active {
             host.publish_active(pool.active_table());
         }
+        for call in etcd {
+            more.extend(carry_out_etcd(pool, host, call, now));
+        }
+        if show_fleet {
+            if let Some(shown) = pool.fleet_shown() {
+                host.show_fleet(pool, &shown);
+            }
+        }
         effects = more;
+    }
+}
+
+/// Does what the fleet's part asked of etcd, and hands back what came of it.
+fn carry_out_etcd<H>(
+    pool: &mut Pool<H>,
+    host: &mut impl Host<H>,
+    call: ToEtcd,
+    now: Time,
+) -> Effects {
+    match call {
+        ToEtcd::Call(request) => {
+            let cluster = pool.config().fleet.as_ref().map(|f| f.cluster.clone());
+            let Some(cluster) = cluster else {
+                return Effects::default();
+            };
+            match host.call_etcd(&cluster, &request) {
+                Ok(token) => {
+                    pool.etcd_sent(request.call, token);
+                    Effects::default()
+                }
+                Err(why) => pool.etcd_refused(request.call, why, now),
+            }
+        }
+        ToEtcd::Watch(open) => match host.open_watch(&open) {
+            Ok(token) => pool.watch_opened(token, now),
+            Err(why) => pool.watch_refused(why, now),
+        },
+        ToEtcd::Cancel(token) => {
+            host.cancel_stream(token);
+            Effects::default()
+        }
     }
 }
 

@@ -28,6 +28,7 @@ pub mod history;
 pub mod host;
 pub mod json_string;
 pub mod lease;
+pub mod level;
 pub mod outcome;
 pub mod outlier;
 pub mod page;
@@ -53,8 +54,9 @@ pub use active::{
     ActiveHealth, Down, Health, MadeBy, Pages, ProbeAnswer, ProbeOutcome, Transition,
 };
 pub use config::{Config, ConfigError, Proxy, Role, RoutingMode, StatusPage};
-pub use events::{Effects, Event, Level};
+pub use events::{Effects, Event};
 pub use guard::{Evidence, Guard, Routing};
+pub use level::Level;
 pub use outcome::{ProxyFailure, RequestOutcome};
 pub use passive::{InFlight, Outstanding, PassiveHealth};
 pub use pool::{Member, Pick, Pool, Retried, Routed};

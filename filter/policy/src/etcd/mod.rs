@@ -58,7 +58,7 @@ pub mod traffic;
 pub mod watch;
 
 use crate::active::ActiveHealth;
-use crate::events::Level;
+use crate::level::Level;
 use crate::outlier::Standing;
 use crate::tables::{tagged, untagged};
 use crate::time::Time;
@@ -86,7 +86,7 @@ const VERSION: u8 = 1;
 const MAX_REFUSED: usize = 64;
 
 /// One call to etcd, as a value.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Call {
     /// `/v3/auth/authenticate`, for a token.
     Authenticate,
@@ -118,7 +118,7 @@ pub enum Call {
 
 /// A request for the adapter to send to `fleet.cluster`: `POST path` with `body` (JSON), the
 /// `authorization` header when `token` is set, and this timeout.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
     /// What it is for; handed back with its token ([`Membership::sent`]).
     pub call: Call,
@@ -230,7 +230,7 @@ pub struct Watched {
 
 /// A watch of the prefix for the adapter to open: a gRPC stream to `cluster`
 /// ([`watch::SERVICE`], [`watch::METHOD`]) with `metadata`, and `message` sent on it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenWatch {
     /// The cluster (`fleet.watch_cluster`).
     pub cluster: String,
@@ -239,6 +239,19 @@ pub struct OpenWatch {
     pub metadata: Vec<(&'static str, String)>,
     /// The watch's create request.
     pub message: Vec<u8>,
+}
+
+/// What this balancer asks of etcd, as a value the host carries out
+/// ([`crate::host::carry_out`]), which hands back what came of it through the pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToEtcd {
+    /// A call to etcd's JSON gateway at `fleet.cluster`.
+    Call(Request),
+    /// The watch to open on `fleet.watch_cluster`.
+    Watch(OpenWatch),
+    /// A gRPC stream to cancel: the watch of a part in the fleet that ended, or one that is
+    /// not (any more) the watch's.
+    Cancel(u32),
 }
 
 impl Membership {

@@ -16,7 +16,7 @@ impl<H> Pool<H> {
     /// Takes in where each backend's probe duty is: a backend another balancer probes is not
     /// probed here and takes that balancer's published state; one whose duty comes here is
     /// probed at its time (at once if that has passed).
-    pub fn fleet_view(&mut self, fleet: &Membership, now: Time) -> Effects {
+    pub(crate) fn fleet_view(&mut self, fleet: &Membership, now: Time) -> Effects {
         let mut effects = Effects::default();
         let mut adopted = false;
         let mut back = false;
@@ -85,7 +85,7 @@ impl<H> Pool<H> {
     /// What this process has to tell the fleet at `now`: the failures it counted at its
     /// backends, where they changed ([`Membership::evidence`]); the outlier ejections in force, not
     /// published yet ([`Membership::share_ejections`]); its request counts ([`Membership::share_traffic`]).
-    pub fn evidence(&self, fleet: &mut Membership, now: Time) -> Vec<crate::etcd::Request> {
+    pub(crate) fn evidence(&self, fleet: &mut Membership, now: Time) -> Vec<crate::etcd::Request> {
         let mut out: Vec<_> = self
             .members
             .iter()
@@ -118,7 +118,33 @@ impl<H> Pool<H> {
 mod tests {
     use super::*;
     use crate::active::{Health, MadeBy, ProbeAnswer};
-    use crate::etcd::tests::{balancers, Etcd, S, TICK};
+    use crate::etcd::tests::{Etcd, S, TICK};
+    use crate::etcd::ToEtcd;
+    use crate::events::Effects;
+
+    /// Carries out the fleet's calls among `effects` on `etcd`, each answered at once (the
+    /// call numbered after `token`), and the calls those answers ask for in turn.
+    fn answer_at_once(
+        pool: &mut Pool,
+        etcd: &mut Etcd,
+        effects: Effects,
+        token: &mut u32,
+        now: Time,
+    ) {
+        let mut asked = effects.etcd;
+        while !asked.is_empty() {
+            let mut more = Vec::new();
+            for call in asked {
+                if let ToEtcd::Call(request) = call {
+                    *token += 1;
+                    pool.etcd_sent(request.call.clone(), *token);
+                    let (status, body) = etcd.answer(&request, now);
+                    more.extend(pool.etcd_answered(*token, status, &body, now).etcd);
+                }
+            }
+            asked = more;
+        }
+    }
 
     /// The pool of one balancer, with the fleet object, holding its process's probing lease.
     pub(super) fn pool_of(names: &[&str], now: Time) -> Pool {
@@ -141,22 +167,16 @@ mod tests {
         let mut etcd = Etcd::default();
         let names = ["app0", "app1"];
         let mut pools = [pool_of(&names, S), pool_of(&names, S)];
-        let mut fleet = balancers(2, S);
+        // Each pool's calls to etcd are numbered apart from its probes'.
+        let mut tokens = [1000u32, 1000];
         let mut now = S;
         let mut probed = [[0u32; 2]; 2];
         for tick in 0..40 {
-            for (b, pool) in fleet.iter_mut().zip(pools.iter_mut()) {
-                let own = pool.active_table();
-                for request in b.fleet.tick(now, &own) {
-                    b.token += 1;
-                    b.fleet.sent(request.call.clone(), b.token);
-                    let (status, body) = etcd.answer(&request, now);
-                    b.fleet.answered(b.token, status, &body, now);
-                }
-                let _ = pool.fleet_view(&b.fleet, now);
-            }
             for (p, pool) in pools.iter_mut().enumerate() {
-                for index in pool.tick(now).probes {
+                let mut effects = pool.tick(now);
+                let probes = std::mem::take(&mut effects.probes);
+                answer_at_once(pool, &mut etcd, effects, &mut tokens[p], now);
+                for index in probes {
                     // Counted once the duties settled: at the start the first balancer holds both
                     // until the second registers, then gives one back.
                     if tick >= 10 {

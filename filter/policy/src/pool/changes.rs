@@ -46,7 +46,8 @@ fn kind_of(event: &Event) -> Option<(Kind, Option<&str>)> {
         | Event::CapReached { .. }
         | Event::InService { .. }
         | Event::State { .. }
-        | Event::ProbeContradicted { .. } => return None,
+        | Event::ProbeContradicted { .. }
+        | Event::Fleet(_) => return None,
     };
     Some((kind, Some(name.as_str())))
 }

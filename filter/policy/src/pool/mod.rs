@@ -34,6 +34,7 @@
 
 use crate::active::ProbeOutcome;
 use crate::drain::{Drain, Signal};
+use crate::etcd::Membership;
 use crate::events::{Effects, Event};
 use crate::guard::{Evidence, Guard};
 use crate::history::Change;
@@ -51,6 +52,7 @@ use upcheck_config::{Config, Upstream};
 
 mod balancers;
 mod changes;
+mod fleet;
 mod held;
 mod peers;
 mod probes;
@@ -263,6 +265,9 @@ pub struct Pool<H = ()> {
     /// When a remembered failure next expires (the routing can change by time alone then).
     expires: Option<Time>,
     prober: Option<Prober>,
+    /// On the prober, with a `fleet` configured: this balancer's part in the fleet of balancers
+    /// ([`crate::etcd`]).
+    fleet: Option<Membership>,
     /// Probes sent by requests held at cold start ([`Pick::Probe`]), on any VM.
     held: Vec<SentProbe>,
     /// Counts configurations taken.
@@ -308,6 +313,7 @@ impl<H> Pool<H> {
             changed: true,
             expires: None,
             prober: None,
+            fleet: None,
             held: Vec::new(),
             generation: 0,
             relayout: true,
@@ -509,6 +515,9 @@ impl<H> Pool<H> {
             (false, true) => self.prober = None,
             _ => {}
         }
+        if !held {
+            self.end_fleet(&mut effects);
+        }
         effects
     }
 
@@ -516,6 +525,9 @@ impl<H> Pool<H> {
     /// requests that just became `unhealthy_latency` late, and failures that expired.
     pub fn tick(&mut self, now: Time) -> Effects {
         let mut effects = Effects::default();
+        if self.prober.is_some() {
+            self.tick_fleet(now, &mut effects);
+        }
         self.ticked = now;
         self.ticked_clock = WindowClock::new(now, self.config.health_checks.outlier.window);
         if let Some(latency) = self.config.health_checks.passive.unhealthy_latency {

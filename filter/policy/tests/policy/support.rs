@@ -12,6 +12,8 @@
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 use upcheck_policy::config::HealthChecks;
+use upcheck_policy::etcd::shown::Shown;
+use upcheck_policy::etcd::{OpenWatch, Request};
 use upcheck_policy::history::HistoryTable;
 use upcheck_policy::host::{self, Dispatch, Host};
 use upcheck_policy::tables::{ActiveTable, Applied, PassiveChange, PassiveTable};
@@ -93,6 +95,20 @@ impl Host<()> for Recorder<'_> {
         append(self.history);
         Some(self.history.clone())
     }
+
+    // A proxy of these tests is alone: the fleet of balancers has its own tests
+    // (`upcheck_policy::etcd`), against an etcd in memory.
+    fn call_etcd(&mut self, _cluster: &str, _request: &Request) -> Result<u32, &'static str> {
+        Err("no etcd in these tests")
+    }
+
+    fn open_watch(&mut self, _open: &OpenWatch) -> Result<u32, &'static str> {
+        Err("no etcd in these tests")
+    }
+
+    fn cancel_stream(&mut self, _token: u32) {}
+
+    fn show_fleet(&mut self, _pool: &Pool, _shown: &Shown) {}
 }
 
 /// One request [`Proxy::serve`] sent.
