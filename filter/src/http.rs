@@ -20,6 +20,7 @@ use crate::probes;
 use crate::route::route;
 use crate::vm::{self, Handle, Holding, Vm};
 use std::time::Duration;
+use upcheck_policy::host::Held;
 use upcheck_policy::outcome::status_code;
 use upcheck_policy::{drain, Pick, Pool, RequestOutcome, Retried, Routed, RoutingMode, Time};
 
@@ -74,35 +75,26 @@ fn send(v: &mut Vm, id: u32, i: usize, standing: &mut Standing) -> Option<Action
     Some(Action::Continue)
 }
 
-/// Holds request `id` at cold start as `pick` says. A probe the proxy refuses to send is the
-/// policy's word on that backend, so the request is picked for again, at most once per backend.
-/// Out of line: only requests at cold start come here.
+/// Holds request `id` at cold start as the pool says ([`upcheck_policy::host::hold`]). Out of
+/// line: only requests at cold start come here.
 #[inline(never)]
 fn hold(v: &mut Vm, id: u32, pick: Pick, standing: &mut Standing) -> Option<Action> {
-    let backends = v.pool.as_ref()?.config().upstreams.len();
-    let mut pick = pick;
-    for _ in 0..=backends {
-        match pick {
-            Pick::Backend(i) => return send(v, id, i, standing),
-            Pick::Wait => {
-                route(v.pool.as_ref()?, None, &mut v.joined);
-                v.parked.push(id);
-                return Some(Action::Pause);
-            }
-            Pick::Probe(i) => {
-                if let Some(token) = v.hold_on_probe(i) {
-                    route(v.pool.as_ref()?, None, &mut v.joined);
-                    v.holding.push(Holding { token, context: id });
-                    *standing = Standing::Holding(token);
-                    return Some(Action::Pause);
-                }
-            }
-        }
-        pick = v.pick()?;
+    let held = v.hold(pick)?;
+    if let Held::Backend(i) = held {
+        return send(v, id, i, standing);
     }
-    // Not reached while the pool has backends; the client's copy of the route header goes anyway.
     route(v.pool.as_ref()?, None, &mut v.joined);
-    None
+    match held {
+        Held::Parked => v.parked.push(id),
+        Held::OnProbe { token, .. } => {
+            v.holding.push(Holding { token, context: id });
+            *standing = Standing::Holding(token);
+        }
+        // Not reached while the pool has backends; the client's copy of the route header is
+        // gone anyway.
+        Held::Backend(_) | Held::Nowhere => return None,
+    }
+    Some(Action::Pause)
 }
 
 /// Resumes the current request, held at cold start.

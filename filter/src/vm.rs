@@ -22,7 +22,7 @@ use upcheck_policy::etcd::shown::Shown;
 use upcheck_policy::etcd::{OpenWatch, Request};
 use upcheck_policy::events::EjectionReason;
 use upcheck_policy::history::HistoryTable;
-use upcheck_policy::host::{self, Dispatch, Host};
+use upcheck_policy::host::{self, Dispatch, Held, Host};
 use upcheck_policy::tables::{ActiveTable, Applied, PassiveChange, PassiveTable};
 use upcheck_policy::{Config, Effects, Event, Level, Member, Pick, Pool, Routed, Time};
 
@@ -143,25 +143,17 @@ impl Vm {
         }
     }
 
-    /// Sends, from the current request, the probe of backend `index` it is held on at cold start
-    /// ([`Pick::Probe`]): its token, or `None` if the proxy refused it (the refusal is then the
-    /// policy's word on that backend).
-    pub fn hold_on_probe(&mut self, index: usize) -> Option<u32> {
+    /// Holds the current request at cold start as `pick` says ([`host::hold`]): a probe it
+    /// sends of its own goes out from it.
+    pub fn hold(&mut self, pick: Pick) -> Option<Held> {
         let now = now();
         let pool = self.pool.as_mut()?;
-        let member = pool.members().get(index)?;
-        match probes::dispatch(pool.config(), member) {
-            Dispatch::Sent(token) => {
-                pool.held_probe_sent(index, token, now);
-                Some(token)
-            }
-            Dispatch::Refused(why) => {
-                let effects = pool.probe_refused(index, why, now);
-                self.carry_out(effects, now);
-                None
-            }
-            Dispatch::Left => None,
-        }
+        let mut envoy = Envoy {
+            fleet_guard: self.fleet_guard,
+            gauges: &mut self.fleet,
+            now,
+        };
+        Some(host::hold(pool, &mut envoy, pick, now, self.last_tick))
     }
 
     /// Counts a request routed to `backend`, and starts timing it when requests are timed:

@@ -15,7 +15,7 @@ use crate::etcd::shown::Shown;
 use crate::etcd::{OpenWatch, Request, ToEtcd};
 use crate::events::{Effects, Event};
 use crate::history::{self, Change, HistoryTable};
-use crate::pool::{Member, Pool};
+use crate::pool::{Member, Pick, Pool};
 use crate::tables::{ActiveTable, Applied, PassiveChange, PassiveTable};
 use crate::time::Time;
 use upcheck_config::{Config, HealthChecks};
@@ -124,6 +124,64 @@ pub fn carry_out<H>(pool: &mut Pool<H>, host: &mut impl Host<H>, effects: Effect
         }
         effects = more;
     }
+}
+
+/// Where a request held at cold start goes ([`Pick::Wait`], [`Pick::Probe`]), once [`hold`]
+/// tried the probes it may send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// To this backend after all: a probe's refusal settled it.
+    Backend(usize),
+    /// Parked until a tick can pick for it.
+    Parked,
+    /// Paused on its own probe of backend `index`, on the wire as `token`: the request is
+    /// picked for again when its answer comes.
+    OnProbe {
+        /// The backend probed.
+        index: usize,
+        /// The probe's token.
+        token: u32,
+    },
+    /// Nowhere: the pool has no backend.
+    Nowhere,
+}
+
+/// Holds a request at cold start as `pick` says, at `now` (`picked_at`: the time picks are
+/// made at, the VM's latest tick). A probe the proxy refuses to send is the policy's word on
+/// that backend, so the request is picked for again, at most once per backend; what a refusal
+/// asks for is carried out on `host`.
+pub fn hold<H>(
+    pool: &mut Pool<H>,
+    host: &mut impl Host<H>,
+    pick: Pick,
+    now: Time,
+    picked_at: Time,
+) -> Held {
+    let mut pick = pick;
+    for _ in 0..=pool.members().len() {
+        match pick {
+            Pick::Backend(index) => return Held::Backend(index),
+            Pick::Wait => return Held::Parked,
+            Pick::Probe(index) => {
+                let Some(member) = pool.members().get(index) else {
+                    return Held::Nowhere;
+                };
+                match host.probe(pool.config(), index, member) {
+                    Dispatch::Sent(token) => {
+                        pool.held_probe_sent(index, token, now);
+                        return Held::OnProbe { index, token };
+                    }
+                    Dispatch::Refused(why) => {
+                        let effects = pool.probe_refused(index, why, now);
+                        carry_out(pool, host, effects, now);
+                    }
+                    Dispatch::Left => {}
+                }
+            }
+        }
+        pick = pool.pick(picked_at);
+    }
+    Held::Nowhere
 }
 
 /// Does what the fleet's part asked of etcd, and hands back what came of it.
