@@ -25,7 +25,8 @@ use upcheck_policy::duration::display;
 use upcheck_policy::series;
 use upcheck_policy::RoutingMode;
 
-use crate::deployment::{Backend, Deployment, Endpoint, POOL};
+use crate::deployment::{Backend, Deployment, POOL};
+use crate::endpoint::{socket, Endpoint};
 use crate::tree::{comment, lines, list, map, number, plain, quoted, text, Node};
 
 /// How long one attempt of a GET or HEAD may take in host routing before it is retried, as
@@ -929,13 +930,4 @@ fn own_cluster(b: &Backend, explain: Explain) -> Node {
             ]),
         ),
     ]))
-}
-
-/// `{ address: …, port_value: … }`.
-pub fn socket(endpoint: &Endpoint) -> Node {
-    map([
-        ("address", text(endpoint.host())),
-        ("port_value", number(u64::from(endpoint.port()))),
-    ])
-    .flow()
 }

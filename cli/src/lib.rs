@@ -6,7 +6,7 @@
 //! plugin configuration ([`plugin`]) or Caddy's JSON ([`caddy`]), checked by the module's own
 //! parser ([`upcheck_policy::Config::parse`]) so an input that passes here passes in Envoy, and
 //! refused with the JSON path and what to do when it cannot be honoured. The pieces:
-//! [`deployment`] turns an input into backends with Envoy endpoints, [`envoy`] writes the YAML (and the pieces the e2e harness serves as JSON) as a [`tree`],
+//! [`deployment`] turns an input into backends with Envoy endpoints ([`endpoint`]), [`envoy`] writes the YAML (and the pieces the e2e harness serves as JSON) as a [`tree`],
 //! [`output`] replaces the output file atomically. Input JSON is read by [`input`]. `upcheck
 //! nginx` writes the same deployment for NGINX with ngx_wasm_module ([`nginx`]).
 //!
@@ -18,6 +18,7 @@
 
 pub mod caddy;
 pub mod deployment;
+pub mod endpoint;
 pub mod envoy;
 pub mod etcd;
 pub mod etcd_client;

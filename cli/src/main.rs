@@ -331,7 +331,7 @@ fn envoy(args: EnvoyArgs) -> Result<(), Failure> {
     };
     let mut deployment = plan(&source, routing).map_err(|e| invalid(path, e))?;
     deployment.etcd = etcd;
-    etcd::check(&deployment, &deployment.config).map_err(|e| invalid(path, e))?;
+    deployment.check_etcd().map_err(|e| invalid(path, e))?;
     if !args.status.ip().is_loopback() && !deployment.page.public {
         return Err(Failure::Input(format!(
             "--status {}: the status page names every backend, so it is served only on \
