@@ -24,6 +24,7 @@ pub mod envoy;
 pub mod etcd;
 pub mod etcd_client;
 pub mod etcd_membership;
+pub mod file_membership;
 pub mod http1;
 mod input;
 pub mod membership;
