@@ -128,15 +128,15 @@ fn document(d: &Deployment, s: &Settings) -> Node {
             vec![
                 (
                     "node",
-                    map([("id", text("upcheck")), ("cluster", text("upcheck"))]).note(
-                        "Envoy names itself so to the files it reads its clusters from.",
-                    ),
+                    map([("id", text("upcheck")), ("cluster", text("upcheck"))])
+                        .note("Envoy names itself so to the files it reads its clusters from."),
                 ),
                 ("static_resources", map([("listeners", listeners)]).gap()),
                 (
                     "dynamic_resources",
                     map([("cds_config", cds)]).gap().note(format!(
-                        "The clusters, read from {} and taken in whenever `upcheck backends`                          replaces it. {clusters_note}",
+                        "The clusters, read from {} and taken in whenever `upcheck backends` \
+                         replaces it. {clusters_note}",
                         clusters_file(dir).display()
                     )),
                 ),

@@ -3,8 +3,8 @@
 //!
 //! FILE, written by `upcheck envoy --membership -o FILE`, keeps what it was written from
 //! ([`State`]), and with it where its balancer's membership lives: in its own files
-//! ([`file_membership`](crate::file_membership)), or, written with `--etcd`, in etcd, shared by
-//! the fleet ([`etcd_membership`](crate::etcd_membership)). Each command here reads FILE and
+//! ([`file_membership`]), or, written with `--etcd`, in etcd, shared by
+//! the fleet ([`etcd_membership`]). Each command here reads FILE and
 //! goes to the one its state names.
 
 use std::path::Path;

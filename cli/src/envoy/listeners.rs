@@ -79,10 +79,10 @@ impl Shape {
 /// A listener `name` on `addr` with an HTTP connection manager whose one virtual host, for every
 /// domain, has `routes`, and `http_filters`: the users' listener and the status page's differ
 /// only in names, routes and filters. `(route config name, virtual host name)`.
-/// A listener of one HTTP connection manager. `clusters_read`: whether the clusters its routes
-/// name come from a file Envoy reads while it runs, which `envoy --mode validate` does not read:
-/// then the route table does not ask for them to exist at load (`validate_clusters`), as a
-/// route table served by xDS does not.
+///
+/// `clusters_read`: whether the clusters its routes name come from a file Envoy reads while it
+/// runs, which `envoy --mode validate` does not read: then the route table does not ask for them
+/// to exist at load (`validate_clusters`), as a route table served by xDS does not.
 fn http_listener(
     name: &str,
     addr: SocketAddr,

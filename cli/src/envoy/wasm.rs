@@ -38,7 +38,8 @@ impl Shape {
             ),
         ])
         .note(format!(
-            "{about} Read from the file named (`upcheck backends` rewrites it): the              configuration in force is there."
+            "{about} Read from the file named (`upcheck backends` rewrites it): the \
+             configuration in force is there."
         ))
     }
 
