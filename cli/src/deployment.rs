@@ -11,12 +11,11 @@
 //! cluster routing the plugin configuration carries no address, and each backend's cluster may
 //! resolve a host name by DNS.
 
-use std::fmt;
-use std::net::SocketAddr;
-
 use serde_json::Value;
 use upcheck_policy::{Config, ConfigError, RoutingMode, StatusPage};
 
+pub use crate::endpoint::Endpoint;
+use crate::etcd::Etcd;
 use crate::plugin::{compact, Addresses, Document, Source};
 use crate::refuse;
 
@@ -42,7 +41,43 @@ pub struct Deployment {
     pub backends: Vec<Backend>,
     /// The etcd cluster the balancers share their view through, with `upcheck envoy --etcd`
     /// ([`crate::etcd`]). Default: none, the balancer runs alone.
-    pub etcd: Option<crate::etcd::Etcd>,
+    pub etcd: Option<Etcd>,
+}
+
+impl Deployment {
+    /// Refuses a deployment whose users could be routed to its etcd cluster ([`Etcd`]): a
+    /// backend's cluster (or the pool) named like it.
+    pub fn check_etcd(&self) -> Result<(), ConfigError> {
+        let Some(etcd) = &self.etcd else {
+            return Ok(());
+        };
+        for (name, field) in [
+            (Some(&etcd.cluster), "fleet.cluster"),
+            (etcd.watch_cluster.as_ref(), "fleet.watch_cluster"),
+        ] {
+            let Some(name) = name else { continue };
+            if name == POOL {
+                return Err(refuse(
+                    field,
+                    format!("{POOL:?} is the pool's cluster; name etcd's another"),
+                ));
+            }
+            if let Some(i) = self
+                .config
+                .upstreams
+                .iter()
+                .position(|u| u.cluster() == name)
+            {
+                return Err(refuse(
+                    format!("upstreams[{i}].cluster"),
+                    format!(
+                        "{name:?} is etcd's cluster ({field}); users must never be routed to it"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// One backend as Envoy sees it.
@@ -56,72 +91,6 @@ pub struct Backend {
     pub address: Endpoint,
     /// Where its probes go: `address`, or another port of the same host.
     pub probe: Endpoint,
-}
-
-/// A TCP endpoint: an IP address, or a host name Envoy resolves.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Endpoint {
-    /// An IP address and port.
-    Ip(SocketAddr),
-    /// A host name (resolved by DNS) and port.
-    Name {
-        /// The host name.
-        host: String,
-        /// The port.
-        port: u16,
-    },
-}
-
-impl Endpoint {
-    /// `host:port`, `ip:port` or `[ipv6]:port`.
-    fn parse(text: &str) -> Option<Endpoint> {
-        if let Ok(ip) = text.parse::<SocketAddr>() {
-            return Some(Endpoint::Ip(ip));
-        }
-        let (host, port) = text.rsplit_once(':')?;
-        if host.starts_with('[') {
-            return None;
-        }
-        Some(Endpoint::Name {
-            host: host.to_owned(),
-            port: port.parse().ok()?,
-        })
-    }
-
-    /// The host: an IP address (IPv6 without brackets) or a name.
-    pub fn host(&self) -> String {
-        match self {
-            Endpoint::Ip(ip) => ip.ip().to_string(),
-            Endpoint::Name { host, .. } => host.clone(),
-        }
-    }
-
-    /// The port.
-    pub fn port(&self) -> u16 {
-        match self {
-            Endpoint::Ip(ip) => ip.port(),
-            Endpoint::Name { port, .. } => *port,
-        }
-    }
-
-    fn with_port(&self, port: u16) -> Endpoint {
-        match self {
-            Endpoint::Ip(ip) => Endpoint::Ip(SocketAddr::new(ip.ip(), port)),
-            Endpoint::Name { host, .. } => Endpoint::Name {
-                host: host.clone(),
-                port,
-            },
-        }
-    }
-}
-
-impl fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        match self {
-            Endpoint::Ip(ip) => write!(f, "{ip}"),
-            Endpoint::Name { host, port } => write!(f, "{host}:{port}"),
-        }
-    }
 }
 
 /// The deployment of `source` under `routing` (else the input's, else host routing); an error

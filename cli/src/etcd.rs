@@ -20,10 +20,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use upcheck_policy::{Config, ConfigError};
+use upcheck_policy::ConfigError;
 
-use crate::deployment::{Deployment, Endpoint, POOL};
-use crate::envoy::socket;
+use crate::endpoint::{socket, Endpoint};
 use crate::plugin::Source;
 use crate::refuse;
 use crate::tree::{list, map, number, plain, text, Node};
@@ -232,33 +231,6 @@ pub fn join(source: &mut Source, members: Vec<SocketAddr>) -> Result<Etcd, Confi
         tls: None,
         watch_cluster,
     })
-}
-
-/// Refuses a deployment whose users could be routed to the etcd cluster: a backend's cluster
-/// (or the pool) named like it.
-pub fn check(deployment: &Deployment, config: &Config) -> Result<(), ConfigError> {
-    let Some(etcd) = &deployment.etcd else {
-        return Ok(());
-    };
-    for (name, field) in [
-        (Some(&etcd.cluster), "fleet.cluster"),
-        (etcd.watch_cluster.as_ref(), "fleet.watch_cluster"),
-    ] {
-        let Some(name) = name else { continue };
-        if name == POOL {
-            return Err(refuse(
-                field,
-                format!("{POOL:?} is the pool's cluster; name etcd's another"),
-            ));
-        }
-        if let Some(i) = config.upstreams.iter().position(|u| u.cluster() == name) {
-            return Err(refuse(
-                format!("upstreams[{i}].cluster"),
-                format!("{name:?} is etcd's cluster ({field}); users must never be routed to it"),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// The etcd clusters: the JSON gateway's, and the watch's when there is one.

@@ -5,7 +5,7 @@
 //! add|drain|remove` changes `{prefix}/v1/membership` by a transaction on the revision it read
 //! (another operator's change in between: told to retry, nothing lost), and `upcheck backends
 //! --config FILE follow`, run beside each balancer's Envoy, watches that key and makes its own
-//! files say the same ([`membership::adopt`], the code a change on one balancer uses), so every
+//! files say the same ([`file_membership::adopt`], the code a change on one balancer uses), so every
 //! balancer routes only to the backends it names and an Envoy started later reads them from its
 //! files once its follower has. Each follower reports under `{prefix}/v1/applied/{balancer}`,
 //! living by a lease of its own, the revision it has in force and each backend's state: the
@@ -33,7 +33,7 @@ use serde_json::Value;
 
 use crate::etcd::Etcd;
 use crate::etcd_client::{Client, Credentials};
-use crate::membership::{self, edited, Backend, Change, Refusal, State};
+use crate::file_membership::{self, edited, Backend, Change, Refusal, State};
 
 /// How long a follower's report outlives it.
 const REPORT_TTL: Duration = Duration::from_secs(10);
@@ -363,7 +363,7 @@ pub fn follow(
     stop: &AtomicBool,
     mut say: impl FnMut(&str),
 ) -> Result<(), Refusal> {
-    let state = membership::read(file)?;
+    let state = file_membership::read(file)?;
     let Some(etcd) = state.etcd.clone() else {
         return Err(Refusal::Input(format!(
             "{}: not written with `upcheck envoy --etcd`: its membership is its own (change it \
@@ -418,7 +418,7 @@ fn session(
             if let Some(entry) = snapshot.entries.first() {
                 match serde_json::from_slice::<Shared>(&entry.value) {
                     Ok(shared) if shared.kind == KIND => {
-                        match membership::adopt(file, shared.upstreams, shared.removed) {
+                        match file_membership::adopt(file, shared.upstreams, shared.removed) {
                             Ok(Some(line)) => {
                                 say(&format!("revision {}: {line}", entry.mod_revision));
                                 in_force = entry.mod_revision;
@@ -476,10 +476,10 @@ fn session(
         }
         if reported.is_none() || looked.elapsed() >= REPORT_EVERY {
             looked = Instant::now();
-            let state = membership::read(file).map_err(text)?;
+            let state = file_membership::read(file).map_err(text)?;
             let report = Applied {
                 revision: in_force,
-                backends: membership::now(file, &state).map_err(text)?,
+                backends: file_membership::now(file, &state).map_err(text)?,
             };
             if reported.as_ref() != Some(&report) {
                 let value = serde_json::to_vec(&report).map_err(|e| e.to_string())?;

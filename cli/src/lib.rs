@@ -6,9 +6,10 @@
 //! plugin configuration ([`plugin`]) or Caddy's JSON ([`caddy`]), checked by the module's own
 //! parser ([`upcheck_policy::Config::parse`]) so an input that passes here passes in Envoy, and
 //! refused with the JSON path and what to do when it cannot be honoured. The pieces:
-//! [`deployment`] turns an input into backends with Envoy endpoints, [`envoy`] writes the YAML (and the pieces the e2e harness serves as JSON) as a [`tree`],
-//! [`output`] replaces the output file atomically. Input JSON is read by [`input`]. `upcheck
-//! nginx` writes the same deployment for NGINX with ngx_wasm_module ([`nginx`]).
+//! [`deployment`] turns an input into backends with Envoy endpoints ([`endpoint`]), [`envoy`]
+//! writes the YAML (and the pieces the e2e harness serves as JSON) as a [`tree`], [`output`]
+//! replaces the output file atomically. Input JSON is read by [`input`]. `upcheck nginx` writes
+//! the same deployment for NGINX with ngx_wasm_module ([`nginx`]).
 //!
 //! `upcheck simulate` asks what a configuration would have done before anyone deploys it:
 //! [`scenario`] reads what the backends do over time (each answer a [`mode`], the grammar the e2e
@@ -18,10 +19,12 @@
 
 pub mod caddy;
 pub mod deployment;
+pub mod endpoint;
 pub mod envoy;
 pub mod etcd;
 pub mod etcd_client;
 pub mod etcd_membership;
+pub mod file_membership;
 pub mod http1;
 mod input;
 pub mod membership;

@@ -22,7 +22,8 @@ use serde_json::Value;
 use upcheck_policy::duration::display;
 use upcheck_policy::{Config, ConfigError, RoutingMode};
 
-use crate::deployment::{plan as envoy_plan, Endpoint};
+use crate::deployment::plan as envoy_plan;
+use crate::endpoint::Endpoint;
 use crate::plugin::{Addresses, Source};
 
 /// What the NGINX configuration is written from.
