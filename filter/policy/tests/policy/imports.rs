@@ -202,6 +202,50 @@ fn graph() -> Graph {
     graph_of(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs"))
 }
 
+/// The workspace's crates (`[workspace] members` of the root `Cargo.toml`), each with the crate
+/// roots it has: `src/lib.rs`, `src/main.rs`, `src/bin/*.rs`, `src/bin/*/main.rs` and the `path`
+/// of a `[lib]` or `[[bin]]` target, as `member/path` and the root's path.
+fn workspace_roots() -> Vec<(String, PathBuf)> {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let manifest =
+        fs::read_to_string(workspace.join("Cargo.toml")).expect("the workspace's Cargo.toml");
+    let members = manifest
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("members = "))
+        .expect("the workspace lists its members on one line");
+    let mut roots = Vec::new();
+    for member in members.split('"').skip(1).step_by(2) {
+        let dir = workspace.join(member);
+        let mut found: BTreeSet<PathBuf> = ["src/lib.rs", "src/main.rs"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        let targets = fs::read_to_string(dir.join("Cargo.toml")).expect("a member's Cargo.toml");
+        found.extend(targets.lines().filter_map(|line| {
+            let path = line.trim().strip_prefix("path = \"")?.strip_suffix('"')?;
+            path.ends_with(".rs").then(|| PathBuf::from(path))
+        }));
+        if let Ok(bins) = fs::read_dir(dir.join("src/bin")) {
+            for bin in bins {
+                let bin = bin.expect("a directory entry").path();
+                let name = bin.file_name().expect("an entry has a name");
+                let main = Path::new("src/bin").join(name);
+                found.insert(if bin.is_dir() {
+                    main.join("main.rs")
+                } else {
+                    main
+                });
+            }
+        }
+        for root in found {
+            if dir.join(&root).is_file() {
+                roots.push((format!("{member}/{}", root.display()), dir.join(root)));
+            }
+        }
+    }
+    roots
+}
+
 /// The strongly connected components of more than one module (each a cycle), by Tarjan.
 fn cycles(graph: &Graph) -> Vec<Vec<String>> {
     struct Walk<'g> {
@@ -326,6 +370,41 @@ fn imports_are_read_from_paths_and_groups_but_not_comments_or_tests() {
         .into_iter()
         .collect();
     assert_eq!(root, ["Pool", "time"]);
+}
+
+#[test]
+fn every_crate_of_the_workspace_imports_between_its_modules_without_a_cycle() {
+    let roots = workspace_roots();
+    let names: Vec<&str> = roots.iter().map(|(name, _)| name.as_str()).collect();
+    assert!(
+        [
+            "filter/src/lib.rs",
+            "filter/policy/src/lib.rs",
+            "cli/src/main.rs"
+        ]
+        .iter()
+        .all(|root| names.contains(root)),
+        "the workspace's crate roots: {names:?}"
+    );
+    let mut found = Vec::new();
+    for (name, root) in &roots {
+        let graph = graph_of(root);
+        for component in cycles(&graph) {
+            found.push(format!(
+                "{name}: {} import one another ({})",
+                component.join(", "),
+                a_cycle_through(&graph, &component).join(" → ")
+            ));
+        }
+    }
+    for cycle in &found {
+        println!("{cycle}");
+    }
+    assert!(
+        found.is_empty(),
+        "modules that import one another, in a cycle, by crate root:\n  {}",
+        found.join("\n  ")
+    );
 }
 
 /// A graph of the edges given (each module on either end in it).
