@@ -325,6 +325,34 @@ fn passive_ejection_may_take_one_of_two_backends_but_never_both() {
 }
 
 #[test]
+fn at_max_ejection_percent_100_every_failing_backend_may_go_but_never_the_last_one() {
+    let names = ["app1", "app2", "app3", "app4"];
+    for n in 1..=names.len() {
+        let fleet = &names[..n];
+        let c = config(fleet, r#""max_ejection_percent": 100"#);
+        let mut pool = Proxy::new(c, secs(0));
+        for name in fleet {
+            probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
+        }
+        // Each fails its pages, the last of them last.
+        for t in 1..=3 {
+            for (k, name) in fleet.iter().enumerate() {
+                request(&mut pool, name, answered(502), secs(t) + ms(k as u64));
+            }
+        }
+        let mut expected = vec![true; n];
+        expected[n - 1] = false;
+        assert_eq!(
+            pool.ejected(),
+            expected,
+            "of {n}, all but the last to fail are ejected"
+        );
+        assert_eq!(routable(&pool), [names[n - 1]], "of {n}");
+        assert_eq!(pool.guard(), Guard::Off, "of {n}");
+    }
+}
+
+#[test]
 fn the_cap_counts_only_backends_passing_active_checks() {
     let mut pool = pool(&["app1", "app2", "app3", "app4"]);
     for name in ["app1", "app2"] {
