@@ -373,6 +373,24 @@ fn the_cap_counts_only_backends_passing_active_checks() {
 }
 
 #[test]
+fn at_max_ejection_percent_75_the_cap_takes_its_share_of_the_backends_passing_active_checks() {
+    // Three of four pass: 75 % of three lets two go; of all four it would let all three.
+    let names = ["app1", "app2", "app3", "app4"];
+    let mut pool = Proxy::new(config(&names, r#""max_ejection_percent": 75"#), secs(0));
+    for name in ["app1", "app2", "app3"] {
+        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
+    }
+    probe(&mut pool, "app4", TIMEOUT, ms(10));
+    for t in 1..=3 {
+        for (k, name) in ["app1", "app2", "app3"].iter().enumerate() {
+            request(&mut pool, name, answered(502), secs(t) + ms(k as u64));
+        }
+    }
+    assert_eq!(pool.ejected(), [true, true, false, false]);
+    assert_eq!(routable(&pool), ["app3"]);
+}
+
+#[test]
 fn a_refused_request_takes_a_backend_out_until_it_answers_again() {
     let mut pool = pool(&["app1", "app2"]);
     probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
