@@ -193,6 +193,29 @@ fn a_db_blip_failing_every_probe_at_once_keeps_both_backends_routable() {
 }
 
 #[test]
+fn at_max_ejection_percent_100_the_backends_a_blip_keeps_in_may_all_be_ejected_but_the_last() {
+    let names = ["app1", "app2", "app3"];
+    let mut pool = Proxy::new(config(&names, r#""max_ejection_percent": 100"#), secs(0));
+    for name in names {
+        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
+    }
+    for (k, name) in names.iter().enumerate() {
+        probe(&mut pool, name, SOFT_503, secs(10) + ms(100 * k as u64));
+    }
+    assert_eq!(routable(&pool), names);
+    assert_eq!(pool.guard(), Guard::LastDown);
+    // Rule 4 still applies to those the guard keeps: of three, all but the last to fail go.
+    for (k, name) in names.iter().enumerate() {
+        for t in 0..3 {
+            request(&mut pool, name, answered(502), secs(11 + k as u64) + ms(t));
+        }
+    }
+    assert_eq!(pool.ejected(), [true, true, false]);
+    assert_eq!(routable(&pool), ["app3"]);
+    assert_eq!(pool.guard(), Guard::LastDown);
+}
+
+#[test]
 fn a_blip_after_app2_already_went_down_keeps_app2_out() {
     let mut pool = pool(&["app1", "app2"]);
     probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
