@@ -2,14 +2,55 @@
 //! default tuning (`"slow_start": "30s"`, as NGINX's `slow_start=30s` and HAProxy's
 //! `slowstart 30s` read), an object tunes it as Envoy's `slow_start_config` does
 //! (`{"window": "30s", "aggression": 2.0, "min_weight_percent": 5}`), and `null` is off.
+//! [`SlowStart`], what they are read into, is defined here too: its derived reader is the object
+//! spelling.
 
 use super::duration::{positive, EXPECTED};
 use super::json::{mismatch, scalars_as_found, Found};
-use super::SlowStart;
+use super::{duration, grammar};
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 use std::fmt;
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+/// `health_checks.slow_start`: a backend that enters service (passes the probe that makes it
+/// healthy, new or returning) gets a share of its weight that rises over `window`, by Envoy's
+/// formula `weight × max(min_weight_percent / 100, time_factor ^ (1 / aggression))`, where
+/// `time_factor` is the elapsed share of the window. In JSON a duration (the window, with the
+/// other fields' defaults), `null` (off) or an object. Defaults in [`SlowStart::default`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SlowStart {
+    /// How long the share takes to rise to the full weight; `None` (`null`) for no warm-up.
+    #[serde(with = "duration::optional")]
+    pub window: Option<Duration>,
+    /// How the share rises: 1.0 linearly, more than 1 faster at first, less than 1 slower
+    /// (Envoy's `aggression`). Greater than zero.
+    #[serde(deserialize_with = "aggression")]
+    pub aggression: f64,
+    /// The share a backend starts at, in percent of its weight, within
+    /// [`SlowStart::MIN_WEIGHT_PERCENT`].
+    #[serde(deserialize_with = "grammar::percent")]
+    pub min_weight_percent: u8,
+}
+
+/// The values of left-out fields, each stated here only: off, and Envoy's tuning.
+impl Default for SlowStart {
+    fn default() -> Self {
+        SlowStart {
+            window: None,
+            aggression: 1.0,
+            min_weight_percent: 10,
+        }
+    }
+}
+
+impl SlowStart {
+    /// What `min_weight_percent` may be.
+    pub const MIN_WEIGHT_PERCENT: RangeInclusive<u8> = 1..=100;
+}
 
 /// What the field takes, for "expected …".
 const EXPECTED_SLOW_START: &str = "a duration (the window), null (off) or an object";

@@ -344,6 +344,29 @@ fn the_cap_takes_its_share_of_the_backends_that_stay_not_of_those_that_drain() {
 }
 
 #[test]
+fn at_max_ejection_percent_100_the_last_backend_that_stays_is_never_ejected() {
+    // Were a draining backend one of the N, 100 % would let the last one that stays go.
+    let mut two = healthy(config(&["app1", "app2"], r#""max_ejection_percent": 100"#));
+    probe_answer(&mut two, "app1", 200, true, secs(1), secs(1));
+    for n in 0..3 {
+        request(&mut two, "app2", answered(502), secs(2) + ms(n));
+    }
+    assert_eq!(two.ejected(), [false, false]);
+    assert_eq!(routable(&two), ["app2"]);
+
+    let names = ["app1", "app2", "app3", "app4"];
+    let mut four = healthy(config(&names, r#""max_ejection_percent": 100"#));
+    probe_answer(&mut four, "app1", 200, true, secs(1), secs(1));
+    for (k, name) in ["app2", "app3", "app4"].into_iter().enumerate() {
+        for n in 0..3 {
+            request(&mut four, name, answered(502), secs(2 + k as u64) + ms(n));
+        }
+    }
+    assert_eq!(four.ejected(), [false, true, true, false]);
+    assert_eq!(routable(&four), ["app4"]);
+}
+
+#[test]
 fn below_min_healthy_percent_the_spread_counts_and_takes_only_the_backends_that_stay() {
     let mut proxy = healthy(config(
         &["app1", "app2", "app3", "app4"],

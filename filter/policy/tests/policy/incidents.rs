@@ -193,6 +193,29 @@ fn a_db_blip_failing_every_probe_at_once_keeps_both_backends_routable() {
 }
 
 #[test]
+fn at_max_ejection_percent_100_the_backends_a_blip_keeps_in_may_all_be_ejected_but_the_last() {
+    let names = ["app1", "app2", "app3"];
+    let mut pool = Proxy::new(config(&names, r#""max_ejection_percent": 100"#), secs(0));
+    for name in names {
+        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
+    }
+    for (k, name) in names.iter().enumerate() {
+        probe(&mut pool, name, SOFT_503, secs(10) + ms(100 * k as u64));
+    }
+    assert_eq!(routable(&pool), names);
+    assert_eq!(pool.guard(), Guard::LastDown);
+    // Rule 4 still applies to those the guard keeps: of three, all but the last to fail go.
+    for (k, name) in names.iter().enumerate() {
+        for t in 0..3 {
+            request(&mut pool, name, answered(502), secs(11 + k as u64) + ms(t));
+        }
+    }
+    assert_eq!(pool.ejected(), [true, true, false]);
+    assert_eq!(routable(&pool), ["app3"]);
+    assert_eq!(pool.guard(), Guard::LastDown);
+}
+
+#[test]
 fn a_blip_after_app2_already_went_down_keeps_app2_out() {
     let mut pool = pool(&["app1", "app2"]);
     probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
@@ -325,6 +348,34 @@ fn passive_ejection_may_take_one_of_two_backends_but_never_both() {
 }
 
 #[test]
+fn at_max_ejection_percent_100_every_failing_backend_may_go_but_never_the_last_one() {
+    let names = ["app1", "app2", "app3", "app4"];
+    for n in 1..=names.len() {
+        let fleet = &names[..n];
+        let c = config(fleet, r#""max_ejection_percent": 100"#);
+        let mut pool = Proxy::new(c, secs(0));
+        for name in fleet {
+            probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
+        }
+        // Each fails its pages, the last of them last.
+        for t in 1..=3 {
+            for (k, name) in fleet.iter().enumerate() {
+                request(&mut pool, name, answered(502), secs(t) + ms(k as u64));
+            }
+        }
+        let mut expected = vec![true; n];
+        expected[n - 1] = false;
+        assert_eq!(
+            pool.ejected(),
+            expected,
+            "of {n}, all but the last to fail are ejected"
+        );
+        assert_eq!(routable(&pool), [names[n - 1]], "of {n}");
+        assert_eq!(pool.guard(), Guard::Off, "of {n}");
+    }
+}
+
+#[test]
 fn the_cap_counts_only_backends_passing_active_checks() {
     let mut pool = pool(&["app1", "app2", "app3", "app4"]);
     for name in ["app1", "app2"] {
@@ -342,6 +393,24 @@ fn the_cap_counts_only_backends_passing_active_checks() {
         ["app2"],
         "one of the two passing may go, not both"
     );
+}
+
+#[test]
+fn at_max_ejection_percent_75_the_cap_takes_its_share_of_the_backends_passing_active_checks() {
+    // Three of four pass: 75 % of three lets two go; of all four it would let all three.
+    let names = ["app1", "app2", "app3", "app4"];
+    let mut pool = Proxy::new(config(&names, r#""max_ejection_percent": 75"#), secs(0));
+    for name in ["app1", "app2", "app3"] {
+        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
+    }
+    probe(&mut pool, "app4", TIMEOUT, ms(10));
+    for t in 1..=3 {
+        for (k, name) in ["app1", "app2", "app3"].iter().enumerate() {
+            request(&mut pool, name, answered(502), secs(t) + ms(k as u64));
+        }
+    }
+    assert_eq!(pool.ejected(), [true, true, false, false]);
+    assert_eq!(routable(&pool), ["app3"]);
 }
 
 #[test]
