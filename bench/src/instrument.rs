@@ -11,6 +11,7 @@
 //! behaves as the original; only its fuel grows, by a few instructions per hostcall and
 //! callback, which is why fuel is measured on the original.
 
+use crate::callbacks::CALLBACK_PREFIX;
 use anyhow::{bail, Context, Result};
 use std::borrow::Cow;
 use wasm_encoder::reencode::{self, Reencode};
@@ -22,9 +23,6 @@ use wasmparser::{ExternalKind, Parser, Payload, TypeRef};
 
 /// The export that answers the size of memory 0 in 64 KiB pages.
 pub const MEMORY_PAGES: &str = "upcheck_bench_memory_pages";
-
-/// The callbacks whose hostcalls are counted apart: the exports named so.
-const CALLBACK_PREFIX: &str = "proxy_on_";
 
 /// The export that answers how often the guest called `import` (`module.name`) while `callback`
 /// (an export, e.g. `proxy_on_request_headers`) ran; `None` counts the calls outside any

@@ -23,6 +23,7 @@
 //! ```
 //! (`make -f mk/bench.mk bench` builds and installs everything, then runs it.)
 
+mod callbacks;
 mod detection;
 mod effort;
 mod inhost;

@@ -7,7 +7,7 @@
 //! wasmtime's fuel counts (all but `nop`, `drop`, `block`, `loop`, `unreachable`, `return`,
 //! `else` and `end`), so the copy stays close to the original's size and speed. The counts are each
 //! function's own instructions, not its callees'. They are bumped only while a request's
-//! callback runs ([`crate::inhost::REQUEST_CALLBACKS`], each exported through a wrapper that
+//! callback runs ([`crate::callbacks::REQUEST_CALLBACKS`], each exported through a wrapper that
 //! sets a flag global the bumps add): the ticks' work is not a request's, and what the host has
 //! the module do inside a request's hostcall (allocate the bytes it hands over) is. Function names come from the module's `name`
 //! section, which the shipped module does not carry: `make bench` builds a named copy for this
@@ -88,7 +88,7 @@ impl Layout {
                     for export in section {
                         let export = export?;
                         if export.kind == ExternalKind::Func
-                            && crate::inhost::REQUEST_CALLBACKS.contains(&export.name)
+                            && crate::callbacks::REQUEST_CALLBACKS.contains(&export.name)
                         {
                             layout
                                 .callbacks
