@@ -33,6 +33,7 @@ mod probes;
 mod profile;
 mod proxy;
 mod report;
+mod rewrite;
 mod startup;
 mod throughput;
 mod upstream;
