@@ -11,6 +11,8 @@ impl Envoy {
     /// ([`EnvoyBuilder::misloaded_listener`]): connects, and returns once Envoy has closed the
     /// connection, which it does after the trap. With one worker, that worker's VM. An error
     /// without a misloaded listener, or if the connection is still open after 5 s.
+    ///
+    /// [`EnvoyBuilder::misloaded_listener`]: super::EnvoyBuilder::misloaded_listener
     pub async fn fail_a_worker_vm(&self) -> Result<()> {
         let addr = self
             .dynamic
