@@ -96,9 +96,9 @@ soak: $(WASM) | rust-tools
 fleet-scale: $(WASM) etcd | rust-tools
 	$(CARGO_TEST) --test in_host -- --ignored --nocapture fleet_scale::
 
-# The Envoy tests run side by side, up to UPCHECK_E2E_ENVOYS Envoys at once (e2e/src/envoy.rs);
-# the threads only wait for a turn. The command line's tests scrape Envoy with Debian's
-# Prometheus (cli/tests/commands/prometheus.rs).
+# The Envoy tests run side by side, up to UPCHECK_E2E_ENVOYS Envoys at once
+# (e2e/src/envoy/turn.rs); the threads only wait for a turn. The command line's tests scrape
+# Envoy with Debian's Prometheus (cli/tests/commands/prometheus.rs).
 E2E_THREADS ?= 8
 e2e: envoy chromium nginx etcd prometheus $(WASM) | rust-tools
 	$(CARGO_TEST) --no-fail-fast --test in_envoy --test commands -- --test-threads $(E2E_THREADS)

@@ -5,6 +5,7 @@
 //! process as the shipped configurations run it, `--concurrency 2` (a main-thread VM and two
 //! workers), whose backends all answer 200, so the health table never changes once warm.
 
+use crate::callbacks::REQUEST_CALLBACKS;
 use crate::instrument::{self, Instrumented};
 use crate::profile::{self, Spent};
 use anyhow::Result;
@@ -14,16 +15,6 @@ use upcheck_host_tests::{Fuel, Host, HostError, HostOptions, Val};
 
 /// Requests per second of the traffic the host sends.
 const RATE: u32 = 500;
-
-/// The callbacks a request goes through, in order.
-pub const REQUEST_CALLBACKS: [&str; 6] = [
-    "proxy_on_context_create",
-    "proxy_on_request_headers",
-    "proxy_on_response_headers",
-    "proxy_on_log",
-    "proxy_on_done",
-    "proxy_on_delete",
-];
 
 /// The plugin configuration for backends `app1..=appN` with the given probe interval and timeout.
 pub fn fleet(backends: usize, interval: &str, timeout: &str) -> String {

@@ -11,20 +11,17 @@
 //! behaves as the original; only its fuel grows, by a few instructions per hostcall and
 //! callback, which is why fuel is measured on the original.
 
-use anyhow::{bail, Context, Result};
+use crate::callbacks::CALLBACK_PREFIX;
+use crate::rewrite::{self, Additions, Outline};
+use anyhow::{Context, Result};
 use std::borrow::Cow;
-use wasm_encoder::reencode::{self, Reencode};
 use wasm_encoder::{
     BlockType, CodeSection, ConstExpr, ExportKind, ExportSection, Function, FunctionSection,
     GlobalSection, GlobalType, Instruction, TypeSection, ValType,
 };
-use wasmparser::{ExternalKind, Parser, Payload, TypeRef};
 
 /// The export that answers the size of memory 0 in 64 KiB pages.
 pub const MEMORY_PAGES: &str = "upcheck_bench_memory_pages";
-
-/// The callbacks whose hostcalls are counted apart: the exports named so.
-const CALLBACK_PREFIX: &str = "proxy_on_";
 
 /// The export that answers how often the guest called `import` (`module.name`) while `callback`
 /// (an export, e.g. `proxy_on_request_headers`) ran; `None` counts the calls outside any
@@ -69,8 +66,7 @@ struct Callback {
     params: u32,
 }
 
-/// What the first pass learns; the second pass appends after what exists.
-#[derive(Default)]
+/// Where the additions go, after what the module has ([`Outline`]).
 struct Layout {
     /// Imported functions, in import order.
     imports: Vec<Import>,
@@ -87,73 +83,41 @@ struct Layout {
 
 impl Layout {
     fn read(wasm: &[u8]) -> Result<Layout> {
-        let mut layout = Layout::default();
-        // Parameter counts by type index (0 for types that are not functions).
-        let mut params = Vec::new();
-        // Type indices of the defined functions.
-        let mut defined = Vec::new();
-        for payload in Parser::new(0).parse_all(wasm) {
-            match payload? {
-                Payload::ImportSection(section) => {
-                    for import in section.into_imports() {
-                        let import = import?;
-                        match import.ty {
-                            TypeRef::Func(ty) => layout.imports.push(Import {
-                                name: format!("{}.{}", import.module, import.name),
-                                ty,
-                                params: *params.get(ty as usize).context("an unknown type")?,
-                            }),
-                            TypeRef::Global(_) => layout.globals += 1,
-                            _ => {}
-                        }
-                    }
-                }
-                Payload::TypeSection(section) => {
-                    for group in section {
-                        for ty in group?.into_types() {
-                            let count = match ty.composite_type.inner {
-                                wasmparser::CompositeInnerType::Func(f) => f.params().len(),
-                                _ => 0,
-                            };
-                            params.push(u32::try_from(count)?);
-                        }
-                    }
-                    layout.types = u32::try_from(params.len())?;
-                }
-                Payload::FunctionSection(section) => {
-                    layout.functions = section.count();
-                    for ty in section {
-                        defined.push(ty?);
-                    }
-                }
-                Payload::GlobalSection(section) => layout.globals += section.count(),
-                Payload::ExportSection(section) => {
-                    for export in section {
-                        let export = export?;
-                        let tracked = export.kind == ExternalKind::Func
-                            && export.name.starts_with(CALLBACK_PREFIX);
-                        // An import exported again has no body here to count it by.
-                        let Some(defined_at) = export.index.checked_sub(layout.imports()) else {
-                            continue;
-                        };
-                        if !tracked {
-                            continue;
-                        }
-                        let ty = *defined
-                            .get(defined_at as usize)
-                            .context("an export of an unknown function")?;
-                        layout.callbacks.push(Callback {
-                            name: export.name.to_owned(),
-                            function: export.index,
-                            ty,
-                            params: *params.get(ty as usize).context("an unknown type")?,
-                        });
-                    }
-                }
-                _ => {}
+        let outline = Outline::read(wasm)?;
+        let imports = outline
+            .imports
+            .iter()
+            .map(|(name, ty)| {
+                Ok(Import {
+                    name: name.clone(),
+                    ty: *ty,
+                    params: outline.params_of(*ty)?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        let mut callbacks = Vec::new();
+        for (name, function) in &outline.exports {
+            // An import exported again has no body here to count it by.
+            if !name.starts_with(CALLBACK_PREFIX) || *function < outline.imported() {
+                continue;
             }
+            let ty = outline
+                .type_of(*function)
+                .context("an export of an unknown function")?;
+            callbacks.push(Callback {
+                name: name.clone(),
+                function: *function,
+                ty,
+                params: outline.params_of(ty)?,
+            });
         }
-        Ok(layout)
+        Ok(Layout {
+            imports,
+            callbacks,
+            types: outline.types(),
+            functions: outline.functions(),
+            globals: outline.globals,
+        })
     }
 
     fn imports(&self) -> u32 {
@@ -166,13 +130,13 @@ impl Layout {
     }
 
     /// The wrapper of import `i`: after every function the module defines.
-    fn wrapper(&self, i: u32) -> u32 {
+    fn import_wrapper(&self, i: u32) -> u32 {
         self.imports() + self.functions + i
     }
 
     /// The wrapper of callback `k`: after the imports' wrappers.
     fn callback_wrapper(&self, k: u32) -> u32 {
-        self.wrapper(self.imports()) + k
+        self.import_wrapper(self.imports()) + k
     }
 
     /// The first counter reader: after the callbacks' wrappers; one per import and slot.
@@ -196,88 +160,45 @@ impl Layout {
     }
 }
 
-/// The second pass: copies the module, adding wrappers, counters and readers.
-struct Instrumenter<'a> {
-    layout: &'a Layout,
-    /// How many of the five sections the additions go into were seen (types, functions,
-    /// globals, exports, code): all five must be, or the additions are incomplete.
-    sections: usize,
-}
-
-type Error = reencode::Error<std::convert::Infallible>;
-
-impl Reencode for Instrumenter<'_> {
-    type Error = std::convert::Infallible;
-
+/// The additions: a wrapper per import and per callback, a counter per import and slot, and
+/// their readers.
+impl Additions for Layout {
     /// Every call to (or reference of) an import goes to its wrapper instead.
-    fn function_index(&mut self, func: u32) -> Result<u32, Error> {
-        Ok(if func < self.layout.imports() {
-            self.layout.wrapper(func)
+    fn function_index(&self, index: u32) -> u32 {
+        if index < self.imports() {
+            self.import_wrapper(index)
         } else {
-            func
-        })
+            index
+        }
     }
 
     /// A callback is exported as its wrapper, which names it while it runs.
-    fn parse_export(
-        &mut self,
-        exports: &mut ExportSection,
-        export: wasmparser::Export<'_>,
-    ) -> Result<(), Error> {
-        let wrapped = (0..)
-            .zip(&self.layout.callbacks)
-            .find(|(_, c)| export.kind == ExternalKind::Func && c.name == export.name);
-        match wrapped {
-            Some((k, _)) => {
-                exports.export(
-                    export.name,
-                    ExportKind::Func,
-                    self.layout.callback_wrapper(k),
-                );
-                Ok(())
-            }
-            None => reencode::utils::parse_export(self, exports, export),
-        }
+    fn wrapper(&self, name: &str) -> Option<u32> {
+        (0..)
+            .zip(&self.callbacks)
+            .find(|(_, c)| c.name == name)
+            .map(|(k, _)| self.callback_wrapper(k))
     }
 
-    fn parse_type_section(
-        &mut self,
-        types: &mut TypeSection,
-        section: wasmparser::TypeSectionReader<'_>,
-    ) -> Result<(), Error> {
-        reencode::utils::parse_type_section(self, types, section)?;
+    fn types(&self, types: &mut TypeSection) {
         types.ty().function([], [ValType::I64]);
         types.ty().function([], [ValType::I32]);
-        self.sections += 1;
-        Ok(())
     }
 
-    fn parse_function_section(
-        &mut self,
-        functions: &mut FunctionSection,
-        section: wasmparser::FunctionSectionReader<'_>,
-    ) -> Result<(), Error> {
-        reencode::utils::parse_function_section(self, functions, section)?;
-        for import in &self.layout.imports {
+    fn functions(&self, functions: &mut FunctionSection) {
+        for import in &self.imports {
             functions.function(import.ty);
         }
-        for callback in &self.layout.callbacks {
+        for callback in &self.callbacks {
             functions.function(callback.ty);
         }
-        for _ in 0..self.layout.imports() * self.layout.slots() {
-            functions.function(self.layout.reader_type());
+        for _ in 0..self.imports() * self.slots() {
+            functions.function(self.reader_type());
         }
-        functions.function(self.layout.reader_type() + 1);
-        self.sections += 1;
-        Ok(())
+        functions.function(self.reader_type() + 1);
     }
 
-    fn parse_global_section(
-        &mut self,
-        globals: &mut GlobalSection,
-        section: wasmparser::GlobalSectionReader<'_>,
-    ) -> Result<(), Error> {
-        reencode::utils::parse_global_section(self, globals, section)?;
+    fn globals(&self, globals: &mut GlobalSection) {
         let running = GlobalType {
             val_type: ValType::I32,
             mutable: true,
@@ -289,48 +210,34 @@ impl Reencode for Instrumenter<'_> {
             mutable: true,
             shared: false,
         };
-        for _ in 0..self.layout.imports() * self.layout.slots() {
+        for _ in 0..self.imports() * self.slots() {
             globals.global(counter, &ConstExpr::i64_const(0));
         }
-        self.sections += 1;
-        Ok(())
     }
 
-    fn parse_export_section(
-        &mut self,
-        exports: &mut ExportSection,
-        section: wasmparser::ExportSectionReader<'_>,
-    ) -> Result<(), Error> {
-        reencode::utils::parse_export_section(self, exports, section)?;
-        let readers = self.layout.readers();
+    fn exports(&self, exports: &mut ExportSection) {
+        let readers = self.readers();
         let callbacks: Vec<Option<&str>> = std::iter::once(None)
-            .chain(self.layout.callbacks.iter().map(|c| Some(c.name.as_str())))
+            .chain(self.callbacks.iter().map(|c| Some(c.name.as_str())))
             .collect();
-        for (i, import) in (0..).zip(&self.layout.imports) {
+        for (i, import) in (0..).zip(&self.imports) {
             for (slot, callback) in (0..).zip(&callbacks) {
-                let reader = readers + i * self.layout.slots() + slot;
+                let reader = readers + i * self.slots() + slot;
                 let name = counter_export(&import.name, *callback);
                 exports.export(&name, ExportKind::Func, reader);
             }
         }
-        let memory_reader = readers + self.layout.imports() * self.layout.slots();
+        let memory_reader = readers + self.imports() * self.slots();
         exports.export(MEMORY_PAGES, ExportKind::Func, memory_reader);
-        self.sections += 1;
-        Ok(())
     }
 
-    fn parse_code_section(
-        &mut self,
-        code: &mut CodeSection,
-        section: wasmparser::CodeSectionReader<'_>,
-    ) -> Result<(), Error> {
-        reencode::utils::parse_code_section(self, code, section)?;
+    fn code(&self, code: &mut CodeSection) {
         self.wrappers(code);
         self.callback_wrappers(code);
-        for i in 0..self.layout.imports() {
-            for slot in 0..self.layout.slots() {
+        for i in 0..self.imports() {
+            for slot in 0..self.slots() {
                 let mut reader = Function::new([]);
-                reader.instruction(&Instruction::GlobalGet(self.layout.counter(i, slot)));
+                reader.instruction(&Instruction::GlobalGet(self.counter(i, slot)));
                 reader.instruction(&Instruction::End);
                 code.function(&reader);
             }
@@ -339,31 +246,29 @@ impl Reencode for Instrumenter<'_> {
         memory.instruction(&Instruction::MemorySize(0));
         memory.instruction(&Instruction::End);
         code.function(&memory);
-        self.sections += 1;
-        Ok(())
     }
 }
 
-impl Instrumenter<'_> {
+impl Layout {
     /// Wrapper `i`: bump import `i`'s counter of the slot running, pass every parameter on to
     /// import `i`. The slot picks the counter through a `br_table` over one block per slot: the
     /// table leaves block `slot`, after which that slot's counter is bumped.
     fn wrappers(&self, code: &mut CodeSection) {
-        let slots = self.layout.slots();
-        for (i, import) in (0..).zip(&self.layout.imports) {
+        let slots = self.slots();
+        for (i, import) in (0..).zip(&self.imports) {
             let mut wrapper = Function::new([]);
             wrapper.instruction(&Instruction::Block(BlockType::Empty)); // done
             for _ in 0..slots {
                 wrapper.instruction(&Instruction::Block(BlockType::Empty));
             }
-            wrapper.instruction(&Instruction::GlobalGet(self.layout.running()));
+            wrapper.instruction(&Instruction::GlobalGet(self.running()));
             let targets: Vec<u32> = (0..slots).collect();
             wrapper.instruction(&Instruction::BrTable(Cow::Owned(targets), 0));
             for slot in 0..slots {
                 // The end of the block the table leaves for `slot`; `done` is `slots - slot`
                 // blocks out from here.
                 wrapper.instruction(&Instruction::End);
-                let counter = self.layout.counter(i, slot);
+                let counter = self.counter(i, slot);
                 wrapper.instruction(&Instruction::GlobalGet(counter));
                 wrapper.instruction(&Instruction::I64Const(1));
                 wrapper.instruction(&Instruction::I64Add);
@@ -383,19 +288,19 @@ impl Instrumenter<'_> {
     /// Callback wrapper `k`: name slot `k + 1` as running, call the callback with every
     /// parameter, then name again what ran before (a callback may run inside a hostcall).
     fn callback_wrappers(&self, code: &mut CodeSection) {
-        for (k, callback) in (1..).zip(&self.layout.callbacks) {
+        for (k, callback) in (1..).zip(&self.callbacks) {
             let before = callback.params;
             let mut wrapper = Function::new([(1, ValType::I32)]);
-            wrapper.instruction(&Instruction::GlobalGet(self.layout.running()));
+            wrapper.instruction(&Instruction::GlobalGet(self.running()));
             wrapper.instruction(&Instruction::LocalSet(before));
             wrapper.instruction(&Instruction::I32Const(k));
-            wrapper.instruction(&Instruction::GlobalSet(self.layout.running()));
+            wrapper.instruction(&Instruction::GlobalSet(self.running()));
             for param in 0..callback.params {
                 wrapper.instruction(&Instruction::LocalGet(param));
             }
             wrapper.instruction(&Instruction::Call(callback.function));
             wrapper.instruction(&Instruction::LocalGet(before));
-            wrapper.instruction(&Instruction::GlobalSet(self.layout.running()));
+            wrapper.instruction(&Instruction::GlobalSet(self.running()));
             wrapper.instruction(&Instruction::End);
             code.function(&wrapper);
         }
@@ -405,19 +310,8 @@ impl Instrumenter<'_> {
 /// Instruments `wasm` (see the module docs).
 pub fn instrument(wasm: &[u8]) -> Result<Instrumented> {
     let layout = Layout::read(wasm)?;
-    let mut module = wasm_encoder::Module::new();
-    let mut instrumenter = Instrumenter {
-        layout: &layout,
-        sections: 0,
-    };
-    instrumenter
-        .parse_core_module(&mut module, Parser::new(0), wasm)
-        .map_err(|e| anyhow::anyhow!("cannot re-encode the module: {e}"))?;
-    if instrumenter.sections != 5 {
-        bail!("the module lacks a type, function, global, export or code section");
-    }
     Ok(Instrumented {
-        wasm: module.finish(),
+        wasm: rewrite::copy(wasm, &layout)?,
         imports: layout.imports.into_iter().map(|i| i.name).collect(),
         callbacks: layout.callbacks.into_iter().map(|c| c.name).collect(),
     })

@@ -23,6 +23,7 @@
 //! ```
 //! (`make -f mk/bench.mk bench` builds and installs everything, then runs it.)
 
+mod callbacks;
 mod detection;
 mod effort;
 mod inhost;
@@ -32,6 +33,7 @@ mod probes;
 mod profile;
 mod proxy;
 mod report;
+mod rewrite;
 mod startup;
 mod throughput;
 mod upstream;

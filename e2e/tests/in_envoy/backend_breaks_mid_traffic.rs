@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use crate::support::two_backends;
 use tokio::time::sleep;
 use upcheck_e2e::envoy::Envoy;
 use upcheck_e2e::envoy_config::Routing;
@@ -28,11 +29,7 @@ struct Breakage {
 /// 8 s of users over app1 and app2; app2 starts answering 502 to everything about 3 s in, just
 /// after one of its probes.
 async fn app2_breaks_mid_traffic() -> anyhow::Result<Breakage> {
-    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
-    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let envoy = Envoy::scenario(Routing::Cluster, &[&app1, &app2])
-        .start()
-        .await?;
+    let (app1, app2, envoy) = two_backends(Routing::Cluster, Mode::Ok, Mode::Ok).await?;
     let replay = Replay::new(envoy.url("/"), RATE, Duration::from_secs(8)).connection_per_request();
     let traffic = tokio::spawn(async move { replay.run().await });
     sleep(Duration::from_secs(3)).await;

@@ -7,20 +7,20 @@
 
 use std::time::Duration;
 
-use upcheck_e2e::envoy::Envoy;
+use crate::support::two_backends;
 use upcheck_e2e::envoy_config::Routing;
 use upcheck_e2e::mode::Mode;
 use upcheck_e2e::plugin::RATE;
 use upcheck_e2e::replay::Replay;
-use upcheck_e2e::upstream::FakeUpstream;
 
 #[tokio::test]
 async fn users_arriving_at_cold_start_never_reach_a_hanging_backend() -> anyhow::Result<()> {
-    let app1 = FakeUpstream::start("app1", Mode::Slow(Duration::from_millis(200))).await?;
-    let app2 = FakeUpstream::start("app2", Mode::Hang).await?;
-    let envoy = Envoy::scenario(Routing::Cluster, &[&app1, &app2])
-        .start()
-        .await?;
+    let (app1, app2, envoy) = two_backends(
+        Routing::Cluster,
+        Mode::Slow(Duration::from_millis(200)),
+        Mode::Hang,
+    )
+    .await?;
 
     // From the moment the listener is up: the first probes are still out.
     let report = Replay::new(envoy.url("/"), RATE, Duration::from_secs(4))

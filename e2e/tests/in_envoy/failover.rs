@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use crate::support::two_backends;
 use reqwest::Method;
 use tokio::time::sleep;
 use upcheck_e2e::envoy::Envoy;
@@ -43,9 +44,7 @@ struct Break {
 /// 50 ms after one of its probes, app2 switches to `mode`. The users meet the breakage a whole
 /// interval before the next probe does, so the passive checks, not a lucky probe, take app2 out.
 async fn app2_breaks(routing: Routing, mode: Mode, methods: &[Method]) -> anyhow::Result<Break> {
-    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
-    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let envoy = Envoy::scenario(routing, &[&app1, &app2]).start().await?;
+    let (_app1, app2, envoy) = two_backends(routing, Mode::Ok, Mode::Ok).await?;
     let rate = RATE / methods.len() as u32;
     let traffic: Vec<_> = methods
         .iter()
@@ -204,9 +203,8 @@ async fn two_hundred_concurrent_gets_during_a_break_all_succeed() -> anyhow::Res
     // than Envoy's default retry circuit breaker (3) lets through. It must stay well within the
     // per-try timeout even when 200 arrive at once on a busy machine: an attempt at app1 that
     // timed out would be retried at the second address, chosen before app2 broke.
-    let app1 = FakeUpstream::start("app1", Mode::Slow(Duration::from_millis(100))).await?;
-    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let envoy = Envoy::scenario(HOST, &[&app1, &app2]).start().await?;
+    let (_app1, app2, envoy) =
+        two_backends(HOST, Mode::Slow(Duration::from_millis(100)), Mode::Ok).await?;
     let warm_up = Replay::new(envoy.url("/"), RATE, Duration::from_secs(1))
         .run()
         .await?;
@@ -262,9 +260,7 @@ async fn from_the_first_request_on_users_go_where_upcheck_sends_them() -> anyhow
     // app2 answers 502 from the start, so upcheck never picks it. A request the pool routed by
     // itself (round robin) would still reach it, and be retried on app1 unseen by the user: only
     // app2's count shows it.
-    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
-    let app2 = FakeUpstream::start("app2", Mode::Status(502)).await?;
-    let envoy = Envoy::scenario(HOST, &[&app1, &app2]).start().await?;
+    let (_app1, app2, envoy) = two_backends(HOST, Mode::Ok, Mode::Status(502)).await?;
     let report = Replay::new(envoy.url("/"), RATE, Duration::from_secs(1))
         .connection_per_request()
         .run()

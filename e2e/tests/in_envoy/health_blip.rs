@@ -6,13 +6,12 @@
 
 use std::time::Duration;
 
+use crate::support::two_backends;
 use tokio::time::{sleep, sleep_until, Instant};
-use upcheck_e2e::envoy::Envoy;
 use upcheck_e2e::envoy_config::Routing;
 use upcheck_e2e::mode::Mode;
 use upcheck_e2e::plugin::RATE;
 use upcheck_e2e::replay::Replay;
-use upcheck_e2e::upstream::FakeUpstream;
 
 /// `/up` answers 503 from now on, pages stay 200: the blip, switched on by hand.
 const BLIP: Mode = Mode::Blip {
@@ -22,11 +21,7 @@ const BLIP: Mode = Mode::Blip {
 
 #[tokio::test]
 async fn a_blip_failing_every_probe_at_once_costs_users_nothing() -> anyhow::Result<()> {
-    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
-    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let envoy = Envoy::scenario(Routing::Cluster, &[&app1, &app2])
-        .start()
-        .await?;
+    let (app1, app2, envoy) = two_backends(Routing::Cluster, Mode::Ok, Mode::Ok).await?;
     let replay =
         Replay::new(envoy.url("/"), RATE, Duration::from_secs(10)).connection_per_request();
     let traffic = tokio::spawn(async move { replay.run().await });
@@ -60,11 +55,7 @@ async fn a_blip_failing_every_probe_at_once_costs_users_nothing() -> anyhow::Res
 
 #[tokio::test]
 async fn the_log_says_when_the_fleet_guard_engages_and_when_it_releases() -> anyhow::Result<()> {
-    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
-    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let envoy = Envoy::scenario(Routing::Cluster, &[&app1, &app2])
-        .start()
-        .await?;
+    let (app1, app2, envoy) = two_backends(Routing::Cluster, Mode::Ok, Mode::Ok).await?;
 
     sleep(Duration::from_secs(1)).await;
     app1.set_mode(BLIP);
@@ -93,11 +84,7 @@ async fn the_log_says_when_the_fleet_guard_engages_and_when_it_releases() -> any
 
 #[tokio::test]
 async fn a_backend_down_before_the_blip_gets_no_user_request_during_it() -> anyhow::Result<()> {
-    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
-    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let envoy = Envoy::scenario(Routing::Cluster, &[&app1, &app2])
-        .start()
-        .await?;
+    let (app1, app2, envoy) = two_backends(Routing::Cluster, Mode::Ok, Mode::Ok).await?;
     let replay =
         Replay::new(envoy.url("/"), RATE, Duration::from_secs(13)).connection_per_request();
     let start = Instant::now();

@@ -26,4 +26,5 @@ mod shared_cause;
 mod shipped_configs;
 mod status_page_access;
 mod status_page_browser;
+mod support;
 mod two_pools;

@@ -27,6 +27,7 @@
 
 use std::time::Duration;
 
+use crate::support::two_backends;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, sleep_until, Instant};
 use upcheck_e2e::envoy::Envoy;
@@ -239,9 +240,7 @@ async fn with_capacity_a_slow_dependency_fails_at_most_two_percent_in_host_routi
 async fn a_blip_after_a_backend_hung_from_the_start_sends_it_nothing(
     routing: Routing,
 ) -> anyhow::Result<()> {
-    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
-    let app2 = FakeUpstream::start("app2", Mode::Hang).await?;
-    let envoy = Envoy::scenario(routing, &[&app1, &app2]).start().await?;
+    let (app1, app2, envoy) = two_backends(routing, Mode::Ok, Mode::Hang).await?;
     let (start, traffic) = users(&envoy, RATE, Duration::from_secs(6));
 
     sleep_until(start + at(2000)).await;
@@ -359,9 +358,7 @@ async fn a_real_failure_that_spreads_keeps_the_first_broken_backend_out(
     routing: Routing,
     onset: Onset,
 ) -> anyhow::Result<()> {
-    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
-    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let envoy = Envoy::scenario(routing, &[&app1, &app2]).start().await?;
+    let (app1, app2, envoy) = two_backends(routing, Mode::Ok, Mode::Ok).await?;
     let (start, traffic) = users(&envoy, RATE, Duration::from_secs(9));
 
     sleep_until(start + at(2000)).await;

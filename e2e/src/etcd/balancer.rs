@@ -1,0 +1,194 @@
+//! One balancer of a fleet: a real Envoy with upcheck, started from what `upcheck envoy --etcd`
+//! writes, and what a test reads from it.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+use tempfile::TempDir;
+use upcheck_cli::envoy::{render, Settings};
+
+use super::Etcd;
+use crate::envoy::{binary, module};
+use crate::envoy_process::{EnvoyProcess, Launch, PORT_ATTEMPTS};
+use crate::ports::free_addr;
+use crate::upstream::FakeUpstream;
+
+/// One balancer: a real Envoy with upcheck, started from `upcheck envoy`'s configuration.
+pub struct Balancer {
+    process: Option<EnvoyProcess>,
+    /// Where users connect.
+    pub listener: SocketAddr,
+    /// Its admin interface.
+    pub admin: SocketAddr,
+    /// Its status page listener.
+    pub status: SocketAddr,
+    _dir: TempDir,
+    http: reqwest::Client,
+}
+
+/// The plugin configuration of the fleet tests: `backends` in host routing, probed every second
+/// with a 500 ms timeout, and with `fleet` when given (its `cluster` filled in by `--etcd`).
+pub fn plugin(backends: &[&FakeUpstream], fleet: Option<Value>) -> Value {
+    let upstreams: Vec<Value> = backends
+        .iter()
+        .map(|b| json!({"name": b.name(), "address": b.addr().to_string()}))
+        .collect();
+    let mut config = json!({
+        "routing": "host",
+        "upstreams": upstreams,
+        "health_checks": {
+            "active": {"path": "/up", "interval": "1s", "timeout": "500ms"},
+            "passive": {"fail_duration": "2s", "max_fails": 3},
+        },
+    });
+    if let Some(fleet) = fleet {
+        config["fleet"] = fleet;
+    }
+    config
+}
+
+impl Balancer {
+    /// Starts an Envoy (one worker) with `plugin`, joined to `etcd` if given, as `upcheck envoy
+    /// [--etcd …]` writes it, and waits until it is ready; started again on other ports when one
+    /// was taken meanwhile, up to [`PORT_ATTEMPTS`] times in all.
+    pub async fn start(plugin: &Value, etcd: Option<&Etcd>) -> Result<Balancer> {
+        let mut attempt = 1;
+        loop {
+            match Balancer::start_once(plugin, etcd).await {
+                Err(e)
+                    if attempt < PORT_ATTEMPTS
+                        && e.to_string().contains("Address already in use") =>
+                {
+                    eprintln!("attempt {attempt}: a port was taken; starting Envoy on other ports");
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn start_once(plugin: &Value, etcd: Option<&Etcd>) -> Result<Balancer> {
+        let mut source = upcheck_cli::plugin::read(plugin.to_string().as_bytes())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let joined = match etcd {
+            Some(etcd) => {
+                let mut joined = upcheck_cli::etcd::join(&mut source, etcd.clients())
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                joined.tls = etcd
+                    .tls_flags()
+                    .tls(true)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                Some(joined)
+            }
+            None => None,
+        };
+        let mut deployment =
+            upcheck_cli::deployment::plan(&source, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+        deployment.etcd = joined;
+        let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
+        let (listener, admin, status) = (free_addr()?, free_addr()?, free_addr()?);
+        let settings = Settings {
+            listen: listener,
+            admin,
+            status,
+            wasm: module()?.display().to_string(),
+            concurrency: 1,
+            input: "the fleet test".into(),
+            membership: None,
+        };
+        let config = dir.path().join("envoy.yaml");
+        std::fs::write(&config, render(&deployment, &settings))?;
+        let mut process = EnvoyProcess::spawn(Launch {
+            binary: binary()?,
+            bootstrap: &config,
+            dir: dir.path(),
+            concurrency: 1,
+            cpu: None,
+            // The log is read while Envoy runs: flushed every 100 ms rather than every 10 s.
+            args: &["--log-level", "info", "--file-flush-interval-msec", "100"],
+        })?;
+        if let Err(e) = process.until_ready(admin, Duration::from_millis(50)).await {
+            bail!("{e}: {}{}", process.log(), process.output());
+        }
+        Ok(Balancer {
+            process: Some(process),
+            listener,
+            admin,
+            status,
+            _dir: dir,
+            http: reqwest::Client::builder()
+                .no_proxy()
+                .timeout(Duration::from_secs(5))
+                .build()?,
+        })
+    }
+
+    /// Kills it with SIGKILL.
+    pub fn kill(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.kill();
+        }
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        self.process
+            .as_ref()
+            .map(EnvoyProcess::log)
+            .unwrap_or_default()
+    }
+
+    /// One user request to `/`: whether it was answered 200.
+    pub async fn user_request(&self) -> bool {
+        let answer = self
+            .http
+            .get(format!("http://{}/", self.listener))
+            .send()
+            .await;
+        answer.is_ok_and(|r| r.status().is_success())
+    }
+
+    /// Its statistics (`/stats`) and status page (text) as served now.
+    pub async fn stats_and_page(&self) -> Result<String> {
+        let stats = self
+            .http
+            .get(format!("http://{}/stats", self.admin))
+            .send()
+            .await?
+            .text()
+            .await?;
+        let page = self
+            .http
+            .get(format!("http://{}/upcheck/status", self.status))
+            .send()
+            .await?
+            .text()
+            .await?;
+        Ok(stats + &page)
+    }
+
+    /// Its status page in JSON, as served now.
+    pub async fn page_json(&self) -> Result<Value> {
+        let url = format!("http://{}/upcheck/status.json", self.status);
+        let text = self.http.get(url).send().await?.text().await?;
+        serde_json::from_str(&text).with_context(|| format!("not JSON: {text}"))
+    }
+
+    /// A counter of upcheck's (`wasmcustom.upcheck.<name>`), 0 when Envoy has none yet.
+    pub async fn counter(&self, name: &str) -> Result<u64> {
+        let stat = format!("wasmcustom.upcheck.{name}");
+        let url = format!(
+            "http://{}/stats?filter=^{}$",
+            self.admin,
+            stat.replace('.', "\\.")
+        );
+        let body = self.http.get(url).send().await?.text().await?;
+        Ok(body
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{stat}: ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0))
+    }
+}
