@@ -22,9 +22,9 @@ impl<H> Pool<H> {
         let mut back = false;
         for (i, m) in self.members.iter_mut().enumerate() {
             match fleet.fleet_traffic(i, &m.key) {
-                Some(theirs) if *theirs != m.fleet_traffic => m.fleet_traffic = theirs.clone(),
+                Some(theirs) if *theirs != m.counts.fleet => m.counts.fleet = theirs.clone(),
                 Some(_) => {}
-                None => m.fleet_traffic = Traffic::default(),
+                None => m.counts.fleet = Traffic::default(),
             }
             let outlier = &m.evidence.passive.outlier;
             if let Some(shared) = fleet.shared_ejection(&m.key) {
@@ -39,10 +39,10 @@ impl<H> Pool<H> {
             }
             match fleet.duty(&m.key) {
                 Duty::Here => {
-                    back |= std::mem::take(&mut m.elsewhere);
+                    back |= std::mem::take(&mut m.probing.elsewhere);
                 }
                 Duty::Elsewhere { health, .. } => {
-                    m.elsewhere = true;
+                    m.probing.elsewhere = true;
                     if let Some(health) = health.filter(|h| *h != m.evidence.active) {
                         m.evidence.active = health;
                         self.changed = true;
@@ -110,7 +110,7 @@ impl<H> Pool<H> {
 
     /// Whether another balancer probes backend `index` ([`Pool::fleet_view`]).
     pub fn probed_elsewhere(&self, index: usize) -> bool {
-        self.members.get(index).is_some_and(|m| m.elsewhere)
+        self.members.get(index).is_some_and(|m| m.probing.elsewhere)
     }
 }
 
@@ -561,7 +561,7 @@ mod evidence_tests {
         now = run(&mut etcd, &mut sites, now + TICK, 5);
         let window = sites[0].pool.config().health_checks.outlier.window;
         let clock = WindowClock::new(now, window);
-        let theirs = &sites[0].pool.members()[0].fleet_traffic;
+        let theirs = &sites[0].pool.members()[0].counts.fleet;
         assert!(
             (theirs.requests_at(clock) - 13.0).abs() < 1e-9,
             "{theirs:?}"
@@ -571,7 +571,7 @@ mod evidence_tests {
         assert!((seen.failures(now, window) - 1.0).abs() < 1e-9);
         // Its own are not counted twice: the second reads its own value and leaves it out.
         let own = &sites[1].pool.members()[0];
-        assert!(own.fleet_traffic.is_empty());
+        assert!(own.counts.fleet.is_empty());
         assert!((super::super::peers::view(own).requests_at(clock) - 13.0).abs() < 1e-9);
     }
 }

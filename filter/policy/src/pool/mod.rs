@@ -32,7 +32,6 @@
 //! cluster (Envoy's `cluster_header`), in `host` routing its address (the `override_host` load
 //! balancing policy), and then [`Pool::retry_choice`] names where a retry goes.
 
-use crate::active::ProbeOutcome;
 use crate::drain::{Drain, Signal};
 use crate::etcd::Membership;
 use crate::events::{Effects, Event};
@@ -43,17 +42,22 @@ use crate::outlier::{Traffic, WindowClock};
 use crate::passive::{InFlight, Outstanding};
 use crate::schedule::{ProbeSlot, Schedule};
 use crate::select::Rotation;
-use crate::state::State;
 use crate::tables::PassiveTable;
 use crate::time::Time;
 use crate::warm_up::{warming, Warming};
+use followed::Followed;
+pub use followed::{EjectionState, StateSeen};
+pub use member::Member;
+use member::{Counts, ProbeRecord};
 use requests::{ForOutliers, Passive};
 use upcheck_config::{Config, Upstream};
 
 mod balancers;
 mod changes;
 mod fleet;
+mod followed;
 mod held;
+mod member;
 mod peers;
 mod probes;
 mod published;
@@ -99,136 +103,6 @@ pub enum Retried {
         /// The backend that gave the final answer (its position now), if the proxy says which.
         final_answer: Option<usize>,
     },
-}
-
-/// Everything this VM keeps about one backend.
-#[derive(Debug, Clone)]
-pub struct Member<H> {
-    /// Its configuration: name, weight, cluster, address.
-    pub upstream: Upstream,
-    /// Its key in the process-wide tables ([`Upstream::key`]).
-    pub key: String,
-    /// Whether this configuration is the newest that lists it, so its prober probes it.
-    probed_here: bool,
-    /// Whether another balancer of the fleet probes it ([`crate::etcd`]): then its probe state
-    /// comes from that balancer's published results, and it is not probed here.
-    elsewhere: bool,
-    /// Back in rotation with the backends whose probes fail alike (fleet rule 3).
-    pub back: bool,
-    /// What probes and requests say about it.
-    pub evidence: Evidence,
-    /// Whether it takes traffic now.
-    pub routable: bool,
-    /// Whether anything accepted its latest contact, as last reported.
-    accepting: bool,
-    /// Passing probes and not ejected, as last reported (`None`: not yet).
-    in_service: Option<bool>,
-    /// Its state in one word, as this VM follows it.
-    state: StateSeen,
-    /// When it is probed next.
-    probe: ProbeSlot,
-    /// Whether a probe the proxy refused to send was reported.
-    unprobeable: bool,
-    /// When the newest probe whose answer was taken was sent: an answer to an older one, late
-    /// (a slow answer overtaken by a newer probe's), says less and is dropped.
-    newest_probe: Option<Time>,
-    /// On a VM that does not probe, once a probe a request held at cold start sent was answered
-    /// here: the latest probe the probe table had of it until then. The table is taken for it
-    /// again once it says something else, so what this VM heard is not undone by a table that
-    /// has heard nothing since, and no clocks are compared.
-    held_over: Option<Option<(Time, ProbeOutcome)>>,
-    /// Where it stands in its passive ejection's lifecycle, as last refreshed.
-    ejection: EjectionState,
-    /// This VM's request outcomes not yet added to the process-wide counts (at the next tick).
-    traffic: Traffic,
-    /// On the prober, the other balancers' counts of its requests, added up, as last read
-    /// ([`crate::etcd::traffic`]).
-    fleet_traffic: Traffic,
-    /// Its drain, as this VM last reported it ([`crate::drain`]).
-    drain: Option<Drain>,
-    /// The adapter's own data about it (its metric handles).
-    pub handles: H,
-}
-
-impl<H> Member<H> {
-    /// Its name.
-    pub fn name(&self) -> &str {
-        &self.upstream.name
-    }
-
-    /// Whether it is passively ejected now (within the cap).
-    pub fn ejected(&self) -> bool {
-        matches!(self.ejection, EjectionState::Ejected { .. })
-    }
-
-    /// Its drain, while it drains: since when, and what said so.
-    pub fn draining(&self) -> Option<Drain> {
-        self.evidence.drain()
-    }
-
-    /// Where it stands in its passive ejection's lifecycle.
-    pub fn ejection(&self) -> EjectionState {
-        self.ejection
-    }
-
-    /// Its state in one word, and since when, as of the last time the routing was worked out.
-    pub fn state(&self) -> StateSeen {
-        self.state
-    }
-}
-
-/// A backend's state in one word, as a VM follows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StateSeen {
-    /// The state.
-    pub current: State,
-    /// Since when, as this VM saw it change.
-    pub since: Time,
-    /// Whether this VM reported it: its prober does when it changes, and again on taking the
-    /// probing lease.
-    reported: bool,
-}
-
-/// Where a backend stands in its passive ejection's lifecycle (a full failure window or an
-/// outlier ejection), as last refreshed. An ejection ends when it is no longer earned, not when
-/// the backend leaves the set the cap counts (failing its probes meanwhile).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EjectionState {
-    /// No ejection earned.
-    None,
-    /// It earned an ejection that the cap keeps in rotation: when the cap lets that ejection take
-    /// effect, the prober reports it ([`Event::CapLifted`]).
-    HeldBack,
-    /// Out of rotation (within the cap).
-    Ejected {
-        /// As an outlier among its peers, rather than for a full failure window.
-        outlier: bool,
-    },
-    /// Taken out, then kept in rotation by the cap while its ejection is still earned: the
-    /// ejection is not over (its end is reported once it is no longer earned), and the cap
-    /// letting it take effect again is reported as lifted.
-    HeldBackAfterEjection {
-        /// As an outlier among its peers, rather than for a full failure window.
-        outlier: bool,
-    },
-}
-
-impl EjectionState {
-    /// Whether an ejection took effect and is not over.
-    fn taken_out(self) -> bool {
-        matches!(
-            self,
-            EjectionState::Ejected { .. } | EjectionState::HeldBackAfterEjection { .. }
-        )
-    }
-
-    /// Whether the cap keeps an earned ejection from taking effect.
-    fn held_back(self) -> bool {
-        matches!(
-            self,
-            EjectionState::HeldBack | EjectionState::HeldBackAfterEjection { .. }
-        )
-    }
 }
 
 /// A probe on the wire.
@@ -351,35 +225,21 @@ impl<H> Pool<H> {
                     member.evidence.operator_drain =
                         operator_drain(upstream, member.evidence.operator_drain, now);
                     // Where its duty is, the next fleet view says (before any probe is due).
-                    member.elsewhere = false;
+                    member.probing.elsewhere = false;
                     member
                 }
                 None => Member {
                     upstream: upstream.clone(),
                     key,
-                    probed_here: true,
-                    elsewhere: false,
                     back: false,
                     evidence: Evidence {
                         operator_drain: operator_drain(upstream, None, now),
                         ..Evidence::new(now)
                     },
                     routable: false,
-                    accepting: true,
-                    in_service: None,
-                    state: StateSeen {
-                        current: State::Unknown,
-                        since: now,
-                        reported: false,
-                    },
-                    probe: ProbeSlot::due_at(now),
-                    unprobeable: false,
-                    newest_probe: None,
-                    held_over: None,
-                    ejection: EjectionState::None,
-                    traffic: Traffic::default(),
-                    fleet_traffic: Traffic::default(),
-                    drain: None,
+                    probing: ProbeRecord::new(now),
+                    counts: Counts::default(),
+                    followed: Followed::new(now),
                     handles: handles(upstream),
                 },
             };
@@ -401,7 +261,7 @@ impl<H> Pool<H> {
         if config.health_checks.outlier.window != self.config.health_checks.outlier.window {
             // Counts keyed by the old window's halves mean nothing under the new one.
             for m in &mut self.members {
-                m.traffic = Traffic::default();
+                m.counts.own = Traffic::default();
             }
         }
         self.config = config;
@@ -497,10 +357,9 @@ impl<H> Pool<H> {
         match (held, self.prober.is_some()) {
             (true, false) => {
                 for m in &mut self.members {
-                    m.probe = ProbeSlot::due_at(now);
+                    m.probing.slot = ProbeSlot::due_at(now);
                     // Report every gauge and contact afresh from this VM.
-                    m.in_service = None;
-                    m.state.reported = false;
+                    m.followed.report_afresh();
                 }
                 self.prober = Some(Prober {
                     schedule: Schedule::new(seed),

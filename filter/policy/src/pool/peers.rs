@@ -15,8 +15,8 @@ impl<H> Pool<H> {
         let deltas: Vec<(String, Traffic)> = self
             .members
             .iter_mut()
-            .filter(|m| !m.traffic.is_empty())
-            .map(|m| (m.key.clone(), std::mem::take(&mut m.traffic)))
+            .filter(|m| !m.counts.own.is_empty())
+            .map(|m| (m.key.clone(), std::mem::take(&mut m.counts.own)))
             .collect();
         if !deltas.is_empty() {
             effects.share.push(PassiveChange::Traffic(deltas));
@@ -37,7 +37,7 @@ impl<H> Pool<H> {
             .filter(|m| m.routable)
             .map(|m| {
                 let here = m.evidence.passive.traffic.requests_at(clock);
-                here + m.traffic.requests_at(clock) + m.fleet_traffic.requests_at(clock)
+                here + m.counts.own.requests_at(clock) + m.counts.fleet.requests_at(clock)
             })
             .sum();
         if requests < f64::from(config.min_requests) {
@@ -146,9 +146,9 @@ fn pool_traffic(a: &Option<Traffic>, b: &Option<Traffic>) -> Option<Traffic> {
 /// since, plus (on the prober of a fleet) the other balancers'.
 pub(super) fn view<H>(m: &Member<H>) -> Traffic {
     let mut traffic = m.evidence.passive.traffic.clone();
-    traffic.merge(&m.traffic);
-    if !m.fleet_traffic.is_empty() {
-        traffic.merge(&m.fleet_traffic);
+    traffic.merge(&m.counts.own);
+    if !m.counts.fleet.is_empty() {
+        traffic.merge(&m.counts.fleet);
     }
     traffic
 }

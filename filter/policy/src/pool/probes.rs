@@ -3,6 +3,7 @@
 //! with the drain signal starts the backend's drain instead, and the first probe that passes
 //! without it ends the drain ([`crate::drain`]).
 
+use super::member::HeldOver;
 use super::peers::view;
 use super::{Pool, SentProbe};
 use crate::active::{
@@ -58,13 +59,16 @@ impl<H> Pool<H> {
         }
         let mut earliest = now.saturating_add(interval);
         for (i, m) in self.members.iter_mut().enumerate() {
-            if !m.probed_here || m.elsewhere {
+            if !m.probing.probed_here || m.probing.elsewhere {
                 continue;
             }
-            if prober.schedule.take(&mut m.probe, now, interval, jitter) {
+            if prober
+                .schedule
+                .take(&mut m.probing.slot, now, interval, jitter)
+            {
                 effects.probes.push(i);
             }
-            earliest = earliest.min(m.probe.next());
+            earliest = earliest.min(m.probing.slot.next());
         }
         prober.earliest = earliest;
     }
@@ -98,8 +102,8 @@ impl<H> Pool<H> {
     pub fn probe_refused(&mut self, index: usize, why: &str, now: Time) -> Effects {
         let mut effects = Effects::default();
         if let Some(m) = self.members.get_mut(index) {
-            if !m.unprobeable {
-                m.unprobeable = true;
+            if !m.probing.unprobeable {
+                m.probing.unprobeable = true;
                 effects.events.push(Event::Unprobeable {
                     name: m.name().to_owned(),
                     cluster: m.upstream.cluster().to_owned(),
@@ -194,12 +198,12 @@ impl<H> Pool<H> {
         let Some(m) = self.members.get_mut(index) else {
             return;
         };
-        if m.newest_probe.is_some_and(|newest| sent < newest) {
+        if m.probing.newest.is_some_and(|newest| sent < newest) {
             return;
         }
-        m.newest_probe = Some(sent);
-        if !probing {
-            m.held_over.get_or_insert(m.evidence.active.last);
+        m.probing.newest = Some(sent);
+        if !probing && m.probing.held_over == HeldOver::No {
+            m.probing.held_over = HeldOver::Since(m.evidence.active.last);
         }
         if let Some(prober) = self.prober.as_mut() {
             prober.unpublished = true;
@@ -239,7 +243,7 @@ impl<H> Pool<H> {
             });
             effects.publish_active |= probing;
         }
-        if m.accepting != m.evidence.accepting() {
+        if m.followed.accepting() != m.evidence.accepting() {
             effects.publish_active |= probing;
         }
         if let Transition::Changed { to, .. } = transition {
@@ -278,10 +282,10 @@ impl<H> Pool<H> {
         let Some(m) = self.members.get_mut(index) else {
             return;
         };
-        if m.newest_probe.is_some_and(|newest| sent < newest) {
+        if m.probing.newest.is_some_and(|newest| sent < newest) {
             return;
         }
-        m.newest_probe = Some(sent);
+        m.probing.newest = Some(sent);
         self.heard = true;
         if !m.evidence.draining() {
             effects.share.push(PassiveChange::Drain {
@@ -298,7 +302,7 @@ impl<H> Pool<H> {
         let Some(m) = self.members.get(index) else {
             return;
         };
-        if m.evidence.draining() && m.newest_probe == Some(sent) {
+        if m.evidence.draining() && m.probing.newest == Some(sent) {
             effects.share.push(PassiveChange::Drained {
                 key: m.key.clone(),
                 sent,

@@ -3,6 +3,7 @@
 //! probers publish, and the passive table every VM writes by compare-and-swap, with the
 //! ejections its changes started.
 
+use super::member::HeldOver;
 use super::Pool;
 use crate::events::{Effects, EjectionReason, Event};
 use crate::passive::Recorded;
@@ -28,13 +29,13 @@ impl<H> Pool<H> {
     pub fn announced(&mut self, table: &AnnounceTable, fingerprint: u64, now: Time) {
         for m in &mut self.members {
             let here = entry(table, usize::MAX, &m.key).is_none_or(|newest| *newest == fingerprint);
-            if here && !m.probed_here {
-                m.probe = ProbeSlot::due_at(now);
+            if here && !m.probing.probed_here {
+                m.probing.slot = ProbeSlot::due_at(now);
                 if let Some(prober) = self.prober.as_mut() {
                     prober.earliest = now;
                 }
             }
-            m.probed_here = here;
+            m.probing.probed_here = here;
         }
     }
 
@@ -122,14 +123,14 @@ impl<H> Pool<H> {
         let mut effects = Effects::default();
         let probing = self.prober.is_some();
         for (i, m) in self.members.iter_mut().enumerate() {
-            if probing && m.probed_here {
+            if probing && m.probing.probed_here {
                 continue;
             }
             if let Some(active) = entry(table, i, &m.key) {
-                if m.held_over.is_some_and(|last| last == active.last) {
+                if m.probing.held_over == HeldOver::Since(active.last) {
                     continue;
                 }
-                m.held_over = None;
+                m.probing.held_over = HeldOver::No;
                 if m.evidence.active != *active {
                     m.evidence.active = *active;
                     self.changed = true;
@@ -145,7 +146,7 @@ impl<H> Pool<H> {
     pub fn active_table(&self) -> ActiveTable {
         self.members
             .iter()
-            .filter(|m| m.probed_here)
+            .filter(|m| m.probing.probed_here)
             .map(|m| (m.key.clone(), m.evidence.active))
             .collect()
     }

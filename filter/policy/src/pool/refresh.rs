@@ -8,12 +8,11 @@
 //! the rotation laid out again, and the fleet guard. Only the VM probing a backend reports its
 //! changes, so each is logged once per process.
 
-use super::{EjectionState, Member, Pool, Prober, StateSeen};
-use crate::active::Health;
+use super::followed::{Backend, Seen};
+use super::{Member, Pool, Prober};
 use crate::events::{Effects, Event};
 use crate::guard::{route, Evidence, Guard, Routing};
 use crate::select::Rotation;
-use crate::state::{Facts, State};
 use crate::time::Time;
 use crate::warm_up::{warming, STEPS};
 use upcheck_config::Passive as PassiveConfig;
@@ -57,18 +56,24 @@ impl<H> Pool<H> {
         let mut routable_changed = false;
         for (i, m) in self.members.iter_mut().enumerate() {
             // Each backend's changes are reported by its own prober, so once per process.
-            let reporting = probing && m.probed_here;
+            let reporting = probing && m.probing.probed_here;
             let routable = routing.routable.get(i).copied().unwrap_or(false);
             let ejected = routing.ejected.get(i).copied().unwrap_or(false);
             routable_changed |= routable != m.routable;
             if reporting && ejected {
                 m.probe_on_ejection(self.prober.as_mut(), now, passive);
             }
-            m.follow_ejection(i, ejected, reporting, now, passive, effects);
-            m.follow_contact(reporting, effects);
-            m.follow_service(i, ejected, reporting, effects);
-            m.follow_drain(i, reporting, now, effects);
-            m.follow_state(i, ejected, reporting, now, effects);
+            let backend = Backend {
+                index: i,
+                name: &m.upstream.name,
+                evidence: &m.evidence,
+            };
+            let seen = Seen {
+                ejected,
+                reporting,
+                now,
+            };
+            m.followed.follow(backend, seen, passive, effects);
             m.routable = routable;
         }
         routable_changed
@@ -92,7 +97,7 @@ impl<H> Pool<H> {
         for (i, m) in self.members.iter_mut().enumerate() {
             let back = cause.is_some_and(|c| c.back.get(i) == Some(&true));
             if let (true, false, Some(cause)) = (back, m.back, cause) {
-                if probing && m.probed_here {
+                if probing && m.probing.probed_here {
                     effects.events.push(Event::BackAlike {
                         name: m.name().to_owned(),
                         peers: last.clone(),
@@ -146,7 +151,7 @@ impl<H> Pool<H> {
             || self
                 .members
                 .iter()
-                .any(|m| m.routable && m.ejection.held_back())
+                .any(|m| m.routable && m.followed.ejection().held_back())
         {
             return (configured(), false);
         }
@@ -193,12 +198,12 @@ impl<H> Member<H> {
         now: Time,
         passive: &PassiveConfig,
     ) {
-        if self.ejection.taken_out() {
+        if self.followed.ejection().taken_out() {
             return;
         }
         let since = self.evidence.passive.ejected_since(now, passive);
         let probed_since = since.is_some_and(|since| {
-            self.newest_probe.is_some_and(|sent| sent >= since)
+            self.probing.newest.is_some_and(|sent| sent >= since)
                 || prober.as_ref().is_some_and(|p| {
                     p.sent
                         .iter()
@@ -208,159 +213,9 @@ impl<H> Member<H> {
         if probed_since {
             return;
         }
-        self.probe.due_now();
+        self.probing.slot.due_now();
         if let Some(prober) = prober {
             prober.earliest = now;
-        }
-    }
-
-    /// Moves its ejection along (`ejected`: whether the routing takes it out now, within the
-    /// cap): reports the cap letting an ejection it held back take effect, and an ejection over.
-    fn follow_ejection(
-        &mut self,
-        index: usize,
-        ejected: bool,
-        reporting: bool,
-        now: Time,
-        passive: &PassiveConfig,
-        effects: &mut Effects,
-    ) {
-        let outlier = self.evidence.passive.outlier.is_ejected(now);
-        let earned = outlier || self.evidence.passive.ejected_since(now, passive).is_some();
-        if reporting && ejected && self.ejection.held_back() {
-            let until = [
-                self.evidence.passive.outlier.in_force(now).map(|(_, t)| t),
-                self.evidence.passive.window_ends(now, passive),
-            ];
-            effects.events.push(Event::CapLifted {
-                index,
-                name: self.name().to_owned(),
-                length: until
-                    .into_iter()
-                    .flatten()
-                    .max()
-                    .unwrap_or(now)
-                    .saturating_sub(now),
-            });
-        }
-        self.ejection = match (ejected, earned, self.ejection) {
-            (true, _, _) => EjectionState::Ejected { outlier },
-            (
-                false,
-                true,
-                EjectionState::Ejected { outlier: was }
-                | EjectionState::HeldBackAfterEjection { outlier: was },
-            ) => EjectionState::HeldBackAfterEjection { outlier: was },
-            (false, true, _) => EjectionState::HeldBack,
-            (
-                false,
-                false,
-                EjectionState::Ejected { outlier: was }
-                | EjectionState::HeldBackAfterEjection { outlier: was },
-            ) => {
-                if reporting {
-                    effects.events.push(Event::EjectionEnded {
-                        name: self.name().to_owned(),
-                        outlier: was,
-                    });
-                }
-                EjectionState::None
-            }
-            (false, false, _) => EjectionState::None,
-        };
-    }
-
-    /// Follows its drain, reported by its prober as it starts and as it ends (its gauge and one
-    /// log line each); a VM that begins probing reports the drain in force then.
-    fn follow_drain(&mut self, index: usize, reporting: bool, now: Time, effects: &mut Effects) {
-        let drain = self.evidence.drain();
-        if drain == self.drain || !reporting {
-            return;
-        }
-        if let Some(ended) = self.drain.filter(|_| drain.is_none()) {
-            effects.events.push(Event::DrainEnded {
-                index,
-                name: self.name().to_owned(),
-                by: ended.by,
-                lasted: now.saturating_sub(ended.since),
-            });
-        }
-        if let Some(drain) = drain {
-            effects.events.push(Event::DrainStarted {
-                index,
-                name: self.name().to_owned(),
-                drain,
-            });
-        }
-        self.drain = drain;
-    }
-
-    /// Follows whether anything accepts its connections, reported when it changes.
-    fn follow_contact(&mut self, reporting: bool, effects: &mut Effects) {
-        let accepting = self.evidence.accepting();
-        if accepting != self.accepting {
-            self.accepting = accepting;
-            if reporting {
-                effects.events.push(Event::ContactChanged {
-                    name: self.name().to_owned(),
-                    accepting,
-                });
-            }
-        }
-    }
-
-    /// Follows its state in one word, reported by its prober when it changes and when that VM
-    /// begins probing (its gauges).
-    fn follow_state(
-        &mut self,
-        index: usize,
-        ejected: bool,
-        reporting: bool,
-        now: Time,
-        effects: &mut Effects,
-    ) {
-        let state = State::of(Facts {
-            health: self.evidence.active.status,
-            ejected,
-            draining: self.evidence.draining(),
-        });
-        let change = state != self.state.current;
-        if change {
-            self.state = StateSeen {
-                current: state,
-                since: now,
-                reported: false,
-            };
-        }
-        if reporting && !self.state.reported {
-            self.state.reported = true;
-            effects.events.push(Event::State {
-                index,
-                name: self.name().to_owned(),
-                state,
-                since: self.state.since,
-                change,
-            });
-        }
-    }
-
-    /// Follows whether it is in service (passing probes and not ejected), reported by its prober
-    /// when it changes (its gauge).
-    fn follow_service(
-        &mut self,
-        index: usize,
-        ejected: bool,
-        reporting: bool,
-        effects: &mut Effects,
-    ) {
-        let in_service = self.evidence.active.status == Health::Healthy && !ejected;
-        if reporting && self.in_service != Some(in_service) {
-            self.in_service = Some(in_service);
-            effects.events.push(Event::InService {
-                index,
-                name: self.name().to_owned(),
-                in_service,
-            });
         }
     }
 }

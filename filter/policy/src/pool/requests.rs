@@ -118,7 +118,8 @@ impl<H> Pool<H> {
                 (None, Some((started, _))) => Some(self.ticked.saturating_sub(started)),
                 (None, None) => None,
             };
-            m.traffic
+            m.counts
+                .own
                 .record_at(self.ticked_clock, self.ticked, None, latency);
         }
         true
@@ -200,7 +201,8 @@ impl<H> Pool<H> {
             return ForOutliers::Nothing;
         }
         let kind = outcome.outlier_failure();
-        m.traffic
+        m.counts
+            .own
             .record_at(self.ticked_clock, self.ticked, kind, latency);
         match kind {
             Some(kind) => ForOutliers::Failure(kind),
