@@ -16,13 +16,13 @@ use crate::abi::{
 use crate::clock::Event;
 use crate::envoy::{self, Reply};
 use crate::grpc::{self, Arrival};
-use crate::host::Profile;
 use crate::loopback;
 use crate::memory::{give, read, read_string, write, write_u32, Fault, Hostcall};
 use crate::nginx;
+use crate::options::Profile;
 use crate::process::{CallRecord, LogLine, Metric};
+use crate::state::{HostState, Intent, Phase};
 use crate::upstream::Sender;
-use crate::vm::{HostState, Intent, Phase};
 use std::time::Duration;
 use wasmtime::{Caller, Engine, FuncType, Linker, Val, ValType};
 
