@@ -3,7 +3,7 @@
 //! gRPC client reports it.
 
 use super::{Arrival, MAX_MESSAGE};
-use crate::abi::Headers;
+use crate::abi::{header, Headers};
 use crate::envoy::Reply;
 use bytes::{Buf, Bytes, BytesMut};
 use std::net::SocketAddr;
@@ -106,13 +106,6 @@ impl Report {
         self.send(Arrival::TrailingMetadata(end.trailers));
         self.send(Arrival::Close { status, message });
     }
-}
-
-fn header<'a>(headers: &'a Headers, name: &str) -> Option<&'a str> {
-    headers
-        .iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, v)| v.as_str())
 }
 
 /// How a stream ended: its trailing metadata, and the status and message Envoy reports

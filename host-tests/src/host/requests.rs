@@ -10,7 +10,7 @@
 //! `proxy_on_delete`. A client that gives up first gets nothing; `on_log` still runs, with DC.
 
 use super::Host;
-use crate::abi::{ACTION_CONTINUE, ACTION_PAUSE};
+use crate::abi::{header, ACTION_CONTINUE, ACTION_PAUSE};
 use crate::clock::Event;
 use crate::envoy::{self, Reply, StreamInfo};
 use crate::error::HostError;
@@ -145,11 +145,9 @@ impl Host {
             return self.respond(vm, context, Reply::direct_response(404));
         }
         stream.phase = Phase::Upstream;
-        let header = |name: &str| {
-            let found = stream.request_headers.iter().find(|(n, _)| n == name);
-            found.map(|(_, value)| value.clone())
-        };
-        let (cluster, path) = (header(&route_header), header(":path").unwrap_or_default());
+        let headers = &stream.request_headers;
+        let cluster = header(headers, &route_header).map(str::to_string);
+        let path = header(headers, ":path").unwrap_or_default().to_string();
         let written = cluster.clone();
         let record = stream.record;
         let mut process = self.process.borrow_mut();
@@ -245,10 +243,8 @@ impl Host {
         };
         let sent_status = stream
             .response_headers
-            .iter()
-            .flatten()
-            .find(|(name, _)| name == ":status")
-            .and_then(|(_, value)| value.parse().ok())
+            .as_ref()
+            .and_then(|headers| header(headers, ":status")?.parse().ok())
             .unwrap_or(reply.status);
         self.finish(vm, context, Outcome::Status(sent_status))
     }

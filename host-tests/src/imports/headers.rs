@@ -3,7 +3,7 @@
 //! for a map the callback has not got.
 
 use super::{status, Ctx};
-use crate::abi::{deserialize_map, serialize_map, Headers, MapType, Status};
+use crate::abi::{deserialize_map, header, serialize_map, Headers, MapType, Status};
 use crate::grpc::Arrival;
 use crate::memory::{give, read, read_string, Hostcall};
 use crate::options::Profile;
@@ -146,10 +146,8 @@ fn get_map_value(
             return give(c, why.as_bytes(), ptr_ptr, size_ptr);
         }
     }
-    let value = map(c.data(), kind)?
-        .iter()
-        .find(|(name, _)| *name == key)
-        .map(|(_, value)| value.clone())
+    let value = header(map(c.data(), kind)?, &key)
+        .map(str::to_string)
         .ok_or(Status::NotFound)?;
     give(c, value.as_bytes(), ptr_ptr, size_ptr)
 }

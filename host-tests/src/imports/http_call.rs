@@ -3,7 +3,7 @@
 //! ([`crate::loopback`]).
 
 use super::{status, trap, Ctx};
-use crate::abi::{deserialize_map, Headers, Status};
+use crate::abi::{deserialize_map, header, Headers, Status};
 use crate::clock::Event;
 use crate::envoy;
 use crate::loopback;
@@ -58,12 +58,6 @@ fn http_call(
     body: Vec<u8>,
     timeout: Duration,
 ) -> Hostcall<u32> {
-    let header = |name: &str| {
-        headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    };
     let nginx = state.profile == Profile::Nginx;
     if nginx && !nginx::DISPATCH_STEPS.contains(&state.callback.as_str()) {
         return trap(format!(
@@ -72,11 +66,11 @@ fn http_call(
             state.callback
         ));
     }
-    let path = header(":path");
-    if nginx && (path.is_none() || header(":method").is_none()) {
+    let (path, method) = (header(headers, ":path"), header(headers, ":method"));
+    if nginx && (path.is_none() || method.is_none()) {
         return trap("dispatch failed: no :method or :path".to_string());
     }
-    let (Some(path), Some(_), Some(_)) = (path, header(":method"), header(":authority")) else {
+    let (Some(path), Some(_), Some(_)) = (path, method, header(headers, ":authority")) else {
         return Err(Status::BadArgument.into());
     };
     let mut process = state.process.borrow_mut();
