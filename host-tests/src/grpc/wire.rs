@@ -83,7 +83,9 @@ fn unframe(buffer: &mut BytesMut) -> Result<Vec<Vec<u8>>, u32> {
 
 /// Where a stream's thread sends what arrived.
 pub(super) struct Report {
+    /// The stream's token.
     pub token: u32,
+    /// The process's end of the channel.
     pub to: mpsc::Sender<(u32, Arrival)>,
 }
 

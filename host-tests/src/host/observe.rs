@@ -1,5 +1,5 @@
 //! What a test reads of the process and its VMs: metrics, log lines, shared data, memory, fuel
-//! and each VM's status.
+//! and each VM's status. Reading only, so an assertion never changes what it looks at.
 
 use super::Host;
 use crate::abi::MetricKind;

@@ -1,5 +1,6 @@
 //! Sending user requests: batches at a rate, single requests, and the records of what became of
-//! them, kept in sending order and taken from the front on long runs.
+//! them, kept in sending order and taken from the front on long runs, so a day of virtual time
+//! keeps only the requests in flight in memory.
 
 use super::Host;
 use crate::abi::Headers;

@@ -1,5 +1,5 @@
 //! What lies behind the clusters: scripted upstreams, real servers named for a cluster, and what
-//! each was sent.
+//! each was sent, so a test sets up the backends' behaviour and checks what reached them.
 
 use super::Host;
 use crate::grpc::RealStream;

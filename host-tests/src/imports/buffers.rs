@@ -1,5 +1,5 @@
 //! Buffers: the bodies, configurations and gRPC messages a callback may read, and the response
-//! body it may change.
+//! body it may change; each exists only while the callback that delivers it runs, as in Envoy.
 
 use super::{status, Ctx};
 use crate::abi::{BufferType, Status};

@@ -1,5 +1,6 @@
 //! Log lines: `proxy_log` into the process's log, and the level the host reports. Every line
-//! is kept whatever the level, for the tests to read.
+//! is kept whatever the level, so a test (or a failing one's output) can read why a guest did
+//! what it did.
 
 use super::{status, Ctx};
 use crate::abi::{LogLevel, Status};

@@ -1,4 +1,5 @@
-//! Time: the virtual clock's wall time, and the tick timer each VM sets.
+//! Time: the guest's clock and its tick timer, both on the virtual clock, so a test decides when
+//! every tick falls and what time the guest reads.
 
 use super::{status, trap, Ctx};
 use crate::clock::Event;
