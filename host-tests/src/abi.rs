@@ -149,6 +149,12 @@ impl MetricKind {
 /// A header map: lower-case names in order, values as the guest wrote them.
 pub type Headers = Vec<(String, String)>;
 
+/// The value of the first header named `name` in `headers`.
+pub(crate) fn header<'a>(headers: &'a Headers, name: &str) -> Option<&'a str> {
+    let found = headers.iter().find(|(n, _)| n == name);
+    found.map(|(_, value)| value.as_str())
+}
+
 /// Serializes `pairs` the way the SDK's `deserialize_map` reads them: a u32 count, then a (name
 /// length, value length) u32 pair per entry, then every name and value NUL-terminated.
 pub(crate) fn serialize_map(pairs: &[(String, String)]) -> Vec<u8> {

@@ -10,7 +10,7 @@
 //! filter's `failStream` (503 `wasm_fail_stream`); and the CEL attribute docs for encodings
 //! (integers as 8 little-endian bytes, strings as raw bytes).
 
-use crate::abi::Headers;
+use crate::abi::{self, Headers};
 use crate::upstream::Behaviour;
 use std::time::Duration;
 
@@ -219,8 +219,7 @@ pub(crate) fn property(path: &[&str], stream: Option<(&StreamInfo, &Headers)>) -
     let string = |s: &str| Some(s.as_bytes().to_vec());
     let header = |name: &str| {
         let (_, headers) = stream?;
-        let value = headers.iter().find(|(n, _)| n == name)?;
-        string(&value.1)
+        string(abi::header(headers, name)?)
     };
     match path {
         ["plugin_name"] | ["plugin_root_id"] | ["plugin_vm_id"] => string(PLUGIN),

@@ -63,24 +63,29 @@ pub const UPCHECK_WASM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/u
 
 mod abi;
 pub mod clock;
-mod driver;
 pub mod envoy;
+mod error;
 pub mod grpc;
 mod host;
 mod imports;
 pub mod loopback;
 mod memory;
 pub mod nginx;
+mod options;
 mod process;
+mod state;
+mod traffic;
 mod upstream;
 mod vm;
 
 pub use abi::{Headers, LogLevel};
-pub use driver::{Load, Outcome, RequestRecord, RequestSpec, Traffic};
+pub use error::HostError;
 pub use grpc::RealStream;
-pub use host::{Host, HostError, HostOptions, OnTrap, Profile};
+pub use host::Host;
 pub use loopback::RealCall;
+pub use options::{HostOptions, OnTrap, Profile};
 pub use process::{CallRecord, LogLine, SharedDataUsage};
+pub use traffic::{Load, Outcome, RequestRecord, RequestSpec, Traffic};
 pub use upstream::{Behaviour, Counts, Script};
 pub use vm::{Fuel, VmStatus};
 pub use wasmtime::Val;

@@ -14,7 +14,7 @@
 //! The real server lives in real time and the host in virtual time: a test that uses one paces
 //! the virtual clock itself (advancing each host by the real time elapsed, for instance).
 
-use crate::abi::Headers;
+use crate::abi::{header, Headers};
 use crate::envoy::Reply;
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
@@ -112,17 +112,13 @@ impl Loopback {
         let Some(&address) = self.clusters.get(call.cluster) else {
             return;
         };
-        let header = |name: &str| {
-            call.headers
-                .iter()
-                .find(|(n, _)| n == name)
-                .map_or("", |(_, v)| v.as_str())
-        };
         let record = RealCall {
             token: call.token,
             vm: call.vm,
             cluster: call.cluster.to_string(),
-            path: header(":path").to_string(),
+            path: header(call.headers, ":path")
+                .unwrap_or_default()
+                .to_string(),
             sent: call.now,
             sent_bytes: call.body.len(),
             status: 0,
@@ -171,12 +167,7 @@ impl Loopback {
 
 /// The request on the wire: HTTP/1.1, the guest's headers but the pseudo-headers, its body.
 fn encode(headers: &Headers, body: &[u8]) -> Vec<u8> {
-    let pseudo = |name: &str| {
-        headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map_or("", |(_, v)| v.as_str())
-    };
+    let pseudo = |name: &str| header(headers, name).unwrap_or_default();
     let mut head = format!(
         "{} {} HTTP/1.1\r\nhost: {}\r\n",
         pseudo(":method"),

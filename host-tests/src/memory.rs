@@ -5,7 +5,7 @@
 //! trap of the guest's own allocator aborts the hostcall (as a trap of that guest).
 
 use crate::abi::{len32, Status};
-use crate::vm::HostState;
+use crate::state::HostState;
 use wasmtime::{Caller, Memory};
 
 /// Why a hostcall did not succeed: a status for the guest, or a trap that ends the guest call.
