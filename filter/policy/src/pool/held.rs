@@ -14,6 +14,30 @@ use super::probes::abandon_after;
 use super::{Pick, Pool, SentProbe};
 use crate::time::Time;
 
+/// Whether anything was heard yet from any backend, and the probes requests held until then
+/// sent.
+#[derive(Debug, Clone)]
+pub(super) struct ColdStart {
+    /// When the pool's backends were first configured: a request waits one probe timeout from
+    /// then at most.
+    pub(super) started: Time,
+    /// Whether anything was heard from any backend (then there is no cold-start wait).
+    pub(super) heard: bool,
+    /// Probes sent by requests held at cold start ([`Pick::Probe`]), on any VM.
+    pub(super) held: Vec<SentProbe>,
+}
+
+impl ColdStart {
+    /// Nothing heard yet, as of `now`.
+    pub(super) fn new(now: Time) -> ColdStart {
+        ColdStart {
+            started: now,
+            heard: false,
+            held: Vec::new(),
+        }
+    }
+}
+
 impl<H> Pool<H> {
     /// How a request is held at cold start at `now`, with nothing heard yet from any backend:
     /// `None` once one probe timeout has passed since start. Out of line: the pick of every
@@ -21,6 +45,7 @@ impl<H> Pool<H> {
     #[inline(never)]
     pub(super) fn held(&mut self, now: Time) -> Option<Pick> {
         let wait_until = self
+            .cold_start
             .started
             .saturating_add(self.config.health_checks.active.timeout);
         if now >= wait_until {
@@ -29,7 +54,7 @@ impl<H> Pool<H> {
         if self.config.proxy.resumes_held_requests() {
             return Some(Pick::Wait);
         }
-        self.rotation.advance().map(Pick::Probe)
+        self.layout.rotation.advance().map(Pick::Probe)
     }
 
     /// A request held at cold start sent its probe of backend `index` as `token`: its answer
@@ -39,7 +64,7 @@ impl<H> Pool<H> {
         let Some(m) = self.members.get(index) else {
             return;
         };
-        self.held.push(SentProbe {
+        self.cold_start.held.push(SentProbe {
             token,
             key: m.key.clone(),
             sent: now,
@@ -48,24 +73,25 @@ impl<H> Pool<H> {
 
     /// Whether probe `token`, sent by a request held at cold start, still awaits its answer.
     pub fn awaits_held_probe(&self, token: u32) -> bool {
-        self.held.iter().any(|p| p.token == token)
+        self.cold_start.held.iter().any(|p| p.token == token)
     }
 
     /// The request that sent probe `token` ended before its answer came (the client left): the
     /// proxy drops the call with the request, so no answer will come.
     pub fn held_probe_dropped(&mut self, token: u32) {
-        self.held.retain(|p| p.token != token);
+        self.cold_start.held.retain(|p| p.token != token);
     }
 
     /// Forgets held probes never answered: the host answers every call within its timeout while
     /// the request that made it lives, so one still here long after went with its request,
     /// and says nothing about the backend.
     pub(super) fn forget_held_probes(&mut self, now: Time) {
-        if self.held.is_empty() {
+        if self.cold_start.held.is_empty() {
             return;
         }
         let timeout = self.config.health_checks.active.timeout;
-        self.held
+        self.cold_start
+            .held
             .retain(|p| now.saturating_sub(p.sent) < abandon_after(timeout));
     }
 }

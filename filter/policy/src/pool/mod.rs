@@ -41,14 +41,15 @@ use crate::outcome::RequestOutcome;
 use crate::outlier::{Traffic, WindowClock};
 use crate::passive::{InFlight, Outstanding};
 use crate::schedule::{ProbeSlot, Schedule};
-use crate::select::Rotation;
 use crate::tables::PassiveTable;
 use crate::time::Time;
 use crate::warm_up::{warming, Warming};
 use followed::Followed;
 pub use followed::{EjectionState, StateSeen};
+use held::ColdStart;
 pub use member::Member;
 use member::{Counts, ProbeRecord};
+use refresh::Layout;
 use requests::{ForOutliers, Passive};
 use upcheck_config::{Config, Upstream};
 
@@ -124,53 +125,54 @@ struct Prober {
     unpublished: bool,
 }
 
-/// The fleet as one VM sees it.
+/// The backends as one VM sees them: one record per backend, one per concern of the pool.
 #[derive(Debug, Clone)]
 pub struct Pool<H = ()> {
     config: Config,
     members: Vec<Member<H>>,
-    guard: Guard,
-    rotation: Rotation,
-    started: Time,
-    /// Whether anything was heard from any backend (then there is no cold-start wait).
-    heard: bool,
-    /// Whether an observation changed a backend since the routing was last worked out.
-    changed: bool,
-    /// When a remembered failure next expires (the routing can change by time alone then).
-    expires: Option<Time>,
+    /// The routing as last worked out, and when to work it out again.
+    layout: Layout,
+    /// Which configuration is in force, and how the one before it numbered the backends.
+    numbering: Numbering,
+    /// Whether anything was heard yet, and the requests held until it is.
+    cold_start: ColdStart,
+    /// The latest tick, as requests that do not read the clock take it.
+    clock: TickClock,
+    /// On the VM holding the probing lease: its schedule and the probes on the wire.
     prober: Option<Prober>,
     /// On the prober, with a `fleet` configured: this balancer's part in the fleet of balancers
     /// ([`crate::etcd`]).
     fleet: Option<Membership>,
-    /// Probes sent by requests held at cold start ([`Pick::Probe`]), on any VM.
-    held: Vec<SentProbe>,
-    /// Counts configurations taken.
-    generation: u32,
-    /// Whether the rotation must be laid out again though no backend's routability changed:
-    /// a configuration renumbered the backends.
-    relayout: bool,
-    /// Per position in the previous configuration, the backend's position now.
-    renumbered: Vec<Option<usize>>,
-    /// Whether a backend was warming up when the rotation was last laid out: then each tick
-    /// works its weight out again ([`crate::warm_up`]).
-    warming: bool,
-    /// The weights the rotation was last laid out with, warm-ups applied.
-    weights: Vec<u32>,
     /// This VM's requests in flight, tracked while `unhealthy_latency` is set or outliers are
     /// detected.
     outstanding: Outstanding,
-    /// The time of the latest tick: when outliers are detected without `unhealthy_latency`, what
-    /// a request's start and end are taken to be, so no request reads the clock. Starts and
-    /// latencies are then known to within one tick (200 ms in the module): a request may count as
-    /// stalled up to one tick early, which is why `stall_after` is 500 ms or more, and a latency
-    /// is a whole number of ticks, which `min_latency` (250 ms) and the factor of 4 absorb.
-    ticked: Time,
-    /// Where `ticked` falls in the outlier rules' window: worked out once a tick (and at each
-    /// configuration, which may change the window) for every request counted until the next.
-    ticked_clock: WindowClock,
     /// This pool's newest changes, oldest first, as the process-wide history was last read or
     /// written ([`crate::history`]).
     history: Vec<Change>,
+}
+
+/// Which configuration is in force, and how the one before it numbered the backends: a request
+/// routed under an older one is renumbered as it ends.
+#[derive(Debug, Clone, Default)]
+struct Numbering {
+    /// Counts configurations taken.
+    generation: u32,
+    /// Per position in the previous configuration, the backend's position now.
+    renumbered: Vec<Option<usize>>,
+}
+
+/// The latest tick: when outliers are detected without `unhealthy_latency`, what a request's
+/// start and end are taken to be, so no request reads the clock. Starts and latencies are then
+/// known to within one tick (200 ms in the module): a request may count as stalled up to one
+/// tick early, which is why `stall_after` is 500 ms or more, and a latency is a whole number of
+/// ticks, which `min_latency` (250 ms) and the factor of 4 absorb.
+#[derive(Debug, Clone)]
+struct TickClock {
+    /// When.
+    at: Time,
+    /// Where it falls in the outlier rules' window: worked out once a tick (and at each
+    /// configuration, which may change the window) for every request counted until the next.
+    window: WindowClock,
 }
 
 impl<H> Pool<H> {
@@ -180,23 +182,16 @@ impl<H> Pool<H> {
         let mut pool = Pool {
             config: config.clone(),
             members: Vec::new(),
-            guard: Guard::Off,
-            rotation: Rotation::default(),
-            started: now,
-            heard: false,
-            changed: true,
-            expires: None,
+            layout: Layout::new(),
+            numbering: Numbering::default(),
+            cold_start: ColdStart::new(now),
+            clock: TickClock {
+                at: now,
+                window: WindowClock::default(),
+            },
             prober: None,
             fleet: None,
-            held: Vec::new(),
-            generation: 0,
-            relayout: true,
-            renumbered: Vec::new(),
-            warming: false,
-            weights: Vec::new(),
             outstanding: Outstanding::default(),
-            ticked: now,
-            ticked_clock: WindowClock::default(),
             history: Vec::new(),
         };
         pool.configure(config, now, handles);
@@ -247,17 +242,17 @@ impl<H> Pool<H> {
             self.members.push(member);
         }
         if kept.iter().all(Option::is_none) {
-            self.started = now;
+            self.cold_start.started = now;
         }
         self.outstanding.remap(&kept);
-        self.renumbered = vec![None; old.len()];
+        self.numbering.renumbered = vec![None; old.len()];
         for (new, previous) in kept.iter().enumerate() {
-            if let Some(slot) = previous.and_then(|p| self.renumbered.get_mut(p)) {
+            if let Some(slot) = previous.and_then(|p| self.numbering.renumbered.get_mut(p)) {
                 *slot = Some(new);
             }
         }
-        self.generation = self.generation.wrapping_add(1);
-        self.relayout = true;
+        self.numbering.generation = self.numbering.generation.wrapping_add(1);
+        self.layout.relayout = true;
         if config.health_checks.outlier.window != self.config.health_checks.outlier.window {
             // Counts keyed by the old window's halves mean nothing under the new one.
             for m in &mut self.members {
@@ -265,9 +260,10 @@ impl<H> Pool<H> {
             }
         }
         self.config = config;
-        self.ticked_clock = WindowClock::new(self.ticked, self.config.health_checks.outlier.window);
-        self.heard = self.members.iter().any(|m| m.evidence.heard_from());
-        self.changed = true;
+        self.clock.window =
+            WindowClock::new(self.clock.at, self.config.health_checks.outlier.window);
+        self.cold_start.heard = self.members.iter().any(|m| m.evidence.heard_from());
+        self.layout.changed = true;
         // The new configuration has a lease of its own, which another VM may win: until this
         // one wins it (at its next tick, see `lease`), it neither probes nor publishes, so two
         // VMs never write the same backends' probe state at once, and the answers of probes sent
@@ -312,7 +308,7 @@ impl<H> Pool<H> {
 
     /// Whether, and why, the fleet guard widens the routable set.
     pub fn guard(&self) -> Guard {
-        self.guard
+        self.layout.guard
     }
 
     /// Backend `index`'s warm-up as the rotation applies it at `now`, if it is warming up
@@ -321,7 +317,7 @@ impl<H> Pool<H> {
         let m = self
             .members
             .get(index)
-            .filter(|m| self.warming && m.routable)?;
+            .filter(|m| self.layout.warming && m.routable)?;
         warming(
             &self.config.health_checks.slow_start,
             &m.evidence.active,
@@ -368,7 +364,7 @@ impl<H> Pool<H> {
                     unpublished: true,
                 });
                 effects.events.push(Event::Probing);
-                self.changed = true;
+                self.layout.changed = true;
                 self.refresh(now, &mut effects);
             }
             (false, true) => self.prober = None,
@@ -387,8 +383,8 @@ impl<H> Pool<H> {
         if self.prober.is_some() {
             self.tick_fleet(now, &mut effects);
         }
-        self.ticked = now;
-        self.ticked_clock = WindowClock::new(now, self.config.health_checks.outlier.window);
+        self.clock.at = now;
+        self.clock.window = WindowClock::new(now, self.config.health_checks.outlier.window);
         if let Some(latency) = self.config.health_checks.passive.unhealthy_latency {
             for late in self.outstanding.overdue(now, latency) {
                 if self.draining(late.backend) {
@@ -422,7 +418,7 @@ impl<H> Pool<H> {
 
     /// The configuration in force: a request routed now carries it.
     pub fn generation(&self) -> u32 {
-        self.generation
+        self.numbering.generation
     }
 
     /// Where a retry of a request picked for `first` should go: another routable backend, the
@@ -432,7 +428,8 @@ impl<H> Pool<H> {
     /// rotation for its health: in host routing, a header naming one address would let the
     /// proxy's fallback balancer pick any backend of the pool for the retry.
     pub fn retry_choice(&self, first: usize) -> usize {
-        self.rotation
+        self.layout
+            .rotation
             .next_other_than(first)
             .or_else(|| {
                 self.members
@@ -492,12 +489,12 @@ impl<H> Pool<H> {
     /// Picks the backend for one request. `now` matters only at cold start, so a caller may
     /// pass a recent time (its last tick) rather than read the clock per request.
     pub fn pick(&mut self, now: Time) -> Pick {
-        if !self.heard {
+        if !self.cold_start.heard {
             if let Some(held) = self.held(now) {
                 return held;
             }
         }
-        match self.rotation.advance() {
+        match self.layout.rotation.advance() {
             Some(i) => Pick::Backend(i),
             // The guard never leaves the set empty; this is only reachable with no backends.
             None => Pick::Backend(0),

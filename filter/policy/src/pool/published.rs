@@ -133,8 +133,8 @@ impl<H> Pool<H> {
                 m.probing.held_over = HeldOver::No;
                 if m.evidence.active != *active {
                     m.evidence.active = *active;
-                    self.changed = true;
-                    self.heard |= m.evidence.heard_from();
+                    self.layout.changed = true;
+                    self.cold_start.heard |= m.evidence.heard_from();
                 }
             }
         }
@@ -156,8 +156,8 @@ impl<H> Pool<H> {
             if let Some(passive) = entry(table, i, &m.key) {
                 if m.evidence.passive != *passive {
                     m.evidence.passive = passive.clone();
-                    self.changed = true;
-                    self.heard |= m.evidence.heard_from();
+                    self.layout.changed = true;
+                    self.cold_start.heard |= m.evidence.heard_from();
                 }
             }
         }

@@ -17,15 +17,51 @@ use crate::time::Time;
 use crate::warm_up::{warming, STEPS};
 use upcheck_config::Passive as PassiveConfig;
 
+/// The routing as last worked out, and when to work it out again.
+#[derive(Debug, Clone)]
+pub(super) struct Layout {
+    /// Whether, and why, the fleet guard widens the routable set.
+    pub(super) guard: Guard,
+    /// The weighted round robin over the routable set.
+    pub(super) rotation: Rotation,
+    /// Whether an observation changed a backend since the routing was last worked out.
+    pub(super) changed: bool,
+    /// When a remembered failure next expires (the routing can change by time alone then).
+    pub(super) expires: Option<Time>,
+    /// Whether the rotation must be laid out again though no backend's routability changed:
+    /// a configuration renumbered the backends.
+    pub(super) relayout: bool,
+    /// Whether a backend was warming up when the rotation was last laid out: then each tick
+    /// works its weight out again ([`crate::warm_up`]).
+    pub(super) warming: bool,
+    /// The weights the rotation was last laid out with, warm-ups applied.
+    pub(super) weights: Vec<u32>,
+}
+
+impl Layout {
+    /// Nothing laid out yet: the first refresh works everything out.
+    pub(super) fn new() -> Layout {
+        Layout {
+            guard: Guard::Off,
+            rotation: Rotation::default(),
+            changed: true,
+            expires: None,
+            relayout: true,
+            warming: false,
+            weights: Vec::new(),
+        }
+    }
+}
+
 impl<H> Pool<H> {
     /// Works out the routing again if anything changed or a failure expired, and reports what
     /// changed: on the prober, everything process-wide (so it is logged once per process).
     pub(super) fn refresh(&mut self, now: Time, effects: &mut Effects) {
-        if !self.changed && self.expires.is_none_or(|e| now < e) {
+        if !self.layout.changed && self.layout.expires.is_none_or(|e| now < e) {
             return;
         }
-        self.changed = false;
-        self.expires = self.next_expiry(now);
+        self.layout.changed = false;
+        self.layout.expires = self.next_expiry(now);
         let evidence: Vec<&Evidence> = self.members.iter().map(|m| &m.evidence).collect();
         let routing = route(&evidence, now, &self.config);
         let routable_changed = self.follow_members(&routing, now, effects);
@@ -113,28 +149,28 @@ impl<H> Pool<H> {
     /// Lays the rotation out again when a backend's routability changed or a configuration
     /// renumbered the backends.
     fn lay_out(&mut self, routable_changed: bool, now: Time) {
-        if routable_changed || std::mem::take(&mut self.relayout) {
+        if routable_changed || std::mem::take(&mut self.layout.relayout) {
             let routable: Vec<bool> = self.members.iter().map(|m| m.routable).collect();
             let (weights, warming) = self.weights(now);
-            self.rotation = Rotation::new(&routable, &weights);
-            self.weights = weights;
-            self.warming = warming;
+            self.layout.rotation = Rotation::new(&routable, &weights);
+            self.layout.weights = weights;
+            self.layout.warming = warming;
         }
     }
 
     /// While a backend warms up, at each tick: lays the rotation out again when a warming
     /// backend's share took a step, continuing the cycle where it was.
     pub(super) fn warm_up(&mut self, now: Time) {
-        if !self.warming {
+        if !self.layout.warming {
             return;
         }
         let (weights, warming) = self.weights(now);
-        if weights != self.weights {
+        if weights != self.layout.weights {
             let routable: Vec<bool> = self.members.iter().map(|m| m.routable).collect();
-            self.rotation = self.rotation.reweighted(&routable, &weights);
-            self.weights = weights;
+            self.layout.rotation = self.layout.rotation.reweighted(&routable, &weights);
+            self.layout.weights = weights;
         }
-        self.warming = warming;
+        self.layout.warming = warming;
     }
 
     /// Each backend's weight in the rotation at `now`, and whether any is warming up. A warming
@@ -147,7 +183,7 @@ impl<H> Pool<H> {
         let slow_start = &self.config.health_checks.slow_start;
         let configured = || self.members.iter().map(|m| m.upstream.weight).collect();
         if slow_start.window.is_none()
-            || self.guard.engaged()
+            || self.layout.guard.engaged()
             || self
                 .members
                 .iter()
@@ -178,8 +214,8 @@ impl<H> Pool<H> {
 
     /// Follows the fleet guard, reported by the prober.
     fn follow_guard(&mut self, guard: Guard, effects: &mut Effects) {
-        if guard != self.guard {
-            self.guard = guard;
+        if guard != self.layout.guard {
+            self.layout.guard = guard;
             if self.prober.is_some() {
                 effects.events.push(Event::Guard(guard));
             }

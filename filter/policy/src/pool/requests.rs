@@ -17,10 +17,10 @@ impl<H> Pool<H> {
     /// when outliers are detected, it is taken to have started at the latest tick): what the
     /// request is to carry until it settles.
     pub fn request_routed(&mut self, id: u32, index: usize, now: Option<Time>) -> Routed {
-        let started = now.or_else(|| self.detects_outliers().then_some(self.ticked));
+        let started = now.or_else(|| self.detects_outliers().then_some(self.clock.at));
         Routed {
             index,
-            generation: self.generation,
+            generation: self.numbering.generation,
             flight: started.and_then(|started| self.outstanding.begin(id, index, started)),
         }
     }
@@ -60,7 +60,7 @@ impl<H> Pool<H> {
         let latency = match first {
             RequestOutcome::Answered { latency, .. } if self.times_requests() => Some(latency),
             RequestOutcome::Answered { .. } => {
-                ended.map(|(started, _)| self.ticked.saturating_sub(started))
+                ended.map(|(started, _)| self.clock.at.saturating_sub(started))
             }
             _ => None,
         };
@@ -114,23 +114,27 @@ impl<H> Pool<H> {
         if outlier.enabled {
             let latency = match (passive.unhealthy_latency, ended) {
                 (Some(_), _) => Some(latency),
-                (None, Some((started, _))) if started == self.ticked => Some(Duration::ZERO),
-                (None, Some((started, _))) => Some(self.ticked.saturating_sub(started)),
+                (None, Some((started, _))) if started == self.clock.at => Some(Duration::ZERO),
+                (None, Some((started, _))) => Some(self.clock.at.saturating_sub(started)),
                 (None, None) => None,
             };
             m.counts
                 .own
-                .record_at(self.ticked_clock, self.ticked, None, latency);
+                .record_at(self.clock.window, self.clock.at, None, latency);
         }
         true
     }
 
     /// Where the backend a request was routed to is now, if it is still configured.
     pub(super) fn current(&self, routed: Routed) -> Option<usize> {
-        if routed.generation == self.generation {
+        if routed.generation == self.numbering.generation {
             Some(routed.index)
-        } else if routed.generation.wrapping_add(1) == self.generation {
-            self.renumbered.get(routed.index).copied().flatten()
+        } else if routed.generation.wrapping_add(1) == self.numbering.generation {
+            self.numbering
+                .renumbered
+                .get(routed.index)
+                .copied()
+                .flatten()
         } else {
             None
         }
@@ -203,7 +207,7 @@ impl<H> Pool<H> {
         let kind = outcome.outlier_failure();
         m.counts
             .own
-            .record_at(self.ticked_clock, self.ticked, kind, latency);
+            .record_at(self.clock.window, self.clock.at, kind, latency);
         match kind {
             Some(kind) => ForOutliers::Failure(kind),
             None if m.evidence.passive.run > 0 => ForOutliers::EndsRun,
