@@ -67,7 +67,7 @@ pub enum BufferType {
 
 /// A log line's level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogLevel {
+pub enum HostLogLevel {
     Trace = 0,
     Debug = 1,
     Info = 2,

@@ -26,21 +26,21 @@ use crate::abi::Action;
 use crate::http::Http;
 use crate::logger;
 use crate::root::Root;
-use crate::status_page::StatusPage;
+use crate::status_page::PageContext;
 use std::cell::RefCell;
 use upcheck_policy::contexts::Contexts;
 
 /// One request's context: routed traffic, or the status page's.
-pub enum Stream {
+pub enum Context {
     /// A request of the traffic listener.
     Request(Http),
     /// A request of the status page's listener.
-    Page(StatusPage),
+    Page(PageContext),
 }
 
 thread_local! {
     static ROOTS: RefCell<Vec<(u32, Root)>> = const { RefCell::new(Vec::new()) };
-    static STREAMS: RefCell<Contexts<Stream>> = const { RefCell::new(Contexts::new()) };
+    static STREAMS: RefCell<Contexts<Context>> = const { RefCell::new(Contexts::new()) };
 }
 
 /// Runs `f` on root context `id`, if it exists and no other callback holds the roots.
@@ -55,7 +55,7 @@ fn with_root<R>(id: u32, f: impl FnOnce(&mut Root) -> R) -> Option<R> {
 }
 
 /// Runs `f` on stream `id`, if it exists and no other callback holds the streams.
-fn with_stream<R>(id: u32, f: impl FnOnce(&mut Stream) -> R) -> Option<R> {
+fn with_stream<R>(id: u32, f: impl FnOnce(&mut Context) -> R) -> Option<R> {
     STREAMS.with(|streams| {
         let Ok(mut streams) = streams.try_borrow_mut() else {
             logger::busy("stream contexts", None);
@@ -97,8 +97,8 @@ pub extern "C" fn proxy_on_context_create(context_id: u32, root_context_id: u32)
     }
     // The status page's on its listener, else routed.
     let create = |root: &mut Root| match root.serves_page() {
-        true => Stream::Page(StatusPage::new(root.vm())),
-        false => Stream::Request(Http::new(context_id, root.vm())),
+        true => Context::Page(PageContext::new(root.vm())),
+        false => Context::Request(Http::new(context_id, root.vm())),
     };
     let Some(stream) = with_root(root_context_id, create) else {
         return;
@@ -151,8 +151,8 @@ pub extern "C" fn proxy_on_http_call_response(
         None => context_id,
     };
     let resume = with_stream(request, |stream| match stream {
-        Stream::Request(http) => http.on_http_call_response(token, body_size),
-        Stream::Page(_) => false,
+        Context::Request(http) => http.on_http_call_response(token, body_size),
+        Context::Page(_) => false,
     });
     if resume == Some(true) {
         crate::http::resume();
@@ -179,8 +179,8 @@ pub extern "C" fn proxy_on_request_headers(
     _end_of_stream: bool,
 ) -> Action {
     with_stream(context_id, |stream| match stream {
-        Stream::Request(http) => http.on_request_headers(),
-        Stream::Page(page) => page.on_request_headers(),
+        Context::Request(http) => http.on_request_headers(),
+        Context::Page(page) => page.on_request_headers(),
     })
     .unwrap_or(Action::Continue)
 }
@@ -193,8 +193,8 @@ pub extern "C" fn proxy_on_response_headers(
     _end_of_stream: bool,
 ) -> Action {
     with_stream(context_id, |stream| match stream {
-        Stream::Request(http) => http.on_response_headers(),
-        Stream::Page(_) => Action::Continue,
+        Context::Request(http) => http.on_response_headers(),
+        Context::Page(_) => Action::Continue,
     })
     .unwrap_or(Action::Continue)
 }
@@ -244,7 +244,7 @@ pub extern "C" fn proxy_on_new_connection(_context_id: u32) -> Action {
 #[no_mangle]
 pub extern "C" fn proxy_on_log(context_id: u32) {
     with_stream(context_id, |stream| {
-        if let Stream::Request(http) = stream {
+        if let Context::Request(http) = stream {
             http.on_log();
         }
     });

@@ -23,7 +23,7 @@
 //! (no `proxy_get_log_level`, which ngx_wasm_module declares with another signature than the
 //! SDK's, so a module importing it does not load there at all).
 
-use crate::abi::{BufferType, Bytes, HeaderMap, LogLevel, MetricType, Status};
+use crate::abi::{BufferType, Bytes, HeaderMap, HostLogLevel, MetricType, Status};
 use std::cell::{Cell, UnsafeCell};
 use std::ptr::{null, null_mut};
 use std::time::Duration;
@@ -169,7 +169,7 @@ unsafe fn take(data: *mut u8, size: usize) -> Option<Bytes> {
 }
 
 /// Writes a log line.
-pub fn log(level: LogLevel, message: &str) -> Result<(), Status> {
+pub fn log(level: HostLogLevel, message: &str) -> Result<(), Status> {
     Status::of(unsafe { proxy_log(level as u32, message.as_ptr(), message.len()) })
 }
 

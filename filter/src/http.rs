@@ -39,12 +39,12 @@ struct Ending {
 pub struct Http {
     id: u32,
     vm: Handle,
-    standing: Standing,
+    standing: Progress,
 }
 
 /// Where a request stands with the policy.
 #[derive(Debug, Clone, Copy)]
-enum Standing {
+enum Progress {
     /// Not sent on by upcheck (yet): before its headers, not configured, or parked at cold start
     /// (its pick is then in the VM's `resumed` once the tick resumed it).
     Unrouted,
@@ -59,7 +59,7 @@ enum Standing {
 /// Routes request `id` by the policy's pick, or holds it at cold start, and says where it stands
 /// in `standing`: whether it goes on, or waits (`None` if the VM is not configured).
 #[inline(always)]
-fn decide(v: &mut Vm, id: u32, standing: &mut Standing) -> Option<Action> {
+fn decide(v: &mut Vm, id: u32, standing: &mut Progress) -> Option<Action> {
     match v.pick()? {
         Pick::Backend(i) => send(v, id, i, standing),
         pick => hold(v, id, pick, standing),
@@ -68,17 +68,17 @@ fn decide(v: &mut Vm, id: u32, standing: &mut Standing) -> Option<Action> {
 
 /// Sends request `id` to backend `i`.
 #[inline(always)]
-fn send(v: &mut Vm, id: u32, i: usize, standing: &mut Standing) -> Option<Action> {
+fn send(v: &mut Vm, id: u32, i: usize, standing: &mut Progress) -> Option<Action> {
     route(v.pool.as_ref()?, Some(i), &mut v.joined);
     let (routed, started) = v.routed(id, i)?;
-    *standing = Standing::Routed(routed, started);
+    *standing = Progress::Routed(routed, started);
     Some(Action::Continue)
 }
 
 /// Holds request `id` at cold start as the pool says ([`upcheck_policy::host::hold`]). Out of
 /// line: only requests at cold start come here.
 #[inline(never)]
-fn hold(v: &mut Vm, id: u32, pick: Pick, standing: &mut Standing) -> Option<Action> {
+fn hold(v: &mut Vm, id: u32, pick: Pick, standing: &mut Progress) -> Option<Action> {
     let held = v.hold(pick)?;
     if let Held::Backend(i) = held {
         return send(v, id, i, standing);
@@ -88,7 +88,7 @@ fn hold(v: &mut Vm, id: u32, pick: Pick, standing: &mut Standing) -> Option<Acti
         Held::Parked => v.parked.push(id),
         Held::OnProbe { token, .. } => {
             v.holding.push(Holding { token, context: id });
-            *standing = Standing::Holding(token);
+            *standing = Progress::Holding(token);
         }
         // Not reached while the pool has backends; the client's copy of the route header is
         // gone anyway.
@@ -110,7 +110,7 @@ impl Http {
         Http {
             id,
             vm,
-            standing: Standing::Unrouted,
+            standing: Progress::Unrouted,
         }
     }
 
@@ -118,13 +118,13 @@ impl Http {
     /// latency where requests are timed, and, in `host` routing, whether the proxy retried it
     /// and which backend gave the final answer.
     fn settle(&mut self, ending: Ending) {
-        let standing = std::mem::replace(&mut self.standing, Standing::Settled);
+        let standing = std::mem::replace(&mut self.standing, Progress::Settled);
         let id = self.id;
         vm::with(&self.vm, |v| {
             let (backend, started) = match standing {
-                Standing::Settled => return,
-                Standing::Routed(backend, started) => (backend, started),
-                Standing::Unrouted => {
+                Progress::Settled => return,
+                Progress::Routed(backend, started) => (backend, started),
+                Progress::Unrouted => {
                     let at = v.resumed.iter().position(|r| r.context == id);
                     let Some(resumed) = at.map(|at| v.resumed.swap_remove(at)) else {
                         v.parked.retain(|context| *context != id);
@@ -132,7 +132,7 @@ impl Http {
                     };
                     (resumed.backend, resumed.started)
                 }
-                Standing::Holding(token) => {
+                Progress::Holding(token) => {
                     v.holding.retain(|h| h.token != token);
                     if let Some(pool) = v.pool.as_mut() {
                         pool.held_probe_dropped(token);
@@ -219,10 +219,10 @@ impl Http {
     /// now (the caller resumes it), rather than wait on another probe.
     #[inline(never)]
     pub fn on_http_call_response(&mut self, token: u32, body_size: usize) -> bool {
-        if !matches!(self.standing, Standing::Holding(held) if held == token) {
+        if !matches!(self.standing, Progress::Holding(held) if held == token) {
             return false;
         }
-        self.standing = Standing::Unrouted;
+        self.standing = Progress::Unrouted;
         let id = self.id;
         let standing = &mut self.standing;
         let action = vm::with(&self.vm, |v| {
@@ -265,7 +265,7 @@ impl Http {
 
     /// The request has ended: settled now if no response headers settled it.
     pub fn on_log(&mut self) {
-        if !matches!(self.standing, Standing::Settled) {
+        if !matches!(self.standing, Progress::Settled) {
             self.settle_unanswered();
         }
     }
@@ -279,7 +279,7 @@ impl Http {
         self.settle(Ending {
             status: None,
             signalled: false,
-            ask_proxy: matches!(self.standing, Standing::Routed(..)),
+            ask_proxy: matches!(self.standing, Progress::Routed(..)),
         });
     }
 }

@@ -6,7 +6,7 @@
 //! `proxy_get_log_level` with another signature than the SDK's, so a module importing it does
 //! not even load there. The host filters the lines again by its own level.
 
-use crate::abi::LogLevel;
+use crate::abi::HostLogLevel;
 use crate::hostcall as hostcalls;
 use upcheck_policy::config;
 
@@ -24,11 +24,11 @@ impl log::Log for HostLog {
             return;
         }
         let level = match record.level() {
-            log::Level::Error => LogLevel::Error,
-            log::Level::Warn => LogLevel::Warn,
-            log::Level::Info => LogLevel::Info,
-            log::Level::Debug => LogLevel::Debug,
-            log::Level::Trace => LogLevel::Trace,
+            log::Level::Error => HostLogLevel::Error,
+            log::Level::Warn => HostLogLevel::Warn,
+            log::Level::Info => HostLogLevel::Info,
+            log::Level::Debug => HostLogLevel::Debug,
+            log::Level::Trace => HostLogLevel::Trace,
         };
         let _ = hostcalls::log(level, &record.args().to_string());
     }
@@ -43,7 +43,7 @@ pub fn install() {
         return; // already installed in this VM
     }
     std::panic::set_hook(Box::new(|panic| {
-        let _ = hostcalls::log(LogLevel::Critical, &format!("upcheck: {panic}"));
+        let _ = hostcalls::log(HostLogLevel::Critical, &format!("upcheck: {panic}"));
     }));
     log::set_max_level(log::LevelFilter::Info);
 }

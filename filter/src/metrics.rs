@@ -15,7 +15,7 @@ use crate::hostcall as hostcalls;
 use std::time::Duration;
 use upcheck_policy::config::Upstream;
 use upcheck_policy::outlier::Verdict;
-use upcheck_policy::series::{self, Kind, Metric};
+use upcheck_policy::series::{self, Aggregate, Metric};
 use upcheck_policy::{State, Time};
 
 /// One backend's metrics: the handles the pool keeps in each backend's record.
@@ -66,8 +66,8 @@ impl BackendMetrics {
         let name = &upstream.name;
         let of = |metric: Metric| {
             let kind = match metric.kind {
-                Kind::Counter => MetricType::Counter,
-                Kind::Gauge => MetricType::Gauge,
+                Aggregate::Counter => MetricType::Counter,
+                Aggregate::Gauge => MetricType::Gauge,
             };
             define(kind, &series::backend_stat(pool, name, metric.name))
         };

@@ -8,7 +8,7 @@
 //! within one wake-up of start.
 //!
 //! A configuration whose role is the status page ([`upcheck_policy::Role`]) gets none of that:
-//! no tick, no lease, no announcement, no metrics; its requests go to a [`StatusPage`] context,
+//! no tick, no lease, no announcement, no metrics; its requests go to a [`PageContext`] context,
 //! which reads the shared tables when the page is asked for.
 
 use crate::abi::BufferType;

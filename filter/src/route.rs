@@ -1,6 +1,6 @@
 //! The route header: the core's pick written for the proxy, every copy the client sent
 //! replaced. In `host` routing the value names the retry's backend too, kept written per pick
-//! ([`Joined`]) so that a request allocates nothing for it.
+//! ([`RouteValues`]) so that a request allocates nothing for it.
 
 use crate::abi::HeaderMap;
 use crate::hostcall as hostcalls;
@@ -12,9 +12,9 @@ use upcheck_policy::{Pool, RoutingMode};
 /// the header lists a second address after the pick, the backend whose turn is next (the pick
 /// again when it is alone): Envoy's `override_host` policy takes one address per attempt, so a
 /// retry goes where upcheck says, not to a backend it took out of rotation. The two are joined
-/// in `joined` ([`Joined`]), so a request allocates nothing for its header; a single name goes
+/// in `joined` ([`RouteValues`]), so a request allocates nothing for its header; a single name goes
 /// to the host as the configuration holds it.
-pub fn route<H>(pool: &Pool<H>, backend: Option<usize>, joined: &mut Joined) {
+pub fn route<H>(pool: &Pool<H>, backend: Option<usize>, joined: &mut RouteValues) {
     let config = pool.config();
     let header = config.route_header.as_str();
     let Some(up) = backend.and_then(|i| config.upstreams.get(i)) else {
@@ -38,14 +38,14 @@ pub fn route<H>(pool: &Pool<H>, backend: Option<usize>, joined: &mut Joined) {
 /// backend's next pick mostly has the same retry as its last: its value is then handed to the
 /// host as it stands, nothing copied.
 #[derive(Debug, Default)]
-pub struct Joined {
+pub struct RouteValues {
     /// The configuration they were written under ([`Pool::generation`]).
     generation: u32,
     /// By the pick's position: the retry's position and the value.
     by_pick: Vec<Option<(usize, String)>>,
 }
 
-impl Joined {
+impl RouteValues {
     /// The header's value for a pick of `pick` whose retry goes to `retry`, both backends of
     /// `pool`; none if either is not configured.
     fn value<H>(&mut self, pool: &Pool<H>, pick: usize, retry: usize) -> Option<&str> {

@@ -12,14 +12,14 @@ use crate::vm::{self, Vm};
 use upcheck_policy::page::{self, Answer};
 
 /// One request to the status page listener.
-pub struct StatusPage {
+pub struct PageContext {
     vm: vm::Handle,
 }
 
-impl StatusPage {
+impl PageContext {
     /// A context for one request on the status page listener.
-    pub fn new(vm: vm::Handle) -> StatusPage {
-        StatusPage { vm }
+    pub fn new(vm: vm::Handle) -> PageContext {
+        PageContext { vm }
     }
 
     /// The request's headers: answered here, or left to the listener's route when this VM

@@ -12,7 +12,7 @@ use crate::fleet::{self, FleetGauges};
 use crate::hostcall as hostcalls;
 use crate::metrics::{self, BackendMetrics};
 use crate::probes;
-use crate::route::Joined;
+use crate::route::RouteValues;
 use crate::shared;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -88,7 +88,7 @@ pub struct Vm {
     pub holding: Vec<Holding>,
     /// The host routing header's values as written ([`crate::http::route`]), kept so that a
     /// request's is mostly written already.
-    pub joined: Joined,
+    pub joined: RouteValues,
     /// Backends with requests counted since the last flush, so that a flush visits only those
     /// (a tick at 1,000 backends would otherwise walk them all).
     counted: Vec<usize>,

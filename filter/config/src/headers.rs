@@ -131,11 +131,11 @@ impl Values {
 }
 
 /// One item of a header's list of values.
-struct Value(String);
+struct HeaderValue(String);
 
-impl<'de> Deserialize<'de> for Value {
+impl<'de> Deserialize<'de> for HeaderValue {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        read(d, "a string", value).map(Value)
+        read(d, "a string", value).map(HeaderValue)
     }
 }
 
@@ -150,7 +150,7 @@ impl<'de> Visitor<'de> for Values {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<String>, A::Error> {
         let mut values = Vec::new();
-        while let Some(Value(value)) = seq.next_element()? {
+        while let Some(HeaderValue(value)) = seq.next_element()? {
             if values.len() == self.room {
                 return Err(de::Error::custom(too_many()));
             }

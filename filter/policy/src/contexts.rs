@@ -19,7 +19,7 @@ const FIRST_SIZE: usize = 256;
 
 /// A context and its number.
 #[derive(Debug)]
-struct Slot<T> {
+struct Entry<T> {
     id: u32,
     context: T,
 }
@@ -27,7 +27,7 @@ struct Slot<T> {
 /// Contexts of type `T` by the host's number for them.
 #[derive(Debug)]
 pub struct Contexts<T> {
-    slots: Vec<Option<Slot<T>>>,
+    slots: Vec<Option<Entry<T>>>,
     held: usize,
 }
 
@@ -91,7 +91,7 @@ impl<T> Contexts<T> {
         let mut at = usize::try_from(id).unwrap_or(0) & mask;
         // The number's own slot, free for nearly every context.
         if let Some(place @ None) = self.slots.get_mut(at) {
-            *place = Some(Slot { id, context });
+            *place = Some(Entry { id, context });
             self.held += 1;
             return;
         }
@@ -103,7 +103,7 @@ impl<T> Contexts<T> {
                 }
                 Some(Some(_)) => at = (at + 1) & mask,
                 Some(place @ None) => {
-                    *place = Some(Slot { id, context });
+                    *place = Some(Entry { id, context });
                     self.held += 1;
                     return;
                 }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
 use upcheck_config::duration;
-use upcheck_config::Passive as PassiveConfig;
+use upcheck_config::Passive;
 
 /// How the proxy itself failed a request before the backend answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,7 +150,7 @@ pub struct Failure(RequestOutcome);
 
 impl RequestOutcome {
     /// Whether this outcome counts against the backend, and why.
-    pub fn failure(self, config: &PassiveConfig) -> Option<Failure> {
+    pub fn failure(self, config: &Passive) -> Option<Failure> {
         let late = |latency: Duration| config.unhealthy_latency.is_some_and(|l| latency >= l);
         let counts = match self {
             RequestOutcome::Answered { status, latency } => {

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::time::Duration;
-use upcheck_config::Passive as PassiveConfig;
+use upcheck_config::Passive;
 
 /// The failures a backend is remembered for, and whether it is ejected.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -54,7 +54,7 @@ pub enum Recorded {
 
 impl PassiveHealth {
     /// Remembers a failure at `at`.
-    pub fn record(&mut self, at: Time, config: &PassiveConfig) -> Recorded {
+    pub fn record(&mut self, at: Time, config: &Passive) -> Recorded {
         let was_full = self.full(at, config);
         let max = usize::try_from(config.max_fails).unwrap_or(usize::MAX);
         let pos = self.failures.partition_point(|t| *t <= at);
@@ -79,14 +79,14 @@ impl PassiveHealth {
 
     /// Whether a failure at `at` would be remembered at `now`: still within `fail_duration`, and
     /// among the newest `max_fails`.
-    pub fn counts(&self, at: Time, now: Time, config: &PassiveConfig) -> bool {
+    pub fn counts(&self, at: Time, now: Time, config: &Passive) -> bool {
         let max = usize::try_from(config.max_fails).unwrap_or(usize::MAX);
         now < at.saturating_add(config.fail_duration)
             && (self.failures.len() < max || self.failures.front().is_some_and(|t| *t < at))
     }
 
     /// Failures remembered at `now`.
-    pub fn count(&self, now: Time, config: &PassiveConfig) -> u32 {
+    pub fn count(&self, now: Time, config: &Passive) -> u32 {
         if self.failures.is_empty() {
             return 0; // as for nearly every request's backend
         }
@@ -99,7 +99,7 @@ impl PassiveHealth {
     }
 
     /// When the next remembered failure expires, after `now`.
-    pub fn next_expiry(&self, now: Time, config: &PassiveConfig) -> Option<Time> {
+    pub fn next_expiry(&self, now: Time, config: &Passive) -> Option<Time> {
         self.failures
             .iter()
             .map(|t| t.saturating_add(config.fail_duration))
@@ -107,13 +107,13 @@ impl PassiveHealth {
     }
 
     /// Whether `max_fails` failures are remembered at `now`.
-    pub fn full(&self, now: Time, config: &PassiveConfig) -> bool {
+    pub fn full(&self, now: Time, config: &Passive) -> bool {
         self.count(now, config) >= config.max_fails
     }
 
     /// When the current ejection began, if its failure window is full at `now` or an outlier
     /// ejection is in force (the earlier start, if both).
-    pub fn ejected_since(&self, now: Time, config: &PassiveConfig) -> Option<Time> {
+    pub fn ejected_since(&self, now: Time, config: &Passive) -> Option<Time> {
         let window = if self.full(now, config) {
             self.ejected_since
         } else {
@@ -126,7 +126,7 @@ impl PassiveHealth {
     }
 
     /// When the full failure window ejecting it ends, if it is full at `now`.
-    pub fn window_ends(&self, now: Time, config: &PassiveConfig) -> Option<Time> {
+    pub fn window_ends(&self, now: Time, config: &Passive) -> Option<Time> {
         if self.full(now, config) {
             self.ejected_until(config)
         } else {
@@ -135,7 +135,7 @@ impl PassiveHealth {
     }
 
     /// When the oldest counted failure expires, if the window is full.
-    fn ejected_until(&self, config: &PassiveConfig) -> Option<Time> {
+    fn ejected_until(&self, config: &Passive) -> Option<Time> {
         self.failures
             .front()
             .map(|t| t.saturating_add(config.fail_duration))

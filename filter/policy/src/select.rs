@@ -16,7 +16,7 @@
 
 /// A backend taking turns, with its weight divided by the weights' gcd.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Member {
+struct Weighted {
     backend: u32,
     weight: u32,
 }
@@ -25,7 +25,7 @@ struct Member {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Rotation {
     /// Heaviest first, equal weights in config order.
-    members: Vec<Member>,
+    members: Vec<Weighted>,
     /// The round in the cycle, from 1 to the heaviest weight.
     round: u32,
     /// The position of the next pick in `members`.
@@ -46,13 +46,13 @@ impl Rotation {
     /// Lays out the rotation over the backends marked routable, by weight; a backend of weight 0
     /// gets no turn. The next pick is the heaviest backend's, at the start of a cycle.
     pub fn new(routable: &[bool], weights: &[u32]) -> Rotation {
-        let mut members: Vec<Member> = routable
+        let mut members: Vec<Weighted> = routable
             .iter()
             .zip(weights)
             .enumerate()
             .filter(|(_, (r, w))| **r && **w > 0)
             .filter_map(|(i, (_, w))| {
-                u32::try_from(i).ok().map(|backend| Member {
+                u32::try_from(i).ok().map(|backend| Weighted {
                     backend,
                     weight: *w,
                 })

@@ -23,7 +23,7 @@ pub const ROOT: &str = "upcheck";
 
 /// Whether Envoy adds a metric up over VMs or keeps the last value written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub enum Aggregate {
     /// Summed over every VM.
     Counter,
     /// The last value any VM wrote.
@@ -37,7 +37,7 @@ pub struct Metric {
     /// `upcheck_`.
     pub name: &'static str,
     /// Counter or gauge.
-    pub kind: Kind,
+    pub kind: Aggregate,
     /// What it says: its line in docs/operating.md's table of series (a test checks it is there).
     pub about: &'static str,
 }
@@ -45,7 +45,7 @@ pub struct Metric {
 const fn counter(name: &'static str, about: &'static str) -> Metric {
     Metric {
         name,
-        kind: Kind::Counter,
+        kind: Aggregate::Counter,
         about,
     }
 }
@@ -53,7 +53,7 @@ const fn counter(name: &'static str, about: &'static str) -> Metric {
 const fn gauge(name: &'static str, about: &'static str) -> Metric {
     Metric {
         name,
-        kind: Kind::Gauge,
+        kind: Aggregate::Gauge,
         about,
     }
 }

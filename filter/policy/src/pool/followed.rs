@@ -10,7 +10,7 @@ use crate::events::{Effects, Event};
 use crate::guard::Evidence;
 use crate::state::{Facts, State};
 use crate::time::Time;
-use upcheck_config::Passive as PassiveConfig;
+use upcheck_config::Passive;
 
 /// What a VM follows of one backend.
 #[derive(Debug, Clone)]
@@ -139,7 +139,7 @@ impl Followed {
         &mut self,
         backend: Backend<'_>,
         seen: Seen,
-        passive: &PassiveConfig,
+        passive: &Passive,
         effects: &mut Effects,
     ) {
         self.follow_ejection(&backend, &seen, passive, effects);
@@ -155,7 +155,7 @@ impl Followed {
         &mut self,
         backend: &Backend<'_>,
         seen: &Seen,
-        passive: &PassiveConfig,
+        passive: &Passive,
         effects: &mut Effects,
     ) {
         let Seen {

@@ -27,7 +27,7 @@ pub struct Member<H> {
     /// Who probes it, when, and what was heard of its probes.
     pub(super) probing: ProbeRecord,
     /// Its request outcomes, counted for the peer comparison.
-    pub(super) counts: Counts,
+    pub(super) counts: PeerTraffic,
     /// What this VM follows of it and reports as it changes.
     pub(super) followed: Followed,
     /// The adapter's own data about it (its metric handles).
@@ -109,7 +109,7 @@ pub(super) enum HeldOver {
 
 /// A backend's request outcomes, counted for the peer comparison ([`crate::outlier`]).
 #[derive(Debug, Clone, Default)]
-pub(super) struct Counts {
+pub(super) struct PeerTraffic {
     /// This VM's, not yet added to the process-wide counts (at the next tick).
     pub(super) own: Traffic,
     /// On the prober, the other balancers' counts, added up, as last read

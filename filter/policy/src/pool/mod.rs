@@ -48,9 +48,9 @@ use followed::Followed;
 pub use followed::{EjectionState, StateSeen};
 use held::ColdStart;
 pub use member::Member;
-use member::{Counts, ProbeRecord};
+use member::{PeerTraffic, ProbeRecord};
 use refresh::Layout;
-use requests::{ForOutliers, Passive};
+use requests::{Counting, ForOutliers};
 use upcheck_config::{Config, Upstream};
 
 mod balancers;
@@ -155,7 +155,7 @@ pub struct Pool<H = ()> {
 /// routed under an older one is renumbered as it ends.
 #[derive(Debug, Clone, Default)]
 struct Numbering {
-    /// Counts configurations taken.
+    /// PeerTraffic configurations taken.
     generation: u32,
     /// Per position in the previous configuration, the backend's position now.
     renumbered: Vec<Option<usize>>,
@@ -233,7 +233,7 @@ impl<H> Pool<H> {
                     },
                     routable: false,
                     probing: ProbeRecord::new(now),
-                    counts: Counts::default(),
+                    counts: PeerTraffic::default(),
                     followed: Followed::new(now),
                     handles: handles(upstream),
                 },
@@ -254,7 +254,7 @@ impl<H> Pool<H> {
         self.numbering.generation = self.numbering.generation.wrapping_add(1);
         self.layout.relayout = true;
         if config.health_checks.outlier.window != self.config.health_checks.outlier.window {
-            // Counts keyed by the old window's halves mean nothing under the new one.
+            // PeerTraffic keyed by the old window's halves mean nothing under the new one.
             for m in &mut self.members {
                 m.counts.own = Traffic::default();
             }
@@ -394,7 +394,7 @@ impl<H> Pool<H> {
                 self.settle(
                     late.backend,
                     outcome,
-                    Passive::Counts,
+                    Counting::Counts,
                     ForOutliers::Nothing,
                     late.at,
                     &mut effects,

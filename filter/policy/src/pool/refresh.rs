@@ -15,7 +15,7 @@ use crate::guard::{route, Evidence, Guard, Routing};
 use crate::select::Rotation;
 use crate::time::Time;
 use crate::warm_up::{warming, STEPS};
-use upcheck_config::Passive as PassiveConfig;
+use upcheck_config::Passive;
 
 /// The routing as last worked out, and when to work it out again.
 #[derive(Debug, Clone)]
@@ -232,7 +232,7 @@ impl<H> Member<H> {
         &mut self,
         prober: Option<&mut Prober>,
         now: Time,
-        passive: &PassiveConfig,
+        passive: &Passive,
     ) {
         if self.followed.ejection().taken_out() {
             return;

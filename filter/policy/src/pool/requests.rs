@@ -65,9 +65,9 @@ impl<H> Pool<H> {
             _ => None,
         };
         let passive = if counted_late {
-            Passive::CountedLate
+            Counting::CountedLate
         } else {
-            Passive::Counts
+            Counting::Counts
         };
         self.settle_lazily(picked, first, passive, latency, &now, &mut effects);
         if let Retried::Yes {
@@ -77,7 +77,14 @@ impl<H> Pool<H> {
             if other != picked {
                 // The request's latency is both attempts': the final one's own is not known.
                 let latency = None;
-                self.settle_lazily(other, outcome, Passive::Counts, latency, &now, &mut effects);
+                self.settle_lazily(
+                    other,
+                    outcome,
+                    Counting::Counts,
+                    latency,
+                    &now,
+                    &mut effects,
+                );
             }
         }
         Some(effects)
@@ -154,7 +161,7 @@ impl<H> Pool<H> {
         &mut self,
         index: usize,
         outcome: RequestOutcome,
-        passive: Passive,
+        passive: Counting,
         latency: Option<Duration>,
         now: &impl Fn() -> Time,
         effects: &mut Effects,
@@ -176,11 +183,11 @@ impl<H> Pool<H> {
         let Some(m) = self.members.get(index) else {
             return;
         };
-        let counts = passive == Passive::Counts
+        let counts = passive == Counting::Counts
             && outcome
                 .failure(&self.config.health_checks.passive)
                 .is_some();
-        let changes_contact = passive == Passive::Counts
+        let changes_contact = passive == Counting::Counts
             && outcome
                 .contact()
                 .is_some_and(|refused| refused == m.evidence.accepting());
@@ -221,7 +228,7 @@ impl<H> Pool<H> {
         &mut self,
         index: usize,
         outcome: RequestOutcome,
-        passive: Passive,
+        passive: Counting,
         outlier: ForOutliers,
         at: Time,
         effects: &mut Effects,
@@ -236,7 +243,7 @@ impl<H> Pool<H> {
         };
         let failure = outcome
             .failure(&self.config.health_checks.passive)
-            .filter(|_| passive == Passive::Counts);
+            .filter(|_| passive == Counting::Counts);
         if let Some(failure) = failure {
             effects.events.push(Event::RequestFailed {
                 index,
@@ -247,7 +254,7 @@ impl<H> Pool<H> {
         effects.share.push(PassiveChange::Request(RequestNews {
             key: m.key.clone(),
             at,
-            refused: outcome.contact().filter(|_| passive == Passive::Counts),
+            refused: outcome.contact().filter(|_| passive == Counting::Counts),
             failure,
             outlier,
         }));
@@ -256,7 +263,7 @@ impl<H> Pool<H> {
 
 /// Whether the passive checks take a request's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Passive {
+pub(super) enum Counting {
     /// They count it.
     Counts,
     /// They counted it already, when it became `unhealthy_latency` late.
