@@ -18,7 +18,7 @@ use crate::probes;
 use crate::route;
 use crate::shared;
 use crate::vm::{self, Handle, Resumed, Vm};
-use upcheck_policy::{lease, nanos, tick_due, Config, Pick, Pool, Time, WAKE};
+use upcheck_policy::{lease, nanos, tick_due, Config, Lease, Pick, Pool, Time, WAKE};
 
 /// One VM's root context.
 #[derive(Default)]
@@ -207,7 +207,11 @@ impl Root {
                 }
             }
             if let Some(pool) = v.pool.as_mut() {
-                let effects = pool.lease(held, now, seed);
+                let lease = match held {
+                    true => Lease::Held { seed },
+                    false => Lease::Elsewhere,
+                };
+                let effects = pool.lease(lease, now);
                 v.carry_out(effects, now);
             }
             v.last_tick = now;

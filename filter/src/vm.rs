@@ -22,8 +22,8 @@ use upcheck_policy::etcd::shown::Shown;
 use upcheck_policy::etcd::{OpenWatch, Request};
 use upcheck_policy::events::EjectionReason;
 use upcheck_policy::history::HistoryTable;
-use upcheck_policy::host::{self, Dispatch, Held, Host};
-use upcheck_policy::tables::{ActiveTable, Applied, PassiveChange, PassiveTable};
+use upcheck_policy::host::{self, Dispatch, Held, Host, Shared};
+use upcheck_policy::tables::{ActiveTable, PassiveChange};
 use upcheck_policy::{Config, Effects, Event, Level, Member, Pick, Pool, Routed, Time};
 
 /// The handle a VM's root and HTTP contexts share.
@@ -324,11 +324,7 @@ impl Host<BackendMetrics> for Envoy<'_> {
         report(pool, self.fleet_guard, event, self.now);
     }
 
-    fn share(
-        &mut self,
-        change: &PassiveChange,
-        checks: &HealthChecks,
-    ) -> Option<(PassiveTable, Applied)> {
+    fn share(&mut self, change: &PassiveChange, checks: &HealthChecks) -> Option<Shared> {
         shared::update_passive(change, checks)
     }
 

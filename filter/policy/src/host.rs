@@ -15,7 +15,7 @@ use crate::etcd::shown::Shown;
 use crate::etcd::{OpenWatch, Request, ToEtcd};
 use crate::events::{Effects, Event};
 use crate::history::{self, Change, HistoryTable};
-use crate::pool::{Member, Pick, Pool};
+use crate::pool::{Member, Pick, Pool, Written};
 use crate::tables::{ActiveTable, Applied, PassiveChange, PassiveTable};
 use crate::time::Time;
 use upcheck_config::{Config, HealthChecks};
@@ -29,11 +29,7 @@ pub trait Host<H> {
     /// Applies `change` to the process-wide passive table: the table as written and what the
     /// change did, or `None` if it could not be written (it is then lost, as a failure the
     /// host could not share).
-    fn share(
-        &mut self,
-        change: &PassiveChange,
-        checks: &HealthChecks,
-    ) -> Option<(PassiveTable, Applied)>;
+    fn share(&mut self, change: &PassiveChange, checks: &HealthChecks) -> Option<Shared>;
 
     /// Sends a probe, by `config`, to `member` (backend `index`).
     fn probe(&mut self, config: &Config, index: usize, member: &Member<H>) -> Dispatch;
@@ -61,6 +57,15 @@ pub trait Host<H> {
     /// Shows what the fleet of balancers looks like from here: its gauges, and the record the
     /// status page reads.
     fn show_fleet(&mut self, pool: &Pool<H>, shown: &Shown);
+}
+
+/// The passive table as a host wrote it, and what the change did there.
+#[derive(Debug, Clone)]
+pub struct Shared {
+    /// The table as written.
+    pub table: PassiveTable,
+    /// What the change did.
+    pub applied: Applied,
 }
 
 /// What came of asking the host for a probe.
@@ -96,8 +101,12 @@ pub fn carry_out<H>(pool: &mut Pool<H>, host: &mut impl Host<H>, effects: Effect
         if !share.is_empty() {
             let checks = pool.config().health_checks.clone();
             for change in share {
-                if let Some((table, applied)) = host.share(&change, &checks) {
-                    more.extend(pool.passive_written(&table, Some((&change, applied)), now));
+                if let Some(Shared { table, applied }) = host.share(&change, &checks) {
+                    let written = Written {
+                        change: &change,
+                        applied,
+                    };
+                    more.extend(pool.passive_written(&table, Some(written), now));
                 }
             }
         }

@@ -209,7 +209,7 @@ mod tests {
         let config = Config::parse(br#"{"upstreams":[{"name":"a"},{"name":"b"},{"name":"c"}]}"#)
             .unwrap_or_else(|e| panic!("{e}"));
         let mut pool = Pool::new(config, Duration::ZERO, |_| ());
-        pool.lease(true, Duration::ZERO, 1);
+        pool.lease(crate::pool::Lease::Held { seed: 1 }, Duration::ZERO);
         for (token, index) in (1..).zip(0..3) {
             pool.probe_sent(index, token, Duration::ZERO);
             pool.probe_answered(token, answer(200, MadeBy::Backend), Duration::from_secs(1));
@@ -235,7 +235,11 @@ mod tests {
             {
                 let checks = pool.config().health_checks.clone();
                 let applied = change.apply(&mut table, &checks);
-                pool.passive_written(&table, Some((&change, applied)), at);
+                let written = crate::pool::Written {
+                    change: &change,
+                    applied,
+                };
+                pool.passive_written(&table, Some(written), at);
             }
         }
         let html = html(&pool, None, Duration::from_secs(5));

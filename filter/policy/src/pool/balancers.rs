@@ -158,7 +158,7 @@ mod tests {
         );
         let config = upcheck_config::Config::parse(json.as_bytes()).unwrap();
         let mut pool = Pool::new(config, now, |_| ());
-        let _ = pool.lease(true, now, 1);
+        let _ = pool.lease(crate::pool::Lease::Held { seed: 1 }, now);
         pool
     }
 
@@ -252,9 +252,11 @@ mod evidence_tests {
             let checks = self.pool.config().health_checks.clone();
             for change in share {
                 let applied = change.apply(&mut self.table, &checks);
-                let more = self
-                    .pool
-                    .passive_written(&self.table, Some((&change, applied)), now);
+                let written = crate::pool::Written {
+                    change: &change,
+                    applied,
+                };
+                let more = self.pool.passive_written(&self.table, Some(written), now);
                 self.carry(more.share, now);
             }
         }

@@ -49,6 +49,7 @@ pub use followed::{EjectionState, StateSeen};
 use held::ColdStart;
 pub use member::Member;
 use member::{PeerTraffic, ProbeRecord};
+pub use published::Written;
 use refresh::Layout;
 use requests::{Counting, ForOutliers};
 use upcheck_config::{Config, Upstream};
@@ -92,6 +93,18 @@ pub struct Routed {
     /// Where the pool keeps the request while it is in flight, if it does
     /// ([`Pool::request_routed`]).
     pub flight: Option<InFlight>,
+}
+
+/// Whether this VM holds its process's probing lease ([`crate::lease`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lease {
+    /// It does: it probes, its schedule jittered from `seed`.
+    Held {
+        /// Seeds the probe schedule's jitter ([`Schedule::new`]).
+        seed: u64,
+    },
+    /// Another VM holds it (or nobody could be granted it).
+    Elsewhere,
 }
 
 /// Whether the proxy retried a request, by its own word.
@@ -348,10 +361,10 @@ impl<H> Pool<H> {
 
     /// Whether this VM holds the probing lease: a VM that gains it probes every backend at once
     /// and from then on reports what probes and time change; one that loses it stops.
-    pub fn lease(&mut self, held: bool, now: Time, seed: u64) -> Effects {
+    pub fn lease(&mut self, lease: Lease, now: Time) -> Effects {
         let mut effects = Effects::default();
-        match (held, self.prober.is_some()) {
-            (true, false) => {
+        match (lease, self.prober.is_some()) {
+            (Lease::Held { seed }, false) => {
                 for m in &mut self.members {
                     m.probing.slot = ProbeSlot::due_at(now);
                     // Report every gauge and contact afresh from this VM.
@@ -367,10 +380,10 @@ impl<H> Pool<H> {
                 self.layout.changed = true;
                 self.refresh(now, &mut effects);
             }
-            (false, true) => self.prober = None,
+            (Lease::Elsewhere, true) => self.prober = None,
             _ => {}
         }
-        if !held {
+        if lease == Lease::Elsewhere {
             self.end_fleet(&mut effects);
         }
         effects

@@ -11,6 +11,15 @@ use crate::schedule::ProbeSlot;
 use crate::tables::{ActiveTable, AnnounceTable, Applied, PassiveChange, PassiveTable};
 use crate::time::Time;
 
+/// A change this VM wrote to the process-wide passive table, and what it did there.
+#[derive(Debug, Clone)]
+pub struct Written<'a> {
+    /// The change.
+    pub change: &'a PassiveChange,
+    /// What it did.
+    pub applied: Applied,
+}
+
 impl<H> Pool<H> {
     /// Announces this configuration, whose fingerprint is `fingerprint`, as the newest that
     /// lists each of its backends.
@@ -45,13 +54,13 @@ impl<H> Pool<H> {
     pub fn passive_written(
         &mut self,
         table: &PassiveTable,
-        applied: Option<(&PassiveChange, Applied)>,
+        written: Option<Written<'_>>,
         now: Time,
     ) -> Effects {
         let mut effects = Effects::default();
         self.adopt_passive(table);
         self.refresh(now, &mut effects);
-        let Some((change, applied)) = applied else {
+        let Some(Written { change, applied }) = written else {
             return effects;
         };
         let Some(index) = change.key().and_then(|key| self.index_of_key(key)) else {

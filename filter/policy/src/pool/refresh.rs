@@ -228,12 +228,7 @@ impl<H> Member<H> {
     /// and takes it out anew), unless a probe sent since the ejection began, answered or on its
     /// way, says already whether it is still broken (a backend re-added with failures on record,
     /// probed as it joined): by the time its failures expire, a probe has said.
-    fn probe_on_ejection(
-        &mut self,
-        prober: Option<&mut Prober>,
-        now: Time,
-        passive: &Passive,
-    ) {
+    fn probe_on_ejection(&mut self, prober: Option<&mut Prober>, now: Time, passive: &Passive) {
         if self.followed.ejection().taken_out() {
             return;
         }

@@ -15,8 +15,8 @@ use upcheck_policy::config::HealthChecks;
 use upcheck_policy::etcd::shown::Shown;
 use upcheck_policy::etcd::{OpenWatch, Request};
 use upcheck_policy::history::HistoryTable;
-use upcheck_policy::host::{self, Dispatch, Host};
-use upcheck_policy::tables::{ActiveTable, Applied, PassiveChange, PassiveTable};
+use upcheck_policy::host::{self, Dispatch, Host, Shared};
+use upcheck_policy::tables::{ActiveTable, PassiveChange, PassiveTable};
 use upcheck_policy::{
     Config, Effects, Event, MadeBy, Member, Pick, Pool, ProbeAnswer, ProbeOutcome, ProxyFailure,
     RequestOutcome, Retried, Routed,
@@ -73,13 +73,12 @@ impl Host<()> for Recorder<'_> {
         self.events.push(event.clone());
     }
 
-    fn share(
-        &mut self,
-        change: &PassiveChange,
-        checks: &HealthChecks,
-    ) -> Option<(PassiveTable, Applied)> {
+    fn share(&mut self, change: &PassiveChange, checks: &HealthChecks) -> Option<Shared> {
         let applied = change.apply(self.table, checks);
-        Some((self.table.clone(), applied))
+        Some(Shared {
+            table: self.table.clone(),
+            applied,
+        })
     }
 
     fn probe(&mut self, _config: &Config, index: usize, _member: &Member<()>) -> Dispatch {
@@ -151,7 +150,7 @@ impl Proxy {
     /// A proxy configured with `config` at `now`, holding the lease.
     pub fn new(config: Config, now: Duration) -> Proxy {
         let mut pool = Pool::new(config, now, |_| ());
-        let effects = pool.lease(true, now, 42);
+        let effects = pool.lease(upcheck_policy::Lease::Held { seed: 42 }, now);
         let mut proxy = Proxy {
             pool,
             table: PassiveTable::new(),
@@ -183,7 +182,9 @@ impl Proxy {
     pub fn reconfigure(&mut self, config: Config, now: Duration) {
         let effects = self.pool.configure(config, now, |_| ());
         self.carry_out(effects, now);
-        let effects = self.pool.lease(true, now, 42);
+        let effects = self
+            .pool
+            .lease(upcheck_policy::Lease::Held { seed: 42 }, now);
         self.carry_out(effects, now);
     }
 
