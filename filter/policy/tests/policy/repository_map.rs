@@ -75,3 +75,98 @@ fn every_module_of_the_core_has_its_row_in_the_map_and_every_row_is_a_module() {
 fn every_module_of_the_adapter_has_its_row_in_the_map_and_every_row_is_a_module() {
     same(rows("The adapter"), modules(ADAPTER), "the adapter");
 }
+
+/// The modules a directory module declares in `src/<module>/mod.rs`, test modules left out.
+fn submodules(module: &str) -> Vec<String> {
+    let path = format!("{}/src/{module}/mod.rs", env!("CARGO_MANIFEST_DIR"));
+    let source = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut found = Vec::new();
+    let mut for_tests = false;
+    for line in source.lines().map(str::trim) {
+        if line.starts_with("#[cfg(test)]") {
+            for_tests = true;
+            continue;
+        }
+        let declared = line
+            .strip_prefix("pub ")
+            .or_else(|| line.strip_prefix("pub(crate) "))
+            .unwrap_or(line)
+            .strip_prefix("mod ")
+            .and_then(|rest| rest.strip_suffix(';'));
+        if let (Some(name), false) = (declared, for_tests) {
+            found.push(name.to_owned());
+        }
+        for_tests = false;
+    }
+    found
+}
+
+/// The row of the core's table for directory module `module` (`pool/`).
+fn core_row(module: &str) -> String {
+    let section = MAP
+        .split("\n## ")
+        .find(|s| s.starts_with("The core"))
+        .expect("the map has the core's section");
+    let start = format!("| `{module}/` |");
+    section
+        .lines()
+        .find(|line| line.starts_with(&start))
+        .unwrap_or_else(|| panic!("no row for `{module}/` in the core's table"))
+        .to_owned()
+}
+
+#[test]
+fn every_module_inside_a_directory_module_of_the_core_is_named_in_its_row() {
+    for module in ["pool", "etcd", "outlier", "page"] {
+        let row = core_row(module);
+        let unnamed: Vec<String> = submodules(module)
+            .into_iter()
+            .filter(|sub| !row.contains(&format!("`{sub}`")))
+            .collect();
+        assert!(
+            unnamed.is_empty(),
+            "docs/architecture.md, the row of `{module}/` names none of {unnamed:?}"
+        );
+    }
+}
+
+/// The pool's entry points: every `pub fn` of `src/pool/` that takes `&mut self`.
+fn entry_points() -> Vec<String> {
+    let dir = format!("{}/src/pool", env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("src/pool is readable") {
+        let path = entry.expect("a directory entry").path();
+        let source = std::fs::read_to_string(&path).expect("a source file is readable");
+        // A signature may run over several lines: the name, then everything to its body.
+        for (at, _) in source.match_indices("    pub fn ") {
+            let rest = &source[at + "    pub fn ".len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let signature = rest.split('{').next().unwrap_or_default();
+            if signature.contains("&mut self") {
+                found.push(name);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn the_map_lists_every_entry_point_of_the_pool_and_nothing_else() {
+    let section = MAP
+        .split("\n### The pool")
+        .nth(1)
+        .expect("the map has a section on the pool");
+    let mut mapped: Vec<String> = section
+        .lines()
+        .take_while(|line| !line.starts_with("## "))
+        .filter(|line| line.starts_with("| `"))
+        .filter_map(|line| line.split('`').nth(1))
+        .map(str::to_owned)
+        .collect();
+    mapped.sort();
+    same(mapped, entry_points(), "the pool's entry points");
+}
