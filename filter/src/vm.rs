@@ -20,7 +20,7 @@ use std::time::Duration;
 use upcheck_policy::config::HealthChecks;
 use upcheck_policy::etcd::shown::Shown;
 use upcheck_policy::etcd::{OpenWatch, Request};
-use upcheck_policy::events::EjectionReason;
+use upcheck_policy::events::Counted;
 use upcheck_policy::history::HistoryTable;
 use upcheck_policy::host::{self, Dispatch, Held, Host, Shared};
 use upcheck_policy::tables::{ActiveTable, PassiveChange};
@@ -364,69 +364,61 @@ impl Host<BackendMetrics> for Envoy<'_> {
     }
 }
 
-/// Turns an event into a log line (in the pool's `log_format`) and metrics.
+/// Turns an event into a log line (in the pool's `log_format`) and metrics, as the core
+/// describes it ([`Event::described`]).
 fn report(pool: &Pool<BackendMetrics>, fleet_guard: Option<u32>, event: &Event, now: Time) {
+    let described = event.described();
     let handles = |index: usize| pool.members().get(index).map(|m| &m.handles);
-    match event {
-        Event::Probed {
+    match described.counted {
+        Counted::Nothing => {}
+        Counted::Probe {
             index,
-            outcome,
             latency,
-            ..
+            failed,
         } => {
-            let m = handles(*index);
+            let m = handles(index);
             if let Some(m) = m {
-                m.set_probe_latency(*latency);
+                m.set_probe_latency(latency);
             }
-            if !outcome.passed() {
+            if failed {
                 metrics::increment(m.and_then(|m| m.probe_failures));
             }
         }
-        Event::State {
+        Counted::State {
             index,
             state,
             since,
             change,
-            ..
         } => {
-            if let Some(m) = handles(*index) {
-                m.set_state(*state, *since);
-                if *change {
+            if let Some(m) = handles(index) {
+                m.set_state(state, since);
+                if change {
                     metrics::increment(m.state_changes);
                 }
             }
         }
-        Event::RequestFailed { index, .. } => {
-            metrics::increment(handles(*index).and_then(|m| m.request_failures));
+        Counted::RequestFailure { index } => {
+            metrics::increment(handles(index).and_then(|m| m.request_failures));
         }
-        Event::EjectionStarted { index, reason, .. } => {
-            let m = handles(*index);
+        Counted::Ejection { index, outlier } => {
+            let m = handles(index);
             metrics::increment(m.and_then(|m| m.ejections));
-            if let EjectionReason::Outlier(verdict) = reason {
+            if let Some(verdict) = outlier {
                 metrics::increment(m.and_then(|m| m.outliers.of(verdict)));
             }
         }
-        Event::CapLifted { index, .. } => {
-            metrics::increment(handles(*index).and_then(|m| m.ejections));
-        }
-        Event::InService {
-            index, in_service, ..
-        } => {
+        Counted::InService { index, in_service } => {
             metrics::set(
-                handles(*index).and_then(|m| m.healthy),
-                u64::from(*in_service),
+                handles(index).and_then(|m| m.healthy),
+                u64::from(in_service),
             );
         }
-        Event::DrainStarted { index, .. } => {
-            metrics::set(handles(*index).and_then(|m| m.draining), 1);
+        Counted::Draining { index, draining } => {
+            metrics::set(handles(index).and_then(|m| m.draining), u64::from(draining));
         }
-        Event::DrainEnded { index, .. } => {
-            metrics::set(handles(*index).and_then(|m| m.draining), 0);
-        }
-        Event::Guard(guard) => metrics::set(fleet_guard, u64::from(guard.engaged())),
-        _ => {}
+        Counted::Guard { engaged } => metrics::set(fleet_guard, u64::from(engaged)),
     }
-    let level = match event.level() {
+    let level = match described.level {
         Level::Error => log::Level::Error,
         Level::Warn => log::Level::Warn,
         Level::Info => log::Level::Info,

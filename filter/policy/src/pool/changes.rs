@@ -3,54 +3,11 @@
 //! this pool's; how many it keeps; and how a change is logged in each `log_format`.
 
 use super::Pool;
-use crate::events::Event;
-use crate::guard::Guard;
-use crate::history::{Change, Kind};
+use crate::events::{Event, Recorded};
+use crate::history::Change;
 use crate::lease::fingerprint;
 use crate::time::Time;
 use upcheck_config::LogFormat;
-
-/// The change `event` is, if it is one, and about which backend (by name; `None` for the
-/// fleet guard). Probes, failed requests, gauges and the cap keeping a backend in are not
-/// changes: they are in the log and the metrics.
-fn kind_of(event: &Event) -> Option<(Kind, Option<&str>)> {
-    let (kind, name) = match event {
-        Event::HealthChanged { name, from, to, .. } => (
-            Kind::Health {
-                from: *from,
-                to: *to,
-            },
-            name,
-        ),
-        Event::EjectionStarted { name, .. } | Event::CapLifted { name, .. } => {
-            (Kind::Ejected, name)
-        }
-        Event::EjectionEnded { name, .. } => (Kind::NoLongerEjected, name),
-        Event::DrainStarted { name, .. } => (Kind::Draining, name),
-        Event::DrainEnded { name, .. } => (Kind::NoLongerDraining, name),
-        Event::ContactChanged { name, accepting } => (
-            if *accepting {
-                Kind::Accepting
-            } else {
-                Kind::Refusing
-            },
-            name,
-        ),
-        Event::BackAlike { name, .. } => (Kind::BackAlike, name),
-        Event::Guard(Guard::Off) => return Some((Kind::GuardReleased, None)),
-        Event::Guard(_) => return Some((Kind::GuardEngaged, None)),
-        Event::Probing
-        | Event::Probed { .. }
-        | Event::Unprobeable { .. }
-        | Event::RequestFailed { .. }
-        | Event::CapReached { .. }
-        | Event::InService { .. }
-        | Event::State { .. }
-        | Event::ProbeContradicted { .. }
-        | Event::Fleet(_) => return None,
-    };
-    Some((kind, Some(name.as_str())))
-}
 
 impl<H> Pool<H> {
     /// The pool's key in the history, for the fleet guard's changes: a fingerprint of its
@@ -62,8 +19,8 @@ impl<H> Pool<H> {
 
     /// The change `event` is, at `now`, if it is one.
     pub fn change_of(&self, event: &Event, now: Time) -> Option<Change> {
-        let (kind, name) = kind_of(event)?;
-        let key = match name {
+        let Recorded { kind, backend } = event.described().change?;
+        let key = match backend {
             Some(name) => {
                 let index = self.index_of(name)?;
                 self.members().get(index)?.key.clone()
@@ -71,7 +28,7 @@ impl<H> Pool<H> {
             None => self.history_key(),
         };
         let line = event.to_string();
-        let cause = match name {
+        let cause = match backend {
             Some(name) => line
                 .strip_prefix(name)
                 .and_then(|rest| rest.strip_prefix(' '))
@@ -79,7 +36,13 @@ impl<H> Pool<H> {
                 .unwrap_or_else(|| line.clone()),
             None => line,
         };
-        Some(Change::new(now, name.map(str::to_owned), key, kind, cause))
+        Some(Change::new(
+            now,
+            backend.map(str::to_owned),
+            key,
+            kind,
+            cause,
+        ))
     }
 
     /// Which changes of the process-wide history are this pool's: those of its backends and of
