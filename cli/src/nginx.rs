@@ -137,7 +137,7 @@ fn one_line(text: &str) -> String {
 
 /// `text` as an NGINX single-quoted string: a backslash and a quote escaped, as NGINX's
 /// configuration reader unescapes them.
-fn quoted(text: &str) -> String {
+fn nginx_string(text: &str) -> String {
     format!("'{}'", text.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
@@ -275,7 +275,7 @@ pub fn render(plan: &Plan, s: &Settings) -> String {
     );
     line(&format!(
         "            proxy_wasm upcheck {};",
-        quoted(&plan.plugin)
+        nginx_string(&plan.plugin)
     ));
     line("            proxy_pass http://$upcheck_upstream;");
     line("            # The route header is upcheck's word to NGINX, not to the app.");
@@ -306,7 +306,7 @@ pub fn render(plan: &Plan, s: &Settings) -> String {
     line("        location / {");
     line(&format!(
         "            proxy_wasm upcheck {};",
-        quoted(&plan.page_plugin)
+        nginx_string(&plan.page_plugin)
     ));
     line("        }");
     line("    }");
@@ -381,7 +381,7 @@ mod tests {
     #[test]
     fn a_quote_in_the_configuration_is_escaped_for_nginx() {
         assert_eq!(
-            quoted(r#"{"a": "it's \"x\""}"#),
+            nginx_string(r#"{"a": "it's \"x\""}"#),
             r#"'{"a": "it\'s \\"x\\""}'"#
         );
     }

@@ -52,7 +52,7 @@ pub fn text(text: impl Into<String>) -> Node {
 }
 
 /// A string YAML always writes double-quoted, e.g. `"/"`.
-pub fn quoted(text: impl Into<String>) -> Node {
+pub fn double_quoted(text: impl Into<String>) -> Node {
     Node::of(Kind::Text(text.into(), Style::Quoted))
 }
 

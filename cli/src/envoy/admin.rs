@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use upcheck_policy::series;
 
 use crate::endpoint::{socket, Endpoint};
-use crate::tree::{list, map, quoted, text, Node};
+use crate::tree::{double_quoted, list, map, text, Node};
 
 /// Envoy's tag rules for upcheck's metrics ([`series::STATS_TAGS`]), so that Prometheus sees
 /// the backend (and the state, and the pool where the configuration names one) as a label: the
@@ -15,7 +15,7 @@ pub fn stats_config() -> Node {
     let rules = series::STATS_TAGS.iter().map(|rule| {
         map([
             ("tag_name", text(rule.label)),
-            ("regex", quoted(rule.regex)),
+            ("regex", double_quoted(rule.regex)),
         ])
         .note(rule.about)
     });

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use super::routes::router;
 use super::{Routing, Shape};
 use crate::endpoint::{socket, Endpoint};
-use crate::tree::{list, map, number, plain, quoted, text, Node};
+use crate::tree::{double_quoted, list, map, number, plain, text, Node};
 
 impl Shape {
     /// The users' listener `name` on `addr`, with the filter and its plugin configuration
@@ -51,7 +51,7 @@ impl Shape {
     /// behind it routes nowhere.
     pub fn status_listener(&self, name: &str, addr: SocketAddr, plugin: &str) -> Node {
         let routes = list([map([
-            ("match", map([("prefix", quoted("/"))]).flow()),
+            ("match", map([("prefix", double_quoted("/"))]).flow()),
             ("direct_response", map([("status", number(404))]).flow()),
         ])])
         .note(
@@ -93,7 +93,7 @@ fn http_listener(
 ) -> Node {
     let virtual_host = map([
         ("name", text(host)),
-        ("domains", list([quoted("*")]).flow()),
+        ("domains", list([double_quoted("*")]).flow()),
         ("routes", routes),
     ]);
     let manager = map([

@@ -4,7 +4,7 @@
 
 use super::{Routing, Shape};
 use crate::deployment::POOL;
-use crate::tree::{list, map, number, plain, quoted, text, Node};
+use crate::tree::{double_quoted, list, map, number, plain, text, Node};
 
 impl Shape {
     /// The routes: one `cluster_header` route that removes the header, or the pool's two routes
@@ -21,7 +21,7 @@ impl Shape {
                 ),
             )]);
             return list([map([
-                ("match", map([("prefix", quoted("/"))]).flow()),
+                ("match", map([("prefix", double_quoted("/"))]).flow()),
                 ("route", route),
                 (
                     "request_headers_to_remove",
@@ -71,14 +71,18 @@ impl Shape {
         ]);
         let pool = |retry_policy| map([("cluster", text(POOL)), ("retry_policy", retry_policy)]);
         let by_method = map([
-            ("prefix", quoted("/")),
+            ("prefix", double_quoted("/")),
             (
                 "headers",
                 list([map([
-                    ("name", quoted(":method")),
+                    ("name", double_quoted(":method")),
                     (
                         "string_match",
-                        map([("safe_regex", map([("regex", quoted("GET|HEAD"))]).flow())]).flow(),
+                        map([(
+                            "safe_regex",
+                            map([("regex", double_quoted("GET|HEAD"))]).flow(),
+                        )])
+                        .flow(),
                     ),
                 ])]),
             ),
@@ -93,7 +97,7 @@ impl Shape {
                  picked, so retrying 500s would eject backends for app bugs.",
             ),
             map([
-                ("match", map([("prefix", quoted("/"))]).flow()),
+                ("match", map([("prefix", double_quoted("/"))]).flow()),
                 ("route", pool(writes)),
             ])
             .note(

@@ -214,8 +214,8 @@ fn docs_operating_md_says_what_each_backend_metric_is_as_the_core_states_it() {
         std::fs::read_to_string(workspace().join("docs/operating.md")).expect("docs/operating.md");
     for metric in upcheck_policy::series::BACKEND_METRICS {
         let kind = match metric.kind {
-            upcheck_policy::series::Kind::Counter => "counter",
-            upcheck_policy::series::Kind::Gauge => "gauge",
+            upcheck_policy::series::Aggregate::Counter => "counter",
+            upcheck_policy::series::Aggregate::Gauge => "gauge",
         };
         let row = format!(
             "| `upcheck_{}{{backend}}` | {kind} | {} |",
