@@ -53,10 +53,10 @@
 //! `dispatch_http_call` to the `fleet.cluster` and hands back each answer
 //! ([`Membership::answered`]); what happened to say goes out as [`Note`]s.
 //!
-//! Each concern of the part has a file of its own: joining the fleet ([`join`]: lease and
-//! authentication), probe duties ([`duty`]), probe results published ([`publish`]), falling back
-//! to local ([`fallback`]), following the prefix by reads or a watch ([`following`]), etcd's
-//! answers ([`answers`]) and what a read takes in, untrusted ([`untrusted`]).
+//! Each concern of the part has a file of its own: joining the fleet (`join`: lease and
+//! authentication), probe duties (`duty`), probe results published (`publish`), falling back
+//! to local (`fallback`), following the prefix by reads or a watch (`following`), etcd's
+//! answers (`answers`) and what a read takes in, untrusted (`untrusted`).
 
 mod answers;
 mod duty;
