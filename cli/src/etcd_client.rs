@@ -11,7 +11,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use upcheck_policy::etcd::gateway::{base64, prefix_end, unbase64};
+use upcheck_policy::etcd::gateway::{base64, unbase64};
+use upcheck_policy::etcd::keys::prefix_end;
 
 use crate::http1::{self, Stream};
 

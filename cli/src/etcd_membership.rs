@@ -10,7 +10,8 @@
 //! files once its follower has. Each follower reports under `{prefix}/v1/applied/{balancer}`,
 //! living by a lease of its own, the revision it has in force and each backend's state: the
 //! command waits for every follower to report the revision it wrote, and prints how long each
-//! took.
+//! took. Every key is named by the core's layout ([`upcheck_policy::etcd::keys`]), the one the
+//! balancers write by.
 //!
 //! A removal drains first: the membership marks the backend drained (no new request on any
 //! balancer, still probed), the command waits until every follower reports none of its requests
@@ -34,6 +35,7 @@ use serde_json::Value;
 use crate::etcd::Etcd;
 use crate::etcd_client::{Client, Credentials};
 use crate::file_membership::{self, edited, Backend, Change, Refusal, State};
+use upcheck_policy::etcd::keys::Layout;
 
 /// How long a follower's report outlives it.
 const REPORT_TTL: Duration = Duration::from_secs(10);
@@ -69,7 +71,7 @@ struct Applied {
 /// Where the fleet's keys are, and how to reach them.
 struct Fleet {
     client: Client,
-    prefix: String,
+    keys: Layout,
 }
 
 impl Fleet {
@@ -101,17 +103,16 @@ impl Fleet {
         });
         let client = Client::connect(&etcd.members, credentials.as_ref())
             .map_err(|e| Refusal::Output(e.to_string()))?;
-        Ok(Fleet { client, prefix })
-    }
-
-    fn key(&self, rest: &str) -> String {
-        format!("{}/v1/{rest}", self.prefix)
+        Ok(Fleet {
+            client,
+            keys: Layout::new(&prefix),
+        })
     }
 
     /// The membership in etcd and the revision that wrote it; none (revision 0) before any
     /// command wrote one.
     fn read(&self) -> Result<(Option<Shared>, i64), Refusal> {
-        let key = self.key("membership");
+        let key = self.keys.membership();
         let snapshot = self.client.range(&key, false).map_err(output)?;
         let Some(entry) = snapshot.entries.into_iter().next() else {
             return Ok((None, 0));
@@ -138,7 +139,7 @@ impl Fleet {
         let value = serde_json::to_vec(&shared)
             .map_err(|e| Refusal::Output(format!("the membership as JSON: {e}")))?;
         self.client
-            .put_if(&self.key("membership"), &value, revision)
+            .put_if(&self.keys.membership(), &value, revision)
             .map_err(output)?
             .ok_or_else(|| {
                 Refusal::Input(
@@ -151,7 +152,7 @@ impl Fleet {
 
     /// Each follower's report, by balancer.
     fn reports(&self) -> Result<Vec<(String, Applied)>, Refusal> {
-        let prefix = self.key("applied/");
+        let prefix = self.keys.applied("");
         let snapshot = self.client.range(&prefix, true).map_err(output)?;
         Ok(snapshot
             .entries
@@ -231,17 +232,12 @@ impl Fleet {
     }
 
     /// Deletes every key the balancers keep of backend `key` (`name@cluster`, and more after an
-    /// `@` in host routing).
+    /// `@` in host routing): [`Layout::of_backend`].
     fn forget(&self, backend: &str) -> Result<usize, Refusal> {
-        let snapshot = self.client.range(&self.key(""), true).map_err(output)?;
+        let snapshot = self.client.range(self.keys.mine(), true).map_err(output)?;
         let mut deleted = 0;
         for entry in snapshot.entries {
-            let last = entry.key.rsplit('/').next().unwrap_or_default();
-            let named = last == backend
-                || last
-                    .strip_prefix(backend)
-                    .is_some_and(|rest| rest.starts_with('@'));
-            if named {
+            if self.keys.of_backend(&entry.key, backend) {
                 self.client.delete(&entry.key).map_err(output)?;
                 deleted += 1;
             }
@@ -403,8 +399,8 @@ fn session(
         Refusal::Input(m) | Refusal::Output(m) => m,
     };
     let lease = fleet.client.grant(REPORT_TTL).map_err(|e| e.to_string())?;
-    let report_key = fleet.key(&format!("applied/{balancer}"));
-    let key = fleet.key("membership");
+    let report_key = fleet.keys.applied(balancer);
+    let key = fleet.keys.membership();
     let mut watch_from = 0;
     let mut in_force = 0;
     let mut reported: Option<Applied> = None;

@@ -13,7 +13,8 @@
 //! ejection longer than this configuration's `max_ejection` or beginning in the future is
 //! refused with a log line and ejects nothing; one that is over is left to expire.
 
-use super::{gateway, Call, Membership, Request, VERSION};
+use super::keys::VERSION;
+use super::{gateway, Call, Membership, Request};
 use crate::outlier::Standing;
 use crate::tables::{tagged, untagged};
 use crate::time::Time;
@@ -114,12 +115,9 @@ impl Membership {
         self.ejections.longest = Some(longest);
         self.ejections.settle(now);
         let mut out = Vec::new();
-        let Some(me) = self.lease() else {
+        let Some(me) = self.sharing() else {
             return out;
         };
-        if !self.registered || self.local || self.read.is_none() {
-            return out;
-        }
         let on_wire = |key: &str| {
             self.busy(|c| matches!(c, Call::GrantEjection(k, _) | Call::Eject(k, _) if k == key))
         };
@@ -129,7 +127,7 @@ impl Membership {
                     by: me,
                     standing: standing.clone(),
                 };
-                let body = gateway::put(&self.key("ejected", key), &tagged(TAG, &shared), *lease);
+                let body = gateway::put(&self.keys.ejected(key), &tagged(TAG, &shared), *lease);
                 out.push(self.request(Call::Eject(key.clone(), until), "/v3/kv/put", body));
             }
         }

@@ -18,7 +18,7 @@ use std::fmt::Write;
 use std::time::Duration;
 use upcheck_config::MAX_FAILS_LIMIT as MAX;
 
-/// How a value starts: the kind and the version of the key layout ([`super::VERSION`]).
+/// How a value starts: the kind and the version of the key layout ([`super::keys::VERSION`]).
 const HEAD: &str = "failures/v1";
 
 /// What this balancer shares of its evidence and what it read of the others'.
@@ -83,10 +83,7 @@ impl Membership {
     /// (`own`): if those it counted itself (not read from another) changed since it last
     /// published them, and there are any, the put that publishes them.
     pub fn evidence<'a>(&self, key: &str, own: impl Iterator<Item = &'a Time>) -> Option<Request> {
-        let lease = self.lease()?;
-        if !self.registered || self.local || self.read.is_none() {
-            return None;
-        }
+        let lease = self.sharing()?;
         let theirs = self.fleet_failures(key);
         let mut value = HEAD.to_owned();
         for t in own.filter(|t| !theirs.contains(t)) {
@@ -104,7 +101,7 @@ impl Membership {
         if told || self.busy(|c| matches!(c, Call::Evidence(k, _) if k == key)) {
             return None;
         }
-        let at = self.key("failures", &format!("{lease:x}/{key}"));
+        let at = self.keys.failures(lease, key);
         let body = gateway::put(&at, value.as_bytes(), lease);
         Some(self.request(Call::Evidence(key.to_owned(), value), "/v3/kv/put", body))
     }

@@ -9,6 +9,7 @@
 //! number or a string escaped by [`quoted`], so nothing in a key or a password can break out.
 
 use super::json::{self, Value};
+pub use super::keys::prefix_end;
 use crate::json_string::quoted;
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -51,18 +52,6 @@ pub fn unbase64(text: &str) -> Option<Vec<u8>> {
         }
     }
     (bits < 6).then_some(out)
-}
-
-/// The key just past every key that starts with `prefix`: etcd's `range_end` for a prefix.
-pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
 }
 
 /// `POST /v3/auth/authenticate`.
@@ -286,12 +275,6 @@ mod tests {
         assert_eq!(base64(b"up/duty/app1"), "dXAvZHV0eS9hcHAx");
         assert_eq!(base64(b"me"), "bWU=");
         assert_eq!(unbase64("not base64!"), None);
-    }
-
-    #[test]
-    fn a_prefix_ends_just_past_its_last_byte() {
-        assert_eq!(prefix_end(b"up/"), b"up0");
-        assert_eq!(prefix_end(b"a\xff"), b"b");
     }
 
     // The answers below are what etcd 3.4.23's gateway answered, as captured.

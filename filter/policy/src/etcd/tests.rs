@@ -1,8 +1,10 @@
 //! The fleet against a small etcd of its own: leases that expire, create-if-absent, ranges, the
 //! gateway's answers as etcd 3.4 gives them; several balancers on one virtual clock.
 
+use super::publish::Published;
 use super::*;
 use crate::active::{Health, ProbeOutcome};
+use crate::tables::tagged;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use upcheck_config::fleet::Fleet as Settings;

@@ -10,7 +10,8 @@
 //! wherever they were made. A value that does not decode, lists more backends than any
 //! configuration or counts no build could have made by now is refused with a log line.
 
-use super::{gateway, Call, Membership, Request, READ_EVERY, VERSION};
+use super::keys::VERSION;
+use super::{gateway, Call, Membership, Request, READ_EVERY};
 use crate::history::MAX_KEY_LEN;
 use crate::outlier::Traffic;
 use crate::tables::{tagged, untagged};
@@ -101,10 +102,7 @@ impl Membership {
         now: Time,
     ) -> Option<Request> {
         self.traffic.window = Some(window);
-        let lease = self.lease()?;
-        if !self.registered || self.local || self.read.is_none() {
-            return None;
-        }
+        let lease = self.sharing()?;
         let recent = |(at, _): &(Time, Counts)| now.saturating_sub(*at) < READ_EVERY;
         if self.traffic.told.as_ref().is_some_and(recent)
             || self.busy(|c| matches!(c, Call::Traffic(_)))
@@ -120,11 +118,7 @@ impl Membership {
         {
             return None;
         }
-        let body = gateway::put(
-            &self.key("traffic", &format!("{lease:x}")),
-            &tagged(TAG, &own),
-            lease,
-        );
+        let body = gateway::put(&self.keys.traffic(lease), &tagged(TAG, &own), lease);
         Some(self.request(Call::Traffic(own), "/v3/kv/put", body))
     }
 }

@@ -19,7 +19,8 @@
 //! and no build script, and the decoder the ecosystem checks against hostile input, for what it
 //! costs in the module's size (docs/build-profile.md).
 
-use super::gateway::{prefix_end, KeyValue};
+use super::gateway::KeyValue;
+use super::keys::{self, prefix_end, Layout};
 use crate::time::Time;
 use prost::Message;
 
@@ -219,18 +220,15 @@ impl Kinds {
     /// Any other key: the operators' membership, or one upcheck does not write.
     pub const OTHER: Kinds = Kinds(1 << 6);
 
-    /// The kind of `key`, `mine` being the prefix and version (`upcheck/v1/`).
-    pub fn of(key: &str, mine: &str) -> Kinds {
-        let kind = key
-            .strip_prefix(mine)
-            .and_then(|rest| rest.split('/').next());
-        match kind {
-            Some("balancers") => Kinds::BALANCERS,
-            Some("duty") => Kinds::DUTY,
-            Some("active") => Kinds::ACTIVE,
-            Some("failures") => Kinds::FAILURES,
-            Some("traffic") => Kinds::TRAFFIC,
-            Some("ejected") => Kinds::EJECTED,
+    /// The kind of `key`, a key of the fleet whose keys are `layout`.
+    pub fn of(key: &str, layout: &Layout) -> Kinds {
+        match layout.split(key).map(|(kind, _)| kind) {
+            Some(keys::BALANCERS) => Kinds::BALANCERS,
+            Some(keys::DUTY) => Kinds::DUTY,
+            Some(keys::ACTIVE) => Kinds::ACTIVE,
+            Some(keys::FAILURES) => Kinds::FAILURES,
+            Some(keys::TRAFFIC) => Kinds::TRAFFIC,
+            Some(keys::EJECTED) => Kinds::EJECTED,
             _ => Kinds::OTHER,
         }
     }
@@ -285,8 +283,8 @@ pub struct Follow {
     kept: Vec<KeyValue>,
     /// The store's revision `kept` is as of (0 before the first read).
     pub revision: i64,
-    /// The prefix and version of the keys (`upcheck/v1/`), for their kinds.
-    mine: String,
+    /// The fleet's keys, for their kinds.
+    keys: Layout,
     /// The kinds of keys changed in `kept` since it was last taken in.
     pub(super) unread: Kinds,
     /// Whether a fresh read must come before the next stream (a compaction, or garbage).
@@ -302,15 +300,14 @@ pub struct Follow {
 }
 
 impl Follow {
-    /// A watch through `cluster` of the keys under `mine` (`upcheck/v1/`) that has read
-    /// nothing yet.
-    pub fn new(cluster: String, mine: String) -> Follow {
+    /// A watch through `cluster` of the fleet whose keys are `keys` that has read nothing yet.
+    pub fn new(cluster: String, keys: Layout) -> Follow {
         Follow {
             cluster,
             stream: Stream::Closed,
             kept: Vec::new(),
             revision: 0,
-            mine,
+            keys,
             unread: Kinds::default(),
             stale: false,
             refused: None,
@@ -359,7 +356,7 @@ impl Follow {
     pub(super) fn apply(&mut self, changes: Vec<Change>, revision: i64, now: Time) -> Kinds {
         let mut changed = Kinds::default();
         for change in changes {
-            changed = changed.with(Kinds::of(change.key(), &self.mine));
+            changed = changed.with(Kinds::of(change.key(), &self.keys));
             self.events += 1;
             self.last_event = Some(now);
             let at = self
@@ -530,7 +527,7 @@ mod tests {
 
     #[test]
     fn the_keys_kept_follow_the_changes_and_say_which_kinds_changed() {
-        let mut follow = Follow::new("etcd_grpc".into(), "p/v1/".into());
+        let mut follow = Follow::new("etcd_grpc".into(), Layout::new("p"));
         let kv = |key: &str, value: &str| KeyValue {
             key: key.into(),
             value: value.into(),
@@ -559,8 +556,11 @@ mod tests {
             keys,
             [("p/v1/active/a", &b"2"[..]), ("p/v1/traffic/1", &b"x"[..])]
         );
-        assert_eq!(Kinds::of("p/v1/membership", "p/v1/"), Kinds::OTHER);
-        assert_eq!(Kinds::of("p/v2/duty/a", "p/v1/"), Kinds::OTHER);
+        assert_eq!(
+            Kinds::of("p/v1/membership", &Layout::new("p")),
+            Kinds::OTHER
+        );
+        assert_eq!(Kinds::of("p/v2/duty/a", &Layout::new("p")), Kinds::OTHER);
         assert_eq!((follow.revision, follow.events), (12, 3));
     }
 }

@@ -1,0 +1,104 @@
+//! Probe results published: the holder of a backend's duty puts its probe state under its lease
+//! after each change, and every other balancer takes it in as its own workers take their
+//! prober's. A state read back is trusted only from the lease it lives by, and only with no time
+//! further ahead than one lease TTL.
+
+use super::keys::VERSION;
+use super::{gateway, Call, Membership, Request};
+use crate::active::ActiveHealth;
+use crate::tables::{tagged, untagged};
+use crate::time::Time;
+use serde::{Deserialize, Serialize};
+
+/// A published probe state, as etcd holds it: postcard behind a four-byte tag (`u`, `c`, `f`,
+/// [`VERSION`]), as the shared-data tables are ([`crate::tables::tagged`]), so a value of another
+/// version is refused, never misread.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct Published {
+    /// The publisher's lease ID.
+    pub(super) by: i64,
+    /// The state.
+    pub(super) health: ActiveHealth,
+}
+
+impl Published {
+    pub(super) const TAG: [u8; 4] = [b'u', b'c', b'f', VERSION];
+}
+
+/// What this balancer published of its probe results and read of the others'.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Results {
+    /// By backend key, the holder's published state, as last read.
+    pub(super) read: Vec<(String, i64, ActiveHealth)>,
+    /// By backend key, what this balancer last published.
+    pub(super) told: Vec<(String, ActiveHealth)>,
+}
+
+impl Results {
+    /// The state `holder` published for the backend whose key is `key`, as last read.
+    pub(super) fn of(&self, key: &str, holder: i64) -> Option<ActiveHealth> {
+        self.read
+            .iter()
+            .find(|(k, by, _)| k == key && *by == holder)
+            .map(|(_, _, h)| *h)
+    }
+}
+
+/// Reads the value at `…/active/{backend}`, its times no later than `ahead`.
+pub(super) fn read(kv: &gateway::KeyValue, ahead: Time) -> Result<ActiveHealth, String> {
+    let value: Published =
+        untagged(Published::TAG, &kv.value).map_err(|e| format!("a probe state {e}"))?;
+    if value.by != kv.lease || kv.lease == 0 {
+        return Err("published by another than the lease it lives by".into());
+    }
+    let times = [
+        value.health.last.map(|(t, _)| t),
+        Some(value.health.since),
+        value.health.contradicted,
+        value.health.warm_up,
+    ];
+    if times.into_iter().flatten().any(|t| t > ahead) {
+        return Err("its times are in the future".into());
+    }
+    Ok(value.health)
+}
+
+impl Membership {
+    /// The puts of the probe states of `own` (by backend key) whose duty this balancer holds
+    /// and that changed since it last published them, into `out`.
+    pub(super) fn publish(
+        &self,
+        lease: i64,
+        own: &[(String, ActiveHealth)],
+        out: &mut Vec<Request>,
+    ) {
+        let publish: Vec<(String, ActiveHealth)> = own
+            .iter()
+            .filter(|(k, _)| self.holds(lease, k))
+            .filter(|(k, h)| !self.results.told.iter().any(|(p, ph)| p == k && ph == h))
+            .filter(|(k, _)| !self.busy(|c| matches!(c, Call::Publish(p, _) if p == k)))
+            .cloned()
+            .collect();
+        for (key, health) in publish {
+            let bytes = tagged(Published::TAG, &Published { by: lease, health });
+            let body = gateway::put(&self.keys.active(&key), &bytes, lease);
+            out.push(self.request(Call::Publish(key, health), "/v3/kv/put", body));
+        }
+    }
+
+    /// What came of publishing `health` for `key`.
+    pub(super) fn published(
+        &mut self,
+        key: String,
+        health: ActiveHealth,
+        answer: Result<(), String>,
+    ) {
+        match answer {
+            Ok(()) => {
+                self.results.told.retain(|(k, _)| *k != key);
+                self.results.told.push((key, health));
+            }
+            Err(why) => self.failed(why),
+        }
+    }
+}
