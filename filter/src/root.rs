@@ -18,7 +18,7 @@ use crate::probes;
 use crate::route;
 use crate::shared;
 use crate::vm::{self, Handle, Resumed, Vm};
-use upcheck_policy::{lease, nanos, tick_due, Config, Lease, Pick, Pool, Time, WAKE};
+use upcheck_policy::{lease, nanos, tick_due, Config, LeaseHeld, Pick, Pool, Time, WAKE};
 
 /// One VM's root context.
 #[derive(Default)]
@@ -208,8 +208,8 @@ impl Root {
             }
             if let Some(pool) = v.pool.as_mut() {
                 let lease = match held {
-                    true => Lease::Held { seed },
-                    false => Lease::Elsewhere,
+                    true => LeaseHeld::Here { seed },
+                    false => LeaseHeld::Elsewhere,
                 };
                 let effects = pool.lease(lease, now);
                 v.carry_out(effects, now);

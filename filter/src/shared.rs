@@ -35,7 +35,7 @@ use std::time::Duration;
 use upcheck_policy::config::HealthChecks;
 use upcheck_policy::etcd::shown::Shown;
 use upcheck_policy::history::HistoryTable;
-use upcheck_policy::host::Shared;
+use upcheck_policy::host::PassiveWrite;
 use upcheck_policy::lease::{self, LeaseTable};
 use upcheck_policy::tables::keys::{ACTIVE, ANNOUNCE, HISTORY, LEASES, PASSIVE};
 use upcheck_policy::tables::{
@@ -210,7 +210,7 @@ pub fn write_active(mine: &ActiveTable) {
 
 /// Applies `change` to the passive table, atomically with respect to other VMs; returns the
 /// table as written and what the change did.
-pub fn update_passive(change: &PassiveChange, checks: &HealthChecks) -> Option<Shared> {
+pub fn update_passive(change: &PassiveChange, checks: &HealthChecks) -> Option<PassiveWrite> {
     let written = update(
         PASSIVE,
         tables::decode_passive,
@@ -223,7 +223,7 @@ pub fn update_passive(change: &PassiveChange, checks: &HealthChecks) -> Option<S
     {
         let _ = hostcalls::set_shared_data(PASSIVE_TAKEN_OUT, Some(&[]), None);
     }
-    written.map(|(table, applied)| Shared { table, applied })
+    written.map(|(table, applied)| PassiveWrite { table, applied })
 }
 
 /// The passive table's compare-and-swap number, read without copying the table.

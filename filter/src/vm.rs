@@ -22,7 +22,7 @@ use upcheck_policy::etcd::shown::Shown;
 use upcheck_policy::etcd::{OpenWatch, Request};
 use upcheck_policy::events::Counted;
 use upcheck_policy::history::HistoryTable;
-use upcheck_policy::host::{self, Dispatch, Held, Host, Shared};
+use upcheck_policy::host::{self, Dispatch, Held, Host, PassiveWrite};
 use upcheck_policy::tables::{ActiveTable, PassiveChange};
 use upcheck_policy::{Config, Effects, Event, Level, Member, Pick, Pool, Routed, Time};
 
@@ -324,7 +324,7 @@ impl Host<BackendMetrics> for Envoy<'_> {
         report(pool, self.fleet_guard, event, self.now);
     }
 
-    fn share(&mut self, change: &PassiveChange, checks: &HealthChecks) -> Option<Shared> {
+    fn share(&mut self, change: &PassiveChange, checks: &HealthChecks) -> Option<PassiveWrite> {
         shared::update_passive(change, checks)
     }
 

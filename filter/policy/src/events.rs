@@ -235,14 +235,14 @@ pub struct Described<'a> {
     pub level: Level,
     /// The change it records in the history, if it is one. Probes, failed requests, gauges and
     /// the cap keeping a backend in are not changes: they are in the log and the metrics.
-    pub change: Option<Recorded<'a>>,
+    pub change: Option<InHistory<'a>>,
     /// What it moves in the metrics.
     pub counted: Counted<'a>,
 }
 
 /// A change an event records in the history ([`crate::history`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Recorded<'a> {
+pub struct InHistory<'a> {
     /// What changed.
     pub kind: Kind,
     /// The backend it is about, by name; `None` for the pool guard.
@@ -413,7 +413,7 @@ impl Event {
                     true => (Level::Warn, Kind::GuardEngaged),
                     false => (Level::Info, Kind::GuardReleased),
                 };
-                let change = Some(Recorded {
+                let change = Some(InHistory {
                     kind,
                     backend: None,
                 });
@@ -457,8 +457,8 @@ impl Event {
 }
 
 /// A change about backend `name`.
-fn recorded(kind: Kind, name: &str) -> Option<Recorded<'_>> {
-    Some(Recorded {
+fn recorded(kind: Kind, name: &str) -> Option<InHistory<'_>> {
+    Some(InHistory {
         kind,
         backend: Some(name),
     })

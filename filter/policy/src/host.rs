@@ -29,7 +29,7 @@ pub trait Host<H> {
     /// Applies `change` to the process-wide passive table: the table as written and what the
     /// change did, or `None` if it could not be written (it is then lost, as a failure the
     /// host could not share).
-    fn share(&mut self, change: &PassiveChange, checks: &HealthChecks) -> Option<Shared>;
+    fn share(&mut self, change: &PassiveChange, checks: &HealthChecks) -> Option<PassiveWrite>;
 
     /// Sends a probe, by `config`, to `member` (backend `index`).
     fn probe(&mut self, config: &Config, index: usize, member: &Member<H>) -> Dispatch;
@@ -61,7 +61,7 @@ pub trait Host<H> {
 
 /// The passive table as a host wrote it, and what the change did there.
 #[derive(Debug, Clone)]
-pub struct Shared {
+pub struct PassiveWrite {
     /// The table as written.
     pub table: PassiveTable,
     /// What the change did.
@@ -101,7 +101,7 @@ pub fn carry_out<H>(pool: &mut Pool<H>, host: &mut impl Host<H>, effects: Effect
         if !share.is_empty() {
             let checks = pool.config().health_checks.clone();
             for change in share {
-                if let Some(Shared { table, applied }) = host.share(&change, &checks) {
+                if let Some(PassiveWrite { table, applied }) = host.share(&change, &checks) {
                     let written = Written {
                         change: &change,
                         applied,

@@ -49,6 +49,6 @@ pub use guard::{Evidence, Guard, Routing};
 pub use level::Level;
 pub use outcome::{ProxyFailure, RequestOutcome};
 pub use passive::{InFlight, Outstanding, PassiveHealth};
-pub use pool::{Lease, Member, Pick, Pool, Retried, Routed};
+pub use pool::{LeaseHeld, Member, Pick, Pool, Retried, Routed};
 pub use state::State;
 pub use time::{nanos, tick_due, Time, TICK, WAKE};

@@ -4,10 +4,10 @@
 //! given when this balancer falls back to local; one that names the token drops it, so the
 //! next tick authenticates again.
 
-use super::{gateway, Call, Membership, Request};
+use super::{gateway, Call, FleetPart, Request};
 use crate::time::Time;
 
-impl Membership {
+impl FleetPart {
     /// Whether `token` is one of this fleet's calls (not a probe's).
     pub fn owns(&self, token: u32) -> bool {
         self.on_wire.iter().any(|(t, _)| *t == token)

@@ -4,10 +4,10 @@
 //! place of its own in the list, and gives one back per tick while it holds more, so duties
 //! spread over the balancers rather than all landing on the first.
 
-use super::{gateway, Call, Duty, Membership, Request};
+use super::{gateway, Call, Duty, FleetPart, Request};
 use crate::active::ActiveHealth;
 
-impl Membership {
+impl FleetPart {
     /// The lease that holds the duty of the backend whose key is `key`, as last read.
     fn holder(&self, key: &str) -> Option<i64> {
         self.duties.iter().find(|(k, _)| k == key).map(|(_, h)| *h)

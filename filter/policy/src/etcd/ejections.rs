@@ -14,7 +14,7 @@
 //! refused with a log line and ejects nothing; one that is over is left to expire.
 
 use super::keys::VERSION;
-use super::{gateway, Call, Membership, Request};
+use super::{gateway, Call, FleetPart, Request};
 use crate::outlier::Standing;
 use crate::tables::{tagged, untagged};
 use crate::time::Time;
@@ -95,7 +95,7 @@ fn end(standing: &Standing, now: Time) -> Option<Time> {
     standing.in_force(now).map(|(_, until)| until)
 }
 
-impl Membership {
+impl FleetPart {
     /// The ejection another balancer decided and shares for the backend whose key is `key`
     /// (none while fallen back to local).
     pub fn shared_ejection(&self, key: &str) -> Option<&Shared> {

@@ -12,7 +12,7 @@
 //! lease than its key names or its content claims, lists more failures than any `max_fails` or
 //! times in the future is refused with a log line, and counts nothing.
 
-use super::{gateway, Call, Membership, Request};
+use super::{gateway, Call, FleetPart, Request};
 use crate::time::{nanos, Time};
 use std::fmt::Write;
 use std::time::Duration;
@@ -23,7 +23,7 @@ const HEAD: &str = "failures/v1";
 
 /// What this balancer shares of its evidence and what it read of the others'.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Evidence {
+pub(super) struct SharedFailures {
     /// By backend key, the value this balancer last published.
     pub(super) told: Vec<(String, String)>,
     /// What the last read found: by backend key, the publisher's lease and its failures.
@@ -66,7 +66,7 @@ pub(super) fn read(
     Ok((backend.to_owned(), kv.lease, times))
 }
 
-impl Membership {
+impl FleetPart {
     /// The failures the other balancers published for the backend whose key is `key` (none
     /// while fallen back to local).
     pub fn fleet_failures(&self, key: &str) -> Vec<Time> {

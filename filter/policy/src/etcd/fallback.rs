@@ -2,11 +2,11 @@
 //! balancer probes every backend itself again, exactly as without a `fleet`, and says so once;
 //! when etcd answers again it rejoins, and says that once too.
 
-use super::Membership;
+use super::FleetPart;
 use crate::level::Level;
 use crate::time::Time;
 
-impl Membership {
+impl FleetPart {
     /// Whether this balancer has fallen back to probing every backend itself.
     pub fn local(&self) -> bool {
         self.local

@@ -5,12 +5,12 @@
 //! the revision after the last one heard, or read again after a compaction.
 
 use super::{
-    due, gateway, watch, Call, Membership, OpenWatch, Request, Watched, READ_AGAIN, READ_EVERY,
+    due, gateway, watch, Call, FleetPart, OpenWatch, Request, Watched, READ_AGAIN, READ_EVERY,
 };
 use crate::level::Level;
 use crate::time::Time;
 
-impl Membership {
+impl FleetPart {
     /// When the prefix was last read.
     pub fn last_read(&self) -> Option<Time> {
         self.read

@@ -8,7 +8,7 @@
 //! `{"error": …, "code": …}`. Bodies are written with `format!`: every value in them is base64, a
 //! number or a string escaped by [`quoted`], so nothing in a key or a password can break out.
 
-use super::json::{self, Value};
+use super::json::{self, Json};
 pub use super::keys::prefix_end;
 use crate::json_string::quoted;
 
@@ -115,8 +115,8 @@ pub fn range(prefix: &str) -> String {
 pub type Read<T> = Result<T, String>;
 
 /// What every answer is checked for first: a 200 whose body is a JSON object without `error`.
-fn parsed(status: Option<u16>, body: &[u8]) -> Read<Value> {
-    let said = |json: &Value| json.get("error").and_then(Value::text).map(clip);
+fn parsed(status: Option<u16>, body: &[u8]) -> Read<Json> {
+    let said = |json: &Json| json.get("error").and_then(Json::text).map(clip);
     match status {
         Some(200) => {}
         Some(status) => {
@@ -130,7 +130,7 @@ fn parsed(status: Option<u16>, body: &[u8]) -> Read<Value> {
         None => return Err("no answer (reset or timed out)".into()),
     }
     let answer = json::parse(body).map_err(|e| format!("an answer that does not parse ({e})"))?;
-    if !matches!(answer, Value::Object(_)) {
+    if !matches!(answer, Json::Object(_)) {
         return Err("an answer that is not a JSON object".into());
     }
     if let Some(e) = said(&answer) {
@@ -145,10 +145,10 @@ fn clip(text: &str) -> String {
 }
 
 /// An int64 string member, absent as `None`; anything else is an error.
-fn int(json: &Value, name: &str) -> Read<Option<i64>> {
+fn int(json: &Json, name: &str) -> Read<Option<i64>> {
     match json.get(name) {
         None => Ok(None),
-        Some(Value::Text(text)) => text
+        Some(Json::Text(text)) => text
             .parse()
             .map(Some)
             .map_err(|_| format!("{name} is not an int64 string")),
@@ -159,7 +159,7 @@ fn int(json: &Value, name: &str) -> Read<Option<i64>> {
 /// The token of an authenticate answer.
 pub fn token(status: Option<u16>, body: &[u8]) -> Read<String> {
     let answer = parsed(status, body)?;
-    match answer.get("token").and_then(Value::text) {
+    match answer.get("token").and_then(Json::text) {
         Some(token) if !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic()) => {
             Ok(token.to_owned())
         }
@@ -191,7 +191,7 @@ pub fn succeeded(status: Option<u16>, body: &[u8]) -> Read<bool> {
     let answer = parsed(status, body)?;
     match answer.get("succeeded") {
         None => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
+        Some(Json::Bool(b)) => Ok(*b),
         Some(_) => Err("succeeded is not a boolean".into()),
     }
 }
@@ -239,7 +239,7 @@ pub fn kvs(status: Option<u16>, body: &[u8]) -> Read<Range> {
                 kvs: Vec::new(),
             })
         }
-        Some(Value::List(items)) => items,
+        Some(Json::List(items)) => items,
         Some(_) => return Err("kvs is not a list".into()),
     };
     let kvs = items
@@ -248,7 +248,7 @@ pub fn kvs(status: Option<u16>, body: &[u8]) -> Read<Range> {
             let key = String::from_utf8(unbase64(kv.get("key")?.text()?)?).ok()?;
             let value = kv
                 .get("value")
-                .and_then(Value::text)
+                .and_then(Json::text)
                 .and_then(unbase64)
                 .unwrap_or_default();
             let lease = int(kv, "lease").ok().flatten().unwrap_or(0);

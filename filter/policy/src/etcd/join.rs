@@ -3,7 +3,7 @@
 //! its key under `balancers/`, by which the others count it. Everything this balancer writes
 //! lives by that lease, so what it leaves behind goes with it.
 
-use super::{due, gateway, Call, Membership, Request};
+use super::{due, gateway, Call, FleetPart, Request};
 use crate::level::Level;
 use crate::time::Time;
 
@@ -31,7 +31,7 @@ pub(super) struct Join {
     tried: Option<Time>,
 }
 
-impl Membership {
+impl FleetPart {
     /// This balancer's etcd lease ID, once it has one.
     pub fn lease(&self) -> Option<i64> {
         match self.join.joined {

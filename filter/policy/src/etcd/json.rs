@@ -14,7 +14,7 @@ pub const MAX_DEPTH: usize = 16;
 
 /// A JSON value, numbers left unread.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Value {
+pub enum Json {
     /// `null`.
     Null,
     /// `true` or `false`.
@@ -24,16 +24,16 @@ pub enum Value {
     /// A string.
     Text(String),
     /// An array.
-    List(Vec<Value>),
+    List(Vec<Json>),
     /// An object, members in order.
-    Object(Vec<(String, Value)>),
+    Object(Vec<(String, Json)>),
 }
 
-impl Value {
+impl Json {
     /// The member `name` of an object.
-    pub fn get(&self, name: &str) -> Option<&Value> {
+    pub fn get(&self, name: &str) -> Option<&Json> {
         match self {
-            Value::Object(members) => members.iter().find(|(k, _)| k == name).map(|(_, v)| v),
+            Json::Object(members) => members.iter().find(|(k, _)| k == name).map(|(_, v)| v),
             _ => None,
         }
     }
@@ -41,14 +41,14 @@ impl Value {
     /// The text of a string.
     pub fn text(&self) -> Option<&str> {
         match self {
-            Value::Text(text) => Some(text),
+            Json::Text(text) => Some(text),
             _ => None,
         }
     }
 }
 
 /// Reads one JSON document.
-pub fn parse(bytes: &[u8]) -> Result<Value, &'static str> {
+pub fn parse(bytes: &[u8]) -> Result<Json, &'static str> {
     let mut reader = Reader { bytes, at: 0 };
     let value = reader.value(0)?;
     reader.space();
@@ -80,7 +80,7 @@ impl Reader<'_> {
         }
     }
 
-    fn word(&mut self, word: &[u8], value: Value) -> Result<Value, &'static str> {
+    fn word(&mut self, word: &[u8], value: Json) -> Result<Json, &'static str> {
         match self.bytes.get(self.at..self.at + word.len()) {
             Some(found) if found == word => {
                 self.at += word.len();
@@ -90,7 +90,7 @@ impl Reader<'_> {
         }
     }
 
-    fn value(&mut self, depth: usize) -> Result<Value, &'static str> {
+    fn value(&mut self, depth: usize) -> Result<Json, &'static str> {
         if depth > MAX_DEPTH {
             return Err("nested too deep");
         }
@@ -98,16 +98,16 @@ impl Reader<'_> {
         match self.peek() {
             Some(b'{') => self.object(depth),
             Some(b'[') => self.list(depth),
-            Some(b'"') => self.string().map(Value::Text),
-            Some(b't') => self.word(b"true", Value::Bool(true)),
-            Some(b'f') => self.word(b"false", Value::Bool(false)),
-            Some(b'n') => self.word(b"null", Value::Null),
+            Some(b'"') => self.string().map(Json::Text),
+            Some(b't') => self.word(b"true", Json::Bool(true)),
+            Some(b'f') => self.word(b"false", Json::Bool(false)),
+            Some(b'n') => self.word(b"null", Json::Null),
             Some(b'-' | b'0'..=b'9') => self.number(),
             _ => Err("not JSON"),
         }
     }
 
-    fn number(&mut self) -> Result<Value, &'static str> {
+    fn number(&mut self) -> Result<Json, &'static str> {
         let start = self.at;
         while matches!(
             self.peek(),
@@ -118,35 +118,35 @@ impl Reader<'_> {
         if self.at == start {
             return Err("not JSON");
         }
-        Ok(Value::Number)
+        Ok(Json::Number)
     }
 
-    fn list(&mut self, depth: usize) -> Result<Value, &'static str> {
+    fn list(&mut self, depth: usize) -> Result<Json, &'static str> {
         self.at += 1;
         let mut items = Vec::new();
         self.space();
         if self.peek() == Some(b']') {
             self.at += 1;
-            return Ok(Value::List(items));
+            return Ok(Json::List(items));
         }
         loop {
             items.push(self.value(depth + 1)?);
             self.space();
             match self.next() {
                 Some(b',') => {}
-                Some(b']') => return Ok(Value::List(items)),
+                Some(b']') => return Ok(Json::List(items)),
                 _ => return Err("a list not closed"),
             }
         }
     }
 
-    fn object(&mut self, depth: usize) -> Result<Value, &'static str> {
+    fn object(&mut self, depth: usize) -> Result<Json, &'static str> {
         self.at += 1;
         let mut members = Vec::new();
         self.space();
         if self.peek() == Some(b'}') {
             self.at += 1;
-            return Ok(Value::Object(members));
+            return Ok(Json::Object(members));
         }
         loop {
             self.space();
@@ -162,7 +162,7 @@ impl Reader<'_> {
             self.space();
             match self.next() {
                 Some(b',') => {}
-                Some(b'}') => return Ok(Value::Object(members)),
+                Some(b'}') => return Ok(Json::Object(members)),
                 _ => return Err("an object not closed"),
             }
         }
@@ -236,18 +236,18 @@ mod tests {
         let list = v.get("a").and_then(|a| a.get("b")).unwrap();
         assert_eq!(
             list,
-            &Value::List(vec![
-                Value::Text("x".into()),
-                Value::Bool(true),
-                Value::Null,
-                Value::Number
+            &Json::List(vec![
+                Json::Text("x".into()),
+                Json::Bool(true),
+                Json::Null,
+                Json::Number
             ])
         );
-        assert_eq!(v.get("c").and_then(Value::text), Some("é\n\""));
-        assert_eq!(v.get("d"), Some(&Value::Bool(false)));
+        assert_eq!(v.get("c").and_then(Json::text), Some("é\n\""));
+        assert_eq!(v.get("d"), Some(&Json::Bool(false)));
         assert_eq!(
             parse(br#""\ud83d\ude00""#).unwrap(),
-            Value::Text("😀".into())
+            Json::Text("😀".into())
         );
     }
 
@@ -277,7 +277,7 @@ mod tests {
         for text in ["plain", "q\"b\\s", "ctl\u{1}\n", "é😀"] {
             assert_eq!(
                 parse(crate::json_string::quoted(text).as_bytes()),
-                Ok(Value::Text(text.into()))
+                Ok(Json::Text(text.into()))
             );
         }
     }

@@ -19,7 +19,8 @@ pub const FAILURES: &str = "failures";
 pub const TRAFFIC: &str = "traffic";
 /// Per backend, an outlier ejection one balancer decided.
 pub const EJECTED: &str = "ejected";
-/// The operators' membership of the fleet (`upcheck backends`): one key, no name.
+/// The pool's membership, which backends it has, as the operators set it (`upcheck backends`):
+/// one key, no name.
 pub const MEMBERSHIP: &str = "membership";
 /// Per balancer, what its follower of the membership has in force (`upcheck backends follow`).
 pub const APPLIED: &str = "applied";

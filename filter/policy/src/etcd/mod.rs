@@ -1,6 +1,7 @@
-//! Several balancers, one view of health, shared through etcd: this balancer's membership of the
-//! fleet ([`Membership`]: its lease, its probe duties, what it publishes and what it reads), over
-//! etcd's JSON gateway ([`gateway`]).
+//! Several balancers, one view of health, shared through etcd: this balancer's part in the fleet
+//! of balancers ([`FleetPart`]: its lease, its probe duties, what it publishes and what it reads),
+//! over etcd's JSON gateway ([`gateway`]). (The pool's membership, which backends it has, is the
+//! operators' own key beside it: [`keys::MEMBERSHIP`].)
 //!
 //! With N balancers in front of M backends, each probing every backend, a backend gets N probes
 //! per interval and each balancer must see a failure for itself. With a `fleet` object
@@ -20,7 +21,7 @@
 //!   each result and living by the holder's lease.
 //! - `{prefix}/v1/failures/{lease}/{backend}`: the request failures each balancer's own process
 //!   counted at that backend, living by its lease, which the others count toward `max_fails`
-//!   ([`Membership::evidence`]);
+//!   ([`FleetPart::evidence`]);
 //! - `{prefix}/v1/traffic/{lease}`: the request outcomes each balancer's process counted, per
 //!   backend, living by its lease, which the others add to theirs in the peer comparison
 //!   ([`traffic`]);
@@ -51,7 +52,7 @@
 //!
 //! The module is pure: requests go out as values ([`Request`]), the adapter sends them with
 //! `dispatch_http_call` to the `fleet.cluster` and hands back each answer
-//! ([`Membership::answered`]); what happened to say goes out as [`Note`]s.
+//! ([`FleetPart::answered`]); what happened to say goes out as [`Note`]s.
 //!
 //! Each concern of the part has a file of its own: joining the fleet (`join`: lease and
 //! authentication), probe duties (`duty`), probe results published (`publish`), falling back
@@ -114,7 +115,7 @@ pub enum Call {
     /// `/v3/kv/put`: this backend's probe state.
     Publish(String, ActiveHealth),
     /// `/v3/kv/put`: the failures this balancer counted at this backend, as the value
-    /// ([`Membership::evidence`]).
+    /// ([`FleetPart::evidence`]).
     Evidence(String, String),
     /// `/v3/kv/put`: the request outcomes this balancer counted ([`traffic`]).
     Traffic(traffic::Counts),
@@ -129,7 +130,7 @@ pub enum Call {
 /// `authorization` header when `token` is set, and this timeout.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
-    /// What it is for; handed back with its token ([`Membership::sent`]).
+    /// What it is for; handed back with its token ([`FleetPart::sent`]).
     pub call: Call,
     /// The gateway's path.
     pub path: &'static str,
@@ -166,9 +167,9 @@ pub enum Duty {
     },
 }
 
-/// This balancer's membership of the fleet: its lease, what it last read, what is on the wire.
+/// This balancer's part in the fleet: its lease, what it last read, what is on the wire.
 #[derive(Debug, Clone)]
-pub struct Membership {
+pub struct FleetPart {
     settings: Settings,
     keys: keys::Layout,
     started: Time,
@@ -187,7 +188,7 @@ pub struct Membership {
     why: String,
     refused: Vec<String>,
     notes: Vec<Note>,
-    evidence: evidence::Evidence,
+    evidence: evidence::SharedFailures,
     traffic: traffic::PeerCounts,
     ejections: ejections::Ejections,
     follow: Option<watch::Follow>,
@@ -231,12 +232,12 @@ pub enum ToEtcd {
     Cancel(u32),
 }
 
-impl Membership {
+impl FleetPart {
     /// A balancer that has not spoken to etcd yet, as of `now`: nothing is probed here until the
     /// first read says what is free, or one lease TTL passes without one.
-    pub fn new(settings: Settings, now: Time) -> Membership {
+    pub fn new(settings: Settings, now: Time) -> FleetPart {
         let keys = keys::Layout::new(&settings.prefix);
-        Membership {
+        FleetPart {
             started: now,
             join: join::Join::default(),
             on_wire: Vec::new(),
@@ -250,7 +251,7 @@ impl Membership {
             why: "no answer from etcd yet".into(),
             refused: Vec::new(),
             notes: Vec::new(),
-            evidence: evidence::Evidence::default(),
+            evidence: evidence::SharedFailures::default(),
             traffic: traffic::PeerCounts::default(),
             ejections: ejections::Ejections::default(),
             follow: settings

@@ -4,7 +4,7 @@
 //! further ahead than one lease TTL.
 
 use super::keys::VERSION;
-use super::{gateway, Call, Membership, Request};
+use super::{gateway, Call, FleetPart, Request};
 use crate::active::ActiveHealth;
 use crate::tables::{tagged, untagged};
 use crate::time::Time;
@@ -63,7 +63,7 @@ pub(super) fn read(kv: &gateway::KeyValue, ahead: Time) -> Result<ActiveHealth, 
     Ok(value.health)
 }
 
-impl Membership {
+impl FleetPart {
     /// The puts of the probe states of `own` (by backend key) whose duty this balancer holds
     /// and that changed since it last published them, into `out`.
     pub(super) fn publish(

@@ -15,7 +15,7 @@
 //! milliseconds plus one or 0), then each backend's key and its duty holder's lease (0: nobody;
 //! etcd never grants lease 0).
 
-use super::{watch, Duty, Membership};
+use super::{watch, Duty, FleetPart};
 use crate::tables::{self, AnnounceTable, TableError, FLEET_HEAD as HEAD};
 use crate::time::Time;
 
@@ -123,7 +123,7 @@ impl Shown {
     }
 
     /// What `fleet` shows of the backends whose keys are `keys`.
-    pub fn of<'a>(fleet: &Membership, keys: impl Iterator<Item = &'a str>) -> Shown {
+    pub fn of<'a>(fleet: &FleetPart, keys: impl Iterator<Item = &'a str>) -> Shown {
         let me = fleet.lease();
         let duties = keys.map(|key| {
             let holder = match fleet.duty(key) {

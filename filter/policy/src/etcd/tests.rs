@@ -25,7 +25,7 @@ pub(crate) struct Etcd {
     /// The store's revision: one more at each change.
     revision: i64,
     /// Every change since the start, with the revision it made: what a watch is sent.
-    changes: Vec<(i64, watch::Change)>,
+    changes: Vec<(i64, watch::KeyChange)>,
 }
 
 fn b64(v: &Value) -> Vec<u8> {
@@ -46,7 +46,7 @@ impl Etcd {
         self.revision += 1;
         self.changes.push((
             self.revision,
-            watch::Change::Put(gateway::KeyValue {
+            watch::KeyChange::Put(gateway::KeyValue {
                 key: key.to_owned(),
                 value: value.to_vec(),
                 lease,
@@ -60,13 +60,13 @@ impl Etcd {
         if self.kv.remove(key).is_some() {
             self.revision += 1;
             self.changes
-                .push((self.revision, watch::Change::Delete(key.to_owned())));
+                .push((self.revision, watch::KeyChange::Delete(key.to_owned())));
         }
     }
 
     /// The changes after revision `from` under `prefix`, and the revision they bring the store
     /// to: what a watch from `from + 1` is sent next.
-    pub(crate) fn changes_after(&self, from: i64, prefix: &str) -> (Vec<watch::Change>, i64) {
+    pub(crate) fn changes_after(&self, from: i64, prefix: &str) -> (Vec<watch::KeyChange>, i64) {
         let changes = self
             .changes
             .iter()
@@ -219,7 +219,7 @@ impl Etcd {
 
 /// One balancer: its fleet, and the probe state of each backend as it last probed it.
 pub(crate) struct Balancer {
-    pub(crate) fleet: Membership,
+    pub(crate) fleet: FleetPart,
     pub(crate) up: bool,
     pub(crate) token: u32,
     /// The watch's stream, and the revision the messages sent on it reached.
@@ -341,7 +341,7 @@ pub(crate) fn watching() -> Settings {
 pub(crate) fn balancers_with(settings: Settings, n: usize, now: Time) -> Vec<Balancer> {
     (0..n)
         .map(|_| Balancer {
-            fleet: Membership::new(settings.clone(), now),
+            fleet: FleetPart::new(settings.clone(), now),
             up: true,
             token: 0,
             stream: None,
@@ -388,7 +388,7 @@ fn a_balancer_that_starts_late_gets_its_share_from_the_others() {
         "alone, it holds them all"
     );
     fleet.push(Balancer {
-        fleet: Membership::new(settings(), now),
+        fleet: FleetPart::new(settings(), now),
         up: true,
         token: 0,
         stream: None,
@@ -607,7 +607,7 @@ fn without_etcd_a_balancer_probes_everything_itself_within_one_ttl_says_so_once_
 
 #[test]
 fn a_new_balancer_probes_nothing_until_etcd_says_what_is_free() {
-    let fleet = Membership::new(settings(), S);
+    let fleet = FleetPart::new(settings(), S);
     assert!(matches!(
         fleet.duty("app0@app0"),
         Duty::Elsewhere {
@@ -789,7 +789,7 @@ fn garbage_on_the_stream_is_ignored_with_a_line_and_the_prefix_read_again() {
 fn a_proxy_that_will_not_open_the_watch_leaves_the_prefix_read_on_the_clock_and_says_so_once() {
     let mut etcd = Etcd::default();
     let own = keys(2);
-    let mut fleet = Membership::new(watching(), S);
+    let mut fleet = FleetPart::new(watching(), S);
     let mut now = S;
     let mut token = 0;
     for _ in 0..50 {
@@ -839,7 +839,7 @@ fn request_counts_heard_on_the_watch_wait_for_the_tick_and_anything_else_is_take
     let (token, heard) = fleet[0].stream.expect("a stream");
     let counts = watch::message(&watch::Heard::Changes {
         revision: heard + 1,
-        changes: vec![watch::Change::Put(gateway::KeyValue {
+        changes: vec![watch::KeyChange::Put(gateway::KeyValue {
             key: "upcheck/v1/traffic/7".into(),
             value: b"counts".to_vec(),
             lease: 7,
@@ -849,7 +849,7 @@ fn request_counts_heard_on_the_watch_wait_for_the_tick_and_anything_else_is_take
     assert_eq!((watched.keep, watched.view_changed), (true, false));
     let failures = watch::message(&watch::Heard::Changes {
         revision: heard + 2,
-        changes: vec![watch::Change::Delete(
+        changes: vec![watch::KeyChange::Delete(
             "upcheck/v1/failures/7/app0@app0".into(),
         )],
     });
@@ -861,10 +861,10 @@ fn request_counts_heard_on_the_watch_wait_for_the_tick_and_anything_else_is_take
 fn a_watch_the_proxy_opens_after_refusing_it_stops_the_reads_and_a_later_refusal_is_said_again() {
     let mut etcd = Etcd::default();
     let own = keys(2);
-    let mut fleet = Membership::new(watching(), S);
+    let mut fleet = FleetPart::new(watching(), S);
     let mut now = S;
     let mut token = 0;
-    let mut step = |fleet: &mut Membership, now: Time, token: &mut u32| {
+    let mut step = |fleet: &mut FleetPart, now: Time, token: &mut u32| {
         for request in fleet.tick(now, &own) {
             *token += 1;
             fleet.sent(request.call.clone(), *token);

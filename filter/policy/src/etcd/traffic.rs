@@ -11,7 +11,7 @@
 //! configuration or counts no build could have made by now is refused with a log line.
 
 use super::keys::VERSION;
-use super::{gateway, Call, Membership, Request, READ_EVERY};
+use super::{gateway, Call, FleetPart, Request, READ_EVERY};
 use crate::history::MAX_KEY_LEN;
 use crate::outlier::Traffic;
 use crate::tables::{tagged, untagged};
@@ -78,7 +78,7 @@ pub(super) fn others(read: Vec<(i64, Counts)>, me: Option<i64>) -> Counts {
     sum
 }
 
-impl Membership {
+impl FleetPart {
     /// The other balancers' counts at the backend whose key is `key`, added up (none while
     /// fallen back to local). `index` is where the pool lists it, tried first.
     pub fn fleet_traffic(&self, index: usize, key: &str) -> Option<&Traffic> {

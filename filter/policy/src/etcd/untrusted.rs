@@ -1,16 +1,16 @@
 //! What a read of the prefix (or the watch's keys) comes to. Everything etcd holds is
 //! untrusted: a key of another version or one upcheck does not write, a value that does not
 //! parse, was written by another version, or claims a holder other than the lease it lives by,
-//! is ignored with one log line per key ([`Membership::refuse`]); only what passes is taken in.
+//! is ignored with one log line per key ([`FleetPart::refuse`]); only what passes is taken in.
 
-use super::{ejections, evidence, gateway, keys, publish, traffic, watch, Membership};
+use super::{ejections, evidence, gateway, keys, publish, traffic, watch, FleetPart};
 use crate::level::Level;
 use crate::time::Time;
 
 /// At most this many keys with a bad value are remembered, so each is logged once.
 const MAX_REFUSED: usize = 64;
 
-impl Membership {
+impl FleetPart {
     /// How many balancers the last read counted.
     pub fn balancers(&self) -> usize {
         self.balancers

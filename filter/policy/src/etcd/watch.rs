@@ -6,7 +6,7 @@
 //! The prefix is read once ([`super::gateway::range`]); the watch starts at the revision after
 //! that read, so nothing falls between them. The keys are kept here as of the last revision
 //! heard ([`Follow`]), each change applied in order, and what is kept is taken in as a read is
-//! ([`super::Membership::take_in`]), through the same checks: an event is as untrusted as a
+//! ([`super::FleetPart::take_in`]), through the same checks: an event is as untrusted as a
 //! read. A stream that ends is opened again from the revision after the last one heard, so no
 //! change is missed and nothing is read again; only a watch etcd cancels because its start was
 //! compacted away (or a message that does not decode) takes a fresh read. There is no periodic
@@ -70,7 +70,7 @@ struct WatchResponse {
     #[prost(string, tag = "6")]
     cancel_reason: String,
     #[prost(message, repeated, tag = "11")]
-    events: Vec<Event>,
+    events: Vec<WatchEvent>,
 }
 
 /// `etcdserverpb.ResponseHeader`: the store's revision.
@@ -82,7 +82,7 @@ struct ResponseHeader {
 
 /// `mvccpb.Event`: a put (0) or a delete (1) of a key.
 #[derive(Clone, PartialEq, Message)]
-struct Event {
+struct WatchEvent {
     #[prost(int32, tag = "1")]
     kind: i32,
     #[prost(message, optional, tag = "2")]
@@ -116,19 +116,19 @@ pub fn request(prefix: &str, from: i64) -> Vec<u8> {
 
 /// One change to a key, in the order etcd committed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change {
+pub enum KeyChange {
     /// The key holds this value now.
     Put(KeyValue),
     /// The key is gone (deleted, or its lease expired).
     Delete(String),
 }
 
-impl Change {
+impl KeyChange {
     /// The key it changes.
     pub fn key(&self) -> &str {
         match self {
-            Change::Put(kv) => &kv.key,
-            Change::Delete(key) => key,
+            KeyChange::Put(kv) => &kv.key,
+            KeyChange::Delete(key) => key,
         }
     }
 }
@@ -143,7 +143,7 @@ pub enum Heard {
         /// The store's revision the message is as of.
         revision: i64,
         /// The changes (none for a progress report).
-        changes: Vec<Change>,
+        changes: Vec<KeyChange>,
     },
     /// etcd ended the watch: its start was compacted away (`compacted`, a fresh read is needed),
     /// or for `reason`.
@@ -184,12 +184,12 @@ pub fn heard(message: &[u8]) -> Result<Heard, String> {
             continue;
         };
         changes.push(match event.kind {
-            0 => Change::Put(KeyValue {
+            0 => KeyChange::Put(KeyValue {
                 key,
                 value: stored.value,
                 lease: stored.lease,
             }),
-            1 => Change::Delete(key),
+            1 => KeyChange::Delete(key),
             _ => return Err("a watch event neither a put nor a delete".into()),
         });
     }
@@ -353,7 +353,7 @@ impl Follow {
     }
 
     /// Applies `changes` up to `revision`: the kinds of keys they changed.
-    pub(super) fn apply(&mut self, changes: Vec<Change>, revision: i64, now: Time) -> Kinds {
+    pub(super) fn apply(&mut self, changes: Vec<KeyChange>, revision: i64, now: Time) -> Kinds {
         let mut changed = Kinds::default();
         for change in changes {
             changed = changed.with(Kinds::of(change.key(), &self.keys));
@@ -363,17 +363,19 @@ impl Follow {
                 .kept
                 .binary_search_by(|kv| kv.key.as_str().cmp(change.key()));
             match (change, at) {
-                (Change::Put(kv), Ok(i)) => {
+                (KeyChange::Put(kv), Ok(i)) => {
                     if let Some(slot) = self.kept.get_mut(i) {
                         *slot = kv;
                     }
                 }
-                (Change::Put(kv), Err(i)) if self.kept.len() < MAX_KEYS => self.kept.insert(i, kv),
-                (Change::Put(_), Err(_)) => {}
-                (Change::Delete(_), Ok(i)) => {
+                (KeyChange::Put(kv), Err(i)) if self.kept.len() < MAX_KEYS => {
+                    self.kept.insert(i, kv)
+                }
+                (KeyChange::Put(_), Err(_)) => {}
+                (KeyChange::Delete(_), Ok(i)) => {
                     self.kept.remove(i);
                 }
-                (Change::Delete(_), Err(_)) => {}
+                (KeyChange::Delete(_), Err(_)) => {}
             }
         }
         self.revision = self.revision.max(revision);
@@ -408,10 +410,10 @@ pub(crate) fn message(heard: &Heard) -> Vec<u8> {
                 .iter()
                 .map(|change| {
                     let (kind, key, value, lease) = match change {
-                        Change::Put(kv) => (0, &kv.key, kv.value.clone(), kv.lease),
-                        Change::Delete(key) => (1, key, Vec::new(), 0),
+                        KeyChange::Put(kv) => (0, &kv.key, kv.value.clone(), kv.lease),
+                        KeyChange::Delete(key) => (1, key, Vec::new(), 0),
                     };
-                    Event {
+                    WatchEvent {
                         kind,
                         kv: Some(StoredKey {
                             key: key.as_bytes().to_vec(),
@@ -435,8 +437,8 @@ mod tests {
         message.encode_to_vec()
     }
 
-    fn put(key: &str, value: &str, revision: i64) -> Event {
-        Event {
+    fn put(key: &str, value: &str, revision: i64) -> WatchEvent {
+        WatchEvent {
             kind: 0,
             kv: Some(StoredKey {
                 key: key.into(),
@@ -447,7 +449,7 @@ mod tests {
         }
     }
 
-    fn changes(revision: i64, events: Vec<Event>) -> WatchResponse {
+    fn changes(revision: i64, events: Vec<WatchEvent>) -> WatchResponse {
         WatchResponse {
             header: Some(ResponseHeader { revision }),
             created: false,
@@ -471,7 +473,7 @@ mod tests {
     #[test]
     fn puts_and_deletes_are_heard_in_order_with_the_revision_they_bring() {
         let mut message = changes(9, vec![put("upcheck/v1/duty/a", "1", 8)]);
-        message.events.push(Event {
+        message.events.push(WatchEvent {
             kind: 1,
             kv: Some(StoredKey {
                 key: b"upcheck/v1/duty/b".to_vec(),
@@ -485,12 +487,12 @@ mod tests {
             Ok(Heard::Changes {
                 revision: 9,
                 changes: vec![
-                    Change::Put(KeyValue {
+                    KeyChange::Put(KeyValue {
                         key: "upcheck/v1/duty/a".into(),
                         value: b"1".to_vec(),
                         lease: 7
                     }),
-                    Change::Delete("upcheck/v1/duty/b".into()),
+                    KeyChange::Delete("upcheck/v1/duty/b".into()),
                 ]
             })
         );
@@ -537,12 +539,12 @@ mod tests {
         let (read, unread) = follow.take_kept();
         assert_eq!(unread, Kinds::ALL, "a read changes every kind");
         follow.restore(read);
-        let traffic = vec![Change::Put(kv("p/v1/traffic/1", "x"))];
+        let traffic = vec![KeyChange::Put(kv("p/v1/traffic/1", "x"))];
         let changed = follow.apply(traffic, 11, Time::from_secs(1));
         assert!(changed.within(Kinds::TRAFFIC));
         let more = vec![
-            Change::Put(kv("p/v1/active/a", "2")),
-            Change::Delete("p/v1/duty/b".into()),
+            KeyChange::Put(kv("p/v1/active/a", "2")),
+            KeyChange::Delete("p/v1/duty/b".into()),
         ];
         let changed = follow.apply(more, 12, Time::from_secs(2));
         assert_eq!(changed, Kinds::ACTIVE.with(Kinds::DUTY));

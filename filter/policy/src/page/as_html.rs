@@ -209,7 +209,7 @@ mod tests {
         let config = Config::parse(br#"{"upstreams":[{"name":"a"},{"name":"b"},{"name":"c"}]}"#)
             .unwrap_or_else(|e| panic!("{e}"));
         let mut pool = Pool::new(config, Duration::ZERO, |_| ());
-        pool.lease(crate::pool::Lease::Held { seed: 1 }, Duration::ZERO);
+        pool.lease(crate::pool::LeaseHeld::Here { seed: 1 }, Duration::ZERO);
         for (token, index) in (1..).zip(0..3) {
             pool.probe_sent(index, token, Duration::ZERO);
             pool.probe_answered(token, answer(200, MadeBy::Backend), Duration::from_secs(1));

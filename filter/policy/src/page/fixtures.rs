@@ -21,7 +21,7 @@ pub(super) fn answer(status: u16, made_by: MadeBy) -> ProbeAnswer<'static> {
 fn pool_of(config: &[u8]) -> Pool {
     let config = Config::parse(config).unwrap_or_else(|e| panic!("{e}"));
     let mut pool = Pool::new(config, Duration::ZERO, |_| ());
-    pool.lease(crate::pool::Lease::Held { seed: 1 }, Duration::ZERO);
+    pool.lease(crate::pool::LeaseHeld::Here { seed: 1 }, Duration::ZERO);
     pool.probe_sent(0, 1, Duration::ZERO);
     pool.probe_sent(1, 2, Duration::ZERO);
     pool.probe_answered(1, answer(200, MadeBy::Backend), Duration::from_millis(10));

@@ -6,7 +6,7 @@
 //! failures, ejections and counts.
 
 use super::Pool;
-use crate::etcd::{Duty, Membership};
+use crate::etcd::{Duty, FleetPart};
 use crate::events::Effects;
 use crate::outlier::Traffic;
 use crate::tables::PassiveChange;
@@ -16,7 +16,7 @@ impl<H> Pool<H> {
     /// Takes in where each backend's probe duty is: a backend another balancer probes is not
     /// probed here and takes that balancer's published state; one whose duty comes here is
     /// probed at its time (at once if that has passed).
-    pub(crate) fn fleet_view(&mut self, fleet: &Membership, now: Time) -> Effects {
+    pub(crate) fn fleet_view(&mut self, fleet: &FleetPart, now: Time) -> Effects {
         let mut effects = Effects::default();
         let mut adopted = false;
         let mut back = false;
@@ -67,7 +67,7 @@ impl<H> Pool<H> {
 
     /// Shares the failures read from the other balancers that this process does not remember
     /// yet and would still count.
-    fn fleet_evidence(&self, fleet: &Membership, now: Time, effects: &mut Effects) {
+    fn fleet_evidence(&self, fleet: &FleetPart, now: Time, effects: &mut Effects) {
         let passive = &self.config.health_checks.passive;
         for m in &self.members {
             let known = &m.evidence.passive;
@@ -83,9 +83,9 @@ impl<H> Pool<H> {
     }
 
     /// What this process has to tell the fleet at `now`: the failures it counted at its
-    /// backends, where they changed ([`Membership::evidence`]); the outlier ejections in force, not
-    /// published yet ([`Membership::share_ejections`]); its request counts ([`Membership::share_traffic`]).
-    pub(crate) fn evidence(&self, fleet: &mut Membership, now: Time) -> Vec<crate::etcd::Request> {
+    /// backends, where they changed ([`FleetPart::evidence`]); the outlier ejections in force, not
+    /// published yet ([`FleetPart::share_ejections`]); its request counts ([`FleetPart::share_traffic`]).
+    pub(crate) fn evidence(&self, fleet: &mut FleetPart, now: Time) -> Vec<crate::etcd::Request> {
         let mut out: Vec<_> = self
             .members
             .iter()
@@ -158,7 +158,7 @@ mod tests {
         );
         let config = upcheck_config::Config::parse(json.as_bytes()).unwrap();
         let mut pool = Pool::new(config, now, |_| ());
-        let _ = pool.lease(crate::pool::Lease::Held { seed: 1 }, now);
+        let _ = pool.lease(crate::pool::LeaseHeld::Here { seed: 1 }, now);
         pool
     }
 

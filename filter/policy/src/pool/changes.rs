@@ -3,7 +3,7 @@
 //! this pool's; how many it keeps; and how a change is logged in each `log_format`.
 
 use super::Pool;
-use crate::events::{Event, Recorded};
+use crate::events::{Event, InHistory};
 use crate::history::Change;
 use crate::lease::fingerprint;
 use crate::time::Time;
@@ -19,7 +19,7 @@ impl<H> Pool<H> {
 
     /// The change `event` is, at `now`, if it is one.
     pub fn change_of(&self, event: &Event, now: Time) -> Option<Change> {
-        let Recorded { kind, backend } = event.described().change?;
+        let InHistory { kind, backend } = event.described().change?;
         let key = match backend {
             Some(name) => {
                 let index = self.index_of(name)?;

@@ -11,7 +11,7 @@
 
 use super::Pool;
 use crate::etcd::shown::Shown;
-use crate::etcd::{Call, Membership, ToEtcd};
+use crate::etcd::{Call, FleetPart, ToEtcd};
 use crate::events::{Effects, Event};
 use crate::time::Time;
 
@@ -35,7 +35,7 @@ impl<H> Pool<H> {
         let mut fleet = self
             .fleet
             .take()
-            .unwrap_or_else(|| Membership::new(settings, now));
+            .unwrap_or_else(|| FleetPart::new(settings, now));
         let calls = fleet.tick(now, &self.active_table());
         effects.etcd.extend(calls.into_iter().map(ToEtcd::Call));
         let offered = self.evidence(&mut fleet, now);
@@ -171,7 +171,7 @@ impl<H> Pool<H> {
     }
 
     /// Does `f` to the part, if there is one, and says what it noted.
-    fn with_fleet(&mut self, f: impl FnOnce(&mut Membership)) -> Effects {
+    fn with_fleet(&mut self, f: impl FnOnce(&mut FleetPart)) -> Effects {
         let mut effects = Effects::default();
         if let Some(mut fleet) = self.fleet.take() {
             f(&mut fleet);
@@ -182,7 +182,7 @@ impl<H> Pool<H> {
 
     /// Takes in where each backend's duty is and what the others published, and shows the
     /// fleet again.
-    fn take_fleet_in(&mut self, fleet: Membership, now: Time, effects: &mut Effects) {
+    fn take_fleet_in(&mut self, fleet: FleetPart, now: Time, effects: &mut Effects) {
         let view = self.fleet_view(&fleet, now);
         self.put_fleet_back(fleet, effects);
         effects.extend(view);
@@ -190,7 +190,7 @@ impl<H> Pool<H> {
     }
 
     /// Puts the part back, its notes said as events.
-    fn put_fleet_back(&mut self, mut fleet: Membership, effects: &mut Effects) {
+    fn put_fleet_back(&mut self, mut fleet: FleetPart, effects: &mut Effects) {
         effects
             .events
             .extend(fleet.take_notes().into_iter().map(Event::Fleet));

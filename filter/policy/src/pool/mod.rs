@@ -33,7 +33,7 @@
 //! balancing policy), and then [`Pool::retry_choice`] names where a retry goes.
 
 use crate::drain::{Drain, Signal};
-use crate::etcd::Membership;
+use crate::etcd::FleetPart;
 use crate::events::{Effects, Event};
 use crate::guard::{Evidence, Guard};
 use crate::history::Change;
@@ -50,7 +50,7 @@ use held::ColdStart;
 pub use member::Member;
 use member::{PeerTraffic, ProbeRecord};
 pub use published::Written;
-use refresh::Layout;
+use refresh::RoutingState;
 use requests::{Counting, ForOutliers};
 use upcheck_config::{Config, Upstream};
 
@@ -97,9 +97,9 @@ pub struct Routed {
 
 /// Whether this VM holds its process's probing lease ([`crate::lease`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lease {
+pub enum LeaseHeld {
     /// It does: it probes, its schedule jittered from `seed`.
-    Held {
+    Here {
         /// Seeds the probe schedule's jitter ([`Schedule::new`]).
         seed: u64,
     },
@@ -144,7 +144,7 @@ pub struct Pool<H = ()> {
     config: Config,
     members: Vec<Member<H>>,
     /// The routing as last worked out, and when to work it out again.
-    layout: Layout,
+    layout: RoutingState,
     /// Which configuration is in force, and how the one before it numbered the backends.
     numbering: Numbering,
     /// Whether anything was heard yet, and the requests held until it is.
@@ -155,7 +155,7 @@ pub struct Pool<H = ()> {
     prober: Option<Prober>,
     /// On the prober, with a `fleet` configured: this balancer's part in the fleet of balancers
     /// ([`crate::etcd`]).
-    fleet: Option<Membership>,
+    fleet: Option<FleetPart>,
     /// This VM's requests in flight, tracked while `unhealthy_latency` is set or outliers are
     /// detected.
     outstanding: Outstanding,
@@ -195,7 +195,7 @@ impl<H> Pool<H> {
         let mut pool = Pool {
             config: config.clone(),
             members: Vec::new(),
-            layout: Layout::new(),
+            layout: RoutingState::new(),
             numbering: Numbering::default(),
             cold_start: ColdStart::new(now),
             clock: TickClock {
@@ -361,10 +361,10 @@ impl<H> Pool<H> {
 
     /// Whether this VM holds the probing lease: a VM that gains it probes every backend at once
     /// and from then on reports what probes and time change; one that loses it stops.
-    pub fn lease(&mut self, lease: Lease, now: Time) -> Effects {
+    pub fn lease(&mut self, lease: LeaseHeld, now: Time) -> Effects {
         let mut effects = Effects::default();
         match (lease, self.prober.is_some()) {
-            (Lease::Held { seed }, false) => {
+            (LeaseHeld::Here { seed }, false) => {
                 for m in &mut self.members {
                     m.probing.slot = ProbeSlot::due_at(now);
                     // Report every gauge and contact afresh from this VM.
@@ -380,10 +380,10 @@ impl<H> Pool<H> {
                 self.layout.changed = true;
                 self.refresh(now, &mut effects);
             }
-            (Lease::Elsewhere, true) => self.prober = None,
+            (LeaseHeld::Elsewhere, true) => self.prober = None,
             _ => {}
         }
-        if lease == Lease::Elsewhere {
+        if lease == LeaseHeld::Elsewhere {
             self.end_fleet(&mut effects);
         }
         effects

@@ -19,7 +19,7 @@ use upcheck_config::Passive;
 
 /// The routing as last worked out, and when to work it out again.
 #[derive(Debug, Clone)]
-pub(super) struct Layout {
+pub(super) struct RoutingState {
     /// Whether, and why, the fleet guard widens the routable set.
     pub(super) guard: Guard,
     /// The weighted round robin over the routable set.
@@ -38,10 +38,10 @@ pub(super) struct Layout {
     pub(super) weights: Vec<u32>,
 }
 
-impl Layout {
+impl RoutingState {
     /// Nothing laid out yet: the first refresh works everything out.
-    pub(super) fn new() -> Layout {
-        Layout {
+    pub(super) fn new() -> RoutingState {
+        RoutingState {
             guard: Guard::Off,
             rotation: Rotation::default(),
             changed: true,

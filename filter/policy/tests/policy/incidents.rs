@@ -121,7 +121,7 @@ fn at_cold_start_in_nginx_each_request_waits_on_a_probe_of_its_own_and_the_first
     );
 
     let mut prober = nginx_worker();
-    let _ = prober.lease(upcheck_policy::Lease::Held { seed: 1 }, ms(15));
+    let _ = prober.lease(upcheck_policy::LeaseHeld::Here { seed: 1 }, ms(15));
     for (i, token) in [(0, 1), (1, 2)] {
         prober.probe_sent(i, token, ms(15));
         let passed = ProbeAnswer {

@@ -22,6 +22,7 @@ mod history;
 mod imports;
 mod incidents;
 mod json;
+mod names;
 mod outlier;
 mod pools;
 mod properties;

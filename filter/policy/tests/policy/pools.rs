@@ -10,7 +10,7 @@ use upcheck_policy::{Health, MadeBy, Pool, ProbeAnswer, ProbeOutcome};
 
 fn prober(names: &[&str]) -> Pool {
     let mut pool = Pool::new(config(names, ""), secs(0), |_| ());
-    pool.lease(upcheck_policy::Lease::Held { seed: 1 }, secs(0));
+    pool.lease(upcheck_policy::LeaseHeld::Here { seed: 1 }, secs(0));
     pool
 }
 

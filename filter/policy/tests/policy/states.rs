@@ -79,11 +79,13 @@ fn a_vm_that_begins_probing_reports_every_state_afresh_with_when_it_began() {
     probe(&mut proxy, "app1", ProbeOutcome::Pass, ms(40));
     probe(&mut proxy, "app2", SOFT_503, ms(60));
     let _ = states(&mut proxy);
-    let effects = proxy.pool.lease(upcheck_policy::Lease::Elsewhere, secs(5));
+    let effects = proxy
+        .pool
+        .lease(upcheck_policy::LeaseHeld::Elsewhere, secs(5));
     proxy.carry_out(effects, secs(5));
     let effects = proxy
         .pool
-        .lease(upcheck_policy::Lease::Held { seed: 7 }, secs(6));
+        .lease(upcheck_policy::LeaseHeld::Here { seed: 7 }, secs(6));
     proxy.carry_out(effects, secs(6));
     assert_eq!(
         states(&mut proxy),

@@ -15,7 +15,7 @@ use upcheck_policy::config::HealthChecks;
 use upcheck_policy::etcd::shown::Shown;
 use upcheck_policy::etcd::{OpenWatch, Request};
 use upcheck_policy::history::HistoryTable;
-use upcheck_policy::host::{self, Dispatch, Host, Shared};
+use upcheck_policy::host::{self, Dispatch, Host, PassiveWrite};
 use upcheck_policy::tables::{ActiveTable, PassiveChange, PassiveTable};
 use upcheck_policy::{
     Config, Effects, Event, MadeBy, Member, Pick, Pool, ProbeAnswer, ProbeOutcome, ProxyFailure,
@@ -73,9 +73,9 @@ impl Host<()> for Recorder<'_> {
         self.events.push(event.clone());
     }
 
-    fn share(&mut self, change: &PassiveChange, checks: &HealthChecks) -> Option<Shared> {
+    fn share(&mut self, change: &PassiveChange, checks: &HealthChecks) -> Option<PassiveWrite> {
         let applied = change.apply(self.table, checks);
-        Some(Shared {
+        Some(PassiveWrite {
             table: self.table.clone(),
             applied,
         })
@@ -150,7 +150,7 @@ impl Proxy {
     /// A proxy configured with `config` at `now`, holding the lease.
     pub fn new(config: Config, now: Duration) -> Proxy {
         let mut pool = Pool::new(config, now, |_| ());
-        let effects = pool.lease(upcheck_policy::Lease::Held { seed: 42 }, now);
+        let effects = pool.lease(upcheck_policy::LeaseHeld::Here { seed: 42 }, now);
         let mut proxy = Proxy {
             pool,
             table: PassiveTable::new(),
@@ -184,7 +184,7 @@ impl Proxy {
         self.carry_out(effects, now);
         let effects = self
             .pool
-            .lease(upcheck_policy::Lease::Held { seed: 42 }, now);
+            .lease(upcheck_policy::LeaseHeld::Here { seed: 42 }, now);
         self.carry_out(effects, now);
     }
 
