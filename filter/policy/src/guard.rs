@@ -42,6 +42,7 @@
 
 use crate::active::{ActiveHealth, Health, ProbeOutcome};
 use crate::drain::Drain;
+use crate::outcome::Contact;
 use crate::passive::PassiveHealth;
 use crate::time::{nanos, Time};
 use std::borrow::Borrow;
@@ -77,7 +78,11 @@ impl Evidence {
             .active
             .last
             .map(|(t, outcome)| (t, outcome == ProbeOutcome::Refused));
-        match (probe, self.passive.last_contact) {
+        let request = self
+            .passive
+            .last_contact
+            .map(|c| (c.at, c.found == Contact::Refused));
+        match (probe, request) {
             (Some(p), Some(r)) => !if r.0 >= p.0 { r.1 } else { p.1 },
             (Some((_, refused)), None) | (None, Some((_, refused))) => !refused,
             (None, None) => true,

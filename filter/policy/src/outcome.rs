@@ -195,19 +195,28 @@ impl RequestOutcome {
         )
     }
 
-    /// What the outcome says about whether anything is serving: `Some(true)` when the
-    /// connection was refused, `Some(false)` when the backend was reached, `None` when it
-    /// does not say.
-    pub fn contact(self) -> Option<bool> {
+    /// What the outcome says about whether anything is serving, if it says.
+    pub fn contact(self) -> Option<Contact> {
         match self {
-            RequestOutcome::Answered { .. } | RequestOutcome::Drained => Some(false),
-            RequestOutcome::Failed(failure) => Some(failure == ProxyFailure::Refused),
+            RequestOutcome::Answered { .. } | RequestOutcome::Drained => Some(Contact::Reached),
+            RequestOutcome::Failed(ProxyFailure::Refused) => Some(Contact::Refused),
+            RequestOutcome::Failed(_) => Some(Contact::Reached),
             RequestOutcome::StillWaiting(_)
             | RequestOutcome::RetriedElsewhere
             | RequestOutcome::ClientGone
             | RequestOutcome::NotSent => None,
         }
     }
+}
+
+/// What a request found of a backend: something serving, or nothing (the connection refused).
+/// In the shared passive table: `Reached` and `Refused` are stored as 0 and 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Contact {
+    /// Something accepted the connection.
+    Reached,
+    /// Nothing did: the connection was refused.
+    Refused,
 }
 
 impl fmt::Display for Failure {

@@ -6,6 +6,7 @@
 //! so memory per backend is bounded however much traffic fails.
 
 use crate::drain::Drain;
+use crate::outcome::Contact;
 use crate::outlier::{Standing, Traffic};
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
@@ -14,6 +15,15 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 use upcheck_config::Passive;
 
+/// A request's word on whether anything is serving: when, and what it found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastContact {
+    /// When the request ended.
+    pub at: Time,
+    /// What it found.
+    pub found: Contact,
+}
+
 /// The failures a backend is remembered for, and whether it is ejected.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct PassiveHealth {
@@ -21,9 +31,8 @@ pub struct PassiveHealth {
     pub(crate) failures: VecDeque<Time>,
     /// When the current ejection began (the failure that filled the window).
     pub(crate) ejected_since: Option<Time>,
-    /// The latest request outcome that told whether anything is serving: when, and whether it
-    /// was a refusal.
-    pub last_contact: Option<(Time, bool)>,
+    /// The latest request outcome that told whether anything is serving.
+    pub last_contact: Option<LastContact>,
     /// Its record as an outlier: the ejection in force, repeat offences, probation.
     pub outlier: Standing,
     /// Its request outcomes process-wide, as every VM last shared them (each tick).
@@ -141,10 +150,10 @@ impl PassiveHealth {
             .map(|t| t.saturating_add(config.fail_duration))
     }
 
-    /// Remembers whether the latest request found the backend serving.
-    pub fn contact(&mut self, at: Time, refused: bool) {
-        if self.last_contact.is_none_or(|(t, _)| t <= at) {
-            self.last_contact = Some((at, refused));
+    /// Remembers what the latest request found of the backend.
+    pub fn contact(&mut self, latest: LastContact) {
+        if self.last_contact.is_none_or(|last| last.at <= latest.at) {
+            self.last_contact = Some(latest);
         }
     }
 }

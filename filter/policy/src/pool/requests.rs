@@ -7,7 +7,7 @@
 use super::{Pool, Retried, Routed};
 use crate::drain::Signal;
 use crate::events::{Effects, Event};
-use crate::outcome::{FailureKind, RequestOutcome};
+use crate::outcome::{Contact, FailureKind, RequestOutcome};
 use crate::tables::{PassiveChange, RequestNews};
 use crate::time::Time;
 use std::time::Duration;
@@ -190,7 +190,7 @@ impl<H> Pool<H> {
         let changes_contact = passive == Counting::Counts
             && outcome
                 .contact()
-                .is_some_and(|refused| refused == m.evidence.accepting());
+                .is_some_and(|found| (found == Contact::Refused) == m.evidence.accepting());
         if counts || changes_contact || outlier != ForOutliers::Nothing {
             self.settle(index, outcome, passive, outlier, now(), effects);
         }
@@ -254,7 +254,7 @@ impl<H> Pool<H> {
         effects.share.push(PassiveChange::Request(RequestNews {
             key: m.key.clone(),
             at,
-            refused: outcome.contact().filter(|_| passive == Counting::Counts),
+            contact: outcome.contact().filter(|_| passive == Counting::Counts),
             failure,
             outlier,
         }));

@@ -6,9 +6,9 @@
 
 use super::bytes::{decode, encode, TableError, PASSIVE};
 use crate::drain::{Drain, Signal};
-use crate::outcome::{Failure, FailureKind};
+use crate::outcome::{Contact, Failure, FailureKind};
 use crate::outlier::{Ejection, RunRule, Standing, Traffic, Verdict};
-use crate::passive::{PassiveHealth, Recorded};
+use crate::passive::{LastContact, PassiveHealth, Recorded};
 use crate::time::Time;
 use upcheck_config::{HealthChecks, MAX_FAILS_LIMIT};
 
@@ -93,9 +93,8 @@ pub struct RequestNews {
     pub key: String,
     /// When it happened.
     pub at: Time,
-    /// Whether the request found something serving (`Some(false)`) or nothing (`Some(true)`);
-    /// `None` when it does not say.
-    pub refused: Option<bool>,
+    /// What the request found of the backend, when it says.
+    pub contact: Option<Contact>,
     /// The failure to remember, if it counted.
     pub failure: Option<Failure>,
     /// What it means for the outlier rules, when it changes anything there.
@@ -166,8 +165,8 @@ impl PassiveChange {
                 let Some(health) = entry_mut(table, &news.key) else {
                     return applied;
                 };
-                if let Some(refused) = news.refused {
-                    health.contact(news.at, refused);
+                if let Some(found) = news.contact {
+                    health.contact(LastContact { at: news.at, found });
                 }
                 if let Some(failure) = news.failure {
                     applied.failure = Some((failure, health.record(news.at, &checks.passive)));

@@ -3,7 +3,7 @@ use super::*;
 use crate::active::{ActiveHealth, Pages, ProbeOutcome};
 use crate::history::{Change, HistoryTable, MAX_CAUSE_LEN, MAX_KEY_LEN};
 use crate::lease::LeaseTable;
-use crate::outcome::{FailureKind, RequestOutcome};
+use crate::outcome::{Contact, FailureKind, RequestOutcome};
 use crate::outlier::{RunRule, Traffic};
 use crate::passive::{PassiveHealth, Recorded};
 use proptest::prelude::*;
@@ -76,7 +76,7 @@ proptest! {
                     PassiveChange::Request(RequestNews {
                         key: name.clone(),
                         at,
-                        refused,
+                        contact: refused.map(|r| if r { Contact::Refused } else { Contact::Reached }),
                         failure: RequestOutcome::Answered { status: 502, latency: Duration::ZERO }
                             .failure(&checks.passive)
                             .filter(|_| failed),
@@ -229,7 +229,7 @@ fn news(name: &str, at: Duration, checks: &HealthChecks) -> PassiveChange {
     PassiveChange::Request(RequestNews {
         key: name.into(),
         at,
-        refused: Some(false),
+        contact: Some(Contact::Reached),
         failure: RequestOutcome::Answered {
             status: 502,
             latency: Duration::ZERO,
@@ -293,7 +293,7 @@ fn the_run_rule_ejects_at_its_limit_once_and_a_success_resets_the_run() {
     let success = PassiveChange::Request(RequestNews {
         key: "app2".into(),
         at: secs(7),
-        refused: Some(false),
+        contact: Some(Contact::Reached),
         failure: None,
         outlier: Some(OutlierNews {
             failure: None,

@@ -56,7 +56,11 @@ fn no_struct_enum_or_trait_name_is_defined_twice_in_the_modules_crates() {
     let mut by_name: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for file in &files {
         let source = fs::read_to_string(file).expect("a source file is readable");
-        let shown = file.strip_prefix(&root).unwrap_or(file).display().to_string();
+        let shown = file
+            .strip_prefix(&root)
+            .unwrap_or(file)
+            .display()
+            .to_string();
         for name in defined(&source) {
             by_name.entry(name).or_default().push(shown.clone());
         }

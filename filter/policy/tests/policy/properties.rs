@@ -6,6 +6,7 @@ use crate::support;
 use proptest::prelude::*;
 use std::time::Duration;
 use support::*;
+use upcheck_policy::outcome::Contact;
 use upcheck_policy::{Config, Evidence, Pick, ProbeOutcome, ProxyFailure, RequestOutcome};
 
 #[derive(Debug, Clone)]
@@ -94,8 +95,8 @@ proptest! {
                 }
                 Step::Request(i, o) => {
                     proxy.request(&names[i], o, now);
-                    if let Some(r) = o.contact() {
-                        refused[i] = r;
+                    if let Some(found) = o.contact() {
+                        refused[i] = found == Contact::Refused;
                     }
                 }
                 Step::Advance(d) => now += ms(d),
