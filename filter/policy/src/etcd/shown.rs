@@ -80,18 +80,32 @@ fn signed(n: u64) -> i64 {
     i64::from_le_bytes(n.to_le_bytes())
 }
 
+/// What a balancer says of itself in the fleet, for [`Shown::new`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overview {
+    /// Its lease, once it has one.
+    pub me: Option<i64>,
+    /// Whether it fell back to probing every backend itself.
+    pub local: bool,
+    /// When it last read the shared view.
+    pub read: Option<Time>,
+    /// How many balancers that read counted.
+    pub balancers: usize,
+    /// Its watch, when it follows etcd by one.
+    pub watching: Option<Watching>,
+}
+
 impl Shown {
-    /// A balancer with lease `me` (if it has one), fallen back to `local` or not, that last
-    /// read the shared view at `read` and counted `balancers`, and where each backend's duty is,
-    /// by key.
-    pub fn new(
-        me: Option<i64>,
-        local: bool,
-        read: Option<Time>,
-        balancers: usize,
-        watching: Option<Watching>,
-        duties: impl Iterator<Item = (String, Option<i64>)>,
-    ) -> Shown {
+    /// A balancer as `overview` says, and where each backend's duty is, by key: the
+    /// holder's lease, or none.
+    pub fn new(overview: Overview, duties: impl Iterator<Item = (String, Option<i64>)>) -> Shown {
+        let Overview {
+            me,
+            local,
+            read,
+            balancers,
+            watching,
+        } = overview;
         let balancers = u64::try_from(balancers).unwrap_or(u64::MAX);
         let watch = watching.map_or([0; 5], |w| {
             [
@@ -132,14 +146,14 @@ impl Shown {
             };
             (key.to_owned(), holder)
         });
-        Shown::new(
+        let overview = Overview {
             me,
-            fleet.local(),
-            fleet.last_read(),
-            fleet.balancers(),
-            fleet.watch().map(Watching::of),
-            duties,
-        )
+            local: fleet.local(),
+            read: fleet.last_read(),
+            balancers: fleet.balancers(),
+            watching: fleet.watch().map(Watching::of),
+        };
+        Shown::new(overview, duties)
     }
 
     /// Its bytes, for shared data.
@@ -216,14 +230,14 @@ mod tests {
             resyncs: 1,
             last_event: Some(Time::from_millis(2_500)),
         };
-        Shown::new(
-            Some(0x2a),
+        let overview = Overview {
+            me: Some(0x2a),
             local,
-            Some(Time::from_secs(3)),
-            3,
-            Some(watching),
-            duties,
-        )
+            read: Some(Time::from_secs(3)),
+            balancers: 3,
+            watching: Some(watching),
+        };
+        Shown::new(overview, duties)
     }
 
     #[test]
@@ -262,7 +276,14 @@ mod tests {
 
     #[test]
     fn a_balancer_without_a_lease_or_a_read_says_so() {
-        let s = Shown::new(None, true, None, 0, None, std::iter::empty());
+        let alone = Overview {
+            me: None,
+            local: true,
+            read: None,
+            balancers: 0,
+            watching: None,
+        };
+        let s = Shown::new(alone, std::iter::empty());
         assert_eq!((s.me(), s.read(), s.local()), (None, None, true));
         assert_eq!(s.watching(), None, "it reads on the clock");
         assert_eq!(Shown::decode(&s.encode()), Ok(s));

@@ -2,7 +2,7 @@
 //! a fleet or without.
 
 use crate::active::{MadeBy, ProbeAnswer};
-use crate::etcd::shown::{Shown, Watching};
+use crate::etcd::shown::{Overview, Shown, Watching};
 use crate::pool::Pool;
 use std::time::Duration;
 use upcheck_config::Config;
@@ -53,14 +53,14 @@ pub(super) fn fleet(pool: &Pool, local: bool) -> Shown {
 pub(super) fn fleet_watching(pool: &Pool, local: bool, watching: Option<Watching>) -> Shown {
     let duties = pool.members().iter().map(|m| m.key.clone());
     let duties = duties.zip([Some(0x2a), Some(0xff)]);
-    Shown::new(
-        Some(0x2a),
+    let overview = Overview {
+        me: Some(0x2a),
         local,
-        Some(Duration::from_millis(700)),
-        3,
+        read: Some(Duration::from_millis(700)),
+        balancers: 3,
         watching,
-        duties,
-    )
+    };
+    Shown::new(overview, duties)
 }
 
 /// The row of the backend at `index` in an HTML page.
