@@ -45,8 +45,8 @@ impl<H> Pool<H> {
                     m.probing.elsewhere = true;
                     if let Some(health) = health.filter(|h| *h != m.evidence.active) {
                         m.evidence.active = health;
-                        self.layout.changed = true;
-                        self.cold_start.heard |= m.evidence.heard_from();
+                        self.layout.changed();
+                        self.cold_start.hear(m.evidence.heard_from());
                         adopted = true;
                     }
                 }

@@ -20,14 +20,40 @@ use crate::time::Time;
 pub(super) struct ColdStart {
     /// When the pool's backends were first configured: a request waits one probe timeout from
     /// then at most.
-    pub(super) started: Time,
+    started: Time,
     /// Whether anything was heard from any backend (then there is no cold-start wait).
-    pub(super) heard: bool,
+    heard: bool,
     /// Probes sent by requests held at cold start ([`Pick::Probe`]), on any VM.
-    pub(super) held: Vec<SentProbe>,
+    held: Vec<SentProbe>,
 }
 
 impl ColdStart {
+    /// The pool's backends are all new as of `now`: a request waits from then.
+    pub(super) fn restart(&mut self, now: Time) {
+        self.started = now;
+    }
+
+    /// Whether anything was heard from any backend.
+    pub(super) fn heard(&self) -> bool {
+        self.heard
+    }
+
+    /// Says whether something was heard (it stays heard once it was).
+    pub(super) fn hear(&mut self, heard: bool) {
+        self.heard |= heard;
+    }
+
+    /// Says whether anything was heard from the backends of a new configuration.
+    pub(super) fn heard_of_configured(&mut self, heard: bool) {
+        self.heard = heard;
+    }
+
+    /// Takes the held request's probe `token` off the wire, if it is one.
+    pub(super) fn take(&mut self, token: u32) -> Option<SentProbe> {
+        let at = self.held.iter().position(|p| p.token == token)?;
+        Some(self.held.swap_remove(at))
+    }
+
     /// Nothing heard yet, as of `now`.
     pub(super) fn new(now: Time) -> ColdStart {
         ColdStart {
@@ -54,7 +80,7 @@ impl<H> Pool<H> {
         if self.config.proxy.resumes_held_requests() {
             return Some(Pick::Wait);
         }
-        self.layout.rotation.advance().map(Pick::Probe)
+        self.layout.next().map(Pick::Probe)
     }
 
     /// A request held at cold start sent its probe of backend `index` as `token`: its answer

@@ -255,7 +255,7 @@ impl<H> Pool<H> {
             self.members.push(member);
         }
         if kept.iter().all(Option::is_none) {
-            self.cold_start.started = now;
+            self.cold_start.restart(now);
         }
         self.outstanding.remap(&kept);
         self.numbering.renumbered = vec![None; old.len()];
@@ -265,7 +265,7 @@ impl<H> Pool<H> {
             }
         }
         self.numbering.generation = self.numbering.generation.wrapping_add(1);
-        self.layout.relayout = true;
+        self.layout.renumbered();
         if config.health_checks.outlier.window != self.config.health_checks.outlier.window {
             // PeerTraffic keyed by the old window's halves mean nothing under the new one.
             for m in &mut self.members {
@@ -275,8 +275,9 @@ impl<H> Pool<H> {
         self.config = config;
         self.clock.window =
             WindowClock::new(self.clock.at, self.config.health_checks.outlier.window);
-        self.cold_start.heard = self.members.iter().any(|m| m.evidence.heard_from());
-        self.layout.changed = true;
+        self.cold_start
+            .heard_of_configured(self.members.iter().any(|m| m.evidence.heard_from()));
+        self.layout.changed();
         // The new configuration has a lease of its own, which another VM may win: until this
         // one wins it (at its next tick, see `lease`), it neither probes nor publishes, so two
         // VMs never write the same backends' probe state at once, and the answers of probes sent
@@ -321,7 +322,7 @@ impl<H> Pool<H> {
 
     /// Whether, and why, the fleet guard widens the routable set.
     pub fn guard(&self) -> Guard {
-        self.layout.guard
+        self.layout.guard()
     }
 
     /// Backend `index`'s warm-up as the rotation applies it at `now`, if it is warming up
@@ -330,7 +331,7 @@ impl<H> Pool<H> {
         let m = self
             .members
             .get(index)
-            .filter(|m| self.layout.warming && m.routable)?;
+            .filter(|m| self.layout.warming() && m.routable)?;
         warming(
             &self.config.health_checks.slow_start,
             &m.evidence.active,
@@ -377,7 +378,7 @@ impl<H> Pool<H> {
                     unpublished: true,
                 });
                 effects.events.push(Event::Probing);
-                self.layout.changed = true;
+                self.layout.changed();
                 self.refresh(now, &mut effects);
             }
             (LeaseHeld::Elsewhere, true) => self.prober = None,
@@ -442,7 +443,6 @@ impl<H> Pool<H> {
     /// proxy's fallback balancer pick any backend of the pool for the retry.
     pub fn retry_choice(&self, first: usize) -> usize {
         self.layout
-            .rotation
             .next_other_than(first)
             .or_else(|| {
                 self.members
@@ -502,12 +502,12 @@ impl<H> Pool<H> {
     /// Picks the backend for one request. `now` matters only at cold start, so a caller may
     /// pass a recent time (its last tick) rather than read the clock per request.
     pub fn pick(&mut self, now: Time) -> Pick {
-        if !self.cold_start.heard {
+        if !self.cold_start.heard() {
             if let Some(held) = self.held(now) {
                 return held;
             }
         }
-        match self.layout.rotation.advance() {
+        match self.layout.next() {
             Some(i) => Pick::Backend(i),
             // The guard never leaves the set empty; this is only reachable with no backends.
             None => Pick::Backend(0),

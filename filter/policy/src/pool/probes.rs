@@ -81,8 +81,7 @@ impl<H> Pool<H> {
                 return Some(prober.sent.swap_remove(at));
             }
         }
-        let at = self.cold_start.held.iter().position(|p| p.token == token)?;
-        Some(self.cold_start.held.swap_remove(at))
+        self.cold_start.take(token)
     }
 
     /// A probe to backend `index` is on the wire as `token`.
@@ -208,7 +207,7 @@ impl<H> Pool<H> {
         if let Some(prober) = self.prober.as_mut() {
             prober.unpublished = true;
         }
-        self.cold_start.heard = true;
+        self.cold_start.hear(true);
         // A pass on a healthy backend whose last probe passed too (the steady state) changes
         // nothing the routing reads, so the routing is not worked out again: at 1,000 backends
         // that would be 1,000 backends' worth of work for each of the 1,000 answers of a round.
@@ -220,7 +219,9 @@ impl<H> Pool<H> {
             && before.last.is_some_and(|(_, last)| last.passed())
             && outcome.passed()
             && m.evidence.accepting() == accepting;
-        self.layout.changed |= !steady;
+        if !steady {
+            self.layout.changed();
+        }
         effects.events.push(Event::Probed {
             index,
             name: m.name().to_owned(),
@@ -286,7 +287,7 @@ impl<H> Pool<H> {
             return;
         }
         m.probing.newest = Some(sent);
-        self.cold_start.heard = true;
+        self.cold_start.hear(true);
         if !m.evidence.draining() {
             effects.share.push(PassiveChange::Drain {
                 key: m.key.clone(),

@@ -142,8 +142,8 @@ impl<H> Pool<H> {
                 m.probing.held_over = HeldOver::No;
                 if m.evidence.active != *active {
                     m.evidence.active = *active;
-                    self.layout.changed = true;
-                    self.cold_start.heard |= m.evidence.heard_from();
+                    self.layout.changed();
+                    self.cold_start.hear(m.evidence.heard_from());
                 }
             }
         }
@@ -165,8 +165,8 @@ impl<H> Pool<H> {
             if let Some(passive) = entry(table, i, &m.key) {
                 if m.evidence.passive != *passive {
                     m.evidence.passive = passive.clone();
-                    self.layout.changed = true;
-                    self.cold_start.heard |= m.evidence.heard_from();
+                    self.layout.changed();
+                    self.cold_start.hear(m.evidence.heard_from());
                 }
             }
         }

@@ -21,24 +21,55 @@ use upcheck_config::Passive;
 #[derive(Debug, Clone)]
 pub(super) struct RoutingState {
     /// Whether, and why, the fleet guard widens the routable set.
-    pub(super) guard: Guard,
+    guard: Guard,
     /// The weighted round robin over the routable set.
-    pub(super) rotation: Rotation,
+    rotation: Rotation,
     /// Whether an observation changed a backend since the routing was last worked out.
-    pub(super) changed: bool,
+    changed: bool,
     /// When a remembered failure next expires (the routing can change by time alone then).
-    pub(super) expires: Option<Time>,
+    expires: Option<Time>,
     /// Whether the rotation must be laid out again though no backend's routability changed:
     /// a configuration renumbered the backends.
-    pub(super) relayout: bool,
+    relayout: bool,
     /// Whether a backend was warming up when the rotation was last laid out: then each tick
     /// works its weight out again ([`crate::warm_up`]).
-    pub(super) warming: bool,
+    warming: bool,
     /// The weights the rotation was last laid out with, warm-ups applied.
-    pub(super) weights: Vec<u32>,
+    weights: Vec<u32>,
 }
 
 impl RoutingState {
+    /// Marks the routing to be worked out again: an observation changed a backend.
+    pub(super) fn changed(&mut self) {
+        self.changed = true;
+    }
+
+    /// Marks the rotation to be laid out again: a configuration renumbered the backends.
+    pub(super) fn renumbered(&mut self) {
+        self.relayout = true;
+        self.changed = true;
+    }
+
+    /// Whether, and why, the pool guard widens the routable set.
+    pub(super) fn guard(&self) -> Guard {
+        self.guard
+    }
+
+    /// Whether a backend was warming up when the rotation was last laid out.
+    pub(super) fn warming(&self) -> bool {
+        self.warming
+    }
+
+    /// The next backend in rotation.
+    pub(super) fn next(&mut self) -> Option<usize> {
+        self.rotation.advance()
+    }
+
+    /// The backend in rotation whose turn is next, other than `first`.
+    pub(super) fn next_other_than(&self, first: usize) -> Option<usize> {
+        self.rotation.next_other_than(first)
+    }
+
     /// Nothing laid out yet: the first refresh works everything out.
     pub(super) fn new() -> RoutingState {
         RoutingState {
