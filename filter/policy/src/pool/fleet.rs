@@ -35,7 +35,7 @@ impl<H> Pool<H> {
         let mut fleet = self
             .fleet
             .take()
-            .unwrap_or_else(|| FleetPart::new(settings, now));
+            .unwrap_or_else(|| Box::new(FleetPart::new(settings, now)));
         let calls = fleet.tick(now, &self.active_table());
         effects.etcd.extend(calls.into_iter().map(ToEtcd::Call));
         let offered = self.evidence(&mut fleet, now);
@@ -182,7 +182,7 @@ impl<H> Pool<H> {
 
     /// Takes in where each backend's duty is and what the others published, and shows the
     /// fleet again.
-    fn take_fleet_in(&mut self, fleet: FleetPart, now: Time, effects: &mut Effects) {
+    fn take_fleet_in(&mut self, fleet: Box<FleetPart>, now: Time, effects: &mut Effects) {
         let view = self.fleet_view(&fleet, now);
         self.put_fleet_back(fleet, effects);
         effects.extend(view);
@@ -190,7 +190,7 @@ impl<H> Pool<H> {
     }
 
     /// Puts the part back, its notes said as events.
-    fn put_fleet_back(&mut self, mut fleet: FleetPart, effects: &mut Effects) {
+    fn put_fleet_back(&mut self, mut fleet: Box<FleetPart>, effects: &mut Effects) {
         effects
             .events
             .extend(fleet.take_notes().into_iter().map(Event::Fleet));

@@ -154,8 +154,8 @@ pub struct Pool<H = ()> {
     /// On the VM holding the probing lease: its schedule and the probes on the wire.
     prober: Option<Prober>,
     /// On the prober, with a `fleet` configured: this balancer's part in the fleet of balancers
-    /// ([`crate::etcd`]).
-    fleet: Option<FleetPart>,
+    /// ([`crate::etcd`]); boxed, as most pools have none and it is larger than the rest.
+    fleet: Option<Box<FleetPart>>,
     /// This VM's requests in flight, tracked while `unhealthy_latency` is set or outliers are
     /// detected.
     outstanding: Outstanding,
