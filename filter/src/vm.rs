@@ -116,17 +116,19 @@ impl Vm {
         let now = self.last_tick;
         let pool = self.pool.as_mut()?;
         let seen = &mut self.seen_passive;
-        let mut envoy = Envoy {
-            fleet_guard: self.fleet_guard,
-            gauges: &mut self.fleet,
-            now,
-        };
+        let (fleet_guard, gauges) = (self.fleet_guard, &mut self.fleet);
         let latest = || {
             let (table, cas) = shared::read_passive(*seen)?;
             *seen = Some(cas);
             Some(table)
         };
+        // The host is made only for a suspect pick's effects, not for every request.
         let pick = pool.pick_checked(now, latest, |pool, effects| {
+            let mut envoy = Envoy {
+                fleet_guard,
+                gauges,
+                now,
+            };
             host::carry_out(pool, &mut envoy, effects, now);
         });
         Some(pick)

@@ -34,6 +34,7 @@ impl ColdStart {
     }
 
     /// Whether anything was heard from any backend.
+    #[inline(always)]
     pub(super) fn heard(&self) -> bool {
         self.heard
     }

@@ -40,6 +40,7 @@ pub(super) struct RoutingState {
 
 impl RoutingState {
     /// Marks the routing to be worked out again: an observation changed a backend.
+    #[inline(always)]
     pub(super) fn changed(&mut self) {
         self.changed = true;
     }
@@ -51,21 +52,25 @@ impl RoutingState {
     }
 
     /// Whether, and why, the pool guard widens the routable set.
+    #[inline(always)]
     pub(super) fn guard(&self) -> Guard {
         self.guard
     }
 
     /// Whether a backend was warming up when the rotation was last laid out.
+    #[inline(always)]
     pub(super) fn warming(&self) -> bool {
         self.warming
     }
 
     /// The next backend in rotation.
+    #[inline(always)]
     pub(super) fn next(&mut self) -> Option<usize> {
         self.rotation.advance()
     }
 
     /// The backend in rotation whose turn is next, other than `first`.
+    #[inline(always)]
     pub(super) fn next_other_than(&self, first: usize) -> Option<usize> {
         self.rotation.next_other_than(first)
     }
