@@ -135,7 +135,8 @@ impl Http {
                 Progress::Holding(token) => {
                     v.holding.retain(|h| h.token != token);
                     if let Some(pool) = v.pool.as_mut() {
-                        pool.held_probe_dropped(token);
+                        let effects = pool.held_probe_dropped(token);
+                        v.carry_out_when_any(effects);
                     }
                     return;
                 }

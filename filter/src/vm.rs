@@ -189,8 +189,9 @@ impl Vm {
             return;
         };
         if let Some((table, cas)) = shared::read_announced(self.seen_announced) {
-            pool.announced(&table, fingerprint, now);
+            let effects = pool.announced(&table, fingerprint, now);
             self.seen_announced = Some(cas);
+            self.carry_out(effects, now);
         }
         self.take_in(now);
     }
@@ -229,8 +230,16 @@ impl Vm {
             return;
         };
         if let Some((table, cas)) = shared::read_history(self.seen_history) {
-            pool.history_published(&table);
+            let effects = pool.history_published(&table);
             self.seen_history = Some(cas);
+            self.carry_out_when_any(effects);
+        }
+    }
+
+    /// Carries out `effects` ([`Vm::carry_out`]), reading the clock only when there are any.
+    pub fn carry_out_when_any(&mut self, effects: Effects) {
+        if !effects.is_empty() {
+            self.carry_out(effects, now());
         }
     }
 

@@ -96,8 +96,7 @@ pub fn carry_out<H>(pool: &mut Pool<H>, host: &mut impl Host<H>, effects: Effect
         for event in &events {
             host.report(pool, event);
         }
-        record(pool, host, &events, now);
-        let mut more = Effects::default();
+        let mut more = record(pool, host, &events, now);
         if !share.is_empty() {
             let checks = pool.config().health_checks.clone();
             for change in share {
@@ -115,7 +114,7 @@ pub fn carry_out<H>(pool: &mut Pool<H>, host: &mut impl Host<H>, effects: Effect
                 continue;
             };
             match host.probe(pool.config(), index, member) {
-                Dispatch::Sent(token) => pool.probe_sent(index, token, now),
+                Dispatch::Sent(token) => more.extend(pool.probe_sent(index, token, now)),
                 Dispatch::Refused(why) => more.extend(pool.probe_refused(index, why, now)),
                 Dispatch::Left => {}
             }
@@ -177,7 +176,8 @@ pub fn hold<H>(
                 };
                 match host.probe(pool.config(), index, member) {
                     Dispatch::Sent(token) => {
-                        pool.held_probe_sent(index, token, now);
+                        let effects = pool.held_probe_sent(index, token, now);
+                        carry_out(pool, host, effects, now);
                         return Held::OnProbe { index, token };
                     }
                     Dispatch::Refused(why) => {
@@ -207,10 +207,7 @@ fn carry_out_etcd<H>(
                 return Effects::default();
             };
             match host.call_etcd(&cluster, &request) {
-                Ok(token) => {
-                    pool.etcd_sent(request.call, token);
-                    Effects::default()
-                }
+                Ok(token) => pool.etcd_sent(request.call, token),
                 Err(why) => pool.etcd_refused(request.call, why, now),
             }
         }
@@ -226,18 +223,20 @@ fn carry_out_etcd<H>(
 }
 
 /// Appends the changes among `events` (those [`Pool::change_of`] finds) to the process-wide
-/// history, keeping its newest `history`, and takes the history as written in.
-fn record<H>(pool: &mut Pool<H>, host: &mut impl Host<H>, events: &[Event], now: Time) {
+/// history, keeping its newest `history`, and takes the history as written in: what that asks
+/// for.
+fn record<H>(pool: &mut Pool<H>, host: &mut impl Host<H>, events: &[Event], now: Time) -> Effects {
     let changes: Vec<Change> = events
         .iter()
         .filter_map(|e| pool.change_of(e, now))
         .collect();
     if changes.is_empty() {
-        return;
+        return Effects::default();
     }
     let size = usize::try_from(pool.config().history).unwrap_or(usize::MAX);
     let append = |table: &mut HistoryTable| history::append(table, &changes, size);
-    if let Some(table) = host.record(&append) {
-        pool.history_published(&table);
+    match host.record(&append) {
+        Some(table) => pool.history_published(&table),
+        None => Effects::default(),
     }
 }

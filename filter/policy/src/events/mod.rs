@@ -342,6 +342,7 @@ impl fmt::Display for Event {
 
 /// Everything one observation asks of the adapter.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[must_use = "effects are carried out (host::carry_out), or they are lost"]
 pub struct Effects {
     /// What happened, in order.
     pub events: Vec<Event>,

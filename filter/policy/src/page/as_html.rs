@@ -209,10 +209,11 @@ mod tests {
         let config = Config::parse(br#"{"upstreams":[{"name":"a"},{"name":"b"},{"name":"c"}]}"#)
             .unwrap_or_else(|e| panic!("{e}"));
         let mut pool = Pool::new(config, Duration::ZERO, |_| ());
-        pool.lease(crate::pool::LeaseHeld::Here { seed: 1 }, Duration::ZERO);
+        let _ = pool.lease(crate::pool::LeaseHeld::Here { seed: 1 }, Duration::ZERO);
         for (token, index) in (1..).zip(0..3) {
-            pool.probe_sent(index, token, Duration::ZERO);
-            pool.probe_answered(token, answer(200, MadeBy::Backend), Duration::from_secs(1));
+            let _ = pool.probe_sent(index, token, Duration::ZERO);
+            let _ =
+                pool.probe_answered(token, answer(200, MadeBy::Backend), Duration::from_secs(1));
         }
         let mut table = Vec::new();
         for (id, at) in (1..).zip([2, 3, 4]) {
@@ -239,7 +240,7 @@ mod tests {
                     change: &change,
                     applied,
                 };
-                pool.passive_written(&table, Some(written), at);
+                let _ = pool.passive_written(&table, Some(written), at);
             }
         }
         let html = html(&pool, None, Duration::from_secs(5));
@@ -255,8 +256,8 @@ mod tests {
     #[test]
     fn the_html_page_says_a_backend_refusing_connections_is_out() {
         let mut pool = pool();
-        pool.probe_sent(1, 3, Duration::from_secs(1));
-        pool.probe_answered(3, answer(503, MadeBy::Proxy), Duration::from_secs(2));
+        let _ = pool.probe_sent(1, 3, Duration::from_secs(1));
+        let _ = pool.probe_answered(3, answer(503, MadeBy::Proxy), Duration::from_secs(2));
         let html = html(&pool, None, Duration::from_secs(2));
         let app2 = row(&html, 1);
         assert!(
@@ -268,8 +269,8 @@ mod tests {
     #[test]
     fn the_html_page_names_the_fleet_guard_that_keeps_a_failing_backend_in() {
         let mut pool = pool();
-        pool.probe_sent(0, 3, Duration::from_secs(1));
-        pool.probe_answered(3, answer(500, MadeBy::Backend), Duration::from_secs(1));
+        let _ = pool.probe_sent(0, 3, Duration::from_secs(1));
+        let _ = pool.probe_answered(3, answer(500, MadeBy::Backend), Duration::from_secs(1));
         let html = html(&pool, None, Duration::from_secs(2));
         assert!(
             row(&html, 0).contains("kept in by the fleet guard: every backend fails its probes"),

@@ -21,11 +21,11 @@ pub(super) fn answer(status: u16, made_by: MadeBy) -> ProbeAnswer<'static> {
 fn pool_of(config: &[u8]) -> Pool {
     let config = Config::parse(config).unwrap_or_else(|e| panic!("{e}"));
     let mut pool = Pool::new(config, Duration::ZERO, |_| ());
-    pool.lease(crate::pool::LeaseHeld::Here { seed: 1 }, Duration::ZERO);
-    pool.probe_sent(0, 1, Duration::ZERO);
-    pool.probe_sent(1, 2, Duration::ZERO);
-    pool.probe_answered(1, answer(200, MadeBy::Backend), Duration::from_millis(10));
-    pool.probe_answered(2, answer(502, MadeBy::Backend), Duration::from_millis(20));
+    let _ = pool.lease(crate::pool::LeaseHeld::Here { seed: 1 }, Duration::ZERO);
+    let _ = pool.probe_sent(0, 1, Duration::ZERO);
+    let _ = pool.probe_sent(1, 2, Duration::ZERO);
+    let _ = pool.probe_answered(1, answer(200, MadeBy::Backend), Duration::from_millis(10));
+    let _ = pool.probe_answered(2, answer(502, MadeBy::Backend), Duration::from_millis(20));
     pool
 }
 
@@ -39,8 +39,8 @@ pub(super) fn warming_pool() -> Pool {
     let mut pool = pool_of(
         br#"{"upstreams":[{"name":"app1"},{"name":"app-2"}],"health_checks":{"slow_start":"100s"}}"#,
     );
-    pool.probe_sent(1, 3, Duration::from_secs(30));
-    pool.probe_answered(3, answer(200, MadeBy::Backend), Duration::from_secs(30));
+    let _ = pool.probe_sent(1, 3, Duration::from_secs(30));
+    let _ = pool.probe_answered(3, answer(200, MadeBy::Backend), Duration::from_secs(30));
     pool
 }
 

@@ -137,7 +137,7 @@ mod tests {
             for call in asked {
                 if let ToEtcd::Call(request) = call {
                     *token += 1;
-                    pool.etcd_sent(request.call.clone(), *token);
+                    let _ = pool.etcd_sent(request.call.clone(), *token);
                     let (status, body) = etcd.answer(&request, now);
                     more.extend(pool.etcd_answered(*token, status, &body, now).etcd);
                 }
@@ -183,7 +183,7 @@ mod tests {
                         probed[p][index] += 1;
                     }
                     // Every probe passes at once.
-                    pool.probe_sent(index, 1, now);
+                    let _ = pool.probe_sent(index, 1, now);
                     let _ = pool.probe_answered(
                         1,
                         ProbeAnswer {

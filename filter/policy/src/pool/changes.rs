@@ -3,7 +3,7 @@
 //! this pool's; how many it keeps; and how a change is logged in each `log_format`.
 
 use super::Pool;
-use crate::events::{Event, InHistory};
+use crate::events::{Effects, Event, InHistory};
 use crate::history::Change;
 use crate::lease::fingerprint;
 use crate::time::Time;
@@ -62,12 +62,13 @@ impl<H> Pool<H> {
 
     /// The process-wide history as read or written: this pool keeps its own newest `history`
     /// changes of it.
-    pub fn history_published(&mut self, table: &[Change]) {
+    pub fn history_published(&mut self, table: &[Change]) -> Effects {
         let mine = self.owns();
         let size = usize::try_from(self.config().history).unwrap_or(usize::MAX);
         let owned: Vec<&Change> = table.iter().filter(|c| mine(c)).collect();
         let skip = owned.len().saturating_sub(size);
         self.history = owned.into_iter().skip(skip).cloned().collect();
+        Effects::default()
     }
 
     /// The line `event` is logged as at `now`: in `log_format: "json"` a change is its JSON

@@ -82,10 +82,11 @@ impl<H> Pool<H> {
     }
 
     /// `call` is on the wire as `token`.
-    pub fn etcd_sent(&mut self, call: Call, token: u32) {
+    pub fn etcd_sent(&mut self, call: Call, token: u32) -> Effects {
         if let Some(fleet) = self.fleet.as_mut() {
             fleet.sent(call, token);
         }
+        Effects::default()
     }
 
     /// The proxy refused to send `call`, saying `why`.

@@ -12,6 +12,7 @@
 
 use super::probes::abandon_after;
 use super::{Pick, Pool, SentProbe};
+use crate::events::Effects;
 use crate::time::Time;
 
 /// Whether anything was heard yet from any backend, and the probes requests held until then
@@ -87,15 +88,15 @@ impl<H> Pool<H> {
     /// A request held at cold start sent its probe of backend `index` as `token`: its answer
     /// comes back through [`Pool::probe_answered`] or [`Pool::probe_unanswered`], as the
     /// prober's do, on whichever VM the request is.
-    pub fn held_probe_sent(&mut self, index: usize, token: u32, now: Time) {
-        let Some(m) = self.members.get(index) else {
-            return;
-        };
-        self.cold_start.held.push(SentProbe {
-            token,
-            key: m.key.clone(),
-            sent: now,
-        });
+    pub fn held_probe_sent(&mut self, index: usize, token: u32, now: Time) -> Effects {
+        if let Some(m) = self.members.get(index) {
+            self.cold_start.held.push(SentProbe {
+                token,
+                key: m.key.clone(),
+                sent: now,
+            });
+        }
+        Effects::default()
     }
 
     /// Whether probe `token`, sent by a request held at cold start, still awaits its answer.
@@ -105,8 +106,9 @@ impl<H> Pool<H> {
 
     /// The request that sent probe `token` ended before its answer came (the client left): the
     /// proxy drops the call with the request, so no answer will come.
-    pub fn held_probe_dropped(&mut self, token: u32) {
+    pub fn held_probe_dropped(&mut self, token: u32) -> Effects {
         self.cold_start.held.retain(|p| p.token != token);
+        Effects::default()
     }
 
     /// Forgets held probes never answered: the host answers every call within its timeout while

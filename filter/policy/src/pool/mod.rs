@@ -207,7 +207,8 @@ impl<H> Pool<H> {
             outstanding: Outstanding::default(),
             history: Vec::new(),
         };
-        pool.configure(config, now, handles);
+        // Nothing is reported yet: no VM probes for a pool just made (`lease` starts that).
+        let _unreported = pool.configure(config, now, handles);
         pool
     }
 

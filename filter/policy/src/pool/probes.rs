@@ -85,15 +85,15 @@ impl<H> Pool<H> {
     }
 
     /// A probe to backend `index` is on the wire as `token`.
-    pub fn probe_sent(&mut self, index: usize, token: u32, now: Time) {
-        let (Some(prober), Some(m)) = (self.prober.as_mut(), self.members.get(index)) else {
-            return;
-        };
-        prober.sent.push(SentProbe {
-            token,
-            key: m.key.clone(),
-            sent: now,
-        });
+    pub fn probe_sent(&mut self, index: usize, token: u32, now: Time) -> Effects {
+        if let (Some(prober), Some(m)) = (self.prober.as_mut(), self.members.get(index)) {
+            prober.sent.push(SentProbe {
+                token,
+                key: m.key.clone(),
+                sent: now,
+            });
+        }
+        Effects::default()
     }
 
     /// The proxy refused to send a probe to backend `index` (`why`: what it said): the backend

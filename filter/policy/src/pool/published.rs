@@ -35,7 +35,7 @@ impl<H> Pool<H> {
     /// The announcements as published: this configuration (`fingerprint`) probes the backends
     /// it is the newest to list, and takes the others' probe state from their prober. A
     /// backend it starts to probe is probed at once.
-    pub fn announced(&mut self, table: &AnnounceTable, fingerprint: u64, now: Time) {
+    pub fn announced(&mut self, table: &AnnounceTable, fingerprint: u64, now: Time) -> Effects {
         for m in &mut self.members {
             let here = entry(table, usize::MAX, &m.key).is_none_or(|newest| *newest == fingerprint);
             if here && !m.probing.probed_here {
@@ -46,6 +46,7 @@ impl<H> Pool<H> {
             }
             m.probing.probed_here = here;
         }
+        Effects::default()
     }
 
     /// The passive table as this VM just wrote it, with what its change did: the VM whose

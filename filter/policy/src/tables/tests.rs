@@ -318,10 +318,10 @@ fn failures_dated_at_the_end_of_time_are_taken_in_without_a_panic() {
     let table = decode_passive(&encode_passive(&table)).expect("a table of this version");
     let now = secs(10);
     let mut pool = crate::pool::Pool::new(config, now, |_| ());
-    pool.passive_published(&table, now);
+    let _ = pool.passive_published(&table, now);
     // Past the cold start's wait for a first probe: unknown backends serve.
     let later = now + secs(6);
-    pool.tick(later);
+    let _ = pool.tick(later);
     let app1 = pool.index_of("app1");
     assert_eq!(
         pool.pick(later),

@@ -28,7 +28,7 @@ fn probe_answer(
 ) {
     let i = proxy.index_of(name).expect("known backend");
     let token = TOKENS.fetch_add(1, Ordering::Relaxed);
-    proxy.pool.probe_sent(i, token, sent);
+    let _ = proxy.pool.probe_sent(i, token, sent);
     let effects = proxy.pool.probe_answered(
         token,
         ProbeAnswer {
@@ -462,7 +462,7 @@ fn a_backend_comes_back_at_its_first_passing_probe_without_the_signal_not_at_a_r
 fn a_passing_probe_sent_before_the_drain_began_does_not_end_it() {
     let mut proxy = two_healthy();
     let i = proxy.index_of("app1").expect("known backend");
-    proxy.pool.probe_sent(i, 77, secs(1));
+    let _ = proxy.pool.probe_sent(i, 77, secs(1));
     request(&mut proxy, "app1", answered(200).signalled(true), secs(2));
     let effects = proxy.pool.probe_answered(
         77,
@@ -484,10 +484,10 @@ fn another_vm_stops_picking_a_draining_backend_once_it_reads_the_shared_table() 
     let mut proxy = two_healthy();
     let mut worker: Pool = Pool::new(proxy.config().clone(), secs(0), |_| ());
     let active = proxy.active_table();
-    worker.active_published(&active, secs(0));
+    let _ = worker.active_published(&active, secs(0));
     assert_eq!(worker.members().iter().filter(|m| m.routable).count(), 2);
     request(&mut proxy, "app1", answered(200).signalled(true), secs(1));
-    worker.passive_published(&proxy.table, secs(1));
+    let _ = worker.passive_published(&proxy.table, secs(1));
     let routable: Vec<&str> = worker
         .members()
         .iter()

@@ -228,7 +228,7 @@ fn a_probe_the_host_never_answers_counts_as_timed_out_after_twice_its_timeout_an
     probe(&mut proxy, "app1", ProbeOutcome::Pass, ms(10));
     let app2 = proxy.index_of("app2").expect("configured");
     let status = |proxy: &Proxy| proxy.members()[app2].evidence.active.status;
-    proxy.probe_sent(app2, 999, ms(20));
+    let _ = proxy.probe_sent(app2, 999, ms(20));
     proxy.tick(secs(10) + ms(19));
     assert_eq!(status(&proxy), Health::Unknown, "still waited for");
     proxy.tick(secs(10) + ms(20));

@@ -158,7 +158,7 @@ fn another_pools_changes_in_the_shared_history_are_not_shown_and_age_out_like_an
     let mut table: HistoryTable = proxy.history.clone();
     history::append(&mut table, &[foreign.clone(), foreign_guard], 12);
     assert_eq!(table.len(), 12, "ten of this pool's, two of the other's");
-    proxy.pool.history_published(&table);
+    let _ = proxy.pool.history_published(&table);
     assert_eq!(proxy.pool.history(), proxy.history.as_slice());
     let owns = other.pool.owns();
     assert_eq!(table.iter().filter(|c| owns(c)).count(), 2);

@@ -87,7 +87,7 @@ fn at_cold_start_in_nginx_each_request_waits_on_a_probe_of_its_own_and_the_first
         "each backend in turn"
     );
 
-    pool.held_probe_sent(1, 7, ms(10));
+    let _ = pool.held_probe_sent(1, 7, ms(10));
     let answer = ProbeAnswer {
         status: 502,
         made_by: MadeBy::Backend,
@@ -123,7 +123,7 @@ fn at_cold_start_in_nginx_each_request_waits_on_a_probe_of_its_own_and_the_first
     let mut prober = nginx_worker();
     let _ = prober.lease(upcheck_policy::LeaseHeld::Here { seed: 1 }, ms(15));
     for (i, token) in [(0, 1), (1, 2)] {
-        prober.probe_sent(i, token, ms(15));
+        let _ = prober.probe_sent(i, token, ms(15));
         let passed = ProbeAnswer {
             status: 200,
             ..answer
@@ -155,12 +155,12 @@ fn a_held_probe_whose_request_left_or_that_went_unanswered_for_two_timeouts_is_f
         signalled: false,
         body: b"",
     };
-    pool.held_probe_sent(1, 7, ms(10));
-    pool.held_probe_dropped(7);
+    let _ = pool.held_probe_sent(1, 7, ms(10));
+    let _ = pool.held_probe_dropped(7);
     let _ = pool.probe_answered(7, answer, ms(12));
     assert!(matches!(pool.pick(ms(13)), Pick::Probe(_)), "nothing heard");
 
-    pool.held_probe_sent(1, 8, ms(20));
+    let _ = pool.held_probe_sent(1, 8, ms(20));
     let _ = pool.tick(ms(20) + secs(10));
     let _ = pool.probe_answered(8, answer, ms(20) + secs(10));
     let app2 = &pool.members()[1];
@@ -838,7 +838,7 @@ fn a_slow_probe_answer_overtaken_by_a_newer_probes_failure_is_dropped() {
     let mut pool = pool(&["app1", "app2"]);
     probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
     probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
-    pool.pool.probe_sent(0, 100, secs(1));
+    let _ = pool.pool.probe_sent(0, 100, secs(1));
     probe(&mut pool, "app1", SOFT_503, secs(2));
     assert_eq!(routable(&pool), ["app2"]);
     let effects = pool.pool.probe_answered(

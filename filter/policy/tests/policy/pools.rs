@@ -10,7 +10,7 @@ use upcheck_policy::{Health, MadeBy, Pool, ProbeAnswer, ProbeOutcome};
 
 fn prober(names: &[&str]) -> Pool {
     let mut pool = Pool::new(config(names, ""), secs(0), |_| ());
-    pool.lease(upcheck_policy::LeaseHeld::Here { seed: 1 }, secs(0));
+    let _ = pool.lease(upcheck_policy::LeaseHeld::Here { seed: 1 }, secs(0));
     pool
 }
 
@@ -29,8 +29,8 @@ fn two_pools_with_different_backends_each_probe_their_own() {
     let mut announcements = AnnounceTable::new();
     a.announce(&mut announcements, 1);
     b.announce(&mut announcements, 2);
-    a.announced(&announcements, 1, secs(0));
-    b.announced(&announcements, 2, secs(0));
+    let _ = a.announced(&announcements, 1, secs(0));
+    let _ = b.announced(&announcements, 2, secs(0));
     assert_eq!(probed(&mut a, secs(0)), ["app1"]);
     assert_eq!(probed(&mut b, secs(0)), ["api1"]);
 }
@@ -40,13 +40,13 @@ fn after_an_update_a_backend_that_stays_is_probed_once_for_the_newest_configurat
     let mut old = prober(&["app1", "app3"]);
     let mut announcements = AnnounceTable::new();
     old.announce(&mut announcements, 1);
-    old.announced(&announcements, 1, secs(0));
+    let _ = old.announced(&announcements, 1, secs(0));
     assert_eq!(probed(&mut old, secs(0)), ["app1", "app3"]);
 
     let mut new = prober(&["app1", "app2"]);
     new.announce(&mut announcements, 2);
-    new.announced(&announcements, 2, secs(1));
-    old.announced(&announcements, 1, secs(1));
+    let _ = new.announced(&announcements, 2, secs(1));
+    let _ = old.announced(&announcements, 1, secs(1));
     assert_eq!(probed(&mut new, secs(1)), ["app1", "app2"], "at once");
     assert_eq!(
         probed(&mut old, secs(11)),
@@ -61,11 +61,11 @@ fn a_pool_takes_probe_state_only_for_its_own_backends() {
     let mut b = Pool::new(config(&["app1"], r#""routing":"cluster""#), secs(0), |_| ());
     let mut announcements = AnnounceTable::new();
     a.announce(&mut announcements, 1);
-    a.announced(&announcements, 1, secs(0));
-    b.announced(&announcements, 2, secs(0));
+    let _ = a.announced(&announcements, 1, secs(0));
+    let _ = b.announced(&announcements, 2, secs(0));
     let sent = a.tick(secs(0));
-    a.probe_sent(sent.probes[0], 7, secs(0));
-    a.probe_answered(
+    let _ = a.probe_sent(sent.probes[0], 7, secs(0));
+    let _ = a.probe_answered(
         7,
         ProbeAnswer {
             status: 200,
@@ -78,7 +78,7 @@ fn a_pool_takes_probe_state_only_for_its_own_backends() {
     let mut published = a.active_table();
     let elsewhere: ActiveTable = prober(&["api1"]).active_table();
     published.extend(elsewhere);
-    b.active_published(&published, secs(1));
+    let _ = b.active_published(&published, secs(1));
     assert_eq!(b.members()[0].evidence.active.status, Health::Healthy);
     assert_eq!(b.members().len(), 1, "api1 is another pool's");
 }
@@ -110,7 +110,7 @@ fn a_status_page_pool_shows_what_the_traffic_pool_shares_and_asks_for_nothing() 
         // history of changes.
         let mut effects = page.active_published(&traffic.active_table(), now);
         effects.extend(page.passive_published(&traffic.table, now));
-        page.history_published(&traffic.history);
+        let _ = page.history_published(&traffic.history);
         assert!(effects.is_empty(), "at {now:?}: {effects:?}");
         assert_eq!(
             upcheck_policy::page::json(&page, None, now),

@@ -212,7 +212,7 @@ impl Proxy {
         let i = self.pool.index_of(name).expect("known backend");
         let token = self.next_token;
         self.next_token += 1;
-        self.pool.probe_sent(i, token, sent);
+        let _ = self.pool.probe_sent(i, token, sent);
         let (status, made_by) = match outcome {
             ProbeOutcome::Pass => (200, MadeBy::Backend),
             ProbeOutcome::Soft(Some(status)) => (status, MadeBy::Backend),
