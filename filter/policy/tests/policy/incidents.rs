@@ -179,9 +179,7 @@ fn in_nginx_requests_go_on_unheld_one_probe_timeout_after_start_if_no_probe_answ
 
 #[test]
 fn a_db_blip_failing_every_probe_at_once_keeps_both_backends_routable() {
-    let mut pool = pool(&["app1", "app2"]);
-    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
-    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
     probe(&mut pool, "app1", SOFT_503, secs(10));
     assert_eq!(routable(&pool), ["app2"]);
     probe(&mut pool, "app2", SOFT_503, secs(10) + ms(400));
@@ -217,9 +215,7 @@ fn at_max_ejection_percent_100_the_backends_a_blip_keeps_in_may_all_be_ejected_b
 
 #[test]
 fn a_blip_after_app2_already_went_down_keeps_app2_out() {
-    let mut pool = pool(&["app1", "app2"]);
-    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
-    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
     probe(&mut pool, "app2", TIMEOUT, secs(15));
     probe(&mut pool, "app1", SOFT_503, secs(120));
     assert_eq!(routable(&pool), ["app1"]);
@@ -262,10 +258,7 @@ fn a_probe_that_timed_out_dates_a_backends_fall_from_when_it_was_sent() {
 
 #[test]
 fn of_backends_going_down_one_after_another_only_those_within_a_round_of_the_last_keep_serving() {
-    let mut pool = pool(&["app1", "app2", "app3"]);
-    for name in ["app1", "app2", "app3"] {
-        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
-    }
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2", "app3"]);
     probe(&mut pool, "app1", SOFT_503, secs(1));
     probe(&mut pool, "app2", SOFT_503, secs(11));
     assert_eq!(routable(&pool), ["app3"]);
@@ -288,10 +281,7 @@ fn backends_that_went_down_together_but_refuse_connections_are_left_out() {
 
 #[test]
 fn a_backend_that_refuses_connections_does_not_date_the_last_round() {
-    let mut pool = pool(&["app1", "app2", "app3"]);
-    for name in ["app1", "app2", "app3"] {
-        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
-    }
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2", "app3"]);
     probe(&mut pool, "app1", SOFT_503, secs(1));
     probe(&mut pool, "app2", SOFT_503, secs(15));
     probe(&mut pool, "app3", ProbeOutcome::Refused, secs(28));
@@ -329,9 +319,7 @@ fn two_of_three_broken_after_a_bad_deploy_are_both_ejected_and_the_healthy_one_s
 
 #[test]
 fn passive_ejection_may_take_one_of_two_backends_but_never_both() {
-    let mut pool = pool(&["app1", "app2"]);
-    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
-    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
     for t in 1..=3 {
         request(&mut pool, "app2", answered(502), secs(t));
     }
@@ -415,9 +403,7 @@ fn at_max_ejection_percent_75_the_cap_takes_its_share_of_the_backends_passing_ac
 
 #[test]
 fn a_refused_request_takes_a_backend_out_until_it_answers_again() {
-    let mut pool = pool(&["app1", "app2"]);
-    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
-    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
     request(&mut pool, "app2", REFUSED, secs(1));
     assert_eq!(routable(&pool), ["app1"]);
     probe(&mut pool, "app2", ProbeOutcome::Pass, secs(10));
@@ -470,9 +456,7 @@ fn weights_share_traffic_in_proportion() {
 
 #[test]
 fn a_backend_that_fails_only_first_attempts_is_ejected_like_one_whose_failures_reach_users() {
-    let mut pool = pool(&["app1", "app2"]);
-    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
-    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
     for t in 1..=3 {
         request(
             &mut pool,
@@ -486,9 +470,7 @@ fn a_backend_that_fails_only_first_attempts_is_ejected_like_one_whose_failures_r
 
 #[test]
 fn a_request_answered_after_a_refused_probe_is_shared_as_something_serving_again() {
-    let mut pool = pool(&["app1", "app2"]);
-    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
-    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
     probe(&mut pool, "app2", ProbeOutcome::Refused, secs(1));
     assert!(!pool.members()[1].evidence.accepting());
     request(&mut pool, "app2", answered(200), secs(2));
@@ -505,9 +487,7 @@ fn a_request_answered_after_a_refused_probe_is_shared_as_something_serving_again
 
 #[test]
 fn an_ejection_ends_when_it_is_no_longer_earned_not_when_the_backend_also_fails_its_probes() {
-    let mut pool = pool(&["app1", "app2"]);
-    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
-    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
     for t in 1..=3 {
         request(&mut pool, "app2", answered(502), secs(t));
     }
@@ -526,13 +506,19 @@ fn an_ejection_ends_when_it_is_no_longer_earned_not_when_the_backend_also_fails_
 
 #[test]
 fn a_reconfiguration_that_removes_backends_never_picks_a_position_that_is_gone() {
-    let mut pool = pool(&["app1", "app2", "app3", "app4", "app5"]);
-    for name in ["app1", "app2", "app3", "app4", "app5"] {
-        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
-    }
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2", "app3", "app4", "app5"]);
     pool.reconfigure(config(&["app5", "app3", "app1"], ""), secs(1));
     let got = picks(&mut pool, 6, secs(1));
     assert_eq!(got, ["app5", "app3", "app1", "app5", "app3", "app1"]);
+}
+
+/// The lines saying which backends came back in rotation with peers whose probes fail alike.
+fn back_alike_lines(pool: &Proxy) -> Vec<String> {
+    pool.events
+        .iter()
+        .filter(|e| matches!(e, Event::BackAlike { .. }))
+        .map(ToString::to_string)
+        .collect()
 }
 
 /// Traffic at 20 requests a second from `from` until `until`, every request answered 200 at once
@@ -555,9 +541,7 @@ fn logged(pool: &Proxy, pattern: impl Fn(&Event) -> bool) -> usize {
 
 #[test]
 fn a_probe_that_times_out_while_pages_answer_leaves_its_backend_in_rotation() {
-    let mut pool = pool(&["app1", "app2"]);
-    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
-    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
     serve_pages(&mut pool, ms(20), secs(20), &[]);
     timed_out(&mut pool, "app1", secs(20));
     assert_eq!(routable(&pool), ["app1", "app2"]);
@@ -572,9 +556,7 @@ fn a_probe_that_times_out_while_pages_answer_leaves_its_backend_in_rotation() {
 
 #[test]
 fn a_probe_that_times_out_while_its_requests_hang_takes_its_backend_out() {
-    let mut pool = pool(&["app1", "app2"]);
-    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
-    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
     serve_pages(&mut pool, ms(20), secs(10), &[]);
     serve_pages(&mut pool, secs(10), secs(20), &["app1"]);
     timed_out(&mut pool, "app1", secs(20));
@@ -583,9 +565,7 @@ fn a_probe_that_times_out_while_its_requests_hang_takes_its_backend_out() {
 
 #[test]
 fn backends_whose_probes_time_out_rounds_apart_while_pages_answer_all_come_back() {
-    let mut pool = pool(&["app1", "app2"]);
-    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
-    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
     // Little traffic: no page answered while app1's probe waited, but its last ones were.
     serve_pages(&mut pool, ms(20), secs(1), &[]);
     timed_out(&mut pool, "app1", secs(8));
@@ -599,20 +579,14 @@ fn backends_whose_probes_time_out_rounds_apart_while_pages_answer_all_come_back(
     });
     assert_eq!(back, Some(("app1".to_owned(), vec!["app2".to_owned()])));
     assert_eq!(
-        pool.events
-            .iter()
-            .filter(|e| matches!(e, Event::BackAlike { .. }))
-            .map(ToString::to_string)
-            .collect::<Vec<_>>(),
+        back_alike_lines(&pool),
         ["app1 back in rotation: its probes and app2's fail alike (timeout) while pages answer"]
     );
 }
 
 #[test]
 fn a_backend_whose_pages_failed_when_it_went_down_stays_out_when_the_rest_fail_alike() {
-    let mut pool = pool(&["app1", "app2"]);
-    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
-    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
     pool.serve(ms(20), secs(1), 20, |name, _| {
         Some(answered(if name == "app1" { 500 } else { 200 }))
     });
@@ -637,9 +611,7 @@ fn pages_fail_at(pool: &mut Proxy, name: &str, from: Duration, until: Duration) 
 
 #[test]
 fn a_backend_back_with_its_peers_gives_way_to_them_when_its_own_pages_start_failing() {
-    let mut pool = pool(&["app1", "app2"]);
-    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
-    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
     serve_pages(&mut pool, ms(20), secs(1), &[]);
     timed_out(&mut pool, "app1", secs(8));
     serve_pages(&mut pool, secs(40), secs(41), &[]);
@@ -655,9 +627,7 @@ fn a_backend_back_with_its_peers_gives_way_to_them_when_its_own_pages_start_fail
 
 #[test]
 fn when_the_last_backend_to_go_down_fails_its_pages_those_a_shared_cause_took_out_earlier_serve() {
-    let mut pool = pool(&["app1", "app2"]);
-    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
-    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
     serve_pages(&mut pool, ms(20), secs(1), &[]);
     timed_out(&mut pool, "app1", secs(8));
     assert_eq!(routable(&pool), ["app2"]);
@@ -665,21 +635,14 @@ fn when_the_last_backend_to_go_down_fails_its_pages_those_a_shared_cause_took_ou
     timed_out(&mut pool, "app2", secs(48));
     assert_eq!(routable(&pool), ["app1"]);
     assert_eq!(
-        pool.events
-            .iter()
-            .filter(|e| matches!(e, Event::BackAlike { .. }))
-            .map(ToString::to_string)
-            .collect::<Vec<_>>(),
+        back_alike_lines(&pool),
         ["app1 back in rotation: its probes failed (timeout) while its pages answered; app2's pages fail"]
     );
 }
 
 #[test]
 fn the_last_backend_to_go_down_while_its_pages_answered_sets_how_a_shared_cause_fails() {
-    let mut pool = pool(&["app1", "app2", "app3"]);
-    for name in ["app1", "app2", "app3"] {
-        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
-    }
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2", "app3"]);
     serve_pages(&mut pool, ms(20), secs(1), &[]);
     probe(&mut pool, "app1", SOFT_503, secs(2));
     timed_out(&mut pool, "app2", secs(8));
@@ -691,12 +654,7 @@ fn the_last_backend_to_go_down_while_its_pages_answered_sets_how_a_shared_cause_
         ["app2", "app3"],
         "app3's probes time out like app2's; app1's answered 503"
     );
-    let back: Vec<String> = pool
-        .events
-        .iter()
-        .filter(|e| matches!(e, Event::BackAlike { .. }))
-        .map(ToString::to_string)
-        .collect();
+    let back = back_alike_lines(&pool);
     assert_eq!(
         back,
         ["app2 back in rotation: its probes and app3's fail alike (timeout) while pages answer"]
@@ -705,10 +663,7 @@ fn the_last_backend_to_go_down_while_its_pages_answered_sets_how_a_shared_cause_
 
 #[test]
 fn a_shared_cause_brings_nobody_back_unless_every_backend_that_went_down_last_failed_alike() {
-    let mut pool = pool(&["app1", "app2", "app3"]);
-    for name in ["app1", "app2", "app3"] {
-        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
-    }
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2", "app3"]);
     serve_pages(&mut pool, ms(20), secs(1), &[]);
     timed_out(&mut pool, "app1", secs(8));
     assert_eq!(routable(&pool), ["app2", "app3"]);
@@ -728,10 +683,7 @@ fn a_shared_cause_brings_nobody_back_unless_every_backend_that_went_down_last_fa
 
 #[test]
 fn a_shared_cause_among_the_backends_that_stay_leaves_a_draining_one_out_and_names_them() {
-    let mut pool = pool(&["app1", "app2", "app3"]);
-    for name in ["app1", "app2", "app3"] {
-        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
-    }
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2", "app3"]);
     request(&mut pool, "app1", answered(200).signalled(true), ms(20));
     serve_pages(&mut pool, ms(20), secs(1), &[]);
     timed_out(&mut pool, "app2", secs(8));
@@ -739,12 +691,7 @@ fn a_shared_cause_among_the_backends_that_stay_leaves_a_draining_one_out_and_nam
     serve_pages(&mut pool, secs(40), secs(41), &[]);
     timed_out(&mut pool, "app3", secs(48));
     assert_eq!(routable(&pool), ["app2", "app3"]);
-    let back: Vec<String> = pool
-        .events
-        .iter()
-        .filter(|e| matches!(e, Event::BackAlike { .. }))
-        .map(ToString::to_string)
-        .collect();
+    let back = back_alike_lines(&pool);
     assert_eq!(
         back,
         ["app2 back in rotation: its probes and app3's fail alike (timeout) while pages answer"]
@@ -753,9 +700,7 @@ fn a_shared_cause_among_the_backends_that_stay_leaves_a_draining_one_out_and_nam
 
 #[test]
 fn backends_that_went_down_differently_are_not_a_shared_cause() {
-    let mut pool = pool(&["app1", "app2"]);
-    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
-    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
     serve_pages(&mut pool, ms(20), secs(1), &[]);
     probe(&mut pool, "app1", SOFT_503, secs(2));
     serve_pages(&mut pool, secs(40), secs(41), &[]);
@@ -802,9 +747,7 @@ fn a_backend_is_probed_at_once_once_per_ejection_however_often_the_cap_lets_it_b
 /// those failures; it was then probed "at once" again, 20 ms after the probe that just passed.
 #[test]
 fn a_backend_re_added_with_failures_on_record_is_not_probed_twice_as_it_joins() {
-    let mut pool = pool(&["app1", "app2"]);
-    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
-    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
     pool.tick(ms(200)); // the first round
     for t in 1..=3 {
         request(&mut pool, "app2", answered(502), secs(1) + ms(t));
@@ -835,9 +778,7 @@ fn a_backend_re_added_with_failures_on_record_is_not_probed_twice_as_it_joins() 
 /// 300 ms later, overtaken by the next round's 502).
 #[test]
 fn a_slow_probe_answer_overtaken_by_a_newer_probes_failure_is_dropped() {
-    let mut pool = pool(&["app1", "app2"]);
-    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
-    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
     let _ = pool.pool.probe_sent(0, 100, secs(1));
     probe(&mut pool, "app1", SOFT_503, secs(2));
     assert_eq!(routable(&pool), ["app2"]);
@@ -860,9 +801,7 @@ fn a_slow_probe_answer_overtaken_by_a_newer_probes_failure_is_dropped() {
 /// back, its first failed page takes it out again.
 #[test]
 fn a_backend_back_with_its_peers_leaves_again_at_its_first_failed_page() {
-    let mut pool = pool(&["app1", "app2"]);
-    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(10));
-    probe(&mut pool, "app2", ProbeOutcome::Pass, ms(10));
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
     serve_pages(&mut pool, ms(20), secs(1), &[]);
     let soft_502 = ProbeOutcome::Soft(Some(502));
     probe(&mut pool, "app1", soft_502, secs(2));

@@ -304,6 +304,16 @@ pub fn pool(names: &[&str]) -> Proxy {
     Proxy::new(config(names, ""), Duration::ZERO)
 }
 
+/// Given: a proxy over the seed config for `names`, each backend passing its first probe at
+/// 10 ms.
+pub fn given_backends_passing_their_probes(names: &[&str]) -> Proxy {
+    let mut proxy = pool(names);
+    for name in names {
+        probe(&mut proxy, name, ProbeOutcome::Pass, ms(10));
+    }
+    proxy
+}
+
 pub fn probe(proxy: &mut Proxy, name: &str, outcome: ProbeOutcome, at: Duration) {
     proxy.probe(name, outcome, at);
 }
