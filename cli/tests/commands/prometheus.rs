@@ -41,7 +41,7 @@ const SERIES: [&str; 23] = [
     "upcheck_state{backend,state}",
     "upcheck_probe_latency_ms{backend}",
     "upcheck_last_change_seconds{backend}",
-    "upcheck_fleet_guard",
+    "upcheck_pool_guard",
     "envoy_wasm_upcheck_vm_reload",
     "envoy_wasm_upcheck_vm_reload_success",
     "envoy_wasm_upcheck_vm_reload_failure",
