@@ -42,6 +42,8 @@ const SERIES: [&str; 23] = [
     "upcheck_probe_latency_ms{backend}",
     "upcheck_last_change_seconds{backend}",
     "upcheck_pool_guard",
+    // The pool guard under its former name, kept for existing alerts (docs/operating.md).
+    "upcheck_fleet_guard",
     "envoy_wasm_upcheck_vm_reload",
     "envoy_wasm_upcheck_vm_reload_success",
     "envoy_wasm_upcheck_vm_reload_failure",
