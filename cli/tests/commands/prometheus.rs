@@ -26,7 +26,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 /// Every series upcheck's Envoy shows Prometheus, with its labels (Prometheus's own `job` and
 /// `instance` left out), as README.md and docs/operating.md list them.
-const SERIES: [&str; 23] = [
+const SERIES: [&str; 24] = [
     "upcheck_probes{backend}",
     "upcheck_probe_failures{backend}",
     "upcheck_requests{backend}",
