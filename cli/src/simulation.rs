@@ -41,7 +41,7 @@ pub const SLOW: Duration = Duration::from_secs(1);
 pub struct Run {
     /// Every user request, in sending order.
     pub requests: Vec<UserRequest>,
-    /// The module's log lines at info level and above (health changes, ejections, the fleet
+    /// The module's log lines at info level and above (health changes, ejections, the pool
     /// guard), in time order, without the `upcheck: ` prefix.
     pub log: Vec<(Duration, String)>,
 }

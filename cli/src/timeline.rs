@@ -1,5 +1,5 @@
 //! The story of a simulated run, as text: what changed (the scenario's own changes and the
-//! module's log lines: health changes with their reasons, ejections, the fleet guard) at the
+//! module's log lines: health changes with their reasons, ejections, the pool guard) at the
 //! instant it changed, and what users saw each second (requests, failed and slow ones, per
 //! backend), with a total at the end. Two runs of the same scenario print side by side.
 //!

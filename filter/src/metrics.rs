@@ -153,12 +153,29 @@ impl OutlierMetrics {
     }
 }
 
-/// The fleet guard's gauge of `pool`: 1 while it widens the routable set.
-pub fn define_fleet_guard(pool: Option<&str>) -> Option<u32> {
-    define(
-        MetricType::Gauge,
-        &series::pool_stat(pool, series::FLEET_GUARD),
-    )
+/// The pool guard's gauge of a pool, 1 while it widens the routable set, and the same under its
+/// deprecated name ([`series::POOL_GUARD_DEPRECATED`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PoolGuardGauge {
+    gauge: Option<u32>,
+    deprecated: Option<u32>,
+}
+
+impl PoolGuardGauge {
+    /// The gauges of `pool`.
+    pub fn define(pool: Option<&str>) -> PoolGuardGauge {
+        let gauge = |name| define(MetricType::Gauge, &series::pool_stat(pool, name));
+        PoolGuardGauge {
+            gauge: gauge(series::POOL_GUARD),
+            deprecated: gauge(series::POOL_GUARD_DEPRECATED),
+        }
+    }
+
+    /// Says whether the guard is engaged.
+    pub fn set(self, engaged: bool) {
+        set(self.gauge, u64::from(engaged));
+        set(self.deprecated, u64::from(engaged));
+    }
 }
 
 /// Adds one to a counter.

@@ -13,7 +13,7 @@
 
 use crate::abi::BufferType;
 use crate::hostcall as hostcalls;
-use crate::metrics::{self, BackendMetrics};
+use crate::metrics::{BackendMetrics, PoolGuardGauge};
 use crate::probes;
 use crate::route;
 use crate::shared;
@@ -152,7 +152,7 @@ impl Root {
             );
             let name = config.pool.clone();
             let define = |u: &_| BackendMetrics::define(name.as_deref(), u);
-            v.fleet_guard = metrics::define_fleet_guard(name.as_deref());
+            v.pool_guard = PoolGuardGauge::define(name.as_deref());
             v.last_tick = now;
             // Counts for a backend the new configuration drops would go with its record.
             v.flush_requests();

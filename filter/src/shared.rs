@@ -17,7 +17,7 @@
 //! - `passive`: every backend's remembered request failures and outlier record, updated
 //!   by compare-and-swap from whichever worker saw the failure (and by each worker's tick, with
 //!   its request counts), so 1 failure on worker A and 2 on worker B are 3.
-//! - `history`: the newest changes of every pool's backends and fleet guard, appended by
+//! - `history`: the newest changes of every pool's backends and pool guard, appended by
 //!   compare-and-swap by the VM that reports each ([`upcheck_policy::history`]), read by the
 //!   status page;
 //! - `fleet.<prefix>`: what the prober of that fleet shows of it (who holds each backend's

@@ -10,7 +10,7 @@
 
 use crate::fleet::{self, FleetGauges};
 use crate::hostcall as hostcalls;
-use crate::metrics::{self, BackendMetrics};
+use crate::metrics::{self, BackendMetrics, PoolGuardGauge};
 use crate::probes;
 use crate::route::RouteValues;
 use crate::shared;
@@ -73,8 +73,8 @@ pub struct Vm {
     /// The pool as this VM sees it, each backend with its metric handles; `None` until
     /// configured.
     pub pool: Option<Pool<BackendMetrics>>,
-    /// The fleet guard's gauge.
-    pub fleet_guard: Option<u32>,
+    /// The pool guard's gauge.
+    pub pool_guard: PoolGuardGauge,
     /// On the VM that speaks for its process in a fleet of balancers: the gauges that show it.
     fleet: FleetGauges,
     /// The passive table's compare-and-swap number when its failures were last offered to the
@@ -116,7 +116,7 @@ impl Vm {
         let now = self.last_tick;
         let pool = self.pool.as_mut()?;
         let seen = &mut self.seen_passive;
-        let (fleet_guard, gauges) = (self.fleet_guard, &mut self.fleet);
+        let (pool_guard, gauges) = (self.pool_guard, &mut self.fleet);
         let latest = || {
             let (table, cas) = shared::read_passive(*seen)?;
             *seen = Some(cas);
@@ -125,7 +125,7 @@ impl Vm {
         // The host is made only for a suspect pick's effects, not for every request.
         let pick = pool.pick_checked(now, latest, |pool, effects| {
             let mut envoy = Envoy {
-                fleet_guard,
+                pool_guard,
                 gauges,
                 now,
             };
@@ -151,7 +151,7 @@ impl Vm {
         let now = now();
         let pool = self.pool.as_mut()?;
         let mut envoy = Envoy {
-            fleet_guard: self.fleet_guard,
+            pool_guard: self.pool_guard,
             gauges: &mut self.fleet,
             now,
         };
@@ -261,7 +261,7 @@ impl Vm {
             return;
         };
         let mut envoy = Envoy {
-            fleet_guard: self.fleet_guard,
+            pool_guard: self.pool_guard,
             gauges: &mut self.fleet,
             now,
         };
@@ -322,8 +322,8 @@ impl Vm {
 /// The host the policy's effects are carried out on: shared data by compare-and-swap, probes
 /// by `dispatch_http_call`, events as log lines and metrics.
 struct Envoy<'a> {
-    /// The fleet guard's gauge.
-    fleet_guard: Option<u32>,
+    /// The pool guard's gauge.
+    pool_guard: PoolGuardGauge,
     /// The gauges that show the fleet of balancers.
     gauges: &'a mut FleetGauges,
     /// When the effects are carried out: the time a change is logged with.
@@ -332,7 +332,7 @@ struct Envoy<'a> {
 
 impl Host<BackendMetrics> for Envoy<'_> {
     fn report(&mut self, pool: &Pool<BackendMetrics>, event: &Event) {
-        report(pool, self.fleet_guard, event, self.now);
+        report(pool, self.pool_guard, event, self.now);
     }
 
     fn share(&mut self, change: &PassiveChange, checks: &HealthChecks) -> Option<PassiveWrite> {
@@ -377,7 +377,7 @@ impl Host<BackendMetrics> for Envoy<'_> {
 
 /// Turns an event into a log line (in the pool's `log_format`) and metrics, as the core
 /// describes it ([`Event::described`]).
-fn report(pool: &Pool<BackendMetrics>, fleet_guard: Option<u32>, event: &Event, now: Time) {
+fn report(pool: &Pool<BackendMetrics>, pool_guard: PoolGuardGauge, event: &Event, now: Time) {
     let described = event.described();
     let handles = |index: usize| pool.members().get(index).map(|m| &m.handles);
     match described.counted {
@@ -427,7 +427,7 @@ fn report(pool: &Pool<BackendMetrics>, fleet_guard: Option<u32>, event: &Event, 
         Counted::Draining { index, draining } => {
             metrics::set(handles(index).and_then(|m| m.draining), u64::from(draining));
         }
-        Counted::Guard { engaged } => metrics::set(fleet_guard, u64::from(engaged)),
+        Counted::Guard { engaged } => pool_guard.set(engaged),
     }
     let level = match described.level {
         Level::Error => log::Level::Error,

@@ -119,7 +119,7 @@ async fn the_readme_steps_take_caddys_json_to_an_envoy_that_probes_and_serves_bo
         "upcheck_healthy{backend=\"app2\"} 1",
         "upcheck_state{backend=\"app2\",state=\"healthy\"} 1",
         "upcheck_state{backend=\"app2\",state=\"unknown\"} 0",
-        "upcheck_fleet_guard{} 0",
+        "upcheck_pool_guard{} 0",
     ] {
         assert!(
             prometheus.lines().any(|l| l == line),

@@ -26,7 +26,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 /// Every series upcheck's Envoy shows Prometheus, with its labels (Prometheus's own `job` and
 /// `instance` left out), as README.md and docs/operating.md list them.
-const SERIES: [&str; 23] = [
+const SERIES: [&str; 24] = [
     "upcheck_probes{backend}",
     "upcheck_probe_failures{backend}",
     "upcheck_requests{backend}",
@@ -41,6 +41,8 @@ const SERIES: [&str; 23] = [
     "upcheck_state{backend,state}",
     "upcheck_probe_latency_ms{backend}",
     "upcheck_last_change_seconds{backend}",
+    "upcheck_pool_guard",
+    // The pool guard under its former name, kept for existing alerts (docs/operating.md).
     "upcheck_fleet_guard",
     "envoy_wasm_upcheck_vm_reload",
     "envoy_wasm_upcheck_vm_reload_success",

@@ -168,7 +168,7 @@ async fn a_backend_killed_mid_traffic_fails_no_user_sent_after_its_third_failure
 ///
 /// Bound: only users whose requests were unanswered when the kills began and were sent before both
 /// listened again fail (no backend could serve them, or the crash cut them on their way). Once
-/// both listen again no user fails: the fleet guard never leaves the set empty (nothing serving:
+/// both listen again no user fails: the pool guard never leaves the set empty (nothing serving:
 /// try all; both down together: keep both), and the ejection cap leaves at least one backend in
 /// rotation. Both are back in rotation afterwards: each takes users in the last 2 s, both healthy,
 /// the guard released.
@@ -216,7 +216,7 @@ async fn both_backends_restarted_at_once_cost_only_the_users_sent_while_nothing_
         ],
     );
     let stats = envoy
-        .stats("upcheck\\.(fleet_guard|app[12]\\.(healthy|ejections))")
+        .stats("upcheck\\.(pool_guard|app[12]\\.(healthy|ejections))")
         .await?;
     println!(
         "  {sent_while_down} users sent while nothing listened, {exposed} unanswered from the kills to the restart; in the last 2 s app1 got {}, app2 {}; {stats:?}",
@@ -231,7 +231,7 @@ async fn both_backends_restarted_at_once_cost_only_the_users_sent_while_nothing_
     assert!(end.1.requests > late.1.requests, "app2 is back in rotation");
     assert_eq!(upcheck_stat(&envoy, "app1", "healthy").await?, 1);
     assert_eq!(upcheck_stat(&envoy, "app2", "healthy").await?, 1);
-    assert_eq!(envoy.stat("wasmcustom.upcheck.fleet_guard").await?, 0);
+    assert_eq!(envoy.stat("wasmcustom.upcheck.pool_guard").await?, 0);
     Ok(())
 }
 

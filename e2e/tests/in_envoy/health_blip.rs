@@ -1,6 +1,6 @@
 //! Why the app team feared a `/up` that queries the database: a database blip fails every
 //! backend's probe at once while real pages still work. With Caddy that 503'd every user request
-//! (800 of 800 in a 20 s blip). upcheck's fleet guard sees backends going down together, within
+//! (800 of 800 in a 20 s blip). upcheck's pool guard sees backends going down together, within
 //! one probe round, as a failure of something they share and keeps them in rotation; a backend
 //! that was already down before the blip stays out.
 
@@ -31,7 +31,7 @@ async fn a_blip_failing_every_probe_at_once_costs_users_nothing() -> anyhow::Res
     app2.set_mode(BLIP);
     // Two probe rounds in, both backends have failed their probes.
     sleep(Duration::from_secs(3)).await;
-    let guard = envoy.stat("wasmcustom.upcheck.fleet_guard").await?;
+    let guard = envoy.stat("wasmcustom.upcheck.pool_guard").await?;
     let healthy = [
         envoy.stat("wasmcustom.upcheck.app1.healthy").await?,
         envoy.stat("wasmcustom.upcheck.app2.healthy").await?,
@@ -54,29 +54,29 @@ async fn a_blip_failing_every_probe_at_once_costs_users_nothing() -> anyhow::Res
 }
 
 #[tokio::test]
-async fn the_log_says_when_the_fleet_guard_engages_and_when_it_releases() -> anyhow::Result<()> {
+async fn the_log_says_when_the_pool_guard_engages_and_when_it_releases() -> anyhow::Result<()> {
     let (app1, app2, envoy) = two_backends(Routing::Cluster, Mode::Ok, Mode::Ok).await?;
 
     sleep(Duration::from_secs(1)).await;
     app1.set_mode(BLIP);
     app2.set_mode(BLIP);
     sleep(Duration::from_secs(3)).await;
-    let engaged = envoy.stat("wasmcustom.upcheck.fleet_guard").await?;
+    let engaged = envoy.stat("wasmcustom.upcheck.pool_guard").await?;
     app1.set_mode(Mode::Ok);
     app2.set_mode(Mode::Ok);
     sleep(Duration::from_secs(2)).await;
 
     let log = envoy.log();
-    let guard_lines: Vec<&str> = log.lines().filter(|l| l.contains("fleet guard")).collect();
-    println!("fleet_guard gauge during the blip: {engaged}; guard log lines: {guard_lines:#?}");
+    let guard_lines: Vec<&str> = log.lines().filter(|l| l.contains("pool guard")).collect();
+    println!("pool_guard gauge during the blip: {engaged}; guard log lines: {guard_lines:#?}");
     assert_eq!(engaged, 1);
-    assert_eq!(envoy.stat("wasmcustom.upcheck.fleet_guard").await?, 0);
+    assert_eq!(envoy.stat("wasmcustom.upcheck.pool_guard").await?, 0);
     assert!(
-        log.contains("upcheck: fleet guard engaged"),
+        log.contains("upcheck: pool guard engaged"),
         "no line for the guard engaging"
     );
     assert!(
-        log.contains("upcheck: fleet guard released"),
+        log.contains("upcheck: pool guard released"),
         "no line for the guard releasing"
     );
     Ok(())

@@ -191,13 +191,13 @@ impl Run {
         100.0 * app2 as f64 / (app1 + app2).max(1) as f64
     }
 
-    /// The log lines that say a backend went out or came back, or the fleet guard acted, each as
+    /// The log lines that say a backend went out or came back, or the pool guard acted, each as
     /// its time of day and the module's message.
     fn ejection_lines(&self) -> Vec<String> {
         self.envoy
             .log()
             .lines()
-            .filter(|l| l.contains(" ejected") || l.contains("fleet guard"))
+            .filter(|l| l.contains(" ejected") || l.contains("pool guard"))
             .filter_map(|line| {
                 // `[2026-11-30 15:08:21.788][tid][info][wasm] [file:line] wasm log ROOT VM: MESSAGE`
                 let time = line.get(12..24)?;
@@ -213,13 +213,13 @@ impl Run {
             .map_or_else(|| "never".to_owned(), |d| format!("{d:.1?}"));
         println!(
             "{label}: failed {}, slower than 1 s {}, app2 out {out} after the fault, \
-             ejections app1 {} app2 {}, fleet guard {}, app2's share {:.1} %, app2 got {} after \
+             ejections app1 {} app2 {}, pool guard {}, app2's share {:.1} %, app2 got {} after \
              the fault; {}",
             self.report.failures(),
             self.slow(),
             self.stat("app1.ejections").await?,
             self.stat("app2.ejections").await?,
-            self.stat("fleet_guard").await?,
+            self.stat("pool_guard").await?,
             self.app2_share(),
             self.app2_hits,
             self.report
@@ -425,7 +425,7 @@ async fn everything_three_times_slower(routing: Routing) -> anyhow::Result<()> {
     assert!(lagged > 0, "the fault was not exercised");
     assert_eq!(run.report.failures(), 0, "{}", run.report);
     nobody_ejected(&run).await?;
-    assert_eq!(run.stat("fleet_guard").await?, 0);
+    assert_eq!(run.stat("pool_guard").await?, 0);
     Ok(())
 }
 

@@ -49,8 +49,8 @@ async fn two_pools_with_backends_of_the_same_names_are_told_apart_by_the_pool_la
         r#"upcheck_healthy{pool="api",backend="app2"} 1"#,
         r#"upcheck_state{pool="site",backend="app2",state="unhealthy"} 1"#,
         r#"upcheck_state{pool="api",backend="app2",state="healthy"} 1"#,
-        r#"upcheck_fleet_guard{pool="site"} 0"#,
-        r#"upcheck_fleet_guard{pool="api"} 0"#,
+        r#"upcheck_pool_guard{pool="site"} 0"#,
+        r#"upcheck_pool_guard{pool="api"} 0"#,
     ];
     let deadline = Instant::now() + PATIENCE;
     loop {

@@ -235,7 +235,7 @@ async fn with_capacity_a_slow_dependency_fails_at_most_two_percent_in_host_routi
 /// and app1's `/up` answers 503 from 2 s to 4 s of 6 s of users, its pages still 200.
 ///
 /// Bound: app2 gets no user request, and no user fails. app1 going down on its probe leaves no
-/// backend in rotation; the fleet guard keeps app1, the one that went down last, and app2, down
+/// backend in rotation; the pool guard keeps app1, the one that went down last, and app2, down
 /// before the blip and for its own reason (its probe timed out with no page answered), stays out.
 async fn a_blip_after_a_backend_hung_from_the_start_sends_it_nothing(
     routing: Routing,
@@ -248,7 +248,7 @@ async fn a_blip_after_a_backend_hung_from_the_start_sends_it_nothing(
     sleep_until(start + at(4000)).await;
     app1.set_mode(Mode::Ok);
     let report = traffic.await?;
-    let guard = logged(&envoy, "upcheck: fleet guard engaged");
+    let guard = logged(&envoy, "upcheck: pool guard engaged");
     println!(
         "{}, app2 hung from the start, app1's /up 503 from 2 s to 4 s: {report}\n{}",
         name(routing),
@@ -269,7 +269,7 @@ async fn a_blip_after_a_backend_hung_from_the_start_sends_it_nothing(
     assert_eq!(report.failures(), 0, "{report}");
     // The blip did take app1 out on its probe: the guard kept it.
     assert!(envoy.stat("wasmcustom.upcheck.app1.probe_failures").await? >= 1);
-    assert!(!guard.is_empty(), "the fleet guard engaged");
+    assert!(!guard.is_empty(), "the pool guard engaged");
     Ok(())
 }
 

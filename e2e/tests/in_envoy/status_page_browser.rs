@@ -105,7 +105,7 @@ async fn a_browser_shows_app2_out_with_its_reason_and_app1_in() -> Result<()> {
         "{app2_row}"
     );
     assert!(
-        dom.contains("fleet guard: off"),
+        dom.contains("pool guard: off"),
         "the guard is off while app1 serves:\n{dom}"
     );
     let history = dom

@@ -113,7 +113,7 @@ pub struct Config {
     /// Default: 10% of the active interval, which [`Config::parse`] fills in; cannot be off.
     #[serde(serialize_with = "duration::optional::serialize")]
     pub jitter: Option<Duration>,
-    /// How many changes of the pool's backends and fleet guard the history keeps, newest last
+    /// How many changes of the pool's backends and pool guard the history keeps, newest last
     /// (the policy's `history`), within [`Config::HISTORY`]. Default [`DEFAULT_HISTORY`].
     pub history: u32,
     /// How each change is written to the log. Default [`LogFormat::Text`].

@@ -153,7 +153,7 @@ pub enum Pages {
 }
 
 /// How a backend went down: the probe that took it out, and whether its pages were answering
-/// then (what the fleet guard needs to tell a shared cause from a backend's own).
+/// then (what the pool guard needs to tell a shared cause from a backend's own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Down {
     /// The probe that took it out.

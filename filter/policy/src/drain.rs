@@ -8,7 +8,7 @@
 //!
 //! Draining is not a failure. A draining backend takes no new requests, and those already sent
 //! to it finish without their outcomes counting anywhere (passive ejection, the outlier
-//! comparison); the fleet guard and the ejection cap work over the backends that do not drain,
+//! comparison); the pool guard and the ejection cap work over the backends that do not drain,
 //! so the guard never brings a draining backend back ([`crate::guard`]). It ends at the first
 //! probe that passes without the signal: a user response without the header does not end it,
 //! since a draining app still serves what it was sent.

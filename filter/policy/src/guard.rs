@@ -1,4 +1,4 @@
-//! The fleet guard: which backends may take traffic, given everything known about all of them.
+//! The pool guard: which backends may take traffic, given everything known about all of them.
 //!
 //! The rules, in order:
 //! 1. A backend whose latest contact (probe or request) was refused has nothing serving; it is
@@ -8,7 +8,7 @@
 //!    ([`crate::outlier`]), which passing probes do not lift either.
 //! 3. If nothing is left, the answer is never "no backend". When the last backends went down
 //!    less than one probe round (interval + timeout) apart, that is a correlated failure of
-//!    something they share (a database behind `/up`), not a dead fleet: those of them that accept
+//!    something they share (a database behind `/up`), not a dead pool: those of them that accept
 //!    connections stay in rotation, and a backend that was already out before stays out. A
 //!    backend went down when the probe that took it down was sent
 //!    ([`crate::active::ActiveHealth::down_since`]): a probe that timed out is not dated by its timeout,
@@ -25,7 +25,7 @@
 //!    shared cause took out serve instead of it.
 //! 4. Passive ejections are capped: one more may go while (ejected + 1) / N stays within
 //!    `max_ejection_percent` of the backends that rule 2 or 3 left, and never the last one.
-//! 5. With `min_healthy_percent` set and fewer routable than that share of the fleet, traffic is
+//! 5. With `min_healthy_percent` set and fewer routable than that share of the pool, traffic is
 //!    spread over every backend that accepts connections (Envoy's panic mode).
 //!
 //! A backend that drains ([`crate::drain`]) is out of all of this: the rules work over the
@@ -146,7 +146,7 @@ impl fmt::Display for Guard {
 /// The outcome of the rules: who may take traffic now.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Routing {
-    /// Per backend, in config order: may take traffic. Never all false for a non-empty fleet.
+    /// Per backend, in config order: may take traffic. Never all false for a non-empty pool.
     pub routable: Vec<bool>,
     /// Per backend: passively ejected (within the cap).
     pub ejected: Vec<bool>,

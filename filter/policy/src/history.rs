@@ -1,4 +1,4 @@
-//! The history of every change: the newest transitions of a pool's backends and of its fleet
+//! The history of every change: the newest transitions of a pool's backends and of its pool
 //! guard, the same for every worker.
 //!
 //! The status page shows the present; "what happened to app2 at 03:12, and why?" is asked
@@ -29,15 +29,15 @@ pub const MAX_KEY_LEN: usize = 3 * MAX_NAME_LEN + 64;
 /// The process-wide history, oldest first.
 pub type HistoryTable = Vec<Change>;
 
-/// One change of a backend or of the fleet guard.
+/// One change of a backend or of the pool guard.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Change {
     /// When it happened, on the host's clock (since the Unix epoch).
     pub at: Time,
-    /// The backend's name; `None` for the fleet guard.
+    /// The backend's name; `None` for the pool guard.
     pub backend: Option<String>,
     /// Whose change it is: the backend's key ([`upcheck_config::Upstream::key`]), or for the
-    /// fleet guard the pool's ([`crate::pool::Pool::history_key`]), so each pool sharing a `vm_id` shows its
+    /// pool guard the pool's ([`crate::pool::Pool::history_key`]), so each pool sharing a `vm_id` shows its
     /// own.
     pub key: String,
     /// From what to what.
@@ -69,11 +69,11 @@ pub enum Kind {
     Refusing,
     /// Something accepts its connections again.
     Accepting,
-    /// Back in rotation with the backends whose probes fail alike (fleet rule 3).
+    /// Back in rotation with the backends whose probes fail alike (guard rule 3).
     BackAlike,
-    /// The fleet guard engaged (or changed its reason while engaged).
+    /// The pool guard engaged (or changed its reason while engaged).
     GuardEngaged,
-    /// The fleet guard was released.
+    /// The pool guard was released.
     GuardReleased,
 }
 
@@ -130,8 +130,8 @@ impl Kind {
             Kind::Refusing => "connection_refused",
             Kind::Accepting => "connection_accepted",
             Kind::BackAlike => "back_alike",
-            Kind::GuardEngaged => "fleet_guard_engaged",
-            Kind::GuardReleased => "fleet_guard_released",
+            Kind::GuardEngaged => "pool_guard_engaged",
+            Kind::GuardReleased => "pool_guard_released",
         }
     }
 }
@@ -168,7 +168,7 @@ impl Change {
 
     /// The change as one JSON object for a log shipper, shaped after Envoy's
     /// `HealthCheckEvent`: `{"type", "backend", "from", "to", "cause", "timestamp"}`, the
-    /// backend `null` for the fleet guard and the timestamp RFC 3339 in UTC.
+    /// backend `null` for the pool guard and the timestamp RFC 3339 in UTC.
     pub fn json(&self) -> String {
         let backend = self
             .backend

@@ -54,7 +54,7 @@ pub enum Recorded {
         count: u32,
     },
     /// This failure filled the window: the backend is due to be ejected until `until`
-    /// (the fleet guard's cap may still keep it in rotation).
+    /// (the pool guard's cap may still keep it in rotation).
     Filled {
         /// When the oldest counted failure expires.
         until: Time,

@@ -255,7 +255,7 @@ mod tests {
         assert_eq!(same.reweighted(&routable, &[1, 1]), same);
     }
 
-    fn fleet() -> impl Strategy<Value = (Vec<bool>, Vec<u32>)> {
+    fn pool() -> impl Strategy<Value = (Vec<bool>, Vec<u32>)> {
         (1usize..=12).prop_flat_map(|n| {
             (
                 proptest::collection::vec(any::<bool>(), n),
@@ -266,7 +266,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn picks_over_several_cycles_give_each_backend_exactly_its_share((routable, weights) in fleet(), cycles in 1usize..=3) {
+        fn picks_over_several_cycles_give_each_backend_exactly_its_share((routable, weights) in pool(), cycles in 1usize..=3) {
             let n = cycle_length(&routable, &weights);
             let got = picks(&mut Rotation::new(&routable, &weights), cycles * n);
             for (b, share) in shares(&routable, &weights).into_iter().enumerate() {
@@ -276,7 +276,7 @@ mod tests {
         }
 
         #[test]
-        fn the_retry_choice_is_the_next_different_backend_advance_would_give((routable, weights) in fleet(), into_cycle in 0.0f64..1.0) {
+        fn the_retry_choice_is_the_next_different_backend_advance_would_give((routable, weights) in pool(), into_cycle in 0.0f64..1.0) {
             let n = cycle_length(&routable, &weights);
             let mut r = Rotation::new(&routable, &weights);
             picks(&mut r, (into_cycle * n as f64) as usize);

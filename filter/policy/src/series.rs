@@ -12,7 +12,7 @@
 //! [`upcheck_config::label_value_problem`] refuses a name with an empty dot-separated part anywhere.
 //!
 //! The rules rest on the shape of the names, which this module alone writes: a backend's metric
-//! is the last part and never holds a dot, and a pool-wide metric (`upcheck.fleet_guard`) has a
+//! is the last part and never holds a dot, and a pool-wide metric (`upcheck.pool_guard`) has a
 //! single part, so the backend rule never takes one for the other, whatever the backend's name.
 //! A configuration that names its pool (for an Envoy that runs several) puts the name after a
 //! colon (`upcheck:site.app1.healthy`), which no backend name can take the place of, and the
@@ -116,8 +116,13 @@ pub const BACKEND_METRICS: [Metric; 13] = [
     LAST_CHANGE_SECONDS,
 ];
 
-/// The pool's fleet guard gauge, 1 while it widens the routable set: `upcheck.fleet_guard`.
-pub const FLEET_GUARD: &str = "fleet_guard";
+/// The pool guard's gauge, 1 while it widens the routable set: `upcheck.pool_guard`.
+pub const POOL_GUARD: &str = "pool_guard";
+
+/// The pool guard's gauge under the name it had before, `upcheck.fleet_guard` (when "fleet" also
+/// named the backends), written beside [`POOL_GUARD`] with the same value so that alerts and
+/// dashboards on it keep working. Deprecated: it goes in a later version.
+pub const POOL_GUARD_DEPRECATED: &str = "fleet_guard";
 
 /// The first part of the names of a pool's metrics: `upcheck`, or `upcheck:<pool>` for a
 /// configuration that names its pool (`pool`; a colon, because no backend name or metric follows
@@ -196,7 +201,7 @@ mod tests {
             state_stat(None, "app1", State::Ejected.as_str()),
             "upcheck.app1.state_ejected"
         );
-        assert_eq!(pool_stat(None, FLEET_GUARD), "upcheck.fleet_guard");
+        assert_eq!(pool_stat(None, POOL_GUARD), "upcheck.pool_guard");
     }
 
     #[test]
@@ -206,8 +211,8 @@ mod tests {
             "upcheck:site.app1.probes"
         );
         assert_eq!(
-            pool_stat(Some("api-2"), FLEET_GUARD),
-            "upcheck:api-2.fleet_guard"
+            pool_stat(Some("api-2"), POOL_GUARD),
+            "upcheck:api-2.pool_guard"
         );
     }
 

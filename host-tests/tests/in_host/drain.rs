@@ -1,6 +1,6 @@
 //! Drain through the real upcheck.wasm: a backend whose answers carry
 //! `x-envoy-immediate-health-check-fail` (a probe's or a user's) takes no new requests on any
-//! worker, nothing it does counts as a failure, the header never reaches a user, and the fleet
+//! worker, nothing it does counts as a failure, the header never reaches a user, and the pool
 //! guard never brings it back. A main-thread VM and two workers, 40 requests a second, probes
 //! every 10 s (± 1 s jitter).
 
@@ -136,7 +136,7 @@ fn a_client_sending_the_header_in_its_request_changes_nothing() {
 }
 
 #[test]
-fn the_fleet_guard_never_brings_back_a_draining_backend_while_the_other_fails_every_probe() {
+fn the_pool_guard_never_brings_back_a_draining_backend_while_the_other_fails_every_probe() {
     let mut host = host();
     // From 10 s both backends' probes answer 503, alike, while their pages serve: without the
     // drain, the guard would keep both in as a shared cause. app1's answers carry the signal.
@@ -152,7 +152,7 @@ fn the_fleet_guard_never_brings_back_a_draining_backend_while_the_other_fails_ev
     assert_eq!(routed_between(&traffic, "app1", secs(22), secs(60)), 0);
     assert!(routed_between(&traffic, "app2", secs(22), secs(60)) > 1000);
     assert_eq!(
-        metric(&host, "upcheck.fleet_guard"),
+        metric(&host, "upcheck.pool_guard"),
         1,
         "the guard keeps app2 in"
     );

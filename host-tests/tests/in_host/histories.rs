@@ -35,7 +35,7 @@
 //!   B answered a request (under 500) in the meantime is neither: it counts neither way (probes
 //!   wait in the same queue as pages). No other exemption is needed, and none is made: A being
 //!   passively ejected
-//!   does not matter (B is not healthy, and the fleet guard widens the set only when no backend
+//!   does not matter (B is not healthy, and the pool guard widens the set only when no backend
 //!   is healthy and accepting), and a cold start is over once a probe has settled. The guard's
 //!   own cases are exactly those left: every backend failing its probes, or the healthy ones
 //!   refusing connections.

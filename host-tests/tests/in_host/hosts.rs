@@ -163,13 +163,13 @@ fn in_both_hosts_a_db_blip_failing_every_probe_fails_no_user() {
         }
         ok(host.start(&config(&host, profile, &["app1", "app2"], "")));
         let during = run(&mut host, 40, secs(30));
-        assert_eq!(host.metric("upcheck.fleet_guard"), Some(1), "{profile:?}");
+        assert_eq!(host.metric("upcheck.pool_guard"), Some(1), "{profile:?}");
         let after = run(&mut host, 40, secs(30));
         assert!(
             during.failures().is_empty() && after.failures().is_empty(),
             "{profile:?}: {during}\n{after}"
         );
-        assert_eq!(host.metric("upcheck.fleet_guard"), Some(0), "{profile:?}");
+        assert_eq!(host.metric("upcheck.pool_guard"), Some(0), "{profile:?}");
     }
 }
 

@@ -5,7 +5,7 @@
 //! 40 requests a second, probes every 10 s, 3 failures in 10 s eject.
 //!
 //! The random histories (`histories.rs`) race additions and removals with probes, ejections and
-//! the fleet guard; these pin the two cases a reader would look for by name.
+//! the pool guard; these pin the two cases a reader would look for by name.
 
 use crate::support::{host, ok, secs};
 use std::time::Duration;

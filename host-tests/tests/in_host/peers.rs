@@ -130,7 +130,7 @@ fn a_booted_backend_that_loses_its_database_costs_at_most_ten_requests_in_a_minu
         logs(&host, "no longer ejected")
     );
     assert_eq!(metric(&host, "upcheck.app1.ejections"), 0);
-    assert_eq!(metric(&host, "upcheck.fleet_guard"), 0);
+    assert_eq!(metric(&host, "upcheck.pool_guard"), 0);
 }
 
 #[test]
@@ -222,15 +222,15 @@ fn a_shared_database_slowing_every_backend_threefold_ejects_nobody() {
     start(&mut host);
     let traffic = run(&mut host, 40, secs(60));
     println!(
-        "every page 3× slower on both from 20 s: {} ejections, fleet guard {:?}; {traffic}",
+        "every page 3× slower on both from 20 s: {} ejections, pool guard {:?}; {traffic}",
         metric(&host, "upcheck.app1.ejections") + metric(&host, "upcheck.app2.ejections"),
-        host.metric("upcheck.fleet_guard")
+        host.metric("upcheck.pool_guard")
     );
     assert!(traffic.failures().is_empty(), "{traffic}");
     assert_eq!(metric(&host, "upcheck.app1.ejections"), 0);
     assert_eq!(metric(&host, "upcheck.app2.ejections"), 0);
-    assert!(logs(&host, "fleet guard engaged").is_empty());
-    assert_eq!(metric(&host, "upcheck.fleet_guard"), 0);
+    assert!(logs(&host, "pool guard engaged").is_empty());
+    assert_eq!(metric(&host, "upcheck.pool_guard"), 0);
 }
 
 #[test]
@@ -288,7 +288,7 @@ fn a_release_failing_a_third_of_one_backends_pages_is_out_within_ten_failures() 
         println!("{}", logs(&host, "app2 ejected").join("\n"));
         assert!(before <= 10, "{before} failures before the ejection");
         assert_eq!(metric(&host, "upcheck.app1.ejections"), 0);
-        assert_eq!(metric(&host, "upcheck.fleet_guard"), 0);
+        assert_eq!(metric(&host, "upcheck.pool_guard"), 0);
     }
 }
 

@@ -202,7 +202,7 @@ fn with_unhealthy_latency_a_hanging_backend_costs_about_one_second_of_its_share(
 }
 
 #[test]
-fn a_db_blip_failing_every_probe_at_once_fails_no_user_and_engages_the_fleet_guard() {
+fn a_db_blip_failing_every_probe_at_once_fails_no_user_and_engages_the_pool_guard() {
     let mut host = host();
     for app in ["app1", "app2"] {
         host.upstream(app)
@@ -213,7 +213,7 @@ fn a_db_blip_failing_every_probe_at_once_fails_no_user_and_engages_the_fleet_gua
     ok(host.start(BOTH));
     let before = run(&mut host, 40, secs(30));
     assert_eq!(
-        host.metric("upcheck.fleet_guard"),
+        host.metric("upcheck.pool_guard"),
         Some(1),
         "guard engaged during the blip"
     );
@@ -223,7 +223,7 @@ fn a_db_blip_failing_every_probe_at_once_fails_no_user_and_engages_the_fleet_gua
         "{before}\n{after}"
     );
     assert_eq!(
-        host.metric("upcheck.fleet_guard"),
+        host.metric("upcheck.pool_guard"),
         Some(0),
         "guard released after"
     );
@@ -354,7 +354,7 @@ fn the_status_page_listener_shows_every_backend_and_the_traffic_listener_never_s
     );
     let text = ok(host.request(local(PAGE_LISTENER, "/upcheck/status?x=1")));
     assert_eq!(text.status(), Some(200));
-    assert!(String::from_utf8_lossy(&text.body).contains("fleet guard: off"));
+    assert!(String::from_utf8_lossy(&text.body).contains("pool guard: off"));
     let elsewhere = ok(host.request(local(PAGE_LISTENER, "/")));
     assert_eq!(elsewhere.status(), Some(404), "{elsewhere:?}");
     assert_eq!(

@@ -52,7 +52,7 @@ enum Command {
     },
     /// Run a plugin configuration through a scenario in the real upcheck.wasm (two workers, on
     /// virtual time) and print what it would have done: each health change and why, ejections,
-    /// the fleet guard, and what users saw each second.
+    /// the pool guard, and what users saw each second.
     #[cfg(feature = "simulate")]
     Simulate(simulate::SimulateArgs),
     /// Not built into this upcheck (it needs the `simulate` feature); says how to build it.

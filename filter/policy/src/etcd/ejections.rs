@@ -6,7 +6,7 @@
 //! by a lease of its own, granted for as long as the ejection lasts and never renewed, so the
 //! ejection leaves etcd with its end whatever becomes of the balancer that decided it. Every
 //! other balancer holds it until that end ([`crate::outlier::Standing::adopt`]), through its
-//! process's passive table, where the fleet guard and the ejection cap judge it as any other.
+//! process's passive table, where the pool guard and the ejection cap judge it as any other.
 //! An ejection a balancer has read is never published by it, so one it holds that way stays the
 //! decider's, and a balancer that joins after the decider died still reads it. Two balancers
 //! that decide at about the same time each hold their own end (etcd keeps the later put). An

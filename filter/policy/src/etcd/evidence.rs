@@ -7,7 +7,7 @@
 //! others'. The pool remembers a failure read from another balancer as its own process's
 //! ([`crate::tables::PassiveChange::Fleet`]) and never publishes it again, so the failure that
 //! fills the window behind any balancer ejects the backend there at once and on every other
-//! within a read ([`super::READ_EVERY`]), where the fleet guard and the ejection cap judge it as
+//! within a read ([`super::READ_EVERY`]), where the pool guard and the ejection cap judge it as
 //! any other. A value that does not parse, was written by another version, lives by another
 //! lease than its key names or its content claims, lists more failures than any `max_fails` or
 //! times in the future is refused with a log line, and counts nothing.

@@ -47,7 +47,7 @@
 //! holder other than the lease it lives by is ignored with one log line per key. What can take a
 //! backend out is what the balancers publish: a probe result of its duty holder, failures and
 //! request counts under a balancer's lease, an ejection under a lease of its own; so whoever may
-//! write the prefix can take backends out (up to the ejection cap and the fleet guard), and etcd's
+//! write the prefix can take backends out (up to the ejection cap and the pool guard), and etcd's
 //! role for the balancers should be the only one that may.
 //!
 //! The module is pure: requests go out as values ([`Request`]), the adapter sends them with

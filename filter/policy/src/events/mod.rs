@@ -4,7 +4,7 @@
 //! with its reason, the changes the process-wide tables must take, and the probes to send. The
 //! core also decides which VM reports what, so each change is logged once per process: the VM
 //! holding the probing lease reports what probes and the passage of time change (health,
-//! ejection ends, the fleet guard, the gauges); the VM whose write filled a backend's failure
+//! ejection ends, the pool guard, the gauges); the VM whose write filled a backend's failure
 //! window, or started its outlier ejection, reports that ejection.
 
 mod described;
@@ -145,7 +145,7 @@ pub enum Event {
         reason: EjectionReason,
     },
     /// A backend whose ejection the cap held back ([`Event::CapReached`]) goes out now, its
-    /// ejection still earned: a backend that was out came back, or the fleet changed.
+    /// ejection still earned: a backend that was out came back, or the pool changed.
     CapLifted {
         /// Backend position.
         index: usize,
@@ -178,7 +178,7 @@ pub enum Event {
         /// The new value.
         in_service: bool,
     },
-    /// The fleet guard engaged (with why) or was released ([`Guard::Off`]).
+    /// The pool guard engaged (with why) or was released ([`Guard::Off`]).
     Guard(Guard),
     /// A probe timed out while the backend answered real requests: it stays as it was.
     /// Reported once per stretch of such probes.
@@ -299,8 +299,8 @@ impl fmt::Display for Event {
                     duration::display(*lasted)
                 )
             }
-            Event::Guard(Guard::Off) => f.write_str("fleet guard released"),
-            Event::Guard(guard) => write!(f, "fleet guard engaged: {guard}"),
+            Event::Guard(Guard::Off) => f.write_str("pool guard released"),
+            Event::Guard(guard) => write!(f, "pool guard engaged: {guard}"),
             Event::ProbeContradicted { name, outcome } => write!(
                 f,
                 "{name} stays as it was: its probe {outcome} while its pages answer"

@@ -26,10 +26,10 @@ tr.out td{background:#fff4f4}\
 
 /// HTML for a browser: one table row per backend (`<tr id="backend-N">`, N its position) saying
 /// whether it takes traffic and why, its probe status, its last probe and its failures in the
-/// window; then the fleet guard. It reloads itself every 2 s and loads nothing else (inline
+/// window; then the pool guard. It reloads itself every 2 s and loads nothing else (inline
 /// style, no scripts, an empty icon so a browser does not ask the backends for `/favicon.ico`);
 /// every name and reason is HTML-escaped. With a fleet, each row also says which balancer probes
-/// the backend, and a line after the fleet guard's says when the shared view was last read, or
+/// the backend, and a line after the pool guard's says when the shared view was last read, or
 /// that this balancer has fallen back to local.
 pub fn html<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
     let passive = &pool.config().health_checks.passive;
@@ -48,7 +48,7 @@ pub fn html<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
     let guard = pool.guard();
     let _ = write!(
         out,
-        "</tbody></table>\n<p id=\"fleet-guard\" class=\"guard{}\">fleet guard: {}</p>\n",
+        "</tbody></table>\n<p id=\"pool-guard\" class=\"guard{}\">pool guard: {}</p>\n",
         engaged_class(guard.engaged()),
         escaped(&guard.to_string())
     );
@@ -68,7 +68,7 @@ pub fn html<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
     out
 }
 
-/// The class that marks a box as engaged (the fleet guard, or a fleet fallen back to local), when
+/// The class that marks a box as engaged (the pool guard, or a fleet fallen back to local), when
 /// it is: appended to `guard`.
 fn engaged_class(engaged: bool) -> &'static str {
     if engaged {
@@ -201,7 +201,7 @@ mod tests {
         assert!(app2.contains("answered 502 980ms ago"), "{app2}");
         assert!(app2.contains("unhealthy for 980ms"), "{app2}");
         assert!(row(&html, 0).contains(">passing its probes<"), "{html}");
-        assert!(html.contains("fleet guard: off"), "{html}");
+        assert!(html.contains("pool guard: off"), "{html}");
     }
 
     #[test]
@@ -267,19 +267,17 @@ mod tests {
     }
 
     #[test]
-    fn the_html_page_names_the_fleet_guard_that_keeps_a_failing_backend_in() {
+    fn the_html_page_names_the_pool_guard_that_keeps_a_failing_backend_in() {
         let mut pool = pool();
         let _ = pool.probe_sent(0, 3, Duration::from_secs(1));
         let _ = pool.probe_answered(3, answer(500, MadeBy::Backend), Duration::from_secs(1));
         let html = html(&pool, None, Duration::from_secs(2));
         assert!(
-            row(&html, 0).contains("kept in by the fleet guard: every backend fails its probes"),
+            row(&html, 0).contains("kept in by the pool guard: every backend fails its probes"),
             "{html}"
         );
         assert!(
-            html.contains(
-                "<p id=\"fleet-guard\" class=\"guard engaged\">fleet guard: every backend"
-            ),
+            html.contains("<p id=\"pool-guard\" class=\"guard engaged\">pool guard: every backend"),
             "{html}"
         );
     }

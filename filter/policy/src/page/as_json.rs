@@ -11,7 +11,7 @@ use std::fmt::Write;
 
 /// JSON: `{"backends": [{"name", "routable", "status", "ejected", "failures", "accepting",
 /// "outlier", "overruled", "draining", "warming", "last_probe", "last_probe_ago_ms"}],
-/// "fleet_guard": bool, "fleet_guard_reason": string}`; `outlier` is `null` or, while an outlier
+/// "pool_guard": bool, "pool_guard_reason": string}`; `outlier` is `null` or, while an outlier
 /// ejection is in force, `{"verdict", "ends_in_ms"}`; `overruled` is `null` or why its probes do
 /// not decide (they time out while its pages answer, or fail alike with its peers'); `draining` is
 /// `null` or, while it drains, `{"by", "since_ms"}` (what said so; how long ago); `warming` is
@@ -24,7 +24,7 @@ use std::fmt::Write;
 /// reads the prefix on the clock, else `{"live", "revision", "events", "resyncs",
 /// "last_event_ago_ms"}`: whether etcd's watch is in place, the revision held, the changes heard,
 /// the fresh reads after the first, how long ago the last change came). `history` lists the pool's changes,
-/// newest first, each `{"at" (RFC 3339, UTC), "ago_ms", "backend" (`null` for the fleet guard),
+/// newest first, each `{"at" (RFC 3339, UTC), "ago_ms", "backend" (`null` for the pool guard),
 /// "from", "to", "type" (as in the JSON log), "cause"}`.
 pub fn json<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
     let mut out = String::from("{\"backends\":[");
@@ -105,7 +105,7 @@ pub fn json<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
     let guard = pool.guard();
     let _ = write!(
         out,
-        "],\"fleet_guard\":{},\"fleet_guard_reason\":{}",
+        "],\"pool_guard\":{},\"pool_guard_reason\":{}",
         guard.engaged(),
         quoted(&guard.to_string())
     );
@@ -187,6 +187,6 @@ mod tests {
         assert_eq!(v["backends"][1]["status"], "unhealthy");
         assert_eq!(v["backends"][1]["last_probe"], "answered 502");
         assert_eq!(v["backends"][1]["last_probe_ago_ms"], 980);
-        assert_eq!(v["fleet_guard"], false);
+        assert_eq!(v["pool_guard"], false);
     }
 }

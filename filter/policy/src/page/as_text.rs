@@ -8,7 +8,7 @@ use crate::pool::Pool;
 use crate::time::Time;
 use std::fmt::Write;
 
-/// Plain text: one line per backend, then the fleet guard.
+/// Plain text: one line per backend, then the pool guard.
 pub fn text<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
     let mut out = String::from("upcheck\n");
     for l in lines(pool, fleet, now) {
@@ -59,12 +59,12 @@ pub fn text<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
         out.push('\n');
     }
     let guard = pool.guard();
-    let _ = writeln!(out, "fleet guard: {guard}");
+    let _ = writeln!(out, "pool guard: {guard}");
     text_history(&mut out, pool, now);
     out
 }
 
-/// The history, newest first, after the fleet guard: one line per change (when, how long ago,
+/// The history, newest first, after the pool guard: one line per change (when, how long ago,
 /// backend, from -> to, why); nothing while there is none.
 fn text_history<H>(out: &mut String, pool: &Pool<H>, now: Time) {
     if pool.history().is_empty() {
@@ -99,6 +99,6 @@ mod tests {
             text.contains("out       unhealthy failures=0 last probe answered 502 980ms ago"),
             "{text}"
         );
-        assert!(text.ends_with("fleet guard: off\n"), "{text}");
+        assert!(text.ends_with("pool guard: off\n"), "{text}");
     }
 }

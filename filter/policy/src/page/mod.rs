@@ -179,7 +179,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("fleet: balancer 2a of 3; shared view read 300ms ago\nfleet guard"),
+            text.contains("fleet: balancer 2a of 3; shared view read 300ms ago\npool guard"),
             "{text}"
         );
         let v: serde_json::Value =

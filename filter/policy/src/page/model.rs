@@ -170,7 +170,7 @@ pub(super) fn changes<H>(pool: &Pool<H>) -> impl Iterator<Item = &Change> {
     pool.history().iter().rev()
 }
 
-/// What a change is about, in the forms for a person: its backend, or the fleet guard.
+/// What a change is about, in the forms for a person: its backend, or the pool guard.
 pub(super) fn subject(change: &Change) -> &str {
-    change.backend.as_deref().unwrap_or("fleet guard")
+    change.backend.as_deref().unwrap_or("pool guard")
 }

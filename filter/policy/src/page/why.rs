@@ -1,5 +1,5 @@
 //! Why a backend takes traffic or not, in a sentence: the rule that decided it, asked in the order
-//! the fleet rules decide it, with the figures that tipped it. The HTML page shows it per backend;
+//! the guard rules decide it, with the figures that tipped it. The HTML page shows it per backend;
 //! the decisions are made elsewhere (the guard, drains, the passive and outlier checks); this
 //! only words them.
 
@@ -67,7 +67,7 @@ pub(super) fn why<H>(line: &Line<'_>, pool: &Pool<H>, now: Time) -> String {
                 Health::Unknown => {
                     "no verdict from its probes yet, and others are healthy".to_owned()
                 }
-                Health::Healthy => format!("left out by the fleet guard: {guard}"),
+                Health::Healthy => format!("left out by the pool guard: {guard}"),
             }
         };
     }
@@ -91,7 +91,7 @@ pub(super) fn why<H>(line: &Line<'_>, pool: &Pool<H>, now: Time) -> String {
         (Health::Unknown, Guard::Off) => {
             "no verdict from its probes yet, and no backend is known healthy".to_owned()
         }
-        (_, guard) => format!("kept in by the fleet guard: {guard}"),
+        (_, guard) => format!("kept in by the pool guard: {guard}"),
     }
 }
 

@@ -10,7 +10,7 @@ use crate::time::Time;
 use upcheck_config::LogFormat;
 
 impl<H> Pool<H> {
-    /// The pool's key in the history, for the fleet guard's changes: a fingerprint of its
+    /// The pool's key in the history, for the pool guard's changes: a fingerprint of its
     /// backends' keys, in order, so a status page configured with the pool's backends shares it.
     pub fn history_key(&self) -> String {
         let keys: Vec<&str> = self.members().iter().map(|m| m.key.as_str()).collect();
@@ -46,7 +46,7 @@ impl<H> Pool<H> {
     }
 
     /// Which changes of the process-wide history are this pool's: those of its backends and of
-    /// its fleet guard.
+    /// its pool guard.
     pub fn owns(&self) -> impl Fn(&Change) -> bool {
         let mut keys: Vec<String> = self.members().iter().map(|m| m.key.clone()).collect();
         keys.push(self.history_key());

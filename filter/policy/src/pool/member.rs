@@ -18,7 +18,7 @@ pub struct Member<H> {
     pub upstream: Upstream,
     /// Its key in the process-wide tables ([`Upstream::key`]).
     pub key: String,
-    /// Back in rotation with the backends whose probes fail alike (fleet rule 3).
+    /// Back in rotation with the backends whose probes fail alike (guard rule 3).
     pub back: bool,
     /// What probes and requests say about it.
     pub evidence: Evidence,

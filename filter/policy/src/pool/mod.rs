@@ -321,7 +321,7 @@ impl<H> Pool<H> {
             .position(|m| m.upstream.address.as_deref() == Some(address))
     }
 
-    /// Whether, and why, the fleet guard widens the routable set.
+    /// Whether, and why, the pool guard widens the routable set.
     pub fn guard(&self) -> Guard {
         self.layout.guard()
     }

@@ -5,7 +5,7 @@
 //! turn: a probe at once when it is newly ejected, its ejection's lifecycle ([`EjectionState`]:
 //! held back by the cap, taken out, over), whether anything accepts its connections, whether it
 //! is in service; then which backends are back in rotation with peers whose probes fail alike,
-//! the rotation laid out again, and the fleet guard. Only the VM probing a backend reports its
+//! the rotation laid out again, and the pool guard. Only the VM probing a backend reports its
 //! changes, so each is logged once per process.
 
 use super::followed::{Backend, Seen};
@@ -20,7 +20,7 @@ use upcheck_config::Passive;
 /// The routing as last worked out, and when to work it out again.
 #[derive(Debug, Clone)]
 pub(super) struct RoutingState {
-    /// Whether, and why, the fleet guard widens the routable set.
+    /// Whether, and why, the pool guard widens the routable set.
     guard: Guard,
     /// The weighted round robin over the routable set.
     rotation: Rotation,
@@ -152,7 +152,7 @@ impl<H> Pool<H> {
     }
 
     /// Reports each backend newly back in rotation with the backends whose probes fail alike
-    /// (fleet rule 3), and remembers which are.
+    /// (guard rule 3), and remembers which are.
     fn follow_back_alike(&mut self, routing: &Routing, effects: &mut Effects) {
         let probing = self.prober.is_some();
         let cause = routing.shared_cause.as_ref();
@@ -248,7 +248,7 @@ impl<H> Pool<H> {
         (weights, true)
     }
 
-    /// Follows the fleet guard, reported by the prober.
+    /// Follows the pool guard, reported by the prober.
     fn follow_guard(&mut self, guard: Guard, effects: &mut Effects) {
         if guard != self.layout.guard {
             self.layout.guard = guard;

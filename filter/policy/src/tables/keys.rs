@@ -10,7 +10,7 @@
 //! - `upcheck.v5.passive_taken_out` (the adapter's, `filter/src/shared.rs`): an empty value set
 //!   after each passive change that takes a backend out, whose compare-and-swap number every VM
 //!   reads before a pick;
-//! - `upcheck.v5.history` ([`HISTORY`]): the newest changes of every pool's backends and fleet
+//! - `upcheck.v5.history` ([`HISTORY`]): the newest changes of every pool's backends and pool
 //!   guard;
 //! - `upcheck.v5.fleet.<prefix>` ([`FLEET`], [`super::fleet_key`]): per fleet prefix, what that
 //!   fleet's prober shows of it;
@@ -28,7 +28,7 @@ pub const ANNOUNCE: &str = "upcheck.v5.announce";
 pub const ACTIVE: &str = "upcheck.v5.active";
 /// Request failures and outlier records by backend.
 pub const PASSIVE: &str = "upcheck.v5.passive";
-/// The newest changes of every pool's backends and fleet guard ([`crate::history`]).
+/// The newest changes of every pool's backends and pool guard ([`crate::history`]).
 pub const HISTORY: &str = "upcheck.v5.history";
 /// Followed by `.` and a fleet prefix ([`super::fleet_key`]): what that fleet's prober
 /// shows of it ([`crate::etcd::shown`]).

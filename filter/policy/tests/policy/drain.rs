@@ -1,6 +1,6 @@
 //! Drain: a backend's answers say it is going away (the header on a probe's answer or a user's
 //! response, or a probe answering `drain_status`); it takes no new requests, nothing it does
-//! meanwhile counts as a failure, the fleet guard never brings it back, and its first probe that
+//! meanwhile counts as a failure, the pool guard never brings it back, and its first probe that
 //! passes without the signal ends it.
 
 use crate::support;

@@ -209,14 +209,14 @@ fn every_form_of_the_status_page_shows_the_history_newest_first() {
     assert_eq!(history[0]["ago_ms"], 5_000);
     assert_eq!(history[0]["at"], "1970-01-01T00:00:40.000Z");
     assert_eq!(history[1]["backend"], serde_json::Value::Null);
-    assert_eq!(history[1]["type"], "fleet_guard_released");
-    assert_eq!(history[3]["type"], "fleet_guard_engaged");
+    assert_eq!(history[1]["type"], "pool_guard_released");
+    assert_eq!(history[3]["type"], "pool_guard_engaged");
     assert_eq!(history[3]["from"], "off");
     assert_eq!(history[3]["to"], "engaged");
     assert_eq!(history[7]["cause"], "unhealthy: 1 probe answered 502");
     let text = page::text(&proxy.pool, None, now);
     let after_guard = text
-        .split_once("fleet guard: off\nhistory, newest first:\n")
+        .split_once("pool guard: off\nhistory, newest first:\n")
         .map(|(_, h)| h)
         .unwrap_or_else(|| panic!("{text}"));
     let first = after_guard.lines().next().unwrap_or_default();
@@ -243,7 +243,7 @@ fn every_form_of_the_status_page_shows_the_history_newest_first() {
         "{table}"
     );
     assert!(
-        table.contains("<td class=\"name\">fleet guard</td>"),
+        table.contains("<td class=\"name\">pool guard</td>"),
         "{table}"
     );
 }

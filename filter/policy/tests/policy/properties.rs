@@ -78,7 +78,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn the_fleet_guard_holds_over_any_history((weights, max_ejection, latency, steps) in scenario()) {
+    fn the_pool_guard_holds_over_any_history((weights, max_ejection, latency, steps) in scenario()) {
         let n = weights.len();
         let mut proxy = Proxy::new(build(&weights, max_ejection, latency), Duration::ZERO);
         let names: Vec<String> = (0..n).map(|i| format!("b{i}")).collect();
