@@ -10,7 +10,10 @@ use crate::support;
 
 use proptest::prelude::*;
 use std::time::Duration;
-use support::{answered, ms, secs, Proxy, Served};
+use support::{
+    answered, given_backends_passing_their_probes, given_two_backends_passing_their_probes, ms,
+    secs, Proxy, Served,
+};
 use upcheck_policy::config::Outlier;
 use upcheck_policy::events::EjectionReason;
 use upcheck_policy::outlier::{
@@ -1218,15 +1221,6 @@ proptest! {
 // Through the pool: the pipeline that ships, with the passive table in memory, a tick every
 // 200 ms, requests picked by the pool and not timed (they start at the latest tick).
 
-/// `names`, each passing its first probe, with `extra` top-level configuration.
-fn fleet(names: &[&str], extra: &str) -> Proxy {
-    let mut proxy = Proxy::new(support::config(names, extra), secs(0));
-    for name in names {
-        proxy.probe(name, ProbeOutcome::Pass, ms(10));
-    }
-    proxy
-}
-
 /// Every page of `name` answers 500 from `from`; everything else answers 200.
 fn failing_from(
     name: &'static str,
@@ -1289,7 +1283,7 @@ fn the_run_rule_asks_for_five_failures_in_a_row_with_peers_at_one_percent_nine_a
 #[test]
 fn through_the_pool_a_backend_that_loses_its_database_mid_traffic_is_out_at_its_fifth_failure_in_a_row(
 ) {
-    let mut proxy = fleet(&["app1", "app2"], "");
+    let mut proxy = given_two_backends_passing_their_probes();
     let served = proxy.serve(ms(20), secs(30), 40, failing_from("app2", secs(20)));
     let failed = failed_at(&served, "app2", secs(20), secs(30));
     let ejections = outlier_ejections(&proxy);
@@ -1345,7 +1339,7 @@ fn through_the_pool_a_backend_that_loses_its_database_mid_traffic_is_out_at_its_
 #[test]
 fn through_the_pool_a_readmitted_backend_still_failing_costs_one_request_and_goes_out_twice_as_long(
 ) {
-    let mut proxy = fleet(&["app1", "app2"], "");
+    let mut proxy = given_two_backends_passing_their_probes();
     let served = proxy.serve(ms(20), secs(90), 40, failing_from("app2", secs(20)));
     let ejections = outlier_ejections(&proxy);
     let lengths: Vec<Duration> = ejections.iter().map(|(_, length, _)| *length).collect();
@@ -1366,7 +1360,7 @@ fn through_the_pool_a_readmitted_backend_still_failing_costs_one_request_and_goe
 
 #[test]
 fn through_the_pool_an_app_bug_failing_a_fifth_of_requests_everywhere_ejects_nobody() {
-    let mut proxy = fleet(&["app1", "app2"], "");
+    let mut proxy = given_two_backends_passing_their_probes();
     let mut dice = Dice(11);
     let served = proxy.serve(ms(20), secs(120), 40, |_, _| {
         Some(answered(if dice.chance(20) { 500 } else { 200 }))
@@ -1384,7 +1378,7 @@ fn through_the_pool_an_app_bug_failing_a_fifth_of_requests_everywhere_ejects_nob
 
 #[test]
 fn through_the_pool_a_backend_that_hangs_is_judged_stalled_at_a_tick_within_a_second() {
-    let mut proxy = fleet(&["app1", "app2"], "");
+    let mut proxy = given_two_backends_passing_their_probes();
     proxy.serve(ms(20), secs(25), 40, |to, at| {
         (to != "app2" || at < secs(20)).then_some(answered(200))
     });
@@ -1401,7 +1395,10 @@ fn through_the_pool_a_backend_that_hangs_is_judged_stalled_at_a_tick_within_a_se
 #[test]
 fn through_the_pool_an_outlier_ejection_counts_toward_the_cap() {
     // One of three may be out.
-    let mut proxy = fleet(&["app1", "app2", "app3"], r#""max_ejection_percent":34"#);
+    let mut proxy = given_backends_passing_their_probes(
+        &["app1", "app2", "app3"],
+        r#""max_ejection_percent":34"#,
+    );
     proxy.serve(ms(20), secs(30), 60, |to, at| {
         let status = match to {
             "app3" if at >= secs(10) => 502,
@@ -1429,7 +1426,10 @@ fn through_the_pool_an_outlier_ejection_counts_toward_the_cap() {
 #[test]
 fn an_ejection_the_cap_held_back_is_reported_once_when_it_takes_effect() {
     // One of three may be out: app3 is, so app2's ejection is held back until app3 is back.
-    let mut proxy = fleet(&["app1", "app2", "app3"], r#""max_ejection_percent":34"#);
+    let mut proxy = given_backends_passing_their_probes(
+        &["app1", "app2", "app3"],
+        r#""max_ejection_percent":34"#,
+    );
     proxy.serve(ms(20), secs(90), 60, |to, at| {
         let status = match to {
             "app3" if at >= secs(10) && at < secs(25) => 502,
@@ -1465,7 +1465,7 @@ fn an_ejection_the_cap_held_back_is_reported_once_when_it_takes_effect() {
 
 #[test]
 fn a_success_at_a_backend_on_no_run_of_failures_reads_no_clock_and_shares_nothing_until_the_tick() {
-    let mut proxy = fleet(&["app1", "app2"], "");
+    let mut proxy = given_two_backends_passing_their_probes();
     proxy.tick(secs(1));
     let routed = proxy.pool.request_routed(7, 0, None);
     let effects = proxy
@@ -1498,7 +1498,7 @@ fn a_success_at_a_backend_on_no_run_of_failures_reads_no_clock_and_shares_nothin
 
 #[test]
 fn through_the_pool_attempts_retried_elsewhere_make_a_run_of_failures() {
-    let mut proxy = fleet(&["app1", "app2"], "");
+    let mut proxy = given_two_backends_passing_their_probes();
     proxy.serve(ms(20), secs(5), 40, |_, _| Some(answered(200)));
     for id in 0..5 {
         let effects = proxy
