@@ -439,15 +439,7 @@ fn a_backend_back_in_rotation_for_as_long_as_its_last_ejection_is_clean_again() 
 
 #[test]
 fn an_app_bug_that_fails_a_fifth_of_requests_on_every_backend_ejects_nobody() {
-    let mut sim = Sim::new(&[secs(0), secs(0)]);
-    let mut dice = Dice(2);
-    sim.run(secs(0), secs(600), 40, |_, _| {
-        if dice.chance(20) {
-            http_500()
-        } else {
-            ok(dice.between(20, 80))
-        }
-    });
+    let sim = given_both_failing_alike_for_ten_minutes(40, 20, 2);
     let failed = sim.failed(APP1, secs(0), secs(600)) + sim.failed(APP2, secs(0), secs(600));
     println!(
         "a fifth of requests failing everywhere for 10 min: {failed} failures, {} verdicts",
@@ -478,6 +470,19 @@ fn run_failing(
         }
     });
     sim
+}
+
+/// Two backends in rotation from 0 s for ten minutes, `per_second` requests a second in all,
+/// each failing (500) `percent` times in a hundred (dice from `seed`), else answered in 20-80 ms.
+fn given_both_failing_alike_for_ten_minutes(per_second: u32, percent: u64, seed: u64) -> Sim {
+    run_failing(
+        &[secs(0); 2],
+        Outlier::default(),
+        per_second,
+        secs(600),
+        seed,
+        |_, _, dice| dice.chance(percent),
+    )
 }
 
 /// The last of `backends` restarted with a release whose pages fail a third of the time
@@ -624,14 +629,7 @@ fn one_percent_of_failures_on_one_backend_ejects_nobody_over_ten_minutes() {
 
 #[test]
 fn at_one_request_a_second_a_fifth_failing_on_every_backend_ejects_nobody() {
-    let sim = run_failing(
-        &[secs(0); 2],
-        Outlier::default(),
-        1,
-        secs(600),
-        14,
-        |_, _, dice| dice.chance(20),
-    );
+    let sim = given_both_failing_alike_for_ten_minutes(1, 20, 14);
     let failed = sim.failed(APP1, secs(0), secs(600)) + sim.failed(APP2, secs(0), secs(600));
     println!(
         "1 req/s, a fifth failing everywhere for 10 min: {failed} failures, {} verdicts",
@@ -721,15 +719,7 @@ fn a_shared_database_that_slows_every_backend_threefold_ejects_nobody() {
 
 #[test]
 fn at_two_requests_a_second_one_percent_of_failures_everywhere_ejects_nobody() {
-    let mut sim = Sim::new(&[secs(0), secs(0)]);
-    let mut dice = Dice(6);
-    sim.run(secs(0), secs(600), 2, |_, _| {
-        if dice.chance(1) {
-            http_500()
-        } else {
-            ok(dice.between(20, 80))
-        }
-    });
+    let sim = given_both_failing_alike_for_ten_minutes(2, 1, 6);
     let failed = sim.failed(APP1, secs(0), secs(600)) + sim.failed(APP2, secs(0), secs(600));
     println!(
         "2 req/s, 1% failing everywhere for 10 min: {failed} failures, {} verdicts",
