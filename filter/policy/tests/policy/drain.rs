@@ -61,6 +61,14 @@ fn given_app1_draining_beside_app2() -> Proxy {
     given_app1_draining(config(&["app1", "app2"], ""))
 }
 
+/// app1, app2 and app3 healthy at 0 s, app1 draining from 1 s; app2's process goes away, its
+/// port refusing a request at 2 s, while app3 still serves.
+fn given_app2_gone_while_app1_drains() -> Proxy {
+    let mut proxy = given_app1_draining(config(&["app1", "app2", "app3"], ""));
+    request(&mut proxy, "app2", REFUSED, secs(2));
+    proxy
+}
+
 fn drain_events(proxy: &Proxy) -> Vec<&Event> {
     proxy
         .events
@@ -249,9 +257,7 @@ fn a_draining_backend_that_refuses_takes_nothing_even_when_the_other_refuses_too
 
 #[test]
 fn a_draining_backend_takes_nothing_while_one_that_stays_accepts_though_another_refuses() {
-    let mut proxy = given_app1_draining(config(&["app1", "app2", "app3"], ""));
-    // app2's process goes away; app3 still serves.
-    request(&mut proxy, "app2", REFUSED, secs(2));
+    let mut proxy = given_app2_gone_while_app1_drains();
     assert_eq!(routable(&proxy), ["app3"]);
     assert_eq!(proxy.guard(), Guard::Off);
     assert!(picks(&mut proxy, 10, secs(2)).iter().all(|p| p == "app3"));
@@ -259,8 +265,7 @@ fn a_draining_backend_takes_nothing_while_one_that_stays_accepts_though_another_
 
 #[test]
 fn a_draining_backend_serves_once_every_backend_that_stays_refuses() {
-    let mut proxy = given_app1_draining(config(&["app1", "app2", "app3"], ""));
-    request(&mut proxy, "app2", REFUSED, secs(2));
+    let mut proxy = given_app2_gone_while_app1_drains();
     assert_eq!(routable(&proxy), ["app3"]);
     request(&mut proxy, "app3", REFUSED, secs(3));
     assert_eq!(routable(&proxy), ["app1"]);
