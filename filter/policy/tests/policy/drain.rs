@@ -9,9 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use support::*;
 use upcheck_policy::drain::{Drain, Signal};
-use upcheck_policy::{
-    page, Config, Event, Guard, Health, Level, MadeBy, Pool, ProbeAnswer, ProbeOutcome,
-};
+use upcheck_policy::{page, Config, Event, Guard, Health, Level, Pool, ProbeAnswer, ProbeOutcome};
 
 /// Tokens for the probes these tests answer themselves, clear of the proxy's own.
 static TOKENS: AtomicU32 = AtomicU32::new(1_000_000);
@@ -32,31 +30,42 @@ fn probe_answer(
     let effects = proxy.pool.probe_answered(
         token,
         ProbeAnswer {
-            status,
-            made_by: MadeBy::Backend,
             signalled: header,
-            body: b"",
+            ..answer_from_backend(status)
         },
         at,
     );
     proxy.carry_out(effects, at);
 }
 
-/// Both backends healthy at 0 s.
-fn two_healthy() -> Proxy {
-    healthy(config(&["app1", "app2"], ""))
+/// Every backend of `config` healthy at 0 s.
+fn given_healthy(config: Config) -> Proxy {
+    given_every_backend_passing_at(config, secs(0))
 }
 
-fn healthy(config: Config) -> Proxy {
-    let mut proxy = Proxy::new(config, secs(0));
-    let names: Vec<String> = proxy
-        .members()
-        .iter()
-        .map(|m| m.name().to_owned())
-        .collect();
-    for name in &names {
-        probe(&mut proxy, name, ProbeOutcome::Pass, secs(0));
-    }
+/// app1 and app2 over the seed config, both healthy at 0 s.
+fn given_two_healthy_backends() -> Proxy {
+    given_healthy(config(&["app1", "app2"], ""))
+}
+
+/// Every backend of `config` healthy at 0 s; then app1's probe answer at 1 s carries the drain
+/// header.
+fn given_app1_draining(config: Config) -> Proxy {
+    let mut proxy = given_healthy(config);
+    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    proxy
+}
+
+/// app1 and app2 healthy at 0 s; app1 draining from 1 s on its probe's header.
+fn given_app1_draining_beside_app2() -> Proxy {
+    given_app1_draining(config(&["app1", "app2"], ""))
+}
+
+/// app1, app2 and app3 healthy at 0 s, app1 draining from 1 s; app2's process goes away, its
+/// port refusing a request at 2 s, while app3 still serves.
+fn given_app2_gone_while_app1_drains() -> Proxy {
+    let mut proxy = given_app1_draining(config(&["app1", "app2", "app3"], ""));
+    request(&mut proxy, "app2", REFUSED, secs(2));
     proxy
 }
 
@@ -89,7 +98,7 @@ fn guard_events(proxy: &Proxy) -> Vec<Guard> {
 
 #[test]
 fn a_probe_answer_carrying_the_header_drains_its_backend_at_once() {
-    let mut proxy = two_healthy();
+    let mut proxy = given_two_healthy_backends();
     probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
     assert_eq!(routable(&proxy), ["app2"]);
     assert!(picks(&mut proxy, 10, secs(1)).iter().all(|p| p == "app2"));
@@ -115,7 +124,7 @@ fn a_probe_answer_carrying_the_header_drains_its_backend_at_once() {
 
 #[test]
 fn a_user_response_carrying_the_header_drains_its_backend_and_counts_as_no_failure() {
-    let mut proxy = two_healthy();
+    let mut proxy = given_two_healthy_backends();
     let signalled = answered(503).signalled(true);
     request(&mut proxy, "app1", signalled, secs(2));
     assert_eq!(routable(&proxy), ["app2"]);
@@ -131,7 +140,7 @@ fn a_user_response_carrying_the_header_drains_its_backend_and_counts_as_no_failu
 
 #[test]
 fn a_probe_answering_the_drain_status_drains_its_backend_and_fails_no_probe() {
-    let mut proxy = healthy(config(
+    let mut proxy = given_healthy(config(
         &["app1", "app2"],
         r#""health_checks":{"active":{"drain_status":404}}"#,
     ));
@@ -155,7 +164,7 @@ fn a_probe_answering_the_drain_status_drains_its_backend_and_fails_no_probe() {
 
 #[test]
 fn without_a_drain_status_a_probe_answering_404_is_a_failed_probe_not_a_drain() {
-    let mut proxy = two_healthy();
+    let mut proxy = given_two_healthy_backends();
     probe_answer(&mut proxy, "app1", 404, false, secs(1), secs(1));
     assert_eq!(proxy.members()[0].draining(), None);
     assert_eq!(proxy.members()[0].evidence.active.status, Health::Unhealthy);
@@ -163,8 +172,7 @@ fn without_a_drain_status_a_probe_answering_404_is_a_failed_probe_not_a_drain() 
 
 #[test]
 fn requests_to_a_draining_backend_finish_without_counting_anywhere() {
-    let mut proxy = two_healthy();
-    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    let mut proxy = given_app1_draining_beside_app2();
     for n in 0..10 {
         let outcome = if n % 2 == 0 { answered(502) } else { REFUSED };
         request(&mut proxy, "app1", outcome, secs(1) + ms(10 * n));
@@ -186,8 +194,7 @@ fn requests_to_a_draining_backend_finish_without_counting_anywhere() {
 
 #[test]
 fn the_guard_never_brings_a_draining_backend_back_whatever_the_other_does() {
-    let mut proxy = two_healthy();
-    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    let mut proxy = given_app1_draining_beside_app2();
     // app2 fails its probes while app1, draining, still passes its own: app2 is all there is.
     probe(&mut proxy, "app2", SOFT_503, secs(5));
     assert_eq!(routable(&proxy), ["app2"]);
@@ -214,8 +221,7 @@ fn the_guard_never_brings_a_draining_backend_back_whatever_the_other_does() {
 
 #[test]
 fn a_restart_while_the_other_drains_sends_users_to_the_draining_one_until_the_port_opens() {
-    let mut proxy = two_healthy();
-    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    let mut proxy = given_app1_draining_beside_app2();
     assert_eq!(routable(&proxy), ["app2"]);
     // app2's process goes away: its port refuses.
     request(&mut proxy, "app2", REFUSED, secs(2));
@@ -238,8 +244,7 @@ fn a_restart_while_the_other_drains_sends_users_to_the_draining_one_until_the_po
 
 #[test]
 fn a_draining_backend_that_refuses_takes_nothing_even_when_the_other_refuses_too() {
-    let mut proxy = two_healthy();
-    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    let mut proxy = given_app1_draining_beside_app2();
     probe(&mut proxy, "app1", ProbeOutcome::Refused, secs(2));
     request(&mut proxy, "app2", REFUSED, secs(2));
     assert_eq!(
@@ -252,10 +257,7 @@ fn a_draining_backend_that_refuses_takes_nothing_even_when_the_other_refuses_too
 
 #[test]
 fn a_draining_backend_takes_nothing_while_one_that_stays_accepts_though_another_refuses() {
-    let mut proxy = healthy(config(&["app1", "app2", "app3"], ""));
-    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
-    // app2's process goes away; app3 still serves.
-    request(&mut proxy, "app2", REFUSED, secs(2));
+    let mut proxy = given_app2_gone_while_app1_drains();
     assert_eq!(routable(&proxy), ["app3"]);
     assert_eq!(proxy.guard(), Guard::Off);
     assert!(picks(&mut proxy, 10, secs(2)).iter().all(|p| p == "app3"));
@@ -263,9 +265,7 @@ fn a_draining_backend_takes_nothing_while_one_that_stays_accepts_though_another_
 
 #[test]
 fn a_draining_backend_serves_once_every_backend_that_stays_refuses() {
-    let mut proxy = healthy(config(&["app1", "app2", "app3"], ""));
-    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
-    request(&mut proxy, "app2", REFUSED, secs(2));
+    let mut proxy = given_app2_gone_while_app1_drains();
     assert_eq!(routable(&proxy), ["app3"]);
     request(&mut proxy, "app3", REFUSED, secs(3));
     assert_eq!(routable(&proxy), ["app1"]);
@@ -275,7 +275,7 @@ fn a_draining_backend_serves_once_every_backend_that_stays_refuses() {
 
 #[test]
 fn of_several_draining_backends_only_those_that_accept_serve_when_none_that_stays_does() {
-    let mut proxy = healthy(config(&["app1", "app2", "app3", "app4"], ""));
+    let mut proxy = given_healthy(config(&["app1", "app2", "app3", "app4"], ""));
     for name in ["app1", "app2", "app3"] {
         probe_answer(&mut proxy, name, 200, true, secs(1), secs(1));
     }
@@ -287,7 +287,7 @@ fn of_several_draining_backends_only_those_that_accept_serve_when_none_that_stay
 
 #[test]
 fn a_retry_from_the_only_backend_in_rotation_goes_to_a_draining_one_that_accepts() {
-    let mut proxy = two_healthy();
+    let mut proxy = given_two_healthy_backends();
     assert_eq!(proxy.pool.retry_choice(1), 0, "app1's turn is next");
     probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
     assert_eq!(routable(&proxy), ["app2"]);
@@ -299,8 +299,7 @@ fn a_retry_from_the_only_backend_in_rotation_goes_to_a_draining_one_that_accepts
 
 #[test]
 fn a_retry_goes_to_another_backend_in_rotation_before_a_draining_one() {
-    let mut proxy = healthy(config(&["app1", "app2", "app3"], ""));
-    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    let mut proxy = given_app1_draining(config(&["app1", "app2", "app3"], ""));
     assert_eq!(routable(&proxy), ["app2", "app3"]);
     assert_eq!(proxy.pool.retry_choice(1), 2);
     // Once app3 refuses, app2 is the only one in rotation: its retry goes to app1, draining.
@@ -311,8 +310,7 @@ fn a_retry_goes_to_another_backend_in_rotation_before_a_draining_one() {
 #[test]
 fn a_draining_backend_is_neither_ejected_nor_a_candidate_for_the_cap() {
     // Of two, the cap lets one go; with app1 draining, app2 is the last one and stays.
-    let mut proxy = two_healthy();
-    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    let mut proxy = given_app1_draining_beside_app2();
     for n in 0..3 {
         request(&mut proxy, "app2", answered(502), secs(2) + ms(n));
     }
@@ -327,8 +325,7 @@ fn a_draining_backend_is_neither_ejected_nor_a_candidate_for_the_cap() {
 #[test]
 fn the_cap_takes_its_share_of_the_backends_that_stay_not_of_those_that_drain() {
     // Of the three that stay, 50 % lets one go; of all four it would let two.
-    let mut proxy = healthy(config(&["app1", "app2", "app3", "app4"], ""));
-    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    let mut proxy = given_app1_draining(config(&["app1", "app2", "app3", "app4"], ""));
     for n in 0..3 {
         request(&mut proxy, "app2", answered(502), secs(2) + ms(n));
     }
@@ -346,8 +343,7 @@ fn the_cap_takes_its_share_of_the_backends_that_stay_not_of_those_that_drain() {
 #[test]
 fn at_max_ejection_percent_100_the_last_backend_that_stays_is_never_ejected() {
     // Were a draining backend one of the N, 100 % would let the last one that stays go.
-    let mut two = healthy(config(&["app1", "app2"], r#""max_ejection_percent": 100"#));
-    probe_answer(&mut two, "app1", 200, true, secs(1), secs(1));
+    let mut two = given_app1_draining(config(&["app1", "app2"], r#""max_ejection_percent": 100"#));
     for n in 0..3 {
         request(&mut two, "app2", answered(502), secs(2) + ms(n));
     }
@@ -355,8 +351,7 @@ fn at_max_ejection_percent_100_the_last_backend_that_stays_is_never_ejected() {
     assert_eq!(routable(&two), ["app2"]);
 
     let names = ["app1", "app2", "app3", "app4"];
-    let mut four = healthy(config(&names, r#""max_ejection_percent": 100"#));
-    probe_answer(&mut four, "app1", 200, true, secs(1), secs(1));
+    let mut four = given_app1_draining(config(&names, r#""max_ejection_percent": 100"#));
     for (k, name) in ["app2", "app3", "app4"].into_iter().enumerate() {
         for n in 0..3 {
             request(&mut four, name, answered(502), secs(2 + k as u64) + ms(n));
@@ -368,11 +363,10 @@ fn at_max_ejection_percent_100_the_last_backend_that_stays_is_never_ejected() {
 
 #[test]
 fn below_min_healthy_percent_the_spread_counts_and_takes_only_the_backends_that_stay() {
-    let mut proxy = healthy(config(
+    let mut proxy = given_app1_draining(config(
         &["app1", "app2", "app3", "app4"],
         r#""min_healthy_percent": 60"#,
     ));
-    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
     // Two of the three that stay are routable: 67 %, not the 50 % of all four.
     probe(&mut proxy, "app3", SOFT_503, secs(2));
     assert_eq!(routable(&proxy), ["app2", "app4"]);
@@ -385,7 +379,7 @@ fn below_min_healthy_percent_the_spread_counts_and_takes_only_the_backends_that_
 
 #[test]
 fn when_every_backend_drains_traffic_goes_to_all_with_one_warning_and_one_when_it_ends() {
-    let mut proxy = two_healthy();
+    let mut proxy = given_two_healthy_backends();
     probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
     probe_answer(&mut proxy, "app2", 200, true, secs(1), secs(1));
     assert_eq!(routable(&proxy), ["app1", "app2"]);
@@ -410,7 +404,7 @@ fn when_every_backend_drains_traffic_goes_to_all_with_one_warning_and_one_when_i
 
 #[test]
 fn when_every_backend_drains_the_rules_still_leave_out_those_that_fail_or_refuse() {
-    let mut proxy = healthy(config(&["app1", "app2", "app3"], ""));
+    let mut proxy = given_healthy(config(&["app1", "app2", "app3"], ""));
     for name in ["app1", "app2", "app3"] {
         probe_answer(&mut proxy, name, 200, true, secs(1), secs(1));
     }
@@ -423,7 +417,7 @@ fn when_every_backend_drains_the_rules_still_leave_out_those_that_fail_or_refuse
 
 #[test]
 fn a_backend_comes_back_at_its_first_passing_probe_without_the_signal_not_at_a_response() {
-    let mut proxy = two_healthy();
+    let mut proxy = given_two_healthy_backends();
     request(&mut proxy, "app1", answered(200).signalled(true), secs(1));
     // A response without the header ends nothing: a draining app still serves what it was sent.
     request(&mut proxy, "app1", answered(200), secs(2));
@@ -460,20 +454,13 @@ fn a_backend_comes_back_at_its_first_passing_probe_without_the_signal_not_at_a_r
 
 #[test]
 fn a_passing_probe_sent_before_the_drain_began_does_not_end_it() {
-    let mut proxy = two_healthy();
+    let mut proxy = given_two_healthy_backends();
     let i = proxy.index_of("app1").expect("known backend");
     let _ = proxy.pool.probe_sent(i, 77, secs(1));
     request(&mut proxy, "app1", answered(200).signalled(true), secs(2));
-    let effects = proxy.pool.probe_answered(
-        77,
-        ProbeAnswer {
-            status: 200,
-            made_by: MadeBy::Backend,
-            signalled: false,
-            body: b"",
-        },
-        secs(3),
-    );
+    let effects = proxy
+        .pool
+        .probe_answered(77, answer_from_backend(200), secs(3));
     proxy.carry_out(effects, secs(3));
     assert!(proxy.members()[0].draining().is_some());
     assert_eq!(routable(&proxy), ["app2"]);
@@ -481,7 +468,7 @@ fn a_passing_probe_sent_before_the_drain_began_does_not_end_it() {
 
 #[test]
 fn another_vm_stops_picking_a_draining_backend_once_it_reads_the_shared_table() {
-    let mut proxy = two_healthy();
+    let mut proxy = given_two_healthy_backends();
     let mut worker: Pool = Pool::new(proxy.config().clone(), secs(0), |_| ());
     let active = proxy.active_table();
     let _ = worker.active_published(&active, secs(0));
@@ -551,8 +538,7 @@ fn a_drain_status_a_passing_probe_answers_is_refused_naming_the_field() {
 
 #[test]
 fn the_status_page_shows_a_draining_backend_with_what_said_so_and_since_when_in_each_form() {
-    let mut proxy = two_healthy();
-    probe_answer(&mut proxy, "app1", 200, true, secs(1), secs(1));
+    let proxy = given_app1_draining_beside_app2();
     let now = secs(4);
     let text = page::text(&proxy.pool, None, now);
     let app1 = text
@@ -595,7 +581,7 @@ fn operator_config(drained: bool) -> Config {
 #[test]
 fn a_backend_the_operator_drains_takes_no_new_request_through_passing_probes_until_the_drain_ends()
 {
-    let mut proxy = healthy(operator_config(false));
+    let mut proxy = given_healthy(operator_config(false));
     proxy.reconfigure(operator_config(true), secs(1));
     let drain = Drain {
         since: secs(1),
@@ -646,7 +632,7 @@ fn a_backend_the_operator_drains_takes_no_new_request_through_passing_probes_unt
 
 #[test]
 fn a_backend_configured_drained_from_the_start_never_takes_a_user() {
-    let mut proxy = healthy(operator_config(true));
+    let mut proxy = given_healthy(operator_config(true));
     assert_eq!(routable(&proxy), ["app2"]);
     assert!(picks(&mut proxy, 10, secs(1)).iter().all(|p| p == "app2"));
 }

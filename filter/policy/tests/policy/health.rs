@@ -6,8 +6,7 @@ use support::*;
 use upcheck_policy::active::Reason;
 use upcheck_policy::passive::Recorded;
 use upcheck_policy::{
-    ActiveHealth, Config, Health, MadeBy, Outstanding, Pages, PassiveHealth, ProbeAnswer,
-    ProbeOutcome, Transition,
+    ActiveHealth, Config, Health, Outstanding, Pages, PassiveHealth, ProbeOutcome, Transition,
 };
 
 fn active(passes: u32, fails: u32) -> Config {
@@ -132,9 +131,7 @@ fn an_ejection_ends_exactly_when_the_oldest_counted_failure_expires() {
 
 #[test]
 fn successes_do_not_erase_remembered_failures() {
-    let mut pool = pool(&["a", "b"]);
-    probe(&mut pool, "a", ProbeOutcome::Pass, ms(10));
-    probe(&mut pool, "b", ProbeOutcome::Pass, ms(10));
+    let mut pool = given_backends_passing_their_probes(&["a", "b"], "");
     for (t, outcome) in [
         (100, answered(502)),
         (200, answered(200)),
@@ -233,16 +230,7 @@ fn a_probe_the_host_never_answers_counts_as_timed_out_after_twice_its_timeout_an
     assert_eq!(status(&proxy), Health::Unknown, "still waited for");
     proxy.tick(secs(10) + ms(20));
     assert_eq!(status(&proxy), Health::Unhealthy, "given up as timed out");
-    let late = proxy.probe_answered(
-        999,
-        ProbeAnswer {
-            status: 200,
-            made_by: MadeBy::Backend,
-            signalled: false,
-            body: b"",
-        },
-        secs(11),
-    );
+    let late = proxy.probe_answered(999, answer_from_backend(200), secs(11));
     proxy.carry_out(late, secs(11));
     assert_eq!(
         status(&proxy),

@@ -10,10 +10,8 @@ use upcheck_policy::{page, Event, Health, ProbeOutcome};
 
 /// app1 and app2 healthy at 0 s; app2 then answers 502 to its probes at 10 s and passes at
 /// 20 s; at 30 s both fail (the guard engages) and at 40 s both pass again.
-fn incident(extra: &str) -> Proxy {
-    let mut proxy = Proxy::new(config(&["app1", "app2"], extra), secs(0));
-    probe(&mut proxy, "app1", ProbeOutcome::Pass, secs(0));
-    probe(&mut proxy, "app2", ProbeOutcome::Pass, secs(0));
+fn given_the_incident(extra: &str) -> Proxy {
+    let mut proxy = given_every_backend_passing_at(config(&["app1", "app2"], extra), secs(0));
     probe(&mut proxy, "app2", ProbeOutcome::Soft(Some(502)), secs(10));
     probe(&mut proxy, "app2", ProbeOutcome::Pass, secs(20));
     probe(&mut proxy, "app1", SOFT_503, secs(30));
@@ -36,7 +34,7 @@ fn health(from: Health, to: Health) -> Kind {
 
 #[test]
 fn every_change_of_the_incident_is_in_the_history_in_order_with_its_time() {
-    let proxy = incident("");
+    let proxy = given_the_incident("");
     let app2 = &proxy.history;
     let changes: Vec<(Option<&str>, Kind, u64)> = app2
         .iter()
@@ -64,7 +62,7 @@ fn every_change_of_the_incident_is_in_the_history_in_order_with_its_time() {
 
 #[test]
 fn a_changes_cause_is_its_log_lines_reason() {
-    let proxy = incident("");
+    let proxy = given_the_incident("");
     let logged: Vec<String> = proxy
         .events
         .iter()
@@ -86,16 +84,13 @@ fn a_changes_cause_is_its_log_lines_reason() {
 
 #[test]
 fn ejections_and_drains_are_changes_and_probes_and_failed_requests_are_not() {
-    let mut proxy = Proxy::new(
+    let mut proxy = given_every_backend_passing_at(
         config(
             &["app1", "app2", "app3"],
             r#""health_checks":{"active":{"drain_status":404}}"#,
         ),
         secs(0),
     );
-    for name in ["app1", "app2", "app3"] {
-        probe(&mut proxy, name, ProbeOutcome::Pass, secs(0));
-    }
     let before = proxy.history.len();
     for at in [1, 2, 3] {
         request(&mut proxy, "app2", answered(502), secs(at));
@@ -124,7 +119,7 @@ fn ejections_and_drains_are_changes_and_probes_and_failed_requests_are_not() {
 
 #[test]
 fn a_pool_keeps_only_its_newest_changes_up_to_its_history_size() {
-    let proxy = incident(r#""history":3"#);
+    let proxy = given_the_incident(r#""history":3"#);
     let kept = kinds(&proxy.history);
     assert_eq!(
         kept,
@@ -139,7 +134,7 @@ fn a_pool_keeps_only_its_newest_changes_up_to_its_history_size() {
 
 #[test]
 fn another_pools_changes_in_the_shared_history_are_not_shown_and_age_out_like_any_other() {
-    let mut proxy = incident(r#""history":12"#);
+    let mut proxy = given_the_incident(r#""history":12"#);
     let other = Proxy::new(config(&["app9"], ""), secs(0));
     let foreign = Change {
         at: secs(50),
@@ -196,7 +191,7 @@ fn the_shared_history_at_its_largest_survives_the_round_trip_and_one_more_is_ref
 
 #[test]
 fn every_form_of_the_status_page_shows_the_history_newest_first() {
-    let proxy = incident("");
+    let proxy = given_the_incident("");
     let now = secs(45);
     let v: serde_json::Value =
         serde_json::from_str(&page::json(&proxy.pool, None, now)).expect("the page is JSON");
@@ -250,7 +245,7 @@ fn every_form_of_the_status_page_shows_the_history_newest_first() {
 
 #[test]
 fn in_the_json_log_format_a_change_is_one_object_shaped_like_envoys_health_check_event() {
-    let proxy = incident(r#""log_format":"json""#);
+    let proxy = given_the_incident(r#""log_format":"json""#);
     let unhealthy = proxy
         .events
         .iter()
@@ -290,7 +285,7 @@ fn in_the_json_log_format_a_change_is_one_object_shaped_like_envoys_health_check
         probed.to_string(),
         "not a change"
     );
-    let text = incident("");
+    let text = given_the_incident("");
     assert_eq!(
         text.pool.log_line(unhealthy, secs(1)),
         unhealthy.to_string()

@@ -5,21 +5,37 @@ use crate::support;
 use std::time::Duration;
 use support::*;
 use upcheck_policy::tables::ActiveTable;
-use upcheck_policy::{
-    ActiveHealth, Config, Event, Guard, Health, MadeBy, Pick, Pool, ProbeAnswer, ProbeOutcome,
-};
+use upcheck_policy::{ActiveHealth, Config, Event, Guard, Health, Pick, Pool, ProbeOutcome};
 
 /// app1 serving and known healthy; app2 added by a reconfiguration at 30 s.
-fn app2_added() -> Proxy {
+fn given_app2_added_at_30s() -> Proxy {
     let mut pool = pool(&["app1"]);
     probe(&mut pool, "app1", ProbeOutcome::Pass, ms(20));
     pool.reconfigure(config(&["app1", "app2"], ""), secs(30));
     pool
 }
 
+/// A worker of NGINX, which resumes a request only on its own calls' answers, that does not
+/// probe: app1 and app2 at their addresses, nothing known yet.
+fn given_an_nginx_worker() -> Pool {
+    let json = r#"{"proxy":"nginx","upstreams":[
+        {"name":"app1","cluster":"127.0.0.1:8081"},{"name":"app2","cluster":"127.0.0.1:8082"}]}"#;
+    let config = Config::parse(json.as_bytes()).expect("parses");
+    Pool::new(config, Duration::ZERO, |_| ())
+}
+
+/// app1 and app2 passing their probes; app2 then answers 502 to a request at 1, 2 and 3 s.
+fn given_app2_ejected_by_three_502s() -> Proxy {
+    let mut pool = given_two_backends_passing_their_probes();
+    for t in 1..=3 {
+        request(&mut pool, "app2", answered(502), secs(t));
+    }
+    pool
+}
+
 #[test]
 fn a_backend_added_while_answering_502_is_never_selected() {
-    let mut pool = app2_added();
+    let mut pool = given_app2_added_at_30s();
     assert_eq!(
         picks(&mut pool, 4, secs(30)),
         ["app1"; 4],
@@ -33,7 +49,7 @@ fn a_backend_added_while_answering_502_is_never_selected() {
 #[test]
 fn a_backend_added_while_hanging_or_refusing_is_never_selected() {
     for outcome in [TIMEOUT, ProbeOutcome::Refused] {
-        let mut pool = app2_added();
+        let mut pool = given_app2_added_at_30s();
         assert_eq!(picks(&mut pool, 2, secs(31)), ["app1"; 2]);
         probe(&mut pool, "app2", outcome, secs(35));
         assert_eq!(picks(&mut pool, 2, secs(36)), ["app1"; 2]);
@@ -42,7 +58,7 @@ fn a_backend_added_while_hanging_or_refusing_is_never_selected() {
 
 #[test]
 fn a_reconfiguration_keeps_what_is_known_about_backends_that_stay() {
-    let pool = app2_added();
+    let pool = given_app2_added_at_30s();
     let app1 = pool.index_of("app1").expect("app1 stays");
     assert_eq!(
         pool.members()[app1].evidence.active.status,
@@ -66,19 +82,10 @@ fn at_cold_start_requests_wait_for_the_first_passing_probe_at_most_one_timeout()
     );
 }
 
-/// A worker of NGINX, which resumes a request only on its own calls' answers, that does not
-/// probe: app1 and app2 at their addresses, nothing known yet.
-fn nginx_worker() -> Pool {
-    let json = r#"{"proxy":"nginx","upstreams":[
-        {"name":"app1","cluster":"127.0.0.1:8081"},{"name":"app2","cluster":"127.0.0.1:8082"}]}"#;
-    let config = Config::parse(json.as_bytes()).expect("parses");
-    Pool::new(config, Duration::ZERO, |_| ())
-}
-
 #[test]
 fn at_cold_start_in_nginx_each_request_waits_on_a_probe_of_its_own_and_the_first_answer_routes_the_rest(
 ) {
-    let mut pool = nginx_worker();
+    let mut pool = given_an_nginx_worker();
     let mut offered = [pool.pick(ms(10)), pool.pick(ms(10))];
     offered.sort_by_key(|pick| format!("{pick:?}"));
     assert_eq!(
@@ -88,12 +95,7 @@ fn at_cold_start_in_nginx_each_request_waits_on_a_probe_of_its_own_and_the_first
     );
 
     let _ = pool.held_probe_sent(1, 7, ms(10));
-    let answer = ProbeAnswer {
-        status: 502,
-        made_by: MadeBy::Backend,
-        signalled: false,
-        body: b"",
-    };
+    let answer = answer_from_backend(502);
     let effects = pool.probe_answered(7, answer, ms(12));
     assert!(
         effects
@@ -120,14 +122,11 @@ fn at_cold_start_in_nginx_each_request_waits_on_a_probe_of_its_own_and_the_first
         "a table that has not heard of app2 since does not undo what this worker heard"
     );
 
-    let mut prober = nginx_worker();
+    let mut prober = given_an_nginx_worker();
     let _ = prober.lease(upcheck_policy::LeaseHeld::Here { seed: 1 }, ms(15));
     for (i, token) in [(0, 1), (1, 2)] {
         let _ = prober.probe_sent(i, token, ms(15));
-        let passed = ProbeAnswer {
-            status: 200,
-            ..answer
-        };
+        let passed = answer_from_backend(200);
         let _ = prober.probe_answered(token, passed, ms(16));
     }
     let _ = pool.active_published(&prober.active_table(), ms(17));
@@ -140,7 +139,7 @@ fn at_cold_start_in_nginx_each_request_waits_on_a_probe_of_its_own_and_the_first
 
 #[test]
 fn a_worker_whose_held_probe_the_proxy_refuses_leaves_the_probe_table_to_the_prober() {
-    let mut pool = nginx_worker();
+    let mut pool = given_an_nginx_worker();
     let effects = pool.probe_refused(1, "bad argument", ms(10));
     assert!(!effects.publish_active, "{effects:?}");
     assert_eq!(pool.pick(ms(11)), Pick::Backend(0));
@@ -148,13 +147,8 @@ fn a_worker_whose_held_probe_the_proxy_refuses_leaves_the_probe_table_to_the_pro
 
 #[test]
 fn a_held_probe_whose_request_left_or_that_went_unanswered_for_two_timeouts_is_forgotten() {
-    let mut pool = nginx_worker();
-    let answer = ProbeAnswer {
-        status: 502,
-        made_by: MadeBy::Backend,
-        signalled: false,
-        body: b"",
-    };
+    let mut pool = given_an_nginx_worker();
+    let answer = answer_from_backend(502);
     let _ = pool.held_probe_sent(1, 7, ms(10));
     let _ = pool.held_probe_dropped(7);
     let _ = pool.probe_answered(7, answer, ms(12));
@@ -172,14 +166,14 @@ fn a_held_probe_whose_request_left_or_that_went_unanswered_for_two_timeouts_is_f
 
 #[test]
 fn in_nginx_requests_go_on_unheld_one_probe_timeout_after_start_if_no_probe_answered() {
-    let mut pool = nginx_worker();
+    let mut pool = given_an_nginx_worker();
     assert!(matches!(pool.pick(ms(4_999)), Pick::Probe(_)));
     assert!(matches!(pool.pick(secs(5)), Pick::Backend(_)));
 }
 
 #[test]
 fn a_db_blip_failing_every_probe_at_once_keeps_both_backends_routable() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
+    let mut pool = given_two_backends_passing_their_probes();
     probe(&mut pool, "app1", SOFT_503, secs(10));
     assert_eq!(routable(&pool), ["app2"]);
     probe(&mut pool, "app2", SOFT_503, secs(10) + ms(400));
@@ -193,10 +187,7 @@ fn a_db_blip_failing_every_probe_at_once_keeps_both_backends_routable() {
 #[test]
 fn at_max_ejection_percent_100_the_backends_a_blip_keeps_in_may_all_be_ejected_but_the_last() {
     let names = ["app1", "app2", "app3"];
-    let mut pool = Proxy::new(config(&names, r#""max_ejection_percent": 100"#), secs(0));
-    for name in names {
-        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
-    }
+    let mut pool = given_backends_passing_their_probes(&names, r#""max_ejection_percent": 100"#);
     for (k, name) in names.iter().enumerate() {
         probe(&mut pool, name, SOFT_503, secs(10) + ms(100 * k as u64));
     }
@@ -215,7 +206,7 @@ fn at_max_ejection_percent_100_the_backends_a_blip_keeps_in_may_all_be_ejected_b
 
 #[test]
 fn a_blip_after_app2_already_went_down_keeps_app2_out() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
+    let mut pool = given_two_backends_passing_their_probes();
     probe(&mut pool, "app2", TIMEOUT, secs(15));
     probe(&mut pool, "app1", SOFT_503, secs(120));
     assert_eq!(routable(&pool), ["app1"]);
@@ -258,7 +249,7 @@ fn a_probe_that_timed_out_dates_a_backends_fall_from_when_it_was_sent() {
 
 #[test]
 fn of_backends_going_down_one_after_another_only_those_within_a_round_of_the_last_keep_serving() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2", "app3"]);
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2", "app3"], "");
     probe(&mut pool, "app1", SOFT_503, secs(1));
     probe(&mut pool, "app2", SOFT_503, secs(11));
     assert_eq!(routable(&pool), ["app3"]);
@@ -281,7 +272,7 @@ fn backends_that_went_down_together_but_refuse_connections_are_left_out() {
 
 #[test]
 fn a_backend_that_refuses_connections_does_not_date_the_last_round() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2", "app3"]);
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2", "app3"], "");
     probe(&mut pool, "app1", SOFT_503, secs(1));
     probe(&mut pool, "app2", SOFT_503, secs(15));
     probe(&mut pool, "app3", ProbeOutcome::Refused, secs(28));
@@ -304,11 +295,10 @@ fn when_nothing_accepts_connections_every_backend_is_tried() {
 
 #[test]
 fn two_of_three_broken_after_a_bad_deploy_are_both_ejected_and_the_healthy_one_serves() {
-    let c = config(&["app1", "app2", "app3"], r#""max_ejection_percent": 100"#);
-    let mut pool = Proxy::new(c, secs(0));
-    for name in ["app1", "app2", "app3"] {
-        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
-    }
+    let mut pool = given_backends_passing_their_probes(
+        &["app1", "app2", "app3"],
+        r#""max_ejection_percent": 100"#,
+    );
     for t in 1..=3 {
         request(&mut pool, "app2", answered(502), secs(t));
         request(&mut pool, "app3", answered(503), secs(t));
@@ -319,10 +309,7 @@ fn two_of_three_broken_after_a_bad_deploy_are_both_ejected_and_the_healthy_one_s
 
 #[test]
 fn passive_ejection_may_take_one_of_two_backends_but_never_both() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
-    for t in 1..=3 {
-        request(&mut pool, "app2", answered(502), secs(t));
-    }
+    let mut pool = given_app2_ejected_by_three_502s();
     assert_eq!(routable(&pool), ["app1"]);
     for t in 4..=6 {
         request(&mut pool, "app1", answered(502), secs(t));
@@ -340,11 +327,7 @@ fn at_max_ejection_percent_100_every_failing_backend_may_go_but_never_the_last_o
     let names = ["app1", "app2", "app3", "app4"];
     for n in 1..=names.len() {
         let fleet = &names[..n];
-        let c = config(fleet, r#""max_ejection_percent": 100"#);
-        let mut pool = Proxy::new(c, secs(0));
-        for name in fleet {
-            probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
-        }
+        let mut pool = given_backends_passing_their_probes(fleet, r#""max_ejection_percent": 100"#);
         // Each fails its pages, the last of them last.
         for t in 1..=3 {
             for (k, name) in fleet.iter().enumerate() {
@@ -403,7 +386,7 @@ fn at_max_ejection_percent_75_the_cap_takes_its_share_of_the_backends_passing_ac
 
 #[test]
 fn a_refused_request_takes_a_backend_out_until_it_answers_again() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
+    let mut pool = given_two_backends_passing_their_probes();
     request(&mut pool, "app2", REFUSED, secs(1));
     assert_eq!(routable(&pool), ["app1"]);
     probe(&mut pool, "app2", ProbeOutcome::Pass, secs(10));
@@ -427,14 +410,10 @@ fn below_min_healthy_percent_traffic_spreads_over_every_backend_that_accepts() {
 
 #[test]
 fn exactly_min_healthy_percent_routable_is_enough_and_one_fewer_spreads_the_traffic() {
-    let c: Config = config(
+    let mut pool = given_backends_passing_their_probes(
         &["app1", "app2", "app3", "app4"],
         r#""min_healthy_percent": 50"#,
     );
-    let mut pool = Proxy::new(c, secs(0));
-    for name in ["app1", "app2", "app3", "app4"] {
-        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
-    }
     probe(&mut pool, "app3", SOFT_503, secs(1));
     probe(&mut pool, "app4", SOFT_503, secs(1));
     assert_eq!(routable(&pool), ["app1", "app2"], "two of four: not fewer");
@@ -447,16 +426,15 @@ fn exactly_min_healthy_percent_routable_is_enough_and_one_fewer_spreads_the_traf
 #[test]
 fn weights_share_traffic_in_proportion() {
     let json = r#"{"upstreams":[{"name":"big","weight":3},{"name":"small"}]}"#;
-    let mut pool = Proxy::new(Config::parse(json.as_bytes()).expect("parses"), secs(0));
-    probe(&mut pool, "big", ProbeOutcome::Pass, ms(10));
-    probe(&mut pool, "small", ProbeOutcome::Pass, ms(10));
+    let mut pool =
+        given_every_backend_passing_at(Config::parse(json.as_bytes()).expect("parses"), ms(10));
     let got = picks(&mut pool, 400, secs(1));
     assert_eq!(got.iter().filter(|n| *n == "big").count(), 300);
 }
 
 #[test]
 fn a_backend_that_fails_only_first_attempts_is_ejected_like_one_whose_failures_reach_users() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
+    let mut pool = given_two_backends_passing_their_probes();
     for t in 1..=3 {
         request(
             &mut pool,
@@ -470,7 +448,7 @@ fn a_backend_that_fails_only_first_attempts_is_ejected_like_one_whose_failures_r
 
 #[test]
 fn a_request_answered_after_a_refused_probe_is_shared_as_something_serving_again() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
+    let mut pool = given_two_backends_passing_their_probes();
     probe(&mut pool, "app2", ProbeOutcome::Refused, secs(1));
     assert!(!pool.members()[1].evidence.accepting());
     request(&mut pool, "app2", answered(200), secs(2));
@@ -487,10 +465,7 @@ fn a_request_answered_after_a_refused_probe_is_shared_as_something_serving_again
 
 #[test]
 fn an_ejection_ends_when_it_is_no_longer_earned_not_when_the_backend_also_fails_its_probes() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
-    for t in 1..=3 {
-        request(&mut pool, "app2", answered(502), secs(t));
-    }
+    let mut pool = given_app2_ejected_by_three_502s();
     let ended = |pool: &Proxy| {
         pool.events
             .iter()
@@ -506,19 +481,11 @@ fn an_ejection_ends_when_it_is_no_longer_earned_not_when_the_backend_also_fails_
 
 #[test]
 fn a_reconfiguration_that_removes_backends_never_picks_a_position_that_is_gone() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2", "app3", "app4", "app5"]);
+    let mut pool =
+        given_backends_passing_their_probes(&["app1", "app2", "app3", "app4", "app5"], "");
     pool.reconfigure(config(&["app5", "app3", "app1"], ""), secs(1));
     let got = picks(&mut pool, 6, secs(1));
     assert_eq!(got, ["app5", "app3", "app1", "app5", "app3", "app1"]);
-}
-
-/// The lines saying which backends came back in rotation with peers whose probes fail alike.
-fn back_alike_lines(pool: &Proxy) -> Vec<String> {
-    pool.events
-        .iter()
-        .filter(|e| matches!(e, Event::BackAlike { .. }))
-        .map(ToString::to_string)
-        .collect()
 }
 
 /// Traffic at 20 requests a second from `from` until `until`, every request answered 200 at once
@@ -539,9 +506,38 @@ fn logged(pool: &Proxy, pattern: impl Fn(&Event) -> bool) -> usize {
     pool.events.iter().filter(|e| pattern(e)).count()
 }
 
+/// The lines that brought a backend back with its peers, in order.
+fn back_alike(pool: &Proxy) -> Vec<String> {
+    pool.events
+        .iter()
+        .filter(|e| matches!(e, Event::BackAlike { .. }))
+        .map(ToString::to_string)
+        .collect()
+}
+
+/// `names` passing their probes, then a second of pages (from 20 ms), all answered.
+fn given_pages_served_for_a_second(names: &[&str]) -> Proxy {
+    let mut pool = given_backends_passing_their_probes(names, "");
+    serve_pages(&mut pool, ms(20), secs(1), &[]);
+    pool
+}
+
+/// A second of pages from 40 s, all answered; then `name`'s probe times out at 48 s.
+fn when_its_probe_times_out_at_48s_while_pages_answer(pool: &mut Proxy, name: &str) {
+    serve_pages(pool, secs(40), secs(41), &[]);
+    timed_out(pool, name, secs(48));
+}
+
+/// app1 and app2 served a second of pages, all answered; then app1's probe timed out at 8 s.
+fn given_app1_timed_out_while_its_pages_answered() -> Proxy {
+    let mut pool = given_pages_served_for_a_second(&["app1", "app2"]);
+    timed_out(&mut pool, "app1", secs(8));
+    pool
+}
+
 #[test]
 fn a_probe_that_times_out_while_pages_answer_leaves_its_backend_in_rotation() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
+    let mut pool = given_two_backends_passing_their_probes();
     serve_pages(&mut pool, ms(20), secs(20), &[]);
     timed_out(&mut pool, "app1", secs(20));
     assert_eq!(routable(&pool), ["app1", "app2"]);
@@ -556,7 +552,7 @@ fn a_probe_that_times_out_while_pages_answer_leaves_its_backend_in_rotation() {
 
 #[test]
 fn a_probe_that_times_out_while_its_requests_hang_takes_its_backend_out() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
+    let mut pool = given_two_backends_passing_their_probes();
     serve_pages(&mut pool, ms(20), secs(10), &[]);
     serve_pages(&mut pool, secs(10), secs(20), &["app1"]);
     timed_out(&mut pool, "app1", secs(20));
@@ -565,13 +561,10 @@ fn a_probe_that_times_out_while_its_requests_hang_takes_its_backend_out() {
 
 #[test]
 fn backends_whose_probes_time_out_rounds_apart_while_pages_answer_all_come_back() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
     // Little traffic: no page answered while app1's probe waited, but its last ones were.
-    serve_pages(&mut pool, ms(20), secs(1), &[]);
-    timed_out(&mut pool, "app1", secs(8));
+    let mut pool = given_app1_timed_out_while_its_pages_answered();
     assert_eq!(routable(&pool), ["app2"]);
-    serve_pages(&mut pool, secs(40), secs(41), &[]);
-    timed_out(&mut pool, "app2", secs(48));
+    when_its_probe_times_out_at_48s_while_pages_answer(&mut pool, "app2");
     assert_eq!(routable(&pool), ["app1", "app2"], "40 s apart, alike");
     let back = pool.events.iter().find_map(|e| match e {
         Event::BackAlike { name, peers, .. } => Some((name.clone(), peers.clone())),
@@ -579,21 +572,20 @@ fn backends_whose_probes_time_out_rounds_apart_while_pages_answer_all_come_back(
     });
     assert_eq!(back, Some(("app1".to_owned(), vec!["app2".to_owned()])));
     assert_eq!(
-        back_alike_lines(&pool),
+        back_alike(&pool),
         ["app1 back in rotation: its probes and app2's fail alike (timeout) while pages answer"]
     );
 }
 
 #[test]
 fn a_backend_whose_pages_failed_when_it_went_down_stays_out_when_the_rest_fail_alike() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
+    let mut pool = given_two_backends_passing_their_probes();
     pool.serve(ms(20), secs(1), 20, |name, _| {
         Some(answered(if name == "app1" { 500 } else { 200 }))
     });
     timed_out(&mut pool, "app1", secs(8));
     assert_eq!(routable(&pool), ["app2"]);
-    serve_pages(&mut pool, secs(40), secs(41), &[]);
-    timed_out(&mut pool, "app2", secs(48));
+    when_its_probe_times_out_at_48s_while_pages_answer(&mut pool, "app2");
     assert_eq!(
         routable(&pool),
         ["app2"],
@@ -611,11 +603,8 @@ fn pages_fail_at(pool: &mut Proxy, name: &str, from: Duration, until: Duration) 
 
 #[test]
 fn a_backend_back_with_its_peers_gives_way_to_them_when_its_own_pages_start_failing() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
-    serve_pages(&mut pool, ms(20), secs(1), &[]);
-    timed_out(&mut pool, "app1", secs(8));
-    serve_pages(&mut pool, secs(40), secs(41), &[]);
-    timed_out(&mut pool, "app2", secs(48));
+    let mut pool = given_app1_timed_out_while_its_pages_answered();
+    when_its_probe_times_out_at_48s_while_pages_answer(&mut pool, "app2");
     assert_eq!(routable(&pool), ["app1", "app2"], "a shared cause");
     pages_fail_at(&mut pool, "app2", secs(50), secs(51));
     assert_eq!(
@@ -627,44 +616,38 @@ fn a_backend_back_with_its_peers_gives_way_to_them_when_its_own_pages_start_fail
 
 #[test]
 fn when_the_last_backend_to_go_down_fails_its_pages_those_a_shared_cause_took_out_earlier_serve() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
-    serve_pages(&mut pool, ms(20), secs(1), &[]);
-    timed_out(&mut pool, "app1", secs(8));
+    let mut pool = given_app1_timed_out_while_its_pages_answered();
     assert_eq!(routable(&pool), ["app2"]);
     pages_fail_at(&mut pool, "app2", secs(40), secs(41));
     timed_out(&mut pool, "app2", secs(48));
     assert_eq!(routable(&pool), ["app1"]);
     assert_eq!(
-        back_alike_lines(&pool),
+        back_alike(&pool),
         ["app1 back in rotation: its probes failed (timeout) while its pages answered; app2's pages fail"]
     );
 }
 
 #[test]
 fn the_last_backend_to_go_down_while_its_pages_answered_sets_how_a_shared_cause_fails() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2", "app3"]);
-    serve_pages(&mut pool, ms(20), secs(1), &[]);
+    let mut pool = given_pages_served_for_a_second(&["app1", "app2", "app3"]);
     probe(&mut pool, "app1", SOFT_503, secs(2));
     timed_out(&mut pool, "app2", secs(8));
     assert_eq!(routable(&pool), ["app3"]);
-    serve_pages(&mut pool, secs(40), secs(41), &[]);
-    timed_out(&mut pool, "app3", secs(48));
+    when_its_probe_times_out_at_48s_while_pages_answer(&mut pool, "app3");
     assert_eq!(
         routable(&pool),
         ["app2", "app3"],
         "app3's probes time out like app2's; app1's answered 503"
     );
-    let back = back_alike_lines(&pool);
     assert_eq!(
-        back,
+        back_alike(&pool),
         ["app2 back in rotation: its probes and app3's fail alike (timeout) while pages answer"]
     );
 }
 
 #[test]
 fn a_shared_cause_brings_nobody_back_unless_every_backend_that_went_down_last_failed_alike() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2", "app3"]);
-    serve_pages(&mut pool, ms(20), secs(1), &[]);
+    let mut pool = given_pages_served_for_a_second(&["app1", "app2", "app3"]);
     timed_out(&mut pool, "app1", secs(8));
     assert_eq!(routable(&pool), ["app2", "app3"]);
     serve_pages(&mut pool, secs(40), secs(41), &[]);
@@ -675,36 +658,29 @@ fn a_shared_cause_brings_nobody_back_unless_every_backend_that_went_down_last_fa
         ["app2", "app3"],
         "app3 went down with app2 but answered 503: app1's timeouts are not explained"
     );
-    assert!(!pool
-        .events
-        .iter()
-        .any(|e| matches!(e, Event::BackAlike { .. })));
+    assert!(back_alike(&pool).is_empty());
 }
 
 #[test]
 fn a_shared_cause_among_the_backends_that_stay_leaves_a_draining_one_out_and_names_them() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2", "app3"]);
+    let mut pool = given_backends_passing_their_probes(&["app1", "app2", "app3"], "");
     request(&mut pool, "app1", answered(200).signalled(true), ms(20));
     serve_pages(&mut pool, ms(20), secs(1), &[]);
     timed_out(&mut pool, "app2", secs(8));
     assert_eq!(routable(&pool), ["app3"]);
-    serve_pages(&mut pool, secs(40), secs(41), &[]);
-    timed_out(&mut pool, "app3", secs(48));
+    when_its_probe_times_out_at_48s_while_pages_answer(&mut pool, "app3");
     assert_eq!(routable(&pool), ["app2", "app3"]);
-    let back = back_alike_lines(&pool);
     assert_eq!(
-        back,
+        back_alike(&pool),
         ["app2 back in rotation: its probes and app3's fail alike (timeout) while pages answer"]
     );
 }
 
 #[test]
 fn backends_that_went_down_differently_are_not_a_shared_cause() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
-    serve_pages(&mut pool, ms(20), secs(1), &[]);
+    let mut pool = given_pages_served_for_a_second(&["app1", "app2"]);
     probe(&mut pool, "app1", SOFT_503, secs(2));
-    serve_pages(&mut pool, secs(40), secs(41), &[]);
-    timed_out(&mut pool, "app2", secs(48));
+    when_its_probe_times_out_at_48s_while_pages_answer(&mut pool, "app2");
     assert_eq!(routable(&pool), ["app2"]);
 }
 
@@ -714,10 +690,7 @@ fn backends_that_went_down_differently_are_not_a_shared_cause() {
 #[test]
 fn a_backend_is_probed_at_once_once_per_ejection_however_often_the_cap_lets_it_back() {
     let names = ["app1", "app2", "app3"];
-    let mut pool = Proxy::new(config(&names, r#""max_ejection_percent":34"#), secs(0));
-    for name in names {
-        probe(&mut pool, name, ProbeOutcome::Pass, ms(10));
-    }
+    let mut pool = given_backends_passing_their_probes(&names, r#""max_ejection_percent":34"#);
     let probes_of_app2 = |pool: &mut Proxy, at| pool.tick(at).contains(&1);
     pool.tick(ms(200)); // the first round
     assert!(!probes_of_app2(&mut pool, ms(400)));
@@ -747,7 +720,7 @@ fn a_backend_is_probed_at_once_once_per_ejection_however_often_the_cap_lets_it_b
 /// those failures; it was then probed "at once" again, 20 ms after the probe that just passed.
 #[test]
 fn a_backend_re_added_with_failures_on_record_is_not_probed_twice_as_it_joins() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
+    let mut pool = given_two_backends_passing_their_probes();
     pool.tick(ms(200)); // the first round
     for t in 1..=3 {
         request(&mut pool, "app2", answered(502), secs(1) + ms(t));
@@ -778,20 +751,13 @@ fn a_backend_re_added_with_failures_on_record_is_not_probed_twice_as_it_joins() 
 /// 300 ms later, overtaken by the next round's 502).
 #[test]
 fn a_slow_probe_answer_overtaken_by_a_newer_probes_failure_is_dropped() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
+    let mut pool = given_two_backends_passing_their_probes();
     let _ = pool.pool.probe_sent(0, 100, secs(1));
     probe(&mut pool, "app1", SOFT_503, secs(2));
     assert_eq!(routable(&pool), ["app2"]);
-    let effects = pool.pool.probe_answered(
-        100,
-        ProbeAnswer {
-            status: 200,
-            made_by: MadeBy::Backend,
-            signalled: false,
-            body: b"",
-        },
-        secs(2) + ms(300),
-    );
+    let effects = pool
+        .pool
+        .probe_answered(100, answer_from_backend(200), secs(2) + ms(300));
     pool.carry_out(effects, secs(2) + ms(300));
     assert_eq!(routable(&pool), ["app2"], "the older probe says less");
 }
@@ -801,8 +767,7 @@ fn a_slow_probe_answer_overtaken_by_a_newer_probes_failure_is_dropped() {
 /// back, its first failed page takes it out again.
 #[test]
 fn a_backend_back_with_its_peers_leaves_again_at_its_first_failed_page() {
-    let mut pool = given_backends_passing_their_probes(&["app1", "app2"]);
-    serve_pages(&mut pool, ms(20), secs(1), &[]);
+    let mut pool = given_pages_served_for_a_second(&["app1", "app2"]);
     let soft_502 = ProbeOutcome::Soft(Some(502));
     probe(&mut pool, "app1", soft_502, secs(2));
     serve_pages(&mut pool, secs(39), secs(40), &[]);
@@ -821,11 +786,10 @@ fn a_backend_back_with_its_peers_leaves_again_at_its_first_failed_page() {
 /// and only such a pick reads it.
 #[test]
 fn a_pick_of_a_backend_another_vm_just_ejected_is_checked_and_goes_elsewhere() {
-    let (mut here, mut there) = (pool(&["app1", "app2"]), pool(&["app1", "app2"]));
-    for proxy in [&mut here, &mut there] {
-        probe(proxy, "app1", ProbeOutcome::Pass, ms(10));
-        probe(proxy, "app2", ProbeOutcome::Pass, ms(10));
-    }
+    let (mut here, mut there) = (
+        given_two_backends_passing_their_probes(),
+        given_two_backends_passing_their_probes(),
+    );
     request(&mut here, "app2", answered(502), secs(1));
     for t in 1..=3 {
         request(&mut there, "app2", answered(502), secs(1) + ms(t));

@@ -10,7 +10,10 @@ use crate::support;
 
 use proptest::prelude::*;
 use std::time::Duration;
-use support::{answered, ms, secs, Proxy, Served};
+use support::{
+    answered, given_backends_passing_their_probes, given_two_backends_passing_their_probes, ms,
+    secs, Proxy, Served,
+};
 use upcheck_policy::config::Outlier;
 use upcheck_policy::events::EjectionReason;
 use upcheck_policy::outlier::{
@@ -436,15 +439,7 @@ fn a_backend_back_in_rotation_for_as_long_as_its_last_ejection_is_clean_again() 
 
 #[test]
 fn an_app_bug_that_fails_a_fifth_of_requests_on_every_backend_ejects_nobody() {
-    let mut sim = Sim::new(&[secs(0), secs(0)]);
-    let mut dice = Dice(2);
-    sim.run(secs(0), secs(600), 40, |_, _| {
-        if dice.chance(20) {
-            http_500()
-        } else {
-            ok(dice.between(20, 80))
-        }
-    });
+    let sim = given_both_failing_alike_for_ten_minutes(40, 20, 2);
     let failed = sim.failed(APP1, secs(0), secs(600)) + sim.failed(APP2, secs(0), secs(600));
     println!(
         "a fifth of requests failing everywhere for 10 min: {failed} failures, {} verdicts",
@@ -475,6 +470,19 @@ fn run_failing(
         }
     });
     sim
+}
+
+/// Two backends in rotation from 0 s for ten minutes, `per_second` requests a second in all,
+/// each failing (500) `percent` times in a hundred (dice from `seed`), else answered in 20-80 ms.
+fn given_both_failing_alike_for_ten_minutes(per_second: u32, percent: u64, seed: u64) -> Sim {
+    run_failing(
+        &[secs(0); 2],
+        Outlier::default(),
+        per_second,
+        secs(600),
+        seed,
+        |_, _, dice| dice.chance(percent),
+    )
 }
 
 /// The last of `backends` restarted with a release whose pages fail a third of the time
@@ -621,14 +629,7 @@ fn one_percent_of_failures_on_one_backend_ejects_nobody_over_ten_minutes() {
 
 #[test]
 fn at_one_request_a_second_a_fifth_failing_on_every_backend_ejects_nobody() {
-    let sim = run_failing(
-        &[secs(0); 2],
-        Outlier::default(),
-        1,
-        secs(600),
-        14,
-        |_, _, dice| dice.chance(20),
-    );
+    let sim = given_both_failing_alike_for_ten_minutes(1, 20, 14);
     let failed = sim.failed(APP1, secs(0), secs(600)) + sim.failed(APP2, secs(0), secs(600));
     println!(
         "1 req/s, a fifth failing everywhere for 10 min: {failed} failures, {} verdicts",
@@ -718,15 +719,7 @@ fn a_shared_database_that_slows_every_backend_threefold_ejects_nobody() {
 
 #[test]
 fn at_two_requests_a_second_one_percent_of_failures_everywhere_ejects_nobody() {
-    let mut sim = Sim::new(&[secs(0), secs(0)]);
-    let mut dice = Dice(6);
-    sim.run(secs(0), secs(600), 2, |_, _| {
-        if dice.chance(1) {
-            http_500()
-        } else {
-            ok(dice.between(20, 80))
-        }
-    });
+    let sim = given_both_failing_alike_for_ten_minutes(2, 1, 6);
     let failed = sim.failed(APP1, secs(0), secs(600)) + sim.failed(APP2, secs(0), secs(600));
     println!(
         "2 req/s, 1% failing everywhere for 10 min: {failed} failures, {} verdicts",
@@ -1218,15 +1211,6 @@ proptest! {
 // Through the pool: the pipeline that ships, with the passive table in memory, a tick every
 // 200 ms, requests picked by the pool and not timed (they start at the latest tick).
 
-/// `names`, each passing its first probe, with `extra` top-level configuration.
-fn fleet(names: &[&str], extra: &str) -> Proxy {
-    let mut proxy = Proxy::new(support::config(names, extra), secs(0));
-    for name in names {
-        proxy.probe(name, ProbeOutcome::Pass, ms(10));
-    }
-    proxy
-}
-
 /// Every page of `name` answers 500 from `from`; everything else answers 200.
 fn failing_from(
     name: &'static str,
@@ -1289,7 +1273,7 @@ fn the_run_rule_asks_for_five_failures_in_a_row_with_peers_at_one_percent_nine_a
 #[test]
 fn through_the_pool_a_backend_that_loses_its_database_mid_traffic_is_out_at_its_fifth_failure_in_a_row(
 ) {
-    let mut proxy = fleet(&["app1", "app2"], "");
+    let mut proxy = given_two_backends_passing_their_probes();
     let served = proxy.serve(ms(20), secs(30), 40, failing_from("app2", secs(20)));
     let failed = failed_at(&served, "app2", secs(20), secs(30));
     let ejections = outlier_ejections(&proxy);
@@ -1345,7 +1329,7 @@ fn through_the_pool_a_backend_that_loses_its_database_mid_traffic_is_out_at_its_
 #[test]
 fn through_the_pool_a_readmitted_backend_still_failing_costs_one_request_and_goes_out_twice_as_long(
 ) {
-    let mut proxy = fleet(&["app1", "app2"], "");
+    let mut proxy = given_two_backends_passing_their_probes();
     let served = proxy.serve(ms(20), secs(90), 40, failing_from("app2", secs(20)));
     let ejections = outlier_ejections(&proxy);
     let lengths: Vec<Duration> = ejections.iter().map(|(_, length, _)| *length).collect();
@@ -1366,7 +1350,7 @@ fn through_the_pool_a_readmitted_backend_still_failing_costs_one_request_and_goe
 
 #[test]
 fn through_the_pool_an_app_bug_failing_a_fifth_of_requests_everywhere_ejects_nobody() {
-    let mut proxy = fleet(&["app1", "app2"], "");
+    let mut proxy = given_two_backends_passing_their_probes();
     let mut dice = Dice(11);
     let served = proxy.serve(ms(20), secs(120), 40, |_, _| {
         Some(answered(if dice.chance(20) { 500 } else { 200 }))
@@ -1384,7 +1368,7 @@ fn through_the_pool_an_app_bug_failing_a_fifth_of_requests_everywhere_ejects_nob
 
 #[test]
 fn through_the_pool_a_backend_that_hangs_is_judged_stalled_at_a_tick_within_a_second() {
-    let mut proxy = fleet(&["app1", "app2"], "");
+    let mut proxy = given_two_backends_passing_their_probes();
     proxy.serve(ms(20), secs(25), 40, |to, at| {
         (to != "app2" || at < secs(20)).then_some(answered(200))
     });
@@ -1401,7 +1385,10 @@ fn through_the_pool_a_backend_that_hangs_is_judged_stalled_at_a_tick_within_a_se
 #[test]
 fn through_the_pool_an_outlier_ejection_counts_toward_the_cap() {
     // One of three may be out.
-    let mut proxy = fleet(&["app1", "app2", "app3"], r#""max_ejection_percent":34"#);
+    let mut proxy = given_backends_passing_their_probes(
+        &["app1", "app2", "app3"],
+        r#""max_ejection_percent":34"#,
+    );
     proxy.serve(ms(20), secs(30), 60, |to, at| {
         let status = match to {
             "app3" if at >= secs(10) => 502,
@@ -1429,7 +1416,10 @@ fn through_the_pool_an_outlier_ejection_counts_toward_the_cap() {
 #[test]
 fn an_ejection_the_cap_held_back_is_reported_once_when_it_takes_effect() {
     // One of three may be out: app3 is, so app2's ejection is held back until app3 is back.
-    let mut proxy = fleet(&["app1", "app2", "app3"], r#""max_ejection_percent":34"#);
+    let mut proxy = given_backends_passing_their_probes(
+        &["app1", "app2", "app3"],
+        r#""max_ejection_percent":34"#,
+    );
     proxy.serve(ms(20), secs(90), 60, |to, at| {
         let status = match to {
             "app3" if at >= secs(10) && at < secs(25) => 502,
@@ -1465,7 +1455,7 @@ fn an_ejection_the_cap_held_back_is_reported_once_when_it_takes_effect() {
 
 #[test]
 fn a_success_at_a_backend_on_no_run_of_failures_reads_no_clock_and_shares_nothing_until_the_tick() {
-    let mut proxy = fleet(&["app1", "app2"], "");
+    let mut proxy = given_two_backends_passing_their_probes();
     proxy.tick(secs(1));
     let routed = proxy.pool.request_routed(7, 0, None);
     let effects = proxy
@@ -1498,7 +1488,7 @@ fn a_success_at_a_backend_on_no_run_of_failures_reads_no_clock_and_shares_nothin
 
 #[test]
 fn through_the_pool_attempts_retried_elsewhere_make_a_run_of_failures() {
-    let mut proxy = fleet(&["app1", "app2"], "");
+    let mut proxy = given_two_backends_passing_their_probes();
     proxy.serve(ms(20), secs(5), 40, |_, _| Some(answered(200)));
     for id in 0..5 {
         let effects = proxy

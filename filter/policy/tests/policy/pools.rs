@@ -6,9 +6,10 @@ use crate::support;
 
 use support::*;
 use upcheck_policy::tables::{ActiveTable, AnnounceTable};
-use upcheck_policy::{Health, MadeBy, Pool, ProbeAnswer, ProbeOutcome};
+use upcheck_policy::{Health, Pool, ProbeOutcome};
 
-fn prober(names: &[&str]) -> Pool {
+/// A pool over the seed config for `names` at 0 s, holding the probing lease.
+fn given_a_prober_of(names: &[&str]) -> Pool {
     let mut pool = Pool::new(config(names, ""), secs(0), |_| ());
     let _ = pool.lease(upcheck_policy::LeaseHeld::Here { seed: 1 }, secs(0));
     pool
@@ -25,7 +26,7 @@ fn probed(pool: &mut Pool, now: std::time::Duration) -> Vec<String> {
 
 #[test]
 fn two_pools_with_different_backends_each_probe_their_own() {
-    let (mut a, mut b) = (prober(&["app1"]), prober(&["api1"]));
+    let (mut a, mut b) = (given_a_prober_of(&["app1"]), given_a_prober_of(&["api1"]));
     let mut announcements = AnnounceTable::new();
     a.announce(&mut announcements, 1);
     b.announce(&mut announcements, 2);
@@ -37,13 +38,13 @@ fn two_pools_with_different_backends_each_probe_their_own() {
 
 #[test]
 fn after_an_update_a_backend_that_stays_is_probed_once_for_the_newest_configuration() {
-    let mut old = prober(&["app1", "app3"]);
+    let mut old = given_a_prober_of(&["app1", "app3"]);
     let mut announcements = AnnounceTable::new();
     old.announce(&mut announcements, 1);
     let _ = old.announced(&announcements, 1, secs(0));
     assert_eq!(probed(&mut old, secs(0)), ["app1", "app3"]);
 
-    let mut new = prober(&["app1", "app2"]);
+    let mut new = given_a_prober_of(&["app1", "app2"]);
     new.announce(&mut announcements, 2);
     let _ = new.announced(&announcements, 2, secs(1));
     let _ = old.announced(&announcements, 1, secs(1));
@@ -57,7 +58,7 @@ fn after_an_update_a_backend_that_stays_is_probed_once_for_the_newest_configurat
 
 #[test]
 fn a_pool_takes_probe_state_only_for_its_own_backends() {
-    let mut a = prober(&["app1"]);
+    let mut a = given_a_prober_of(&["app1"]);
     let mut b = Pool::new(config(&["app1"], r#""routing":"cluster""#), secs(0), |_| ());
     let mut announcements = AnnounceTable::new();
     a.announce(&mut announcements, 1);
@@ -65,18 +66,9 @@ fn a_pool_takes_probe_state_only_for_its_own_backends() {
     let _ = b.announced(&announcements, 2, secs(0));
     let sent = a.tick(secs(0));
     let _ = a.probe_sent(sent.probes[0], 7, secs(0));
-    let _ = a.probe_answered(
-        7,
-        ProbeAnswer {
-            status: 200,
-            made_by: MadeBy::Backend,
-            signalled: false,
-            body: b"",
-        },
-        secs(0),
-    );
+    let _ = a.probe_answered(7, answer_from_backend(200), secs(0));
     let mut published = a.active_table();
-    let elsewhere: ActiveTable = prober(&["api1"]).active_table();
+    let elsewhere: ActiveTable = given_a_prober_of(&["api1"]).active_table();
     published.extend(elsewhere);
     let _ = b.active_published(&published, secs(1));
     assert_eq!(b.members()[0].evidence.active.status, Health::Healthy);

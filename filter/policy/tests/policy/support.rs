@@ -304,14 +304,38 @@ pub fn pool(names: &[&str]) -> Proxy {
     Proxy::new(config(names, ""), Duration::ZERO)
 }
 
-/// Given: a proxy over the seed config for `names`, each backend passing its first probe at
-/// 10 ms.
-pub fn given_backends_passing_their_probes(names: &[&str]) -> Proxy {
-    let mut proxy = pool(names);
-    for name in names {
-        probe(&mut proxy, name, ProbeOutcome::Pass, ms(10));
+/// A proxy over `config` started at zero, every backend having passed a probe at `at`.
+pub fn given_every_backend_passing_at(config: Config, at: Duration) -> Proxy {
+    let mut proxy = Proxy::new(config, Duration::ZERO);
+    let names: Vec<String> = proxy
+        .members()
+        .iter()
+        .map(|m| m.name().to_owned())
+        .collect();
+    for name in &names {
+        proxy.probe(name, ProbeOutcome::Pass, at);
     }
     proxy
+}
+
+/// `names` over the seed config with `extra`, each having passed its first probe at 10 ms.
+pub fn given_backends_passing_their_probes(names: &[&str], extra: &str) -> Proxy {
+    given_every_backend_passing_at(config(names, extra), ms(10))
+}
+
+/// app1 and app2 over the seed config, both having passed their first probe at 10 ms.
+pub fn given_two_backends_passing_their_probes() -> Proxy {
+    given_backends_passing_their_probes(&["app1", "app2"], "")
+}
+
+/// A probe answer with `status`, made by the backend, with no drain signal and no body.
+pub fn answer_from_backend(status: u16) -> ProbeAnswer<'static> {
+    ProbeAnswer {
+        status,
+        made_by: MadeBy::Backend,
+        signalled: false,
+        body: b"",
+    }
 }
 
 pub fn probe(proxy: &mut Proxy, name: &str, outcome: ProbeOutcome, at: Duration) {

@@ -40,7 +40,7 @@ fn picked(proxy: &mut Proxy, name: &str, now: Duration) -> f64 {
 }
 
 /// Both pass at start; b fails at 20 s and passes again at 30 s, warming up from then.
-fn b_returns_at_30s(config: Config) -> Proxy {
+fn given_b_back_at_30s(config: Config) -> Proxy {
     let mut proxy = Proxy::new(config, secs(0));
     proxy.probe("a", ProbeOutcome::Pass, ms(10));
     proxy.probe("b", ProbeOutcome::Pass, ms(20));
@@ -49,10 +49,15 @@ fn b_returns_at_30s(config: Config) -> Proxy {
     proxy
 }
 
+/// a, b and c with a 100 s warm-up, each having passed its first probe at 10 ms.
+fn given_three_passing_with_a_100s_warm_up() -> Proxy {
+    given_every_backend_passing_at(slow_start_over(&THREE, r#""100s""#), ms(10))
+}
+
 /// b's share of the traffic against a at full weight, at each share of a 100 s window, matches
 /// the formula to within the 5 % steps it is applied in (and the picks' partial cycle).
 fn shares_follow_the_formula(value: &str, aggression: f64, min_weight_percent: f64) {
-    let mut proxy = b_returns_at_30s(slow_start(value));
+    let mut proxy = given_b_back_at_30s(slow_start(value));
     for at in [0.0, 0.25, 0.5, 0.75, 1.0] {
         let now = secs(30) + Duration::from_secs_f64(at * 100.0);
         proxy.tick(now);
@@ -92,8 +97,7 @@ fn a_slower_aggression_keeps_the_share_at_its_floor_longer() {
 
 #[test]
 fn a_new_backend_warms_up_from_its_first_passing_probe() {
-    let mut proxy = Proxy::new(config(&["a"], ""), secs(0));
-    proxy.probe("a", ProbeOutcome::Pass, ms(10));
+    let mut proxy = given_backends_passing_their_probes(&["a"], "");
     proxy.reconfigure(slow_start(r#""100s""#), secs(50));
     proxy.probe("b", ProbeOutcome::Pass, secs(51));
     let b = &proxy.members()[1];
@@ -121,7 +125,7 @@ fn backends_entering_service_together_at_cold_start_do_not_warm_up_against_each_
 
 #[test]
 fn a_lone_healthy_backend_that_warms_up_gets_every_request() {
-    let mut proxy = b_returns_at_30s(slow_start(r#""100s""#));
+    let mut proxy = given_b_back_at_30s(slow_start(r#""100s""#));
     proxy.probe("a", ProbeOutcome::Soft(Some(503)), secs(31));
     proxy.tick(secs(31));
     assert_eq!(proxy.routable(), ["b"]);
@@ -130,10 +134,7 @@ fn a_lone_healthy_backend_that_warms_up_gets_every_request() {
 
 #[test]
 fn a_returning_backend_warms_up_beside_one_in_service_though_another_is_down() {
-    let mut proxy = Proxy::new(slow_start_over(&THREE, r#""100s""#), secs(0));
-    for name in THREE {
-        proxy.probe(name, ProbeOutcome::Pass, ms(10));
-    }
+    let mut proxy = given_three_passing_with_a_100s_warm_up();
     proxy.probe("b", ProbeOutcome::Soft(Some(503)), secs(20));
     proxy.probe("c", ProbeOutcome::Soft(Some(503)), secs(20));
     proxy.probe("c", ProbeOutcome::Pass, secs(30));
@@ -145,10 +146,7 @@ fn a_returning_backend_warms_up_beside_one_in_service_though_another_is_down() {
 
 #[test]
 fn nobody_warms_up_while_the_cap_keeps_a_failing_backend_in_rotation() {
-    let mut proxy = Proxy::new(slow_start_over(&THREE, r#""100s""#), secs(0));
-    for name in THREE {
-        proxy.probe(name, ProbeOutcome::Pass, ms(10));
-    }
+    let mut proxy = given_three_passing_with_a_100s_warm_up();
     proxy.probe("b", ProbeOutcome::Soft(Some(503)), secs(20));
     proxy.probe("b", ProbeOutcome::Pass, secs(30));
     // a is ejected; c fails as much, but of three one may go.
@@ -168,10 +166,7 @@ fn nobody_warms_up_while_the_cap_keeps_a_failing_backend_in_rotation() {
 fn nobody_warms_up_while_the_guard_is_engaged() {
     let four = ["a", "b", "c", "d"];
     let extra = r#""min_healthy_percent":60,"health_checks":{"slow_start":"100s"}"#;
-    let mut proxy = Proxy::new(config(&four, extra), secs(0));
-    for name in four {
-        proxy.probe(name, ProbeOutcome::Pass, ms(10));
-    }
+    let mut proxy = given_backends_passing_their_probes(&four, extra);
     proxy.probe("b", ProbeOutcome::Soft(Some(503)), secs(20));
     proxy.probe("b", ProbeOutcome::Pass, secs(30));
     // Two of four routable is fewer than 60 %: traffic spreads over all four alike.
@@ -186,7 +181,7 @@ fn nobody_warms_up_while_the_guard_is_engaged() {
 
 #[test]
 fn without_slow_start_a_returning_backend_gets_its_full_share_at_once() {
-    let mut proxy = b_returns_at_30s(config(&BOTH, ""));
+    let mut proxy = given_b_back_at_30s(config(&BOTH, ""));
     assert_eq!(proxy.config().health_checks.slow_start.window, None);
     assert_eq!(picked(&mut proxy, "b", secs(30)), 0.5);
 }
