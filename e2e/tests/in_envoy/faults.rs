@@ -1,5 +1,5 @@
-//! Faults beyond the incident, each under users: a backend crashing and coming back, the whole
-//! fleet restarting, a backend whose bytes barely move, one that answers garbage, the upstream
+//! Faults beyond the incident, each under users: a backend crashing and coming back, every
+//! backend restarting, a backend whose bytes barely move, one that answers garbage, the upstream
 //! list changing under load, and the VM that probes for the process failing.
 //!
 //! Every scenario runs the operators' block with short times ([`fast_checks`]: probes every 1 s

@@ -51,6 +51,8 @@ async fn two_pools_with_backends_of_the_same_names_are_told_apart_by_the_pool_la
         r#"upcheck_state{pool="api",backend="app2",state="healthy"} 1"#,
         r#"upcheck_pool_guard{pool="site"} 0"#,
         r#"upcheck_pool_guard{pool="api"} 0"#,
+        // The pool guard's former name, kept for existing alerts (docs/operating.md), labelled alike.
+        r#"upcheck_fleet_guard{pool="site"} 0"#,
     ];
     let deadline = Instant::now() + PATIENCE;
     loop {

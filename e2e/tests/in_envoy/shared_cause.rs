@@ -1,4 +1,4 @@
-//! A slow shared dependency never concentrates the fleet: the four scenarios of probe failures
+//! A slow shared dependency never concentrates the load: the four scenarios of probe failures
 //! that real traffic contradicts, or confirms, on a real Envoy 1.40 with two workers, in both
 //! routing modes.
 //!

@@ -217,6 +217,8 @@ fn a_db_blip_failing_every_probe_at_once_fails_no_user_and_engages_the_pool_guar
         Some(1),
         "guard engaged during the blip"
     );
+    // The former name, kept for existing alerts (docs/operating.md), says the same.
+    assert_eq!(host.metric("upcheck.fleet_guard"), Some(1));
     let after = run(&mut host, 40, secs(30));
     assert!(
         before.failures().is_empty() && after.failures().is_empty(),
@@ -227,6 +229,7 @@ fn a_db_blip_failing_every_probe_at_once_fails_no_user_and_engages_the_pool_guar
         Some(0),
         "guard released after"
     );
+    assert_eq!(host.metric("upcheck.fleet_guard"), Some(0));
     let by = after.by_upstream();
     assert!(
         by.get("app1") > Some(&0) && by.get("app2") > Some(&0),

@@ -1,4 +1,4 @@
-//! A slow shared dependency never concentrates the fleet: the four scenarios of probe failures
+//! A slow shared dependency never concentrates the load: the four scenarios of probe failures
 //! that real traffic contradicts, or confirms, driven through the real upcheck.wasm in both
 //! routing modes, default configuration (probes every 10 s, 5 s timeout), a main-thread VM and
 //! two workers.
