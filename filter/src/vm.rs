@@ -116,7 +116,6 @@ impl Vm {
         let now = self.last_tick;
         let pool = self.pool.as_mut()?;
         let seen = &mut self.seen_passive;
-        let (pool_guard, gauges) = (self.pool_guard, &mut self.fleet);
         let latest = || {
             let (table, cas) = shared::read_passive(*seen)?;
             *seen = Some(cas);
@@ -125,8 +124,8 @@ impl Vm {
         // The host is made only for a suspect pick's effects, not for every request.
         let pick = pool.pick_checked(now, latest, |pool, effects| {
             let mut envoy = Envoy {
-                pool_guard,
-                gauges,
+                pool_guard: self.pool_guard,
+                gauges: &mut self.fleet,
                 now,
             };
             host::carry_out(pool, &mut envoy, effects, now);
