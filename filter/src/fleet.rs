@@ -27,16 +27,22 @@ use upcheck_policy::{series, Effects, Pool, Time};
 /// given.
 #[derive(Default)]
 pub struct FleetGauges {
-    /// The pool name they are defined under, once defined.
-    pool: Option<Option<String>>,
+    /// The gauges, once defined.
+    defined: Option<Defined>,
+    /// What the status page was last given, as bytes.
+    shown: Vec<u8>,
+}
+
+/// The fleet's gauges, named by one pool.
+struct Defined {
+    /// The pool name they are named by.
+    pool: Option<String>,
     local: Gauge,
     balancers: Gauge,
     /// Per backend key, its `probe_duty` gauge.
     duties: Vec<(String, Gauge)>,
     /// The watch's gauges, once there is a watch.
     watch: Option<WatchGauges>,
-    /// What the status page was last given, as bytes.
-    shown: Vec<u8>,
 }
 
 /// What the stats show of the watch.
@@ -48,7 +54,6 @@ struct WatchGauges {
 }
 
 /// A gauge and the value it was last set to.
-#[derive(Default)]
 struct Gauge {
     id: Option<u32>,
     shown: Option<u64>,
@@ -56,14 +61,10 @@ struct Gauge {
 
 impl Gauge {
     fn define(name: &str) -> Gauge {
-        let id = match hostcalls::define_metric(MetricType::Gauge, name) {
-            Ok(id) => Some(id),
-            Err(status) => {
-                log::warn!("upcheck: metric {name} not reported: the host refused it ({status:?})");
-                None
-            }
-        };
-        Gauge { id, shown: None }
+        Gauge {
+            id: metrics::define(MetricType::Gauge, name),
+            shown: None,
+        }
     }
 
     fn show(&mut self, value: u64) {
@@ -75,22 +76,39 @@ impl Gauge {
 }
 
 impl FleetGauges {
-    /// Sets the gauges to what `shown` says, and gives the status page its record when it
-    /// changed.
+    /// Sets the gauges to what `shown` says (defining them again under a pool's new name), and
+    /// gives the status page its record when it changed.
     pub fn show<H>(&mut self, pool: &Pool<H>, shown: &Shown, prefix: &str) {
         let name = pool.config().pool.as_deref();
-        if self
-            .pool
-            .as_ref()
-            .is_none_or(|defined| defined.as_deref() != name)
-        {
-            let gauge = |stat: &str| Gauge::define(&series::pool_stat(name, stat));
-            self.local = gauge("fleet_local");
-            self.balancers = gauge("fleet_balancers");
-            self.duties.clear();
-            self.watch = None;
-            self.pool = Some(name.map(str::to_owned));
+        let defined = match self.defined.take() {
+            Some(defined) if defined.pool.as_deref() == name => defined,
+            _ => Defined::new(name),
+        };
+        self.defined.insert(defined).show(pool, shown);
+        let bytes = shown.encode();
+        if self.shown != bytes {
+            shared::write_fleet(prefix, &bytes);
+            self.shown = bytes;
         }
+    }
+}
+
+impl Defined {
+    /// The gauges of the pool named `name`; a backend's and the watch's as they are shown.
+    fn new(name: Option<&str>) -> Defined {
+        let gauge = |stat: &str| Gauge::define(&series::pool_stat(name, stat));
+        Defined {
+            pool: name.map(str::to_owned),
+            local: gauge("fleet_local"),
+            balancers: gauge("fleet_balancers"),
+            duties: Vec::new(),
+            watch: None,
+        }
+    }
+
+    /// Sets the gauges to what `shown` says of `pool`'s backends.
+    fn show<H>(&mut self, pool: &Pool<H>, shown: &Shown) {
+        let name = self.pool.as_deref();
         let members = pool.members();
         let same = self.duties.len() == members.len()
             && self
@@ -124,11 +142,6 @@ impl FleetGauges {
             gauges.revision.show(watching.revision);
             gauges.events.show(watching.events);
             gauges.resyncs.show(watching.resyncs);
-        }
-        let bytes = shown.encode();
-        if self.shown != bytes {
-            shared::write_fleet(prefix, &bytes);
-            self.shown = bytes;
         }
     }
 }

@@ -49,7 +49,8 @@ pub struct BackendMetrics {
     unflushed_requests: u64,
 }
 
-fn define(kind: MetricType, name: &str) -> Option<u32> {
+/// Defines metric `name`: its id, or `None`, said once in the log, when the host refuses it.
+pub fn define(kind: MetricType, name: &str) -> Option<u32> {
     match hostcalls::define_metric(kind, name) {
         Ok(id) => Some(id),
         Err(status) => {

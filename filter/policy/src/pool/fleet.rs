@@ -21,21 +21,19 @@ impl<H> Pool<H> {
     /// evidence, reopens a watch that stalled, and the pool takes in where each backend's duty
     /// is. Without a `fleet` there is no part.
     pub(super) fn tick_fleet(&mut self, now: Time, effects: &mut Effects) {
-        let Some(settings) = self.config.fleet.clone() else {
-            self.end_fleet(effects);
-            return;
-        };
-        if self
+        let stale = self
             .fleet
             .as_ref()
-            .is_some_and(|f| *f.settings() != settings)
-        {
+            .is_some_and(|f| self.config.fleet.as_ref() != Some(f.settings()));
+        if stale || self.config.fleet.is_none() {
             self.end_fleet(effects);
         }
-        let mut fleet = self
-            .fleet
-            .take()
-            .unwrap_or_else(|| Box::new(FleetPart::new(settings, now)));
+        // The settings are copied when a part starts, not at every tick.
+        let mut fleet = match (self.fleet.take(), &self.config.fleet) {
+            (Some(fleet), _) => fleet,
+            (None, Some(settings)) => Box::new(FleetPart::new(settings.clone(), now)),
+            (None, None) => return,
+        };
         let calls = fleet.tick(now, &self.active_table());
         effects.etcd.extend(calls.into_iter().map(ToEtcd::Call));
         let offered = self.evidence(&mut fleet, now);
