@@ -46,12 +46,12 @@ impl<H> Pool<H> {
                     if let Some(health) = health.filter(|h| *h != m.evidence.active) {
                         m.evidence.active = health;
                         self.layout.changed();
-                        self.cold_start.hear(m.evidence.heard_from());
                         adopted = true;
                     }
                 }
             }
         }
+        self.hear();
         self.fleet_evidence(fleet, now, &mut effects);
         if let Some(prober) = self.prober.as_mut() {
             prober.unpublished |= adopted;

@@ -1,7 +1,8 @@
 //! Requests held at cold start on probes they send themselves.
 //!
-//! Until anything is known about any backend, a request waits (at most one probe timeout after
-//! start) rather than go to a backend that may never have booted. Envoy resumes a paused
+//! Until a backend passes its probes, or every backend was heard from, a request waits (at most
+//! one probe timeout after start) rather than go to a backend that may never have booted: a
+//! backend that refuses at once must not end the wait while another still hangs unheard. Envoy resumes a paused
 //! request whenever the filter asks, so the tick resumes it once the first probe has answered
 //! ([`Pick::Wait`]). ngx_wasm_module resumes a paused request only when the calls that request
 //! made itself are answered; the tick cannot. So there the request sends a probe of its own to
@@ -12,6 +13,7 @@
 
 use super::probes::abandon_after;
 use super::{Pick, Pool, SentProbe};
+use crate::active::Health;
 use crate::events::Effects;
 use crate::time::Time;
 
@@ -22,7 +24,8 @@ pub(super) struct ColdStart {
     /// When the pool's backends were first configured: a request waits one probe timeout from
     /// then at most.
     started: Time,
-    /// Whether anything was heard from any backend (then there is no cold-start wait).
+    /// Whether enough was heard that the routing rests on no backend nothing is known of (then
+    /// there is no cold-start wait).
     heard: bool,
     /// Probes sent by requests held at cold start ([`Pick::Probe`]), on any VM.
     held: Vec<SentProbe>,
@@ -34,18 +37,13 @@ impl ColdStart {
         self.started = now;
     }
 
-    /// Whether anything was heard from any backend.
+    /// Whether enough was heard to route without waiting.
     #[inline(always)]
     pub(super) fn heard(&self) -> bool {
         self.heard
     }
 
-    /// Says whether something was heard (it stays heard once it was).
-    pub(super) fn hear(&mut self, heard: bool) {
-        self.heard |= heard;
-    }
-
-    /// Says whether anything was heard from the backends of a new configuration.
+    /// Says whether enough was heard of the backends of a new configuration.
     pub(super) fn heard_of_configured(&mut self, heard: bool) {
         self.heard = heard;
     }
@@ -67,6 +65,26 @@ impl ColdStart {
 }
 
 impl<H> Pool<H> {
+    /// Takes in that something was heard of a backend: the wait ends once a backend passes its
+    /// probes or every backend was heard from (or drains), and stays ended.
+    pub(super) fn hear(&mut self) {
+        if !self.cold_start.heard {
+            self.cold_start.heard = self.settled();
+        }
+    }
+
+    /// Whether the routing rests on no backend nothing is known of: one passes its probes
+    /// (rule 2 of [`crate::guard`] then leaves the unknown ones out), or none is unknown.
+    pub(super) fn settled(&self) -> bool {
+        self.members
+            .iter()
+            .any(|m| m.evidence.active.status == Health::Healthy)
+            || self
+                .members
+                .iter()
+                .all(|m| m.evidence.heard_from() || m.evidence.draining())
+    }
+
     /// How a request is held at cold start at `now`, with nothing heard yet from any backend:
     /// `None` once one probe timeout has passed since start. Out of line: the pick of every
     /// request after cold start skips it.

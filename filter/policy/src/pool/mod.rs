@@ -276,8 +276,7 @@ impl<H> Pool<H> {
         self.config = config;
         self.clock.window =
             WindowClock::new(self.clock.at, self.config.health_checks.outlier.window);
-        self.cold_start
-            .heard_of_configured(self.members.iter().any(|m| m.evidence.heard_from()));
+        self.cold_start.heard_of_configured(self.settled());
         self.layout.changed();
         // The new configuration has a lease of its own, which another VM may win: until this
         // one wins it (at its next tick, see `lease`), it neither probes nor publishes, so two

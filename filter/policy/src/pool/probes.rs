@@ -207,7 +207,6 @@ impl<H> Pool<H> {
         if let Some(prober) = self.prober.as_mut() {
             prober.unpublished = true;
         }
-        self.cold_start.hear(true);
         // A pass on a healthy backend whose last probe passed too (the steady state) changes
         // nothing the routing reads, so the routing is not worked out again: at 1,000 backends
         // that would be 1,000 backends' worth of work for each of the 1,000 answers of a round.
@@ -254,6 +253,7 @@ impl<H> Pool<H> {
                 m.evidence.active.warm_up = warm_up;
             }
         }
+        self.hear();
     }
 
     /// Whether a backend other than `index` has been passing its probes for a probe interval
@@ -287,7 +287,6 @@ impl<H> Pool<H> {
             return;
         }
         m.probing.newest = Some(sent);
-        self.cold_start.hear(true);
         if !m.evidence.draining() {
             effects.share.push(PassiveChange::Drain {
                 key: m.key.clone(),

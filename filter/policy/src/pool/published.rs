@@ -144,10 +144,10 @@ impl<H> Pool<H> {
                 if m.evidence.active != *active {
                     m.evidence.active = *active;
                     self.layout.changed();
-                    self.cold_start.hear(m.evidence.heard_from());
                 }
             }
         }
+        self.hear();
         self.refresh(now, &mut effects);
         effects
     }
@@ -167,10 +167,10 @@ impl<H> Pool<H> {
                 if m.evidence.passive != *passive {
                     m.evidence.passive = passive.clone();
                     self.layout.changed();
-                    self.cold_start.hear(m.evidence.heard_from());
                 }
             }
         }
+        self.hear();
     }
 }
 

@@ -83,8 +83,29 @@ fn at_cold_start_requests_wait_for_the_first_passing_probe_at_most_one_timeout()
 }
 
 #[test]
-fn at_cold_start_in_nginx_each_request_waits_on_a_probe_of_its_own_and_the_first_answer_routes_the_rest(
-) {
+fn at_cold_start_a_backend_refusing_at_once_ends_no_wait_while_another_is_unheard() {
+    let mut pool = pool(&["app1", "app2", "app3"]);
+    probe(&mut pool, "app3", ProbeOutcome::Refused, ms(5));
+    assert_eq!(pool.pick(ms(10)), Pick::Wait, "app1 and app2 may hang");
+    probe(&mut pool, "app1", ProbeOutcome::Pass, ms(30));
+    assert_eq!(
+        picks(&mut pool, 3, ms(31)),
+        ["app1"; 3],
+        "unheard app2 stays out"
+    );
+
+    let mut all_heard = support::pool(&["app1", "app2"]);
+    probe(&mut all_heard, "app1", ProbeOutcome::Refused, ms(5));
+    probe(&mut all_heard, "app2", ProbeOutcome::Refused, ms(6));
+    assert_eq!(
+        picks(&mut all_heard, 2, ms(7)),
+        ["app1", "app2"],
+        "every backend heard: the guard routes, nobody waits"
+    );
+}
+
+#[test]
+fn at_cold_start_in_nginx_each_request_waits_on_a_probe_of_its_own_until_a_backend_passes() {
     let mut pool = given_an_nginx_worker();
     let mut offered = [pool.pick(ms(10)), pool.pick(ms(10))];
     offered.sort_by_key(|pick| format!("{pick:?}"));
@@ -107,6 +128,13 @@ fn at_cold_start_in_nginx_each_request_waits_on_a_probe_of_its_own_and_the_first
     );
     assert_eq!(
         [pool.pick(ms(13)), pool.pick(ms(13))],
+        [Pick::Probe(0); 2],
+        "app2 failing ends no wait while app1 is unheard: it may hang"
+    );
+    let _ = pool.held_probe_sent(0, 8, ms(13));
+    let _ = pool.probe_answered(8, answer_from_backend(200), ms(14));
+    assert_eq!(
+        [pool.pick(ms(14)), pool.pick(ms(14))],
         [Pick::Backend(0); 2]
     );
 
@@ -142,7 +170,7 @@ fn a_worker_whose_held_probe_the_proxy_refuses_leaves_the_probe_table_to_the_pro
     let mut pool = given_an_nginx_worker();
     let effects = pool.probe_refused(1, "bad argument", ms(10));
     assert!(!effects.publish_active, "{effects:?}");
-    assert_eq!(pool.pick(ms(11)), Pick::Backend(0));
+    assert_eq!(pool.pick(ms(11)), Pick::Probe(0), "app1 is still unheard");
 }
 
 #[test]
