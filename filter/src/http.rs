@@ -17,6 +17,7 @@
 use crate::abi::{Action, HeaderMap};
 use crate::hostcall as hostcalls;
 use crate::probes;
+use crate::retry_headers;
 use crate::route::route;
 use crate::vm::{self, Handle, Holding, Vm};
 use std::time::Duration;
@@ -66,13 +67,35 @@ fn decide(v: &mut Vm, id: u32, standing: &mut Progress) -> Option<Action> {
     }
 }
 
-/// Sends request `id` to backend `i`.
+/// Sends request `id` to backend `i`, with the retry advice a GET or HEAD gets.
 #[inline(always)]
 fn send(v: &mut Vm, id: u32, i: usize, standing: &mut Progress) -> Option<Action> {
     route(v.pool.as_ref()?, Some(i), &mut v.joined);
-    let (routed, started) = v.routed(id, i)?;
+    let (routed, started) = advised(v, id, i)?;
     *standing = Progress::Routed(routed, started);
     Some(Action::Continue)
+}
+
+/// Counts the current request (`id`) routed to backend `i` and writes the retry advice a GET
+/// or HEAD gets: the request as it must settle, and when it started.
+#[inline(always)]
+pub fn advised(v: &mut Vm, id: u32, i: usize) -> Option<(Routed, Option<Time>)> {
+    let repeatable = v.pool.as_ref()?.advises_retries() && repeatable();
+    let (routed, started) = v.routed(id, i, repeatable)?;
+    if routed.advice.asks() {
+        retry_headers::write(routed.advice);
+    }
+    Some((routed, started))
+}
+
+/// Whether the current request is safe to repeat after it reached a backend: a GET or a HEAD.
+fn repeatable() -> bool {
+    hostcalls::read_map_value(HeaderMap::Request, ":method", |m| {
+        m == b"GET" || m == b"HEAD"
+    })
+    .ok()
+    .flatten()
+    .unwrap_or(false)
 }
 
 /// Holds request `id` at cold start as the pool says ([`upcheck_policy::host::hold`]). Out of

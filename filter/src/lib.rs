@@ -16,6 +16,7 @@ mod http;
 mod logger;
 mod metrics;
 mod probes;
+mod retry_headers;
 mod root;
 mod route;
 mod shared;

@@ -13,6 +13,7 @@
 
 use crate::abi::BufferType;
 use crate::hostcall as hostcalls;
+use crate::http;
 use crate::metrics::{BackendMetrics, PoolGuardGauge};
 use crate::probes;
 use crate::route;
@@ -254,7 +255,7 @@ fn resume_parked(v: &mut Vm) {
         if let Some(pool) = v.pool.as_ref() {
             route::route(pool, Some(backend), &mut v.joined);
         }
-        if let Some((backend, started)) = v.routed(context, backend) {
+        if let Some((backend, started)) = http::advised(v, context, backend) {
             v.resumed.push(Resumed {
                 context,
                 backend,

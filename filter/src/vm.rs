@@ -158,14 +158,21 @@ impl Vm {
     }
 
     /// Counts a request routed to `backend`, and starts timing it when requests are timed:
-    /// returns the backend as the request must name it when it settles, and when it started.
-    pub fn routed(&mut self, context: u32, backend: usize) -> Option<(Routed, Option<Time>)> {
+    /// returns the backend as the request must name it when it settles (with the retry advice
+    /// for a `repeatable` one), and when it started.
+    pub fn routed(
+        &mut self,
+        context: u32,
+        backend: usize,
+        repeatable: bool,
+    ) -> Option<(Routed, Option<Time>)> {
         let pool = self.pool.as_mut()?;
         if pool.handles_mut(backend).is_some_and(|m| m.count_request()) {
             self.counted.push(backend);
         }
         let started = pool.times_requests().then(now);
-        Some((pool.request_routed(context, backend, started), started))
+        let routed = pool.request_routed(context, backend, started, repeatable);
+        Some((routed, started))
     }
 
     /// Adds each backend's requests counted since the last flush to its `requests` counter.

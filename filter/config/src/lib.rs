@@ -53,6 +53,7 @@ mod json;
 mod limits;
 mod logging;
 mod proxy;
+mod retries;
 mod role;
 mod slow_start;
 pub mod status_match;
@@ -68,6 +69,7 @@ pub use limits::{
 };
 pub use logging::{LogFormat, LogLevel};
 pub use proxy::{Proxy, RoutingMode};
+pub use retries::Retries;
 pub use role::{Role, StatusPage};
 pub use slow_start::SlowStart;
 pub use upstream::Upstream;
@@ -126,6 +128,10 @@ pub struct Config {
     /// The least severe log lines written: the host's own level filters them again. Default
     /// [`LogLevel::Info`].
     pub log_level: LogLevel,
+    /// When a request is repeated on another backend, under what budget, and how long one
+    /// attempt may take ([`Retries`]; host routing only). Default: on, as
+    /// [`Retries::default`] says.
+    pub retries: Retries,
     /// The balancers that share one view of health through etcd, when there are several
     /// ([`fleet::Fleet`]). Default: none, and upcheck runs alone.
     #[serde(skip_serializing_if = "Option::is_none")]

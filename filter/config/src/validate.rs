@@ -7,7 +7,7 @@ use super::duration::exact;
 use super::fleet::{check_credentials, check_lease_ttl, Fleet, DEFAULT_PREFIX};
 use super::{
     grammar, json, Active, Config, ConfigError, HealthChecks, LogFormat, LogLevel, Outlier,
-    Passive, Proxy, Role, RoutingMode, SlowStart, StatusPage, Upstream, DEFAULT_HISTORY,
+    Passive, Proxy, Retries, Role, RoutingMode, SlowStart, StatusPage, Upstream, DEFAULT_HISTORY,
     DEFAULT_MAX_EJECTION_PERCENT, DEFAULT_ROUTE_HEADER, MAX_UPSTREAMS,
 };
 use serde::{Deserialize, Deserializer};
@@ -52,6 +52,8 @@ pub struct Document {
     status_public: Option<bool>,
     #[serde(deserialize_with = "grammar::log_level")]
     log_level: LogLevel,
+    #[serde(deserialize_with = "json::object")]
+    retries: Retries,
     #[serde(deserialize_with = "some_fleet")]
     fleet: Option<Fleet>,
 }
@@ -74,6 +76,7 @@ impl Default for Document {
             status_path: None,
             status_public: None,
             log_level: LogLevel::default(),
+            retries: Retries::default(),
             fleet: None,
         }
     }
@@ -188,6 +191,7 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
         log_format: document.log_format,
         role,
         log_level: document.log_level,
+        retries: document.retries,
         fleet: document.fleet,
     };
     within("history", config.history, &Config::HISTORY)?;
@@ -201,6 +205,7 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
     let checks = &mut config.health_checks;
     ranges(&mut checks.active, &checks.passive, &checks.outlier)?;
     slow_start(&checks.slow_start)?;
+    config.retries.check()?;
     envoy_only(&config)?;
     check_upstreams(&config)?;
     check_proxy(&config)?;

@@ -24,6 +24,7 @@ pub mod outlier;
 pub mod page;
 pub mod passive;
 pub mod pool;
+pub mod retry;
 pub mod schedule;
 pub mod select;
 pub mod series;

@@ -46,6 +46,11 @@ pub enum RequestOutcome {
     /// The proxy retried the request on another backend: this backend's attempt failed (how,
     /// the proxy does not say).
     RetriedElsewhere,
+    /// The proxy repeated the request on another backend on upcheck's advice ([`crate::retry`])
+    /// while its backend did not stand apart from its peers: this attempt failed or was slow, and
+    /// may have met an app bug every backend shares or an ordinary slow page, so it is a failure
+    /// for the outlier rules only, never toward `max_fails`.
+    RetriedOnAdvice,
     /// The client went away first: says nothing about the backend.
     ClientGone,
     /// The proxy answered for itself and never sent the request: its circuit breaker was full
@@ -158,7 +163,10 @@ impl RequestOutcome {
             }
             RequestOutcome::Failed(_) | RequestOutcome::RetriedElsewhere => true,
             RequestOutcome::StillWaiting(waited) => late(waited),
-            RequestOutcome::ClientGone | RequestOutcome::NotSent | RequestOutcome::Drained => false,
+            RequestOutcome::RetriedOnAdvice
+            | RequestOutcome::ClientGone
+            | RequestOutcome::NotSent
+            | RequestOutcome::Drained => false,
         };
         counts.then_some(Failure(self))
     }
@@ -173,7 +181,9 @@ impl RequestOutcome {
                 Some(FailureKind::Status(status))
             }
             RequestOutcome::Failed(failure) => Some(failure.into()),
-            RequestOutcome::RetriedElsewhere => Some(FailureKind::Retried),
+            RequestOutcome::RetriedElsewhere | RequestOutcome::RetriedOnAdvice => {
+                Some(FailureKind::Retried)
+            }
             RequestOutcome::Answered { .. }
             | RequestOutcome::StillWaiting(_)
             | RequestOutcome::ClientGone
@@ -203,6 +213,7 @@ impl RequestOutcome {
             RequestOutcome::Failed(_) => Some(Contact::Reached),
             RequestOutcome::StillWaiting(_)
             | RequestOutcome::RetriedElsewhere
+            | RequestOutcome::RetriedOnAdvice
             | RequestOutcome::ClientGone
             | RequestOutcome::NotSent => None,
         }
@@ -244,6 +255,9 @@ impl fmt::Display for Failure {
             RequestOutcome::RetriedElsewhere => {
                 f.write_str("a request's attempt failed and was retried on another backend")
             }
+            RequestOutcome::RetriedOnAdvice => f.write_str(
+                "a request's attempt failed or was slow and was repeated on another backend",
+            ),
             RequestOutcome::ClientGone => f.write_str("the client went away"),
             RequestOutcome::NotSent => f.write_str("the proxy never sent a request"),
             RequestOutcome::Drained => f.write_str("a request answered with the drain signal"),

@@ -79,3 +79,9 @@ pub const SHARE_CHANCE: f64 = RUN_CHANCE;
 /// hundred. It was found failing already, so less evidence that it still is will do: two failures
 /// in its first two requests while its peers fail up to about 5 in 100.
 pub const PROBATION_CHANCE: f64 = 1e-2;
+
+/// How unlikely a backend's failures must be, at its peers' failure share, before a request to it
+/// is repeated elsewhere for standing out ([`crate::retry`]): one in a thousand. A repeat costs one
+/// attempt, not a backend's share of the traffic, so it may act on thinner evidence than an
+/// ejection; it is not so thin that an app bug every backend shares makes one stand out by chance.
+pub const RETRY_CHANCE: f64 = 1e-3;

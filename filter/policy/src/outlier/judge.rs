@@ -1,7 +1,7 @@
 //! Setting one backend against its peers: the share rule (failing), the latency rule (slow) and
 //! the stall rule (stalled), each only on enough evidence.
 
-use super::chance::{count, Tally, PROBATION_CHANCE, SHARE_CHANCE};
+use super::chance::{count, Tally, PROBATION_CHANCE, RETRY_CHANCE, SHARE_CHANCE};
 use super::standing::Standing;
 use super::verdict::Verdict;
 use super::window::Traffic;
@@ -90,6 +90,22 @@ fn failing(
     let readmitted = standing.readmitted_at(now)?;
     let since = traffic.tally(traffic.weights_since(readmitted, now, window));
     stands_out(since, PROBATION_FAILURES, PROBATION_CHANCE).then(|| verdict(since, true))
+}
+
+/// Failures a backend must have in the window before it can stand out for a retry: one failure
+/// is a page, two on a backend whose peers fail none is a backend.
+pub const RETRY_FAILURES: u32 = 2;
+
+/// Whether a backend stands out from its peers by its failures in the window, on the evidence a
+/// repeat needs ([`RETRY_FAILURES`], [`RETRY_CHANCE`], and the share's gap): the share rule's
+/// question on thinner evidence.
+pub fn odd_one_out(traffic: &Traffic, peers: &Traffic, config: &OutlierConfig, now: Time) -> bool {
+    let window = config.window;
+    let mine = traffic.tally(traffic.weights(now, window));
+    let theirs = peers.tally(peers.weights(now, window));
+    mine.failures >= f64::from(RETRY_FAILURES)
+        && (mine.share() - theirs.share()) * 100.0 >= f64::from(config.failure_gap)
+        && mine.surprise(peers.tally_whole(now, window).rate()) > -RETRY_CHANCE.ln()
 }
 
 /// `latency` × `config.latency_factor`, saturating.

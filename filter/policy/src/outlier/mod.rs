@@ -71,8 +71,8 @@ mod verdict;
 mod window;
 
 pub use crate::outcome::FailureKind;
-pub use chance::{PROBATION_CHANCE, RUN_CHANCE, SHARE_CHANCE};
-pub use judge::{judge, PROBATION_FAILURES, STALLED_REQUESTS};
+pub use chance::{PROBATION_CHANCE, RETRY_CHANCE, RUN_CHANCE, SHARE_CHANCE};
+pub use judge::{judge, odd_one_out, PROBATION_FAILURES, RETRY_FAILURES, STALLED_REQUESTS};
 pub use latency::{Bounds, LATENCY_BUCKETS};
 pub use run_rule::{run_rule, RunRule};
 pub use standing::{Ejection, Ended, Standing};

@@ -226,6 +226,7 @@ mod tests {
                         index: 0,
                         generation: pool.generation(),
                         flight: None,
+                        advice: Default::default(),
                     },
                     Retried::No,
                     failed,

@@ -266,6 +266,7 @@ mod evidence_tests {
                 index,
                 generation: self.pool.generation(),
                 flight: None,
+                advice: Default::default(),
             };
             let share = self
                 .pool

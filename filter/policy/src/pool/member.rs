@@ -7,6 +7,7 @@ use crate::active::ProbeOutcome;
 use crate::drain::Drain;
 use crate::guard::Evidence;
 use crate::outlier::Traffic;
+use crate::retry::Plan;
 use crate::schedule::ProbeSlot;
 use crate::time::Time;
 use upcheck_config::Upstream;
@@ -115,4 +116,7 @@ pub(super) struct PeerTraffic {
     /// On the prober, the other balancers' counts, added up, as last read
     /// ([`crate::etcd::traffic`]).
     pub(super) fleet: Traffic,
+    /// What its requests are told of retries, as the comparison at the last tick found
+    /// ([`crate::retry`]).
+    pub(super) retry: Plan,
 }

@@ -40,6 +40,7 @@ use crate::history::Change;
 use crate::outcome::RequestOutcome;
 use crate::outlier::{Traffic, WindowClock};
 use crate::passive::{InFlight, Outstanding};
+use crate::retry::{Advice, Budget};
 use crate::schedule::{ProbeSlot, Schedule};
 use crate::tables::PassiveTable;
 use crate::time::Time;
@@ -65,6 +66,7 @@ mod probes;
 mod published;
 mod refresh;
 mod requests;
+mod retries;
 
 /// Where a request should go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +95,8 @@ pub struct Routed {
     /// Where the pool keeps the request while it is in flight, if it does
     /// ([`Pool::request_routed`]).
     pub flight: Option<InFlight>,
+    /// What the proxy is asked of retries for it ([`crate::retry`]).
+    pub advice: Advice,
 }
 
 /// Whether this VM holds its process's probing lease ([`crate::lease`]).
@@ -162,6 +166,8 @@ pub struct Pool<H = ()> {
     /// This pool's newest changes, oldest first, as the process-wide history was last read or
     /// written ([`crate::history`]).
     history: Vec<Change>,
+    /// This VM's extra attempts against its requests ([`crate::retry::Budget`]).
+    budget: Budget,
 }
 
 /// Which configuration is in force, and how the one before it numbered the backends: a request
@@ -206,6 +212,7 @@ impl<H> Pool<H> {
             fleet: None,
             outstanding: Outstanding::default(),
             history: Vec::new(),
+            budget: Budget::default(),
         };
         // Nothing is reported yet: no VM probes for a pool just made (`lease` starts that).
         let _unreported = pool.configure(config, now, handles);
@@ -422,6 +429,7 @@ impl<H> Pool<H> {
         self.abandon_probes(now, &mut effects);
         self.forget_held_probes(now);
         self.refresh(now, &mut effects);
+        self.plan_retries(now);
         self.warm_up(now);
         self.schedule_probes(now, &mut effects);
         if let Some(prober) = self.prober.as_mut() {

@@ -8,6 +8,7 @@ use super::{Pool, Retried, Routed};
 use crate::drain::Signal;
 use crate::events::{Effects, Event};
 use crate::outcome::{Contact, FailureKind, RequestOutcome};
+use crate::retry::Advice;
 use crate::tables::{PassiveChange, RequestNews};
 use crate::time::Time;
 use std::time::Duration;
@@ -15,13 +16,25 @@ use std::time::Duration;
 impl<H> Pool<H> {
     /// A request `id` was sent to backend `index` at `now` (when requests are timed; otherwise,
     /// when outliers are detected, it is taken to have started at the latest tick): what the
-    /// request is to carry until it settles.
-    pub fn request_routed(&mut self, id: u32, index: usize, now: Option<Time>) -> Routed {
+    /// request is to carry until it settles, the retry advice included when it is `repeatable`
+    /// (a GET or a HEAD) and requests get advice ([`Pool::advises_retries`]).
+    pub fn request_routed(
+        &mut self,
+        id: u32,
+        index: usize,
+        now: Option<Time>,
+        repeatable: bool,
+    ) -> Routed {
         let started = now.or_else(|| self.detects_outliers().then_some(self.clock.at));
+        let advice = match repeatable && self.advises_retries() {
+            true => self.advise(index, now.unwrap_or(self.clock.at)),
+            false => Advice::default(),
+        };
         Routed {
             index,
             generation: self.numbering.generation,
             flight: started.and_then(|started| self.outstanding.begin(id, index, started)),
+            advice,
         }
     }
 
@@ -48,13 +61,22 @@ impl<H> Pool<H> {
         }
         // A backend removed meanwhile, or a request from two configurations ago: its outcome
         // belongs to no backend this pool knows by that position.
+        let picked_advice = picked.advice;
         let picked = self.current(picked)?;
         let mut effects = Effects::default();
         // A request counted when it became late is not counted again when it ends (though the
         // outlier rules take its outcome).
         let counted_late = ended.is_some_and(|(_, late)| late);
         let first = match retried {
-            Retried::Yes { .. } => RequestOutcome::RetriedElsewhere,
+            Retried::Yes { .. } => {
+                self.spend_retry(now());
+                let advice = picked_advice;
+                if advice.asks() && !advice.grounds.stands_apart() {
+                    RequestOutcome::RetriedOnAdvice
+                } else {
+                    RequestOutcome::RetriedElsewhere
+                }
+            }
             Retried::No => outcome,
         };
         let latency = match first {

@@ -1,0 +1,176 @@
+//! Whether a request is repeated on another backend, and how long one attempt may take.
+//!
+//! A request that is safe to repeat (GET, HEAD) and meets a 5xx, a reset or a stall on a backend
+//! that misbehaves while its peers serve need not reach its user as a failure: a second attempt on
+//! a peer would most likely succeed. Repeating every failure, as a proxy's `retry_on: 5xx` does,
+//! also repeats an app bug that every backend shares: double the load on every failing request,
+//! and the same answer in the end. The peer comparison already asks the question that tells the
+//! two apart, so each request carries the policy's advice ([`Advice`]), from the grounds its
+//! backend stands on ([`Grounds`]), worked out at each tick from the counts the outlier rules keep:
+//! - a backend that stands out from its peers by its failures ([`crate::outlier::odd_one_out`]),
+//!   drains or warms up: its 5xx are repeated elsewhere;
+//! - no evidence either way (neither it nor its peers failed lately: the first failures of a new
+//!   problem): repeated too;
+//! - its peers fail as well (an app bug, a shared dependency), the pool guard is engaged, or it
+//!   has no peer in rotation: not repeated; the answer reaches the user as the app wrote it.
+//!
+//! Every repeat is an extra attempt, under a budget ([`Budget`]): at most `budget_percent` of the
+//! requests of the outlier window plus `min_per_second`; past it a request gets no advice and the
+//! route's own policy alone applies (Envoy's `retry_budget` is the backstop there). The per-try
+//! timeout follows the peers: `try_factor` times their 99th percentile, between
+//! `min_try_timeout` and `max_try_timeout`, hedged when `hedge` is on, so a backend that stalls
+//! costs a request its peers' tail rather than the route's fixed timeout.
+
+mod budget;
+
+pub use budget::Budget;
+
+use std::time::Duration;
+use upcheck_config::Retries;
+
+/// Why a request to a backend is, or is not, repeated elsewhere after a 5xx.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Grounds {
+    /// Neither the backend nor its peers failed in the window: a first failure is repeated.
+    #[default]
+    NoEvidence,
+    /// It fails while its peers do not: repeated.
+    OddOneOut,
+    /// It drains: repeated (it is leaving; its peers stay).
+    Draining,
+    /// It warms up after entering service: repeated.
+    Warming,
+    /// Its peers fail too (an app bug, a shared dependency): not repeated.
+    Alike,
+    /// The pool guard is engaged: every backend is in trouble, none is repeated.
+    Guarded,
+    /// It has no peer in rotation to repeat on: not repeated.
+    Alone,
+}
+
+impl Grounds {
+    /// Whether a 5xx on these grounds is repeated elsewhere.
+    pub fn repeats(self) -> bool {
+        matches!(
+            self,
+            Grounds::NoEvidence | Grounds::OddOneOut | Grounds::Draining | Grounds::Warming
+        )
+    }
+
+    /// Whether the backend is known to stand apart from its peers (so a failed attempt of it
+    /// repeated elsewhere is its own failure, for the passive checks too).
+    pub fn stands_apart(self) -> bool {
+        matches!(self, Grounds::OddOneOut | Grounds::Draining)
+    }
+
+    /// A short name, for the status page and the log.
+    pub fn name(self) -> &'static str {
+        match self {
+            Grounds::NoEvidence => "no evidence yet",
+            Grounds::OddOneOut => "fails while its peers do not",
+            Grounds::Draining => "drains",
+            Grounds::Warming => "warms up",
+            Grounds::Alike => "its peers fail too",
+            Grounds::Guarded => "the pool guard is engaged",
+            Grounds::Alone => "no peer in rotation",
+        }
+    }
+}
+
+/// What a backend's requests are told, worked out at each tick: the grounds, and the per-try
+/// timeout its peers' latency gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// Why its 5xx are or are not repeated.
+    pub grounds: Grounds,
+    /// How long one attempt may take, in whole milliseconds (the proxy's unit).
+    pub try_timeout_ms: u32,
+}
+
+impl Plan {
+    /// The plan for a backend on `grounds` whose peers' slowest requests (99th percentile) take
+    /// `peers_p99`, if known.
+    pub fn new(grounds: Grounds, peers_p99: Option<Duration>, retries: &Retries) -> Plan {
+        let timeout = match peers_p99 {
+            Some(p99) => p99
+                .saturating_mul(retries.try_factor)
+                .clamp(retries.min_try_timeout, retries.max_try_timeout),
+            None => retries.max_try_timeout,
+        };
+        Plan {
+            grounds,
+            try_timeout_ms: u32::try_from(timeout.as_millis())
+                .unwrap_or(u32::MAX)
+                .max(1),
+        }
+    }
+}
+
+/// What one request carries to the proxy: whether its 5xx are repeated on another backend, and
+/// how long one attempt may take, hedged or not. The default asks nothing: the route's own
+/// policy applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Advice {
+    /// Repeat a 5xx (any, 500 included), a reset or a refused connection on another backend.
+    pub on_5xx: bool,
+    /// One attempt's timeout, in whole milliseconds, if the policy sets one.
+    pub try_timeout_ms: Option<u32>,
+    /// Keep the first attempt running when its timeout passes (the first good answer wins).
+    pub hedge: bool,
+    /// Why.
+    pub grounds: Grounds,
+}
+
+impl Advice {
+    /// Whether the advice asks anything of the proxy beyond the route's own policy.
+    pub fn asks(&self) -> bool {
+        self.on_5xx || self.try_timeout_ms.is_some()
+    }
+
+    /// The advice for a request on `plan`, within budget: the grounds decide the 5xx repeat, the
+    /// plan's timeout applies unless the guard is engaged (every backend is in trouble).
+    pub fn of(plan: Plan, retries: &Retries) -> Advice {
+        let timed = plan.grounds != Grounds::Guarded && plan.grounds != Grounds::Alone;
+        Advice {
+            on_5xx: plan.grounds.repeats(),
+            try_timeout_ms: timed.then_some(plan.try_timeout_ms),
+            hedge: timed && retries.hedge,
+            grounds: plan.grounds,
+        }
+    }
+}
+
+/// `n` in decimal, written into `digits` (a u32 has at most 10), for a header value that costs
+/// no allocation.
+pub fn decimal(n: u32, digits: &mut [u8; 10]) -> &str {
+    let mut at = digits.len();
+    let mut rest = n;
+    while let Some(slot) = at.checked_sub(1) {
+        at = slot;
+        if let Some(d) = digits.get_mut(at) {
+            // `rest % 10` is below 10.
+            *d = b'0' + (rest % 10) as u8;
+        }
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    digits
+        .get(at..)
+        .and_then(|d| std::str::from_utf8(d).ok())
+        .unwrap_or("0")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decimal;
+
+    #[test]
+    fn numbers_are_written_in_decimal_from_zero_to_the_largest() {
+        for n in [0, 7, 10, 250, 3000, 4_294_967_295] {
+            let mut digits = [0u8; 10];
+            assert_eq!(decimal(n, &mut digits), n.to_string());
+        }
+    }
+}
