@@ -59,7 +59,7 @@ impl<H> Pool<H> {
 
     /// The advice for a request that is safe to repeat, routed to backend `index` at `now`: the
     /// backend's plan, within the budget; nothing past it.
-    pub fn advise(&mut self, index: usize, now: Time) -> Advice {
+    pub(super) fn advise(&mut self, index: usize, now: Time) -> Advice {
         let Some(plan) = self.members.get(index).map(|m| m.counts.retry) else {
             return Advice::default();
         };

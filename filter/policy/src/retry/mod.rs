@@ -94,7 +94,8 @@ impl Plan {
         let timeout = match peers_p99 {
             Some(p99) => p99
                 .saturating_mul(retries.try_factor)
-                .clamp(retries.min_try_timeout, retries.max_try_timeout),
+                .max(retries.min_try_timeout)
+                .min(retries.max_try_timeout),
             None => retries.max_try_timeout,
         };
         Plan {

@@ -27,5 +27,6 @@ mod outlier;
 mod pools;
 mod properties;
 mod repository_map;
+mod retries;
 mod states;
 mod warm_up;

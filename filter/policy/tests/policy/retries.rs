@@ -1,0 +1,240 @@
+//! The retry advice ([`upcheck_policy::retry`]): a request's 5xx is repeated elsewhere while its
+//! backend stands apart from its peers or nothing is known either way, never while they fail
+//! alike; the budget; per-try timeouts from the peers' latency; and what a repeated attempt
+//! counts toward.
+
+use crate::support::*;
+use std::time::Duration;
+use upcheck_policy::config::{Config, Retries};
+use upcheck_policy::retry::{Budget, Grounds, Plan};
+use upcheck_policy::{ProbeOutcome, Retried};
+
+/// Three backends in host routing, each passing its probes at 0, with `extra` top-level fields
+/// and `upstream` fields for app2.
+fn host(extra: &str, app2: &str) -> Proxy {
+    let json = format!(
+        r#"{{"routing":"host","upstreams":[
+            {{"name":"app1","address":"127.0.0.1:3001"}},
+            {{"name":"app2","address":"127.0.0.1:3002"{app2}}},
+            {{"name":"app3","address":"127.0.0.1:3003"}}]{extra}}}"#
+    );
+    let config = Config::parse(json.as_bytes()).expect("test config parses");
+    given_every_backend_passing_at(config, Duration::ZERO)
+}
+
+/// The advice a GET routed to `name` at `at` gets (the request then answered 200).
+fn advice(proxy: &mut Proxy, name: &str, at: Duration) -> upcheck_policy::retry::Advice {
+    let i = proxy.pool.index_of(name).expect("known backend");
+    let routed = proxy.pool.request_routed(900_000, i, None, true);
+    let ended = proxy
+        .pool
+        .request_ended(900_000, routed, Retried::No, answered(200), || at);
+    proxy.carry_out(ended.unwrap_or_default(), at);
+    routed.advice
+}
+
+/// 40 requests a second from 1 s to 6 s, where `fails` says which (backend, n-th request to it)
+/// answer 500; the rest answer 200.
+fn traffic(proxy: &mut Proxy, mut fails: impl FnMut(&str, u32) -> bool) {
+    let mut seen = std::collections::HashMap::<String, u32>::new();
+    proxy.serve(secs(1), secs(6), 40, |name, _| {
+        let n = seen.entry(name.to_owned()).or_default();
+        *n += 1;
+        Some(answered(if fails(name, *n) { 500 } else { 200 }))
+    });
+}
+
+#[test]
+fn before_any_failure_a_first_5xx_is_repeated_for_want_of_evidence_with_a_timeout_from_the_peers() {
+    let mut proxy = host("", "");
+    traffic(&mut proxy, |_, _| false);
+    let advice = advice(&mut proxy, "app2", secs(6));
+    assert_eq!(advice.grounds, Grounds::NoEvidence);
+    assert!(advice.on_5xx && advice.hedge, "{advice:?}");
+    assert_eq!(
+        advice.try_timeout_ms,
+        Some(250),
+        "peers answering at once: the floor"
+    );
+}
+
+#[test]
+fn a_5xx_of_a_backend_failing_while_its_peers_do_not_is_repeated_elsewhere() {
+    let mut proxy = host("", "");
+    traffic(&mut proxy, |name, n| name == "app2" && n % 3 == 0);
+    let advice = advice(&mut proxy, "app2", secs(6));
+    assert_eq!(advice.grounds, Grounds::OddOneOut);
+    assert!(advice.on_5xx);
+    let peer = self::advice(&mut proxy, "app1", secs(6));
+    assert_eq!(
+        peer.grounds,
+        Grounds::NoEvidence,
+        "app1's peers include app2, which fails, but not app1 and app3 alike: {peer:?}"
+    );
+}
+
+#[test]
+fn an_app_bug_failing_a_fifth_of_the_pages_on_every_backend_is_never_repeated() {
+    let mut proxy = host("", "");
+    traffic(&mut proxy, |_, n| n % 5 == 0);
+    for name in ["app1", "app2", "app3"] {
+        let advice = advice(&mut proxy, name, secs(6));
+        assert_eq!(advice.grounds, Grounds::Alike, "{name}");
+        assert!(!advice.on_5xx, "{name}: {advice:?}");
+    }
+    assert!(
+        proxy.ejected().iter().all(|e| !e),
+        "and nobody is ejected for it"
+    );
+}
+
+#[test]
+fn with_the_pool_guard_engaged_nothing_is_repeated_and_no_timeout_is_tightened() {
+    let mut proxy = host("", "");
+    for name in ["app1", "app2", "app3"] {
+        proxy.probe(name, ProbeOutcome::Timeout(secs(5)), secs(10));
+    }
+    proxy.tick(secs(10));
+    let advice = advice(&mut proxy, "app1", secs(10));
+    assert_eq!(advice.grounds, Grounds::Guarded);
+    assert!(!advice.asks(), "{advice:?}");
+}
+
+#[test]
+fn a_draining_backends_5xx_is_repeated_on_a_backend_that_stays() {
+    let mut proxy = host("", r#","drain":true"#);
+    proxy.tick(secs(1));
+    let advice = advice(&mut proxy, "app2", secs(1));
+    assert_eq!(advice.grounds, Grounds::Draining);
+    assert!(advice.on_5xx);
+}
+
+#[test]
+fn a_backend_warming_up_after_it_came_back_is_repeated_around() {
+    let mut proxy = host(r#","health_checks":{"slow_start":"60s"}"#, "");
+    proxy.probe("app2", ProbeOutcome::Refused, secs(20));
+    proxy.probe("app2", ProbeOutcome::Pass, secs(30));
+    proxy.tick(secs(31));
+    let advice = advice(&mut proxy, "app2", secs(31));
+    assert_eq!(advice.grounds, Grounds::Warming);
+    assert!(advice.on_5xx);
+}
+
+#[test]
+fn a_backend_with_no_peer_in_rotation_is_not_repeated() {
+    let json = r#"{"routing":"host","upstreams":[{"name":"app1","address":"127.0.0.1:3001"}]}"#;
+    let config = Config::parse(json.as_bytes()).expect("parses");
+    let mut proxy = given_every_backend_passing_at(config, Duration::ZERO);
+    proxy.tick(secs(1));
+    let advice = advice(&mut proxy, "app1", secs(1));
+    assert_eq!(advice.grounds, Grounds::Alone);
+    assert!(!advice.asks());
+}
+
+#[test]
+fn a_post_and_cluster_routing_get_no_advice_and_retries_can_be_turned_off() {
+    let mut proxy = host("", "");
+    proxy.tick(secs(1));
+    let post = proxy.pool.request_routed(1, 0, None, false);
+    assert!(!post.advice.asks(), "a POST: {:?}", post.advice);
+
+    let mut cluster = given_backends_passing_their_probes(&["app1", "app2"], "");
+    cluster.tick(secs(1));
+    assert!(!cluster.pool.advises_retries());
+    assert!(!cluster.pool.request_routed(1, 0, None, true).advice.asks());
+
+    let mut off = host(r#","retries":{"enabled":false}"#, "");
+    off.tick(secs(1));
+    assert!(!off.pool.request_routed(1, 0, None, true).advice.asks());
+}
+
+#[test]
+fn per_try_timeouts_follow_the_peers_slowest_requests_within_the_floor_and_the_ceiling() {
+    let retries = Retries::default();
+    let timeout =
+        |p99: Option<Duration>| Plan::new(Grounds::NoEvidence, p99, &retries).try_timeout_ms;
+    assert_eq!(timeout(Some(ms(10))), 250, "the floor");
+    assert_eq!(timeout(Some(ms(200))), 800, "4 × the peers' p99");
+    assert_eq!(timeout(Some(secs(2))), 3000, "the ceiling");
+    assert_eq!(
+        timeout(None),
+        3000,
+        "nothing known of the peers: the ceiling"
+    );
+}
+
+#[test]
+fn the_budget_allows_a_tenth_of_the_requests_plus_the_floor_and_refuses_past_its_edge() {
+    let window = secs(10);
+    let at = secs(100);
+    let tenth = Retries {
+        min_per_second: 0,
+        ..Retries::default()
+    };
+    let mut budget = Budget::default();
+    for _ in 0..90 {
+        let _ = budget.allows(at, window, &tenth);
+    }
+    let refused = budget.refused;
+    for n in 0..10 {
+        assert!(budget.allows(at, window, &tenth), "extra attempt {n}");
+        budget.spend(at, window);
+    }
+    assert!(
+        !budget.allows(at, window, &tenth),
+        "10 extra for 101 requests: the 11th is over"
+    );
+    assert_eq!(budget.refused, refused + 1);
+
+    let floor = Retries::default();
+    let mut quiet = Budget::default();
+    let mut allowed = 0;
+    while quiet.allows(at, window, &floor) {
+        quiet.spend(at, window);
+        allowed += 1;
+    }
+    assert_eq!(
+        allowed, 33,
+        "30 from the floor (3 a second over 10 s), 3 as 10 % of 33"
+    );
+    assert!(
+        quiet.allows(at + secs(20), window, &floor),
+        "a window later the floor is there again"
+    );
+}
+
+#[test]
+fn a_repeated_attempt_counts_toward_max_fails_only_when_its_backend_stood_apart() {
+    let mut proxy = host("", "");
+    traffic(&mut proxy, |_, _| false);
+    let app2 = proxy.pool.index_of("app2").expect("app2");
+    let mut routed = proxy.pool.request_routed(1, app2, None, true);
+    assert_eq!(routed.advice.grounds, Grounds::NoEvidence);
+    let retried = Retried::Yes {
+        final_answer: proxy.pool.index_of("app1"),
+    };
+    let effects = proxy
+        .pool
+        .request_ended(1, routed, retried, answered(200), || secs(6));
+    proxy.carry_out(effects.unwrap_or_default(), secs(6));
+    let passive = &proxy.pool.config().health_checks.passive.clone();
+    let count = |proxy: &Proxy| {
+        proxy.pool.members()[app2]
+            .evidence
+            .passive
+            .count(secs(6), passive)
+    };
+    assert_eq!(
+        count(&proxy),
+        0,
+        "no evidence: maybe an app bug, maybe a slow page"
+    );
+    assert_eq!(proxy.pool.retry_budget().spent, 1);
+
+    routed.advice.grounds = Grounds::OddOneOut;
+    let effects = proxy
+        .pool
+        .request_ended(2, routed, retried, answered(200), || secs(6));
+    proxy.carry_out(effects.unwrap_or_default(), secs(6));
+    assert_eq!(count(&proxy), 1, "it stood out: its own failure");
+}
