@@ -253,6 +253,11 @@ pub fn remove_map_value(kind: HeaderMap, key: &str) -> Result<(), Status> {
 
 /// Replaces every value of a header with `value`, or removes it (`None`).
 pub fn set_map_value(kind: HeaderMap, key: &str, value: Option<&str>) -> Result<(), Status> {
+    set_map_bytes(kind, key, value.map(str::as_bytes))
+}
+
+/// Replaces every value of a header with the bytes `value`, or removes it (`None`).
+pub fn set_map_bytes(kind: HeaderMap, key: &str, value: Option<&[u8]>) -> Result<(), Status> {
     let Some(value) = value else {
         return remove_map_value(kind, key);
     };

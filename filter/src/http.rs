@@ -81,10 +81,8 @@ fn send(v: &mut Vm, id: u32, i: usize, standing: &mut Progress) -> Option<Action
 #[inline(always)]
 pub fn advised(v: &mut Vm, id: u32, i: usize) -> Option<(Routed, Option<Time>)> {
     let repeatable = v.pool.as_ref()?.advises_retries() && repeatable();
-    let (routed, started) = v.routed(id, i, repeatable)?;
-    if routed.advice.asks() {
-        retry_headers::write(routed.advice);
-    }
+    let (routed, started, advice) = v.routed(id, i, repeatable)?;
+    retry_headers::write(advice);
     Some((routed, started))
 }
 
@@ -107,6 +105,7 @@ fn hold(v: &mut Vm, id: u32, pick: Pick, standing: &mut Progress) -> Option<Acti
         return send(v, id, i, standing);
     }
     route(v.pool.as_ref()?, None, &mut v.joined);
+    retry_headers::write(Default::default());
     match held {
         Held::Parked => v.parked.push(id),
         Held::OnProbe { token, .. } => {

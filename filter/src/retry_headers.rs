@@ -8,48 +8,33 @@ use crate::abi::HeaderMap;
 use crate::hostcall as hostcalls;
 use upcheck_policy::retry::{decimal, Advice};
 
-/// Envoy's request headers that steer its router's retries and timeouts: none may come from a
-/// client.
-const STEERING: [&str; 9] = [
-    RETRY_ON,
-    "x-envoy-retry-grpc-on",
-    "x-envoy-retriable-status-codes",
-    "x-envoy-retriable-header-names",
-    "x-envoy-max-retries",
-    "x-envoy-upstream-rq-timeout-ms",
-    PER_TRY_TIMEOUT,
-    HEDGE,
-    "x-envoy-upstream-rq-timeout-alt-response",
-];
-
 /// Repeat on these conditions.
 const RETRY_ON: &str = "x-envoy-retry-on";
 /// One attempt's timeout, in milliseconds.
 const PER_TRY_TIMEOUT: &str = "x-envoy-upstream-rq-per-try-timeout-ms";
 /// Keep the first attempt running past its timeout.
 const HEDGE: &str = "x-envoy-hedge-on-per-try-timeout";
+/// The other request headers by which a client could make Envoy's router repeat a request more
+/// often or wait longer for it. (`x-envoy-retriable-status-codes` and
+/// `x-envoy-retriable-header-names` act only with a `retry_on` that names them, which only the
+/// route or `x-envoy-retry-on` can give.)
+const REMOVED: [&str; 3] = [
+    "x-envoy-retry-grpc-on",
+    "x-envoy-max-retries",
+    "x-envoy-upstream-rq-timeout-ms",
+];
 
-/// Removes every client copy of the steering headers from the current request.
-pub fn strip() {
-    for name in STEERING {
-        let _ = hostcalls::remove_map_value(HeaderMap::Request, name);
-    }
-}
-
-/// Writes `advice` on the current request, whose client copies [`strip`] removed.
+/// Writes `advice` on the current request: each of Envoy's steering headers is set as the advice
+/// says or removed, so that every client copy is gone either way (a replace drops them all).
 pub fn write(advice: Advice) {
-    if advice.on_5xx {
-        let _ = hostcalls::set_map_value(HeaderMap::Request, RETRY_ON, Some("5xx"));
-    }
-    if let Some(ms) = advice.try_timeout_ms {
-        let mut digits = [0u8; 10];
-        let _ = hostcalls::set_map_value(
-            HeaderMap::Request,
-            PER_TRY_TIMEOUT,
-            Some(decimal(ms, &mut digits)),
-        );
-        if advice.hedge {
-            let _ = hostcalls::set_map_value(HeaderMap::Request, HEDGE, Some("true"));
-        }
+    let on_5xx = advice.on_5xx.then_some("5xx");
+    let _ = hostcalls::set_map_value(HeaderMap::Request, RETRY_ON, on_5xx);
+    let mut digits = [0u8; 10];
+    let timeout = advice.try_timeout_ms.map(|ms| decimal(ms, &mut digits));
+    let hedge = (advice.hedge && timeout.is_some()).then_some("true");
+    let _ = hostcalls::set_map_bytes(HeaderMap::Request, PER_TRY_TIMEOUT, timeout);
+    let _ = hostcalls::set_map_value(HeaderMap::Request, HEDGE, hedge);
+    for name in REMOVED {
+        let _ = hostcalls::remove_map_value(HeaderMap::Request, name);
     }
 }

@@ -4,11 +4,10 @@
 
 use crate::abi::HeaderMap;
 use crate::hostcall as hostcalls;
-use crate::retry_headers;
 use upcheck_policy::{Pool, RoutingMode};
 
 /// Sets the current request's route header to `backend`'s pick, replacing every client-supplied
-/// copy (and removing every copy of the proxy's retry headers: [`retry_headers::strip`]) (a replace drops all values of the name, which the host matches case-insensitively, in
+/// copy (a replace drops all values of the name, which the host matches case-insensitively, in
 /// Envoy as in the test host). With no backend the header is only removed. In `host` routing
 /// the header lists a second address after the pick, the backend whose turn is next (the pick
 /// again when it is alone): Envoy's `override_host` policy takes one address per attempt, so a
@@ -16,7 +15,6 @@ use upcheck_policy::{Pool, RoutingMode};
 /// in `joined` ([`RouteValues`]), so a request allocates nothing for its header; a single name goes
 /// to the host as the configuration holds it.
 pub fn route<H>(pool: &Pool<H>, backend: Option<usize>, joined: &mut RouteValues) {
-    retry_headers::strip();
     let config = pool.config();
     let header = config.route_header.as_str();
     let Some(up) = backend.and_then(|i| config.upstreams.get(i)) else {

@@ -23,6 +23,7 @@ use upcheck_policy::etcd::{OpenWatch, Request};
 use upcheck_policy::events::Counted;
 use upcheck_policy::history::HistoryTable;
 use upcheck_policy::host::{self, Dispatch, Held, Host, PassiveWrite};
+use upcheck_policy::retry::Advice;
 use upcheck_policy::tables::{ActiveTable, PassiveChange};
 use upcheck_policy::{Config, Effects, Event, Level, Member, Pick, Pool, Routed, Time};
 
@@ -158,21 +159,21 @@ impl Vm {
     }
 
     /// Counts a request routed to `backend`, and starts timing it when requests are timed:
-    /// returns the backend as the request must name it when it settles (with the retry advice
-    /// for a `repeatable` one), and when it started.
+    /// returns the backend as the request must name it when it settles, when it started, and
+    /// the retry advice for it (some for a `repeatable` one).
     pub fn routed(
         &mut self,
         context: u32,
         backend: usize,
         repeatable: bool,
-    ) -> Option<(Routed, Option<Time>)> {
+    ) -> Option<(Routed, Option<Time>, Advice)> {
         let pool = self.pool.as_mut()?;
         if pool.handles_mut(backend).is_some_and(|m| m.count_request()) {
             self.counted.push(backend);
         }
         let started = pool.times_requests().then(now);
-        let routed = pool.request_routed(context, backend, started, repeatable);
-        Some((routed, started))
+        let (routed, advice) = pool.request_routed(context, backend, started, repeatable);
+        Some((routed, started, advice))
     }
 
     /// Adds each backend's requests counted since the last flush to its `requests` counter.

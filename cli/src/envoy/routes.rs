@@ -92,9 +92,11 @@ impl Shape {
                 "Reads: GET and HEAD change nothing on the server, so a failure of the first \
                  attempt may be repeated on another backend even when it reached the app: a 502, \
                  503 or 504 (gateway-error), a reset, no answer within per_try_timeout. Not \
-                 `5xx`: a 500 is the app's answer (a bug behind one URL fails on every backend \
-                 alike), and upcheck counts every retried request as a failure of the backend it \
-                 picked, so retrying 500s would eject backends for app bugs.",
+                 `5xx` here: a 500 is the app's answer, and a bug behind one URL fails on every \
+                 backend alike. The filter adds `5xx` per request (x-envoy-retry-on) only while \
+                 the backend it picked fails and its peers do not, or before there is evidence \
+                 either way, and sets each request's per-try timeout from the peers' latency, \
+                 hedged (the plugin configuration's `retries`).",
             ),
             map([
                 ("match", map([("prefix", double_quoted("/"))]).flow()),
@@ -134,7 +136,12 @@ impl Shape {
                                 "mutations",
                                 map([(
                                     "request_mutations",
-                                    list([map([("remove", text(&self.header))])]),
+                                    list(
+                                        [self.header.as_str()]
+                                            .into_iter()
+                                            .chain(RETRY_HEADERS)
+                                            .map(|name| map([("remove", text(name))])),
+                                    ),
                                 )]),
                             ),
                         ]),
@@ -150,12 +157,21 @@ impl Shape {
             ])
             .note(
                 "Filters on each attempt, after its backend was chosen. The routing header has \
-                 done its work by then (the load balancer has read it), so the backend never \
-                 sees it.",
+                 done its work by then (the load balancer has read it), and so have the retry \
+                 headers the filter sets per request (the router read them first), so the \
+                 backend sees none of them.",
             ),
         ))
     }
 }
+
+/// The router's per-request retry headers the filter writes (after removing every client copy):
+/// read by the router before any attempt, removed from each attempt.
+const RETRY_HEADERS: [&str; 3] = [
+    "x-envoy-retry-on",
+    "x-envoy-upstream-rq-per-try-timeout-ms",
+    "x-envoy-hedge-on-per-try-timeout",
+];
 
 /// The router, with `upstream_http_filters` if any.
 pub(super) fn router(upstream_http_filters: Option<Node>) -> Node {

@@ -116,6 +116,12 @@ impl WindowClock {
             still_to_come: 1.0 - (at % half) as f64 / half as f64,
         }
     }
+
+    /// The half-window it falls in, counted from the clock's epoch.
+    #[inline(always)]
+    pub fn half(&self) -> u64 {
+        self.half
+    }
 }
 
 impl Traffic {

@@ -226,7 +226,7 @@ mod tests {
                         index: 0,
                         generation: pool.generation(),
                         flight: None,
-                        advice: Default::default(),
+                        asked: None,
                     },
                     Retried::No,
                     failed,

@@ -266,7 +266,7 @@ mod evidence_tests {
                 index,
                 generation: self.pool.generation(),
                 flight: None,
-                advice: Default::default(),
+                asked: None,
             };
             let share = self
                 .pool

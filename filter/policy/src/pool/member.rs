@@ -7,7 +7,7 @@ use crate::active::ProbeOutcome;
 use crate::drain::Drain;
 use crate::guard::Evidence;
 use crate::outlier::Traffic;
-use crate::retry::Plan;
+use crate::retry::Advice;
 use crate::schedule::ProbeSlot;
 use crate::time::Time;
 use upcheck_config::Upstream;
@@ -118,5 +118,5 @@ pub(super) struct PeerTraffic {
     pub(super) fleet: Traffic,
     /// What its requests are told of retries, as the comparison at the last tick found
     /// ([`crate::retry`]).
-    pub(super) retry: Plan,
+    pub(super) retry: Advice,
 }

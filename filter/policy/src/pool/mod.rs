@@ -40,7 +40,7 @@ use crate::history::Change;
 use crate::outcome::RequestOutcome;
 use crate::outlier::{Traffic, WindowClock};
 use crate::passive::{InFlight, Outstanding};
-use crate::retry::{Advice, Budget};
+use crate::retry::{Budget, Grounds};
 use crate::schedule::{ProbeSlot, Schedule};
 use crate::tables::PassiveTable;
 use crate::time::Time;
@@ -95,8 +95,9 @@ pub struct Routed {
     /// Where the pool keeps the request while it is in flight, if it does
     /// ([`Pool::request_routed`]).
     pub flight: Option<InFlight>,
-    /// What the proxy is asked of retries for it ([`crate::retry`]).
-    pub advice: Advice,
+    /// On what grounds the proxy was asked to repeat it or time its attempts
+    /// ([`crate::retry`]); `None` when nothing was asked.
+    pub asked: Option<Grounds>,
 }
 
 /// Whether this VM holds its process's probing lease ([`crate::lease`]).

@@ -16,26 +16,28 @@ use std::time::Duration;
 impl<H> Pool<H> {
     /// A request `id` was sent to backend `index` at `now` (when requests are timed; otherwise,
     /// when outliers are detected, it is taken to have started at the latest tick): what the
-    /// request is to carry until it settles, the retry advice included when it is `repeatable`
-    /// (a GET or a HEAD) and requests get advice ([`Pool::advises_retries`]).
+    /// request is to carry until it settles, and the retry advice the proxy is to carry out for
+    /// it: some when it is `repeatable` (a GET or a HEAD) and requests get advice
+    /// ([`Pool::advises_retries`]).
     pub fn request_routed(
         &mut self,
         id: u32,
         index: usize,
         now: Option<Time>,
         repeatable: bool,
-    ) -> Routed {
+    ) -> (Routed, Advice) {
         let started = now.or_else(|| self.detects_outliers().then_some(self.clock.at));
         let advice = match repeatable && self.advises_retries() {
-            true => self.advise(index, now.unwrap_or(self.clock.at)),
+            true => self.advise(index),
             false => Advice::default(),
         };
-        Routed {
+        let routed = Routed {
             index,
             generation: self.numbering.generation,
             flight: started.and_then(|started| self.outstanding.begin(id, index, started)),
-            advice,
-        }
+            asked: advice.asks().then_some(advice.grounds),
+        };
+        (routed, advice)
     }
 
     /// Request `id`, sent to backend `picked`, ended with `outcome`: what to carry out, `None`
@@ -61,7 +63,7 @@ impl<H> Pool<H> {
         }
         // A backend removed meanwhile, or a request from two configurations ago: its outcome
         // belongs to no backend this pool knows by that position.
-        let picked_advice = picked.advice;
+        let picked_asked = picked.asked;
         let picked = self.current(picked)?;
         let mut effects = Effects::default();
         // A request counted when it became late is not counted again when it ends (though the
@@ -69,12 +71,10 @@ impl<H> Pool<H> {
         let counted_late = ended.is_some_and(|(_, late)| late);
         let first = match retried {
             Retried::Yes { .. } => {
-                self.spend_retry(now());
-                let advice = picked_advice;
-                if advice.asks() && !advice.grounds.stands_apart() {
-                    RequestOutcome::RetriedOnAdvice
-                } else {
-                    RequestOutcome::RetriedElsewhere
+                self.spend_retry();
+                match picked_asked {
+                    Some(grounds) if !grounds.stands_apart() => RequestOutcome::RetriedOnAdvice,
+                    _ => RequestOutcome::RetriedElsewhere,
                 }
             }
             Retried::No => outcome,

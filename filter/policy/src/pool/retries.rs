@@ -53,27 +53,25 @@ impl<H> Pool<H> {
             let p99 = peers
                 .as_ref()
                 .and_then(|p| p.p99_upper(now, outlier.window));
-            m.counts.retry = Plan::new(grounds, p99, &config.retries);
+            m.counts.retry = Advice::of(Plan::new(grounds, p99, &config.retries), &config.retries);
+        }
+        let window = outlier.window;
+        self.budget.tick(self.clock.window, window, &config.retries);
+    }
+
+    /// The advice for a request that is safe to repeat, routed to backend `index` (as of the
+    /// latest tick): the backend's, within the budget; nothing past it.
+    #[inline(always)]
+    pub(super) fn advise(&mut self, index: usize) -> Advice {
+        match self.members.get(index) {
+            Some(m) if self.budget.allows() => m.counts.retry,
+            _ => Advice::default(),
         }
     }
 
-    /// The advice for a request that is safe to repeat, routed to backend `index` at `now`: the
-    /// backend's plan, within the budget; nothing past it.
-    pub(super) fn advise(&mut self, index: usize, now: Time) -> Advice {
-        let Some(plan) = self.members.get(index).map(|m| m.counts.retry) else {
-            return Advice::default();
-        };
-        let window = self.config.health_checks.outlier.window;
-        if !self.budget.allows(now, window, &self.config.retries) {
-            return Advice::default();
-        }
-        Advice::of(plan, &self.config.retries)
-    }
-
-    /// The proxy made an extra attempt for a request (a repeat or a hedge), at `now`.
-    pub(super) fn spend_retry(&mut self, now: Time) {
-        let window = self.config.health_checks.outlier.window;
-        self.budget.spend(now, window);
+    /// The proxy made an extra attempt for a request (a repeat or a hedge).
+    pub(super) fn spend_retry(&mut self) {
+        self.budget.spend();
     }
 
     /// The budget as it stands: extra attempts made, and requests refused advice for want of it.

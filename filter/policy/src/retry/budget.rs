@@ -7,19 +7,26 @@
 //! buckets of half a window each make the sliding window (as [`crate::outlier::Traffic`] does), so
 //! the memory is fixed and a request costs two additions.
 
-use crate::time::Time;
+use crate::outlier::WindowClock;
 use std::time::Duration;
 use upcheck_config::Retries;
 
 /// Requests and the extra attempts made for them, over a sliding window.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Budget {
-    /// Which half-window the `current` bucket is (time since start / half a window).
+    /// Which half-window the `current` bucket is, as of the latest tick.
     bucket: u64,
     /// Requests and extra attempts of the current half-window.
     current: Counts,
     /// Those of the half-window before it.
     previous: Counts,
+    /// The share of requests extra attempts may be, in percent, as configured at the latest tick.
+    percent: u64,
+    /// Extra attempts allowed over the window whatever the traffic.
+    floor: u64,
+    /// Whether one more extra attempt is within the budget: worked out at each tick and after
+    /// each extra attempt, and while it is not, at each request (more requests allow more).
+    open: bool,
     /// Requests refused advice for want of budget, ever (for the metric).
     pub refused: u64,
     /// Extra attempts made, ever (for the metric).
@@ -33,42 +40,52 @@ struct Counts {
 }
 
 impl Budget {
-    /// Moves the buckets on to `now`, over a window of `window`.
-    fn roll(&mut self, now: Time, window: Duration) {
-        let half = (window.as_nanos() / 2).max(1);
-        let bucket = u64::try_from(now.as_nanos() / half).unwrap_or(u64::MAX);
-        if bucket == self.bucket {
-            return;
+    /// Time passing, as of `clock` (the tick's), over a window of `window`: the buckets move on,
+    /// the configuration's budget is taken in.
+    pub fn tick(&mut self, clock: WindowClock, window: Duration, retries: &Retries) {
+        let bucket = clock.half();
+        if bucket != self.bucket {
+            self.previous = if bucket == self.bucket.saturating_add(1) {
+                self.current
+            } else {
+                Counts::default()
+            };
+            self.current = Counts::default();
+            self.bucket = bucket;
         }
-        self.previous = if bucket == self.bucket.saturating_add(1) {
-            self.current
-        } else {
-            Counts::default()
-        };
-        self.current = Counts::default();
-        self.bucket = bucket;
+        self.percent = u64::from(retries.budget_percent);
+        // A product of two numbers under 2^32: it does not overflow.
+        self.floor =
+            u64::from(retries.min_per_second) * window.as_secs().clamp(1, u64::from(u32::MAX));
+        self.open = self.within();
     }
 
-    /// A request asks at `now` whether one more extra attempt would be within the budget over
-    /// `window`: counted as a request either way. Whether it is.
-    pub fn allows(&mut self, now: Time, window: Duration, retries: &Retries) -> bool {
-        self.roll(now, window);
-        self.current.requests = self.current.requests.saturating_add(1);
+    /// Whether one more extra attempt would be within the budget.
+    fn within(&self) -> bool {
         let requests = u64::from(self.current.requests) + u64::from(self.previous.requests);
         let extra = u64::from(self.current.extra) + u64::from(self.previous.extra);
-        let floor = u64::from(retries.min_per_second).saturating_mul(window.as_secs().max(1));
-        let allowed = requests.saturating_mul(u64::from(retries.budget_percent)) / 100 + floor;
-        let within = extra < allowed;
-        if !within {
-            self.refused = self.refused.saturating_add(1);
-        }
-        within
+        // Requests under 2^33 times a percent under 2^7: no overflow.
+        extra < requests * self.percent / 100 + self.floor
     }
 
-    /// An extra attempt was made at `now` (the proxy repeated or hedged a request).
-    pub fn spend(&mut self, now: Time, window: Duration) {
-        self.roll(now, window);
+    /// A request asks whether one more extra attempt would be within the budget: counted as a
+    /// request either way. Whether it is.
+    #[inline(always)]
+    pub fn allows(&mut self) -> bool {
+        self.current.requests = self.current.requests.saturating_add(1);
+        if !self.open {
+            self.open = self.within();
+            if !self.open {
+                self.refused = self.refused.saturating_add(1);
+            }
+        }
+        self.open
+    }
+
+    /// An extra attempt was made (the proxy repeated or hedged a request).
+    pub fn spend(&mut self) {
         self.current.extra = self.current.extra.saturating_add(1);
         self.spent = self.spent.saturating_add(1);
+        self.open = self.within();
     }
 }

@@ -141,9 +141,9 @@ impl Advice {
     }
 }
 
-/// `n` in decimal, written into `digits` (a u32 has at most 10), for a header value that costs
-/// no allocation.
-pub fn decimal(n: u32, digits: &mut [u8; 10]) -> &str {
+/// `n` in decimal ASCII, written into `digits` (a u32 has at most 10), for a header value that
+/// costs no allocation.
+pub fn decimal(n: u32, digits: &mut [u8; 10]) -> &[u8] {
     let mut at = digits.len();
     let mut rest = n;
     while let Some(slot) = at.checked_sub(1) {
@@ -157,10 +157,7 @@ pub fn decimal(n: u32, digits: &mut [u8; 10]) -> &str {
             break;
         }
     }
-    digits
-        .get(at..)
-        .and_then(|d| std::str::from_utf8(d).ok())
-        .unwrap_or("0")
+    digits.get(at..).unwrap_or(b"0")
 }
 
 #[cfg(test)]
@@ -171,7 +168,7 @@ mod tests {
     fn numbers_are_written_in_decimal_from_zero_to_the_largest() {
         for n in [0, 7, 10, 250, 3000, 4_294_967_295] {
             let mut digits = [0u8; 10];
-            assert_eq!(decimal(n, &mut digits), n.to_string());
+            assert_eq!(decimal(n, &mut digits), n.to_string().as_bytes());
         }
     }
 }

@@ -1457,7 +1457,7 @@ fn an_ejection_the_cap_held_back_is_reported_once_when_it_takes_effect() {
 fn a_success_at_a_backend_on_no_run_of_failures_reads_no_clock_and_shares_nothing_until_the_tick() {
     let mut proxy = given_two_backends_passing_their_probes();
     proxy.tick(secs(1));
-    let routed = proxy.pool.request_routed(7, 0, None, false);
+    let (routed, _) = proxy.pool.request_routed(7, 0, None, false);
     let effects = proxy
         .pool
         .request_ended(7, routed, Retried::No, answered(200), || {

@@ -6,6 +6,7 @@
 use crate::support::*;
 use std::time::Duration;
 use upcheck_policy::config::{Config, Retries};
+use upcheck_policy::outlier::WindowClock;
 use upcheck_policy::retry::{Budget, Grounds, Plan};
 use upcheck_policy::{ProbeOutcome, Retried};
 
@@ -25,12 +26,12 @@ fn host(extra: &str, app2: &str) -> Proxy {
 /// The advice a GET routed to `name` at `at` gets (the request then answered 200).
 fn advice(proxy: &mut Proxy, name: &str, at: Duration) -> upcheck_policy::retry::Advice {
     let i = proxy.pool.index_of(name).expect("known backend");
-    let routed = proxy.pool.request_routed(900_000, i, None, true);
+    let (routed, advice) = proxy.pool.request_routed(900_000, i, None, true);
     let ended = proxy
         .pool
         .request_ended(900_000, routed, Retried::No, answered(200), || at);
     proxy.carry_out(ended.unwrap_or_default(), at);
-    routed.advice
+    advice
 }
 
 /// 40 requests a second from 1 s to 6 s, where `fails` says which (backend, n-th request to it)
@@ -135,17 +136,17 @@ fn a_backend_with_no_peer_in_rotation_is_not_repeated() {
 fn a_post_and_cluster_routing_get_no_advice_and_retries_can_be_turned_off() {
     let mut proxy = host("", "");
     proxy.tick(secs(1));
-    let post = proxy.pool.request_routed(1, 0, None, false);
-    assert!(!post.advice.asks(), "a POST: {:?}", post.advice);
+    let (post, advice) = proxy.pool.request_routed(1, 0, None, false);
+    assert!(!advice.asks() && post.asked.is_none(), "a POST: {advice:?}");
 
     let mut cluster = given_backends_passing_their_probes(&["app1", "app2"], "");
     cluster.tick(secs(1));
     assert!(!cluster.pool.advises_retries());
-    assert!(!cluster.pool.request_routed(1, 0, None, true).advice.asks());
+    assert!(!cluster.pool.request_routed(1, 0, None, true).1.asks());
 
     let mut off = host(r#","retries":{"enabled":false}"#, "");
     off.tick(secs(1));
-    assert!(!off.pool.request_routed(1, 0, None, true).advice.asks());
+    assert!(!off.pool.request_routed(1, 0, None, true).1.asks());
 }
 
 #[test]
@@ -167,40 +168,45 @@ fn per_try_timeouts_follow_the_peers_slowest_requests_within_the_floor_and_the_c
 fn the_budget_allows_a_tenth_of_the_requests_plus_the_floor_and_refuses_past_its_edge() {
     let window = secs(10);
     let at = secs(100);
+    let clock = WindowClock::new(at, window);
     let tenth = Retries {
         min_per_second: 0,
         ..Retries::default()
     };
     let mut budget = Budget::default();
+    budget.tick(clock, window, &tenth);
     for _ in 0..90 {
-        let _ = budget.allows(at, window, &tenth);
+        let _ = budget.allows();
     }
     let refused = budget.refused;
     for n in 0..10 {
-        assert!(budget.allows(at, window, &tenth), "extra attempt {n}");
-        budget.spend(at, window);
+        assert!(budget.allows(), "extra attempt {n}");
+        budget.spend();
     }
     assert!(
-        !budget.allows(at, window, &tenth),
+        !budget.allows(),
         "10 extra for 101 requests: the 11th is over"
     );
     assert_eq!(budget.refused, refused + 1);
+    for _ in 0..9 {
+        let _ = budget.allows();
+    }
+    assert!(budget.allows(), "110 requests allow 11");
 
     let floor = Retries::default();
     let mut quiet = Budget::default();
+    quiet.tick(clock, window, &floor);
     let mut allowed = 0;
-    while quiet.allows(at, window, &floor) {
-        quiet.spend(at, window);
+    while quiet.allows() {
+        quiet.spend();
         allowed += 1;
     }
     assert_eq!(
         allowed, 33,
         "30 from the floor (3 a second over 10 s), 3 as 10 % of 33"
     );
-    assert!(
-        quiet.allows(at + secs(20), window, &floor),
-        "a window later the floor is there again"
-    );
+    quiet.tick(WindowClock::new(at + secs(20), window), window, &floor);
+    assert!(quiet.allows(), "a window later the floor is there again");
 }
 
 #[test]
@@ -208,8 +214,8 @@ fn a_repeated_attempt_counts_toward_max_fails_only_when_its_backend_stood_apart(
     let mut proxy = host("", "");
     traffic(&mut proxy, |_, _| false);
     let app2 = proxy.pool.index_of("app2").expect("app2");
-    let mut routed = proxy.pool.request_routed(1, app2, None, true);
-    assert_eq!(routed.advice.grounds, Grounds::NoEvidence);
+    let (mut routed, _) = proxy.pool.request_routed(1, app2, None, true);
+    assert_eq!(routed.asked, Some(Grounds::NoEvidence));
     let retried = Retried::Yes {
         final_answer: proxy.pool.index_of("app1"),
     };
@@ -231,7 +237,7 @@ fn a_repeated_attempt_counts_toward_max_fails_only_when_its_backend_stood_apart(
     );
     assert_eq!(proxy.pool.retry_budget().spent, 1);
 
-    routed.advice.grounds = Grounds::OddOneOut;
+    routed.asked = Some(Grounds::OddOneOut);
     let effects = proxy
         .pool
         .request_ended(2, routed, retried, answered(200), || secs(6));

@@ -144,7 +144,7 @@ impl Proxy {
             index,
             generation: self.pool.generation(),
             flight: None,
-            advice: Default::default(),
+            asked: None,
         }
     }
 
@@ -270,7 +270,7 @@ impl Proxy {
             let name = self.pool.members()[i].name().to_owned();
             let id = self.next_request;
             self.next_request += 1;
-            let routed = self.pool.request_routed(id, i, None, false);
+            let (routed, _) = self.pool.request_routed(id, i, None, false);
             let outcome = answer(&name, at);
             if let Some(outcome) = outcome {
                 let effects = self
