@@ -4,6 +4,7 @@
 
 mod backend_breaks_mid_traffic;
 mod backend_joins_broken;
+mod client_retry_headers;
 mod client_routing_header;
 mod cold_start;
 mod deploy;

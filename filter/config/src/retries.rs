@@ -36,8 +36,9 @@ pub struct Retries {
     /// The per-try timeout is never shorter than this.
     #[serde(with = "duration")]
     pub min_try_timeout: Duration,
-    /// The per-try timeout is never longer than this (nor than the route's timeout), and is this
-    /// while the peers' latency is unknown. At least `min_try_timeout`.
+    /// The route's own per-try timeout: a per-try timeout is set per request only when the
+    /// peers' latency gives less, so the advice only ever shortens the route's. At least
+    /// `min_try_timeout`.
     #[serde(with = "duration")]
     pub max_try_timeout: Duration,
     /// Whether the first attempt keeps running when its per-try timeout passes (the first good

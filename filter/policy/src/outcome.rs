@@ -46,10 +46,10 @@ pub enum RequestOutcome {
     /// The proxy retried the request on another backend: this backend's attempt failed (how,
     /// the proxy does not say).
     RetriedElsewhere,
-    /// The proxy repeated the request on another backend on upcheck's advice ([`crate::retry`])
-    /// while its backend did not stand apart from its peers: this attempt failed or was slow, and
-    /// may have met an app bug every backend shares or an ordinary slow page, so it is a failure
-    /// for the outlier rules only, never toward `max_fails`.
+    /// The proxy sent the request to another backend after this attempt outlasted the per-try
+    /// timeout upcheck set from its peers' latency ([`crate::retry`]): a slow attempt, maybe an
+    /// ordinary slow page, so it is a failure for the outlier rules only, never toward
+    /// `max_fails`.
     RetriedOnAdvice,
     /// The client went away first: says nothing about the backend.
     ClientGone,
@@ -256,7 +256,7 @@ impl fmt::Display for Failure {
                 f.write_str("a request's attempt failed and was retried on another backend")
             }
             RequestOutcome::RetriedOnAdvice => f.write_str(
-                "a request's attempt failed or was slow and was repeated on another backend",
+                "a request's attempt outlasted its per-try timeout and was sent to another backend",
             ),
             RequestOutcome::ClientGone => f.write_str("the client went away"),
             RequestOutcome::NotSent => f.write_str("the proxy never sent a request"),

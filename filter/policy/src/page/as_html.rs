@@ -226,7 +226,7 @@ mod tests {
                         index: 0,
                         generation: pool.generation(),
                         flight: None,
-                        asked: None,
+                        timed: None,
                     },
                     Retried::No,
                     failed,

@@ -266,7 +266,7 @@ mod evidence_tests {
                 index,
                 generation: self.pool.generation(),
                 flight: None,
-                asked: None,
+                timed: None,
             };
             let share = self
                 .pool

@@ -40,7 +40,7 @@ use crate::history::Change;
 use crate::outcome::RequestOutcome;
 use crate::outlier::{Traffic, WindowClock};
 use crate::passive::{InFlight, Outstanding};
-use crate::retry::{Budget, Grounds};
+use crate::retry::Budget;
 use crate::schedule::{ProbeSlot, Schedule};
 use crate::tables::PassiveTable;
 use crate::time::Time;
@@ -95,9 +95,11 @@ pub struct Routed {
     /// Where the pool keeps the request while it is in flight, if it does
     /// ([`Pool::request_routed`]).
     pub flight: Option<InFlight>,
-    /// On what grounds the proxy was asked to repeat it or time its attempts
-    /// ([`crate::retry`]); `None` when nothing was asked.
-    pub asked: Option<Grounds>,
+    /// The per-try timeout the proxy was asked to give its attempts, in milliseconds, when it
+    /// is shorter than `retries.max_try_timeout` ([`crate::retry`]): an attempt repeated after
+    /// at least that long was slow, maybe an ordinary slow page, and counts for the outlier rules
+    /// only; one repeated sooner failed, and counts as any failure.
+    pub timed: Option<u32>,
 }
 
 /// Whether this VM holds its process's probing lease ([`crate::lease`]).

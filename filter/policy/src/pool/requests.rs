@@ -31,11 +31,14 @@ impl<H> Pool<H> {
             true => self.advise(index),
             false => Advice::default(),
         };
+        let ceiling = self.config.retries.max_try_timeout;
         let routed = Routed {
             index,
             generation: self.numbering.generation,
             flight: started.and_then(|started| self.outstanding.begin(id, index, started)),
-            asked: advice.asks().then_some(advice.grounds),
+            timed: advice
+                .try_timeout_ms
+                .filter(|ms| Duration::from_millis(u64::from(*ms)) < ceiling),
         };
         (routed, advice)
     }
@@ -63,17 +66,27 @@ impl<H> Pool<H> {
         }
         // A backend removed meanwhile, or a request from two configurations ago: its outcome
         // belongs to no backend this pool knows by that position.
-        let picked_asked = picked.asked;
+        let timed = picked.timed;
         let picked = self.current(picked)?;
         let mut effects = Effects::default();
         // A request counted when it became late is not counted again when it ends (though the
         // outlier rules take its outcome).
         let counted_late = ended.is_some_and(|(_, late)| late);
         let first = match retried {
+            // A hedge the first attempt won: its backend answered, slowly.
+            Retried::Yes { final_answer } if final_answer == Some(picked) => {
+                self.spend_retry();
+                outcome
+            }
             Retried::Yes { .. } => {
                 self.spend_retry();
-                match picked_asked {
-                    Some(grounds) if !grounds.stands_apart() => RequestOutcome::RetriedOnAdvice,
+                let waited = |ms: u32| {
+                    ended.is_some_and(|(started, _)| {
+                        now().saturating_sub(started) >= Duration::from_millis(u64::from(ms))
+                    })
+                };
+                match timed {
+                    Some(ms) if waited(ms) => RequestOutcome::RetriedOnAdvice,
                     _ => RequestOutcome::RetriedElsewhere,
                 }
             }

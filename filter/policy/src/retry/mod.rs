@@ -9,10 +9,16 @@
 //! backend stands on ([`Grounds`]), worked out at each tick from the counts the outlier rules keep:
 //! - a backend that stands out from its peers by its failures ([`crate::outlier::odd_one_out`]),
 //!   drains or warms up: its 5xx are repeated elsewhere;
-//! - no evidence either way (neither it nor its peers failed lately: the first failures of a new
-//!   problem): repeated too;
 //! - its peers fail as well (an app bug, a shared dependency), the pool guard is engaged, or it
-//!   has no peer in rotation: not repeated; the answer reaches the user as the app wrote it.
+//!   has no peer in rotation: not repeated; the answer reaches the user as the app wrote it;
+//! - no evidence either way yet: not repeated either. The proxy cannot say which 5xx a repeated
+//!   attempt met, so a repeat counts against its backend, toward `max_fails` too; repeating the
+//!   first 500s of an app bug every backend shares would eject backends for it before the
+//!   comparison could see the peers fail alike. A backend whose pages start failing stands out
+//!   at its second failure while its peers serve.
+//!
+//! Gateway errors (502, 503, 504), resets and refused connections are the route's own policy,
+//! repeated on every grounds, as they were before the advice.
 //!
 //! Every repeat is an extra attempt, under a budget ([`Budget`]): at most `budget_percent` of the
 //! requests of the outlier window plus `min_per_second`; past it a request gets no advice and the
@@ -31,7 +37,7 @@ use upcheck_config::Retries;
 /// Why a request to a backend is, or is not, repeated elsewhere after a 5xx.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Grounds {
-    /// Neither the backend nor its peers failed in the window: a first failure is repeated.
+    /// Nothing says yet whether the backend fails alone: not repeated (a 500 may be an app bug).
     #[default]
     NoEvidence,
     /// It fails while its peers do not: repeated.
@@ -53,14 +59,8 @@ impl Grounds {
     pub fn repeats(self) -> bool {
         matches!(
             self,
-            Grounds::NoEvidence | Grounds::OddOneOut | Grounds::Draining | Grounds::Warming
+            Grounds::OddOneOut | Grounds::Draining | Grounds::Warming
         )
-    }
-
-    /// Whether the backend is known to stand apart from its peers (so a failed attempt of it
-    /// repeated elsewhere is its own failure, for the passive checks too).
-    pub fn stands_apart(self) -> bool {
-        matches!(self, Grounds::OddOneOut | Grounds::Draining)
     }
 
     /// A short name, for the status page and the log.
@@ -83,26 +83,25 @@ impl Grounds {
 pub struct Plan {
     /// Why its 5xx are or are not repeated.
     pub grounds: Grounds,
-    /// How long one attempt may take, in whole milliseconds (the proxy's unit).
-    pub try_timeout_ms: u32,
+    /// How long one attempt may take, in whole milliseconds (the proxy's unit): set only when
+    /// the peers' latency is known and gives less than `max_try_timeout`, so that the advice
+    /// only ever shortens the route's own per-try timeout (`upcheck envoy` writes the two equal).
+    pub try_timeout_ms: Option<u32>,
 }
 
 impl Plan {
     /// The plan for a backend on `grounds` whose peers' slowest requests (99th percentile) take
     /// `peers_p99`, if known.
     pub fn new(grounds: Grounds, peers_p99: Option<Duration>, retries: &Retries) -> Plan {
-        let timeout = match peers_p99 {
-            Some(p99) => p99
-                .saturating_mul(retries.try_factor)
+        let timeout = peers_p99.map(|p99| {
+            p99.saturating_mul(retries.try_factor)
                 .max(retries.min_try_timeout)
-                .min(retries.max_try_timeout),
-            None => retries.max_try_timeout,
-        };
+        });
         Plan {
             grounds,
-            try_timeout_ms: u32::try_from(timeout.as_millis())
-                .unwrap_or(u32::MAX)
-                .max(1),
+            try_timeout_ms: timeout
+                .filter(|t| *t < retries.max_try_timeout)
+                .map(|t| u32::try_from(t.as_millis()).unwrap_or(u32::MAX).max(1)),
         }
     }
 }
@@ -132,10 +131,11 @@ impl Advice {
     /// plan's timeout applies unless the guard is engaged (every backend is in trouble).
     pub fn of(plan: Plan, retries: &Retries) -> Advice {
         let timed = plan.grounds != Grounds::Guarded && plan.grounds != Grounds::Alone;
+        let try_timeout_ms = plan.try_timeout_ms.filter(|_| timed);
         Advice {
             on_5xx: plan.grounds.repeats(),
-            try_timeout_ms: timed.then_some(plan.try_timeout_ms),
-            hedge: timed && retries.hedge,
+            try_timeout_ms,
+            hedge: try_timeout_ms.is_some() && retries.hedge,
             grounds: plan.grounds,
         }
     }

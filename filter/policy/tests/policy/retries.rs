@@ -46,12 +46,12 @@ fn traffic(proxy: &mut Proxy, mut fails: impl FnMut(&str, u32) -> bool) {
 }
 
 #[test]
-fn before_any_failure_a_first_5xx_is_repeated_for_want_of_evidence_with_a_timeout_from_the_peers() {
+fn before_any_failure_a_500_is_not_repeated_but_each_attempt_is_timed_by_the_peers_and_hedged() {
     let mut proxy = host("", "");
     traffic(&mut proxy, |_, _| false);
     let advice = advice(&mut proxy, "app2", secs(6));
     assert_eq!(advice.grounds, Grounds::NoEvidence);
-    assert!(advice.on_5xx && advice.hedge, "{advice:?}");
+    assert!(!advice.on_5xx && advice.hedge, "{advice:?}");
     assert_eq!(
         advice.try_timeout_ms,
         Some(250),
@@ -137,7 +137,7 @@ fn a_post_and_cluster_routing_get_no_advice_and_retries_can_be_turned_off() {
     let mut proxy = host("", "");
     proxy.tick(secs(1));
     let (post, advice) = proxy.pool.request_routed(1, 0, None, false);
-    assert!(!advice.asks() && post.asked.is_none(), "a POST: {advice:?}");
+    assert!(!advice.asks() && post.timed.is_none(), "a POST: {advice:?}");
 
     let mut cluster = given_backends_passing_their_probes(&["app1", "app2"], "");
     cluster.tick(secs(1));
@@ -154,13 +154,17 @@ fn per_try_timeouts_follow_the_peers_slowest_requests_within_the_floor_and_the_c
     let retries = Retries::default();
     let timeout =
         |p99: Option<Duration>| Plan::new(Grounds::NoEvidence, p99, &retries).try_timeout_ms;
-    assert_eq!(timeout(Some(ms(10))), 250, "the floor");
-    assert_eq!(timeout(Some(ms(200))), 800, "4 × the peers' p99");
-    assert_eq!(timeout(Some(secs(2))), 3000, "the ceiling");
+    assert_eq!(timeout(Some(ms(10))), Some(250), "the floor");
+    assert_eq!(timeout(Some(ms(200))), Some(800), "4 × the peers' p99");
+    assert_eq!(
+        timeout(Some(ms(750))),
+        None,
+        "at the ceiling: the route's own per-try timeout"
+    );
     assert_eq!(
         timeout(None),
-        3000,
-        "nothing known of the peers: the ceiling"
+        None,
+        "nothing known of the peers: the route's own"
     );
 }
 
@@ -210,37 +214,53 @@ fn the_budget_allows_a_tenth_of_the_requests_plus_the_floor_and_refuses_past_its
 }
 
 #[test]
-fn a_repeated_attempt_counts_toward_max_fails_only_when_its_backend_stood_apart() {
+fn a_repeated_attempt_counts_toward_max_fails_unless_it_outlasted_a_per_try_timeout_from_the_peers()
+{
     let mut proxy = host("", "");
     traffic(&mut proxy, |_, _| false);
     let app2 = proxy.pool.index_of("app2").expect("app2");
-    let (mut routed, _) = proxy.pool.request_routed(1, app2, None, true);
-    assert_eq!(routed.asked, Some(Grounds::NoEvidence));
-    let retried = Retried::Yes {
-        final_answer: proxy.pool.index_of("app1"),
-    };
-    let effects = proxy
-        .pool
-        .request_ended(1, routed, retried, answered(200), || secs(6));
-    proxy.carry_out(effects.unwrap_or_default(), secs(6));
-    let passive = &proxy.pool.config().health_checks.passive.clone();
+    let passive = proxy.pool.config().health_checks.passive.clone();
     let count = |proxy: &Proxy| {
         proxy.pool.members()[app2]
             .evidence
             .passive
-            .count(secs(6), passive)
+            .count(secs(9), &passive)
     };
+    let retried = Retried::Yes {
+        final_answer: proxy.pool.index_of("app1"),
+    };
+    let end = |proxy: &mut Proxy, id: u32, at: Duration| {
+        let (routed, _) = proxy.pool.request_routed(id, app2, None, true);
+        assert_eq!(routed.timed, Some(250));
+        let effects = proxy
+            .pool
+            .request_ended(id, routed, retried, answered(200), || at);
+        proxy.carry_out(effects.unwrap_or_default(), at);
+    };
+    // Routed at the latest tick (6 s): repeated 2 s later, it outlasted its 250 ms.
+    end(&mut proxy, 1, secs(8));
     assert_eq!(
         count(&proxy),
         0,
-        "no evidence: maybe an app bug, maybe a slow page"
+        "a slow attempt: maybe an ordinary slow page"
     );
     assert_eq!(proxy.pool.retry_budget().spent, 1);
+    // Repeated at once: it failed (a 502, a reset).
+    end(&mut proxy, 2, secs(6));
+    assert_eq!(count(&proxy), 1, "a failed attempt counts as any failure");
 
-    routed.asked = Some(Grounds::OddOneOut);
+    let (routed, _) = proxy.pool.request_routed(3, app2, None, true);
+    let won_by_first = Retried::Yes {
+        final_answer: Some(app2),
+    };
     let effects = proxy
         .pool
-        .request_ended(2, routed, retried, answered(200), || secs(6));
-    proxy.carry_out(effects.unwrap_or_default(), secs(6));
-    assert_eq!(count(&proxy), 1, "it stood out: its own failure");
+        .request_ended(3, routed, won_by_first, answered(200), || secs(9));
+    proxy.carry_out(effects.unwrap_or_default(), secs(9));
+    assert_eq!(
+        count(&proxy),
+        1,
+        "a hedge the first attempt won is no failure"
+    );
+    assert_eq!(proxy.pool.retry_budget().spent, 3);
 }

@@ -144,7 +144,7 @@ impl Proxy {
             index,
             generation: self.pool.generation(),
             flight: None,
-            asked: None,
+            timed: None,
         }
     }
 
