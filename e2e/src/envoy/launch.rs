@@ -133,15 +133,31 @@ impl EnvoyBuilder {
         self
     }
 
-    /// The wasm filter as configured, with the module from `UPCHECK_WASM`.
+    /// The wasm filter as configured, with the module from `UPCHECK_WASM`. In host routing the
+    /// plugin's `retries.max_try_timeout` is the route's `per_try_timeout` unless the
+    /// configuration sets it, as `upcheck envoy` writes the two: the advice only ever shortens
+    /// the route's per-try timeout.
     fn wasm(&self) -> Result<Option<WasmFilter>> {
-        match &self.filter {
-            Some(config) => Ok(Some(WasmFilter {
-                module: module()?,
-                config: config.clone(),
-            })),
-            None => Ok(None),
+        let Some(config) = &self.filter else {
+            return Ok(None);
+        };
+        let mut config = config.clone();
+        if let (Routing::Host { per_try_timeout }, Some(object)) =
+            (self.routing, config.as_object_mut())
+        {
+            let retries = object
+                .entry("retries")
+                .or_insert_with(|| serde_json::json!({}));
+            if let Some(retries) = retries.as_object_mut() {
+                retries
+                    .entry("max_try_timeout")
+                    .or_insert_with(|| format!("{}ms", per_try_timeout.as_millis()).into());
+            }
         }
+        Ok(Some(WasmFilter {
+            module: module()?,
+            config,
+        }))
     }
 
     /// Runs Envoy with its listener and clusters in a static bootstrap until it exits by itself,
