@@ -23,6 +23,7 @@ use crate::vm::{self, Handle, Holding, Vm};
 use std::time::Duration;
 use upcheck_policy::host::Held;
 use upcheck_policy::outcome::status_code;
+use upcheck_policy::retry::safe_to_repeat;
 use upcheck_policy::{drain, Pick, Pool, RequestOutcome, Retried, Routed, RoutingMode, Time};
 
 /// How a request ended, as the proxy's callbacks tell it.
@@ -86,14 +87,12 @@ pub fn advised(v: &mut Vm, id: u32, i: usize) -> Option<(Routed, Option<Time>)> 
     Some((routed, started))
 }
 
-/// Whether the current request is safe to repeat after it reached a backend: a GET or a HEAD.
+/// Whether the current request is safe to repeat, as the core says of its `:method`.
 fn repeatable() -> bool {
-    hostcalls::read_map_value(HeaderMap::Request, ":method", |m| {
-        m == b"GET" || m == b"HEAD"
-    })
-    .ok()
-    .flatten()
-    .unwrap_or(false)
+    hostcalls::read_map_value(HeaderMap::Request, ":method", safe_to_repeat)
+        .ok()
+        .flatten()
+        .unwrap_or(false)
 }
 
 /// Holds request `id` at cold start as the pool says ([`upcheck_policy::host::hold`]). Out of

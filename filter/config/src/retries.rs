@@ -4,7 +4,6 @@
 //! app bug that every backend shares included; upcheck repeats a request only while the backend
 //! it picked stands out from its peers, or before there is evidence either way.
 
-use crate::error::ConfigError;
 use crate::{duration, grammar};
 use serde::{Deserialize, Serialize};
 use std::ops::RangeInclusive;
@@ -73,50 +72,4 @@ impl Retries {
     /// What the per-try timeouts may be: Envoy's header takes whole milliseconds.
     pub const TRY_TIMEOUT: RangeInclusive<Duration> =
         Duration::from_millis(1)..=Duration::from_secs(3600);
-
-    /// The first field that is out of its range or disagrees with another.
-    pub(crate) fn check(&self) -> Result<(), ConfigError> {
-        let field = |name: &str| format!("retries.{name}");
-        let beyond = |name: &str, what: String| Err(ConfigError::new(field(name), what));
-        if !Retries::BUDGET_PERCENT.contains(&self.budget_percent) {
-            return beyond(
-                "budget_percent",
-                format!("must be at most 100, got {}", self.budget_percent),
-            );
-        }
-        if !Retries::MIN_PER_SECOND.contains(&self.min_per_second) {
-            return beyond(
-                "min_per_second",
-                format!("must be at most 1000, got {}", self.min_per_second),
-            );
-        }
-        if !Retries::TRY_FACTOR.contains(&self.try_factor) {
-            return beyond(
-                "try_factor",
-                format!("must be from 1 to 100, got {}", self.try_factor),
-            );
-        }
-        for (name, d) in [
-            ("min_try_timeout", self.min_try_timeout),
-            ("max_try_timeout", self.max_try_timeout),
-        ] {
-            if !Retries::TRY_TIMEOUT.contains(&d) {
-                return beyond(
-                    name,
-                    format!("must be from 1ms to 1h, got {}", duration::exact(d)),
-                );
-            }
-        }
-        if self.max_try_timeout < self.min_try_timeout {
-            return beyond(
-                "max_try_timeout",
-                format!(
-                    "must be at least min_try_timeout ({}), got {}",
-                    duration::exact(self.min_try_timeout),
-                    duration::exact(self.max_try_timeout)
-                ),
-            );
-        }
-        Ok(())
-    }
 }

@@ -205,7 +205,7 @@ pub fn validate(document: Document) -> Result<Config, ConfigError> {
     let checks = &mut config.health_checks;
     ranges(&mut checks.active, &checks.passive, &checks.outlier)?;
     slow_start(&checks.slow_start)?;
-    config.retries.check()?;
+    retries(&config.retries)?;
     envoy_only(&config)?;
     check_upstreams(&config)?;
     check_proxy(&config)?;
@@ -307,6 +307,45 @@ fn ranges(active: &mut Active, passive: &Passive, outlier: &Outlier) -> Result<(
         outlier.latency_factor,
         &Outlier::LATENCY_FACTOR,
     )
+}
+
+/// `retries`: each number within its range, each per-try timeout within what Envoy's header
+/// takes, the longest at least the shortest.
+fn retries(retries: &Retries) -> Result<(), ConfigError> {
+    let r = |field: &str| format!("retries.{field}");
+    within(
+        &r("budget_percent"),
+        retries.budget_percent,
+        &Retries::BUDGET_PERCENT,
+    )?;
+    within(
+        &r("min_per_second"),
+        retries.min_per_second,
+        &Retries::MIN_PER_SECOND,
+    )?;
+    within(&r("try_factor"), retries.try_factor, &Retries::TRY_FACTOR)?;
+    for (field, d) in [
+        ("min_try_timeout", retries.min_try_timeout),
+        ("max_try_timeout", retries.max_try_timeout),
+    ] {
+        if !Retries::TRY_TIMEOUT.contains(&d) {
+            return Err(fail(
+                r(field),
+                format!("must be from 1ms to 1h, got {}", exact(d)),
+            ));
+        }
+    }
+    if retries.max_try_timeout < retries.min_try_timeout {
+        return Err(fail(
+            r("max_try_timeout"),
+            format!(
+                "must be at least min_try_timeout ({}), got {}",
+                exact(retries.min_try_timeout),
+                exact(retries.max_try_timeout)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The warm-up's tuning: a starting share within its range, and an aggression the formula can

@@ -95,10 +95,10 @@ pub struct Routed {
     /// Where the pool keeps the request while it is in flight, if it does
     /// ([`Pool::request_routed`]).
     pub flight: Option<InFlight>,
-    /// The per-try timeout the proxy was asked to give its attempts, in milliseconds, when it
-    /// is shorter than `retries.max_try_timeout` ([`crate::retry`]): an attempt repeated after
-    /// at least that long was slow, maybe an ordinary slow page, and counts for the outlier rules
-    /// only; one repeated sooner failed, and counts as any failure.
+    /// The per-try timeout the proxy was asked to give its attempts, in milliseconds, if it was
+    /// ([`crate::retry`]): an attempt repeated after at least that long was slow, maybe an
+    /// ordinary slow page, and counts for the outlier rules only; one repeated sooner failed,
+    /// and counts as any failure.
     pub timed: Option<u32>,
 }
 

@@ -31,14 +31,11 @@ impl<H> Pool<H> {
             true => self.advise(index),
             false => Advice::default(),
         };
-        let ceiling = self.config.retries.max_try_timeout;
         let routed = Routed {
             index,
             generation: self.numbering.generation,
             flight: started.and_then(|started| self.outstanding.begin(id, index, started)),
-            timed: advice
-                .try_timeout_ms
-                .filter(|ms| Duration::from_millis(u64::from(*ms)) < ceiling),
+            timed: advice.try_timeout_ms,
         };
         (routed, advice)
     }

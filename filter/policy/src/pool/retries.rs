@@ -29,7 +29,6 @@ impl<H> Pool<H> {
         let config = &self.config;
         let outlier = &config.health_checks.outlier;
         for (m, peers) in self.members.iter_mut().zip(peers) {
-            let traffic = view(m);
             let grounds = match &peers {
                 _ if guarded => Grounds::Guarded,
                 _ if m.evidence.draining() => Grounds::Draining,
@@ -40,7 +39,7 @@ impl<H> Pool<H> {
                 {
                     Grounds::Warming
                 }
-                Some(peers) if outlier.enabled && odd_one_out(&traffic, peers, outlier, now) => {
+                Some(peers) if outlier.enabled && odd_one_out(&view(m), peers, outlier, now) => {
                     Grounds::OddOneOut
                 }
                 Some(peers)
@@ -72,10 +71,5 @@ impl<H> Pool<H> {
     /// The proxy made an extra attempt for a request (a repeat or a hedge).
     pub(super) fn spend_retry(&mut self) {
         self.budget.spend();
-    }
-
-    /// The budget as it stands: extra attempts made, and requests refused advice for want of it.
-    pub fn retry_budget(&self) -> &crate::retry::Budget {
-        &self.budget
     }
 }

@@ -27,10 +27,6 @@ pub struct Budget {
     /// Whether one more extra attempt is within the budget: worked out at each tick and after
     /// each extra attempt, and while it is not, at each request (more requests allow more).
     open: bool,
-    /// Requests refused advice for want of budget, ever (for the metric).
-    pub refused: u64,
-    /// Extra attempts made, ever (for the metric).
-    pub spent: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -75,9 +71,6 @@ impl Budget {
         self.current.requests = self.current.requests.saturating_add(1);
         if !self.open {
             self.open = self.within();
-            if !self.open {
-                self.refused = self.refused.saturating_add(1);
-            }
         }
         self.open
     }
@@ -85,7 +78,6 @@ impl Budget {
     /// An extra attempt was made (the proxy repeated or hedged a request).
     pub fn spend(&mut self) {
         self.current.extra = self.current.extra.saturating_add(1);
-        self.spent = self.spent.saturating_add(1);
         self.open = self.within();
     }
 }

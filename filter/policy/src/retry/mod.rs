@@ -22,10 +22,10 @@
 //!
 //! Every repeat is an extra attempt, under a budget ([`Budget`]): at most `budget_percent` of the
 //! requests of the outlier window plus `min_per_second`; past it a request gets no advice and the
-//! route's own policy alone applies (Envoy's `retry_budget` is the backstop there). The per-try
-//! timeout follows the peers: `try_factor` times their 99th percentile, between
-//! `min_try_timeout` and `max_try_timeout`, hedged when `hedge` is on, so a backend that stalls
-//! costs a request its peers' tail rather than the route's fixed timeout.
+//! route's own policy alone applies. The per-try timeout follows the peers: `try_factor` times
+//! their 99th percentile, at least `min_try_timeout`, set only when that is shorter than
+//! `max_try_timeout` (the route's own), hedged when `hedge` is on, so a backend that stalls costs
+//! a request its peers' tail rather than the route's fixed timeout.
 
 mod budget;
 
@@ -33,6 +33,13 @@ pub use budget::Budget;
 
 use std::time::Duration;
 use upcheck_config::Retries;
+
+/// Whether a request with this `:method` is safe to repeat after it reached a backend: a GET or
+/// a HEAD changes nothing on the server. Any other method is repeated only by the route, when it
+/// never reached one.
+pub fn safe_to_repeat(method: &[u8]) -> bool {
+    method == b"GET" || method == b"HEAD"
+}
 
 /// Why a request to a backend is, or is not, repeated elsewhere after a 5xx.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -61,19 +68,6 @@ impl Grounds {
             self,
             Grounds::OddOneOut | Grounds::Draining | Grounds::Warming
         )
-    }
-
-    /// A short name, for the status page and the log.
-    pub fn name(self) -> &'static str {
-        match self {
-            Grounds::NoEvidence => "no evidence yet",
-            Grounds::OddOneOut => "fails while its peers do not",
-            Grounds::Draining => "drains",
-            Grounds::Warming => "warms up",
-            Grounds::Alike => "its peers fail too",
-            Grounds::Guarded => "the pool guard is engaged",
-            Grounds::Alone => "no peer in rotation",
-        }
     }
 }
 
