@@ -15,6 +15,7 @@ use crate::hostcall as hostcalls;
 use std::time::Duration;
 use upcheck_policy::config::Upstream;
 use upcheck_policy::outlier::Verdict;
+use upcheck_policy::retry::Extra;
 use upcheck_policy::series::{self, Aggregate, Metric};
 use upcheck_policy::{State, Time};
 
@@ -29,6 +30,8 @@ pub struct BackendMetrics {
     pub requests: Option<u32>,
     /// User requests that counted as failures.
     pub request_failures: Option<u32>,
+    /// Extra attempts for requests first sent here ([`upcheck_policy::retry`]).
+    pub retries: RetryMetrics,
     /// Passive ejections, outlier ejections included.
     pub ejections: Option<u32>,
     /// Outlier ejections, by kind.
@@ -77,6 +80,12 @@ impl BackendMetrics {
             probe_failures: of(series::PROBE_FAILURES),
             requests: of(series::REQUESTS),
             request_failures: of(series::REQUEST_FAILURES),
+            retries: RetryMetrics {
+                retried: of(series::RETRIED),
+                recovered: of(series::RETRIED_RECOVERED),
+                hedges: of(series::HEDGES),
+                hedges_won: of(series::HEDGES_WON),
+            },
             ejections: of(series::EJECTIONS),
             outliers: OutlierMetrics {
                 failing: of(series::OUTLIER_FAILING),
@@ -131,6 +140,38 @@ impl BackendMetrics {
     }
 }
 
+/// One backend's extra attempts (`upcheck.<name>.retried`, `_recovered`, `.hedges`, `_won`).
+#[derive(Debug, Default, Clone)]
+pub struct RetryMetrics {
+    /// Requests whose attempt here failed or outlasted its per-try timeout, answered elsewhere.
+    pub retried: Option<u32>,
+    /// Of those, answered without a 5xx.
+    pub recovered: Option<u32>,
+    /// Attempts here that outlasted their per-try timeout, so another went out.
+    pub hedges: Option<u32>,
+    /// Of those, the ones the other attempt answered first.
+    pub hedges_won: Option<u32>,
+}
+
+impl RetryMetrics {
+    /// Counts an extra attempt for a request first sent here: what became of that attempt, and
+    /// whether its user got an answer that is no 5xx.
+    pub fn count(&self, extra: Extra, recovered: bool) {
+        if extra.went_elsewhere() {
+            increment(self.retried);
+            if recovered {
+                increment(self.recovered);
+            }
+        }
+        if extra.hedged() {
+            increment(self.hedges);
+            if extra == Extra::HedgeWon {
+                increment(self.hedges_won);
+            }
+        }
+    }
+}
+
 /// One backend's outlier ejections by kind (`upcheck.<name>.outlier_failing`, `_slow`,
 /// `_stalled`).
 #[derive(Debug, Default, Clone)]
@@ -154,41 +195,60 @@ impl OutlierMetrics {
     }
 }
 
-/// The pool guard's gauge of a pool, 1 while it widens the routable set, and the same under its
-/// deprecated name ([`series::POOL_GUARD_DEPRECATED`]).
+/// A pool's own metrics: the pool guard's gauge, 1 while it widens the routable set, and the same
+/// under its deprecated name ([`series::POOL_GUARD_DEPRECATED`]); the requests the retry budget
+/// withheld their advice from.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct PoolGuardGauge {
-    gauge: Option<u32>,
-    deprecated: Option<u32>,
+pub struct PoolMetrics {
+    guard: Option<u32>,
+    guard_deprecated: Option<u32>,
+    retries_refused: Option<u32>,
 }
 
-impl PoolGuardGauge {
-    /// The gauges of `pool`.
-    pub fn define(pool: Option<&str>) -> PoolGuardGauge {
+impl PoolMetrics {
+    /// The metrics of `pool`.
+    pub fn define(pool: Option<&str>) -> PoolMetrics {
         // One name, written over for the deprecated one: defining both allocates no more than
         // defining one did.
         let mut name = series::pool_stat(pool, series::POOL_GUARD);
-        let gauge = define(MetricType::Gauge, &name);
+        let guard = define(MetricType::Gauge, &name);
         name.truncate(name.len().saturating_sub(series::POOL_GUARD.len()));
         name.push_str(series::POOL_GUARD_DEPRECATED);
-        PoolGuardGauge {
-            gauge,
-            deprecated: define(MetricType::Gauge, &name),
+        let guard_deprecated = define(MetricType::Gauge, &name);
+        name.truncate(
+            name.len()
+                .saturating_sub(series::POOL_GUARD_DEPRECATED.len()),
+        );
+        name.push_str(series::RETRIES_REFUSED);
+        PoolMetrics {
+            guard,
+            guard_deprecated,
+            retries_refused: define(MetricType::Counter, &name),
         }
     }
 
     /// Says whether the guard is engaged.
-    pub fn set(self, engaged: bool) {
-        set(self.gauge, u64::from(engaged));
-        set(self.deprecated, u64::from(engaged));
+    pub fn set_guard(self, engaged: bool) {
+        set(self.guard, u64::from(engaged));
+        set(self.guard_deprecated, u64::from(engaged));
+    }
+
+    /// Counts `requests` the retry budget withheld their advice from.
+    pub fn count_refused(self, requests: u32) {
+        add(self.retries_refused, requests);
     }
 }
 
 /// Adds one to a counter.
 pub fn increment(id: Option<u32>) {
-    if let Some(id) = id {
-        // A failed increment loses one count; nothing to do about it from here.
-        let _ = hostcalls::increment_metric(id, 1);
+    add(id, 1);
+}
+
+/// Adds `n` to a counter (nothing for 0).
+pub fn add(id: Option<u32>, n: u32) {
+    if let (Some(id), 1..) = (id, n) {
+        // A failed increment loses these counts; nothing to do about it from here.
+        let _ = hostcalls::increment_metric(id, i64::from(n));
     }
 }
 

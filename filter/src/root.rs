@@ -14,7 +14,7 @@
 use crate::abi::BufferType;
 use crate::hostcall as hostcalls;
 use crate::http;
-use crate::metrics::{BackendMetrics, PoolGuardGauge};
+use crate::metrics::{BackendMetrics, PoolMetrics};
 use crate::probes;
 use crate::route;
 use crate::shared;
@@ -153,7 +153,7 @@ impl Root {
             );
             let name = config.pool.clone();
             let define = |u: &_| BackendMetrics::define(name.as_deref(), u);
-            v.pool_guard = PoolGuardGauge::define(name.as_deref());
+            v.pool_metrics = PoolMetrics::define(name.as_deref());
             v.last_tick = now;
             // Counts for a backend the new configuration drops would go with its record.
             v.flush_requests();

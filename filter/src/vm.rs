@@ -10,7 +10,7 @@
 
 use crate::fleet::{self, FleetGauges};
 use crate::hostcall as hostcalls;
-use crate::metrics::{self, BackendMetrics, PoolGuardGauge};
+use crate::metrics::{self, BackendMetrics, PoolMetrics};
 use crate::probes;
 use crate::route::RouteValues;
 use crate::shared;
@@ -74,8 +74,8 @@ pub struct Vm {
     /// The pool as this VM sees it, each backend with its metric handles; `None` until
     /// configured.
     pub pool: Option<Pool<BackendMetrics>>,
-    /// The pool guard's gauge.
-    pub pool_guard: PoolGuardGauge,
+    /// The pool's own metrics (the pool guard's gauge, the retry budget's refusals).
+    pub pool_metrics: PoolMetrics,
     /// On the VM that speaks for its process in a fleet of balancers: the gauges that show it.
     fleet: FleetGauges,
     /// The passive table's compare-and-swap number when its failures were last offered to the
@@ -125,7 +125,7 @@ impl Vm {
         // The host is made only for a suspect pick's effects, not for every request.
         let pick = pool.pick_checked(now, latest, |pool, effects| {
             let mut envoy = Envoy {
-                pool_guard: self.pool_guard,
+                pool_metrics: self.pool_metrics,
                 gauges: &mut self.fleet,
                 now,
             };
@@ -151,7 +151,7 @@ impl Vm {
         let now = now();
         let pool = self.pool.as_mut()?;
         let mut envoy = Envoy {
-            pool_guard: self.pool_guard,
+            pool_metrics: self.pool_metrics,
             gauges: &mut self.fleet,
             now,
         };
@@ -268,7 +268,7 @@ impl Vm {
             return;
         };
         let mut envoy = Envoy {
-            pool_guard: self.pool_guard,
+            pool_metrics: self.pool_metrics,
             gauges: &mut self.fleet,
             now,
         };
@@ -329,8 +329,8 @@ impl Vm {
 /// The host the policy's effects are carried out on: shared data by compare-and-swap, probes
 /// by `dispatch_http_call`, events as log lines and metrics.
 struct Envoy<'a> {
-    /// The pool guard's gauge.
-    pool_guard: PoolGuardGauge,
+    /// The pool's own metrics.
+    pool_metrics: PoolMetrics,
     /// The gauges that show the fleet of balancers.
     gauges: &'a mut FleetGauges,
     /// When the effects are carried out: the time a change is logged with.
@@ -339,7 +339,7 @@ struct Envoy<'a> {
 
 impl Host<BackendMetrics> for Envoy<'_> {
     fn report(&mut self, pool: &Pool<BackendMetrics>, event: &Event) {
-        report(pool, self.pool_guard, event, self.now);
+        report(pool, self.pool_metrics, event, self.now);
     }
 
     fn share(&mut self, change: &PassiveChange, checks: &HealthChecks) -> Option<PassiveWrite> {
@@ -384,7 +384,7 @@ impl Host<BackendMetrics> for Envoy<'_> {
 
 /// Turns an event into a log line (in the pool's `log_format`) and metrics, as the core
 /// describes it ([`Event::described`]).
-fn report(pool: &Pool<BackendMetrics>, pool_guard: PoolGuardGauge, event: &Event, now: Time) {
+fn report(pool: &Pool<BackendMetrics>, pool_metrics: PoolMetrics, event: &Event, now: Time) {
     let described = event.described();
     let handles = |index: usize| pool.members().get(index).map(|m| &m.handles);
     match described.counted {
@@ -434,7 +434,17 @@ fn report(pool: &Pool<BackendMetrics>, pool_guard: PoolGuardGauge, event: &Event
         Counted::Draining { index, draining } => {
             metrics::set(handles(index).and_then(|m| m.draining), u64::from(draining));
         }
-        Counted::Guard { engaged } => pool_guard.set(engaged),
+        Counted::Guard { engaged } => pool_metrics.set_guard(engaged),
+        Counted::Retried {
+            index,
+            extra,
+            recovered,
+        } => {
+            if let Some(m) = handles(index) {
+                m.retries.count(extra, recovered);
+            }
+        }
+        Counted::RetriesRefused { requests } => pool_metrics.count_refused(requests),
     }
     let level = match described.level {
         Level::Error => log::Level::Error,

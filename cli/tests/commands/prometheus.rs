@@ -26,11 +26,15 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 /// Every series upcheck's Envoy shows Prometheus, with its labels (Prometheus's own `job` and
 /// `instance` left out), as README.md and docs/operating.md list them.
-const SERIES: [&str; 24] = [
+const SERIES: [&str; 29] = [
     "upcheck_probes{backend}",
     "upcheck_probe_failures{backend}",
     "upcheck_requests{backend}",
     "upcheck_request_failures{backend}",
+    "upcheck_retried{backend}",
+    "upcheck_retried_recovered{backend}",
+    "upcheck_hedges{backend}",
+    "upcheck_hedges_won{backend}",
     "upcheck_ejections{backend}",
     "upcheck_outlier_failing{backend}",
     "upcheck_outlier_slow{backend}",
@@ -44,6 +48,7 @@ const SERIES: [&str; 24] = [
     "upcheck_pool_guard",
     // The pool guard under its former name, kept for existing alerts (docs/operating.md).
     "upcheck_fleet_guard",
+    "upcheck_retries_refused",
     "envoy_wasm_upcheck_vm_reload",
     "envoy_wasm_upcheck_vm_reload_success",
     "envoy_wasm_upcheck_vm_reload_failure",

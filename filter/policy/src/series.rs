@@ -67,6 +67,27 @@ pub const REQUESTS: Metric = counter("requests", "user requests routed to it");
 /// User requests that counted as failures.
 pub const REQUEST_FAILURES: Metric =
     counter("request_failures", "user requests that counted as failures");
+/// User requests whose attempt here failed or outlasted its per-try timeout, answered by
+/// another backend ([`crate::retry`]).
+pub const RETRIED: Metric = counter(
+    "retried",
+    "user requests whose attempt here failed or outlasted its per-try timeout and were answered by another backend",
+);
+/// Of those, the ones their user got no 5xx for: failures the users never saw.
+pub const RETRIED_RECOVERED: Metric = counter(
+    "retried_recovered",
+    "of those, the ones another backend answered without a 5xx: failures its users never saw",
+);
+/// Attempts here that outlasted the per-try timeout from the peers, so another went out.
+pub const HEDGES: Metric = counter(
+    "hedges",
+    "attempts here that outlasted the per-try timeout its peers give, so the proxy sent another",
+);
+/// Of those, the ones the other attempt answered first.
+pub const HEDGES_WON: Metric = counter(
+    "hedges_won",
+    "of those, the ones the other attempt answered first",
+);
 /// Passive ejections, outlier ejections included.
 pub const EJECTIONS: Metric = counter("ejections", "ejections, outlier ejections included");
 /// Outlier ejections for a share or run of failures.
@@ -100,11 +121,15 @@ pub const LAST_CHANGE_SECONDS: Metric = gauge(
 );
 
 /// Every per-backend metric but the state's, in the order the docs list them.
-pub const BACKEND_METRICS: [Metric; 13] = [
+pub const BACKEND_METRICS: [Metric; 17] = [
     PROBES,
     PROBE_FAILURES,
     REQUESTS,
     REQUEST_FAILURES,
+    RETRIED,
+    RETRIED_RECOVERED,
+    HEDGES,
+    HEDGES_WON,
     EJECTIONS,
     OUTLIER_FAILING,
     OUTLIER_SLOW,
@@ -118,6 +143,10 @@ pub const BACKEND_METRICS: [Metric; 13] = [
 
 /// The pool guard's gauge, 1 while it widens the routable set: `upcheck.pool_guard`.
 pub const POOL_GUARD: &str = "pool_guard";
+
+/// Requests the retry budget withheld their advice from ([`crate::retry::Budget`]), a counter:
+/// `upcheck.retries_refused`.
+pub const RETRIES_REFUSED: &str = "retries_refused";
 
 /// The pool guard's gauge under the name it had before, `upcheck.fleet_guard` (when "fleet" also
 /// named the backends), written beside [`POOL_GUARD`] with the same value so that alerts and

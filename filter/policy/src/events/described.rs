@@ -7,6 +7,7 @@ use super::{EjectionReason, Event};
 use crate::history::Kind;
 use crate::level::Level;
 use crate::outlier::Verdict;
+use crate::retry::{BudgetNews, Extra};
 use crate::state::State;
 use crate::time::Time;
 use std::time::Duration;
@@ -63,6 +64,20 @@ pub enum Counted<'a> {
     RequestFailure {
         /// The backend.
         index: usize,
+    },
+    /// An extra attempt for a request first sent to this backend ([`crate::retry`]).
+    Retried {
+        /// The backend of the first attempt.
+        index: usize,
+        /// What became of that attempt.
+        extra: Extra,
+        /// Whether its user got an answer that is no 5xx.
+        recovered: bool,
+    },
+    /// Requests the retry budget withheld their advice from.
+    RetriesRefused {
+        /// How many.
+        requests: u32,
     },
     /// An ejection that took effect, and the outlier rule that found it, if one did.
     Ejection {
@@ -144,6 +159,31 @@ impl Event {
                 Level::Debug,
                 None,
                 Counted::RequestFailure { index: *index },
+            ),
+            Event::Retried {
+                index,
+                extra,
+                status,
+                ..
+            } => (
+                Level::Debug,
+                None,
+                Counted::Retried {
+                    index: *index,
+                    extra: *extra,
+                    recovered: status.is_some_and(|s| s < 500),
+                },
+            ),
+            Event::RetryBudget(news) => (
+                match news {
+                    BudgetNews::Spent { .. } => Level::Warn,
+                    BudgetNews::StillSpent { .. } => Level::Debug,
+                    BudgetNews::Available => Level::Info,
+                },
+                None,
+                Counted::RetriesRefused {
+                    requests: news.refused(),
+                },
             ),
             Event::EjectionStarted {
                 index,

@@ -15,6 +15,7 @@ use crate::etcd::{Note, ToEtcd};
 use crate::guard::Guard;
 use crate::outcome::Failure;
 use crate::outlier::Verdict;
+use crate::retry::{BudgetNews, Extra};
 use crate::state::State;
 use crate::tables::PassiveChange;
 use crate::time::Time;
@@ -126,6 +127,22 @@ pub enum Event {
         /// Why it counted.
         failure: Failure,
     },
+    /// The proxy made an extra attempt for a request first sent to a backend: a repeat on
+    /// another backend or a hedge ([`crate::retry`]).
+    Retried {
+        /// Backend position (the first attempt's).
+        index: usize,
+        /// Backend name.
+        name: String,
+        /// What became of its attempt.
+        extra: Extra,
+        /// The backend that gave the answer instead, by name, if the proxy says which.
+        by: Option<String>,
+        /// The status its user got, if one was answered.
+        status: Option<u16>,
+    },
+    /// The retry budget was spent, is still, or is available again ([`crate::retry::Budget`]).
+    RetryBudget(BudgetNews),
     /// A backend was ejected until `until` (at most `length` from now).
     EjectionStarted {
         /// Backend position.
@@ -240,6 +257,40 @@ impl fmt::Display for Event {
                 "cannot probe {name}: the proxy refused a call to cluster {cluster:?} ({why}); is it defined? Treating {name} as not serving, retrying every interval"
             ),
             Event::RequestFailed { name, failure, .. } => write!(f, "{name}: {failure}"),
+            Event::Retried {
+                name,
+                extra,
+                by,
+                status,
+                ..
+            } => {
+                let by = by.as_deref().unwrap_or("another backend");
+                match extra {
+                    Extra::Repeated => write!(f, "{name}: an attempt failed, repeated on {by}")?,
+                    Extra::HedgeWon => write!(
+                        f,
+                        "{name}: an attempt outlasted the per-try timeout its peers give, {by} answered first"
+                    )?,
+                    Extra::HedgeLost => write!(
+                        f,
+                        "{name}: an attempt outlasted the per-try timeout its peers give, and answered before its hedge"
+                    )?,
+                }
+                match status {
+                    Some(status) => write!(f, ": the user got {status}"),
+                    None => f.write_str(": the user got no answer"),
+                }
+            }
+            Event::RetryBudget(BudgetNews::Spent { refused }) => write!(
+                f,
+                "retry budget spent: {refused} requests got no retry advice; extra attempts are held to retries.budget_percent of the requests plus retries.min_per_second, and past that a 5xx reaches its user"
+            ),
+            Event::RetryBudget(BudgetNews::StillSpent { refused }) => {
+                write!(f, "retry budget still spent: {refused} more requests got no retry advice")
+            }
+            Event::RetryBudget(BudgetNews::Available) => f.write_str(
+                "retry budget available again: a 5xx of a backend failing alone is repeated on its peers",
+            ),
             Event::EjectionStarted {
                 name,
                 length,

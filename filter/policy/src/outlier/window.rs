@@ -24,6 +24,9 @@ struct Bucket {
     requests: u32,
     /// Of those, the ones that failed.
     failures: u32,
+    /// Extra attempts the proxy made for requests first sent here (a repeat on another backend
+    /// or a hedge): what the retry budget counts ([`crate::retry::Budget`]).
+    extra: u32,
     /// Requests answered, by latency bucket.
     latency: [u32; LATENCY_BUCKETS],
     /// The latest failure and how it failed (the greatest, for two at the same instant, so that
@@ -54,6 +57,7 @@ impl Bucket {
     fn add(&mut self, other: &Bucket) {
         self.requests = self.requests.saturating_add(other.requests);
         self.failures = self.failures.saturating_add(other.failures);
+        self.extra = self.extra.saturating_add(other.extra);
         for (mine, theirs) in self.latency.iter_mut().zip(&other.latency) {
             *mine = mine.saturating_add(*theirs);
         }
@@ -116,12 +120,6 @@ impl WindowClock {
             still_to_come: 1.0 - (at % half) as f64 / half as f64,
         }
     }
-
-    /// The half-window it falls in, counted from the clock's epoch.
-    #[inline(always)]
-    pub fn half(&self) -> u64 {
-        self.half
-    }
 }
 
 impl Traffic {
@@ -138,6 +136,14 @@ impl Traffic {
         self.record_at(WindowClock::new(at, window), at, failure, latency);
     }
 
+    /// Counts one extra attempt (a repeat or a hedge) made at `clock` for a request first sent
+    /// here.
+    pub fn record_extra(&mut self, clock: WindowClock) {
+        if let Some(bucket) = self.bucket_at(clock) {
+            bucket.extra = bucket.extra.saturating_add(1);
+        }
+    }
+
     /// [`Traffic::record`] with `at`'s place in the window worked out already (`clock`): what
     /// a caller counting every request at the time of its latest tick works out once a tick.
     pub fn record_at(
@@ -147,16 +153,24 @@ impl Traffic {
         failure: Option<FailureKind>,
         latency: Option<Duration>,
     ) {
+        if let Some(bucket) = self.bucket_at(clock) {
+            bucket.record(at, failure, latency);
+        }
+    }
+
+    /// The bucket of the half-window `clock` falls in, the current one moved forward to it if
+    /// need be; `None` for a time older than the previous half-window.
+    #[inline(always)]
+    fn bucket_at(&mut self, clock: WindowClock) -> Option<&mut Bucket> {
         let half = clock.half;
         if half != self.half {
             self.roll_to(half);
         }
-        let bucket = match self.half - half {
-            0 => &mut self.current,
-            1 => &mut self.previous,
-            _ => return,
-        };
-        bucket.record(at, failure, latency);
+        match self.half - half {
+            0 => Some(&mut self.current),
+            1 => Some(&mut self.previous),
+            _ => None,
+        }
     }
 
     /// Adds counts made elsewhere (another VM's outcomes not yet shared): buckets of the same
@@ -206,9 +220,10 @@ impl Traffic {
         self.half <= half && sane(&self.previous) && sane(&self.current)
     }
 
-    /// Whether it holds no outcome at all.
+    /// Whether it holds no outcome and no extra attempt at all.
     pub fn is_empty(&self) -> bool {
-        self.previous.requests == 0 && self.current.requests == 0
+        let empty = |b: &Bucket| b.requests == 0 && b.extra == 0;
+        empty(&self.previous) && empty(&self.current)
     }
 
     /// How much each bucket counts at `now`: the current one fully, the previous one by the share
@@ -308,6 +323,12 @@ impl Traffic {
     /// for many backends.
     pub fn requests_at(&self, clock: WindowClock) -> f64 {
         self.tally(self.weights_at(clock)).requests
+    }
+
+    /// Extra attempts made in the window at `clock` (estimated).
+    pub fn extra_at(&self, clock: WindowClock) -> f64 {
+        let weights = self.weights_at(clock);
+        weights.of(self.previous.extra, self.current.extra)
     }
 
     /// Requests that failed in the window at `now` (estimated).

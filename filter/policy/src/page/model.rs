@@ -6,6 +6,7 @@ use crate::drain::Drain;
 use crate::etcd::shown::{Holder, Shown};
 use crate::history::Change;
 use crate::pool::Pool;
+use crate::retry::Grounds;
 use crate::time::Time;
 use crate::warm_up::Warming;
 use std::fmt::Write;
@@ -40,6 +41,8 @@ pub(super) struct Line<'a> {
     pub(super) warming: Option<Warming>,
     /// Where its probe duty is, with a fleet.
     pub(super) duty: Option<Holder>,
+    /// Why its 5xx are repeated on its peers or not, when requests get retry advice.
+    pub(super) retry: Option<Grounds>,
 }
 
 impl Line<'_> {
@@ -99,6 +102,7 @@ pub(super) fn lines<'a, H>(
         drain: m.draining(),
         warming: pool.warming_up(i, now),
         duty: fleet.and_then(|f| f.holder(&m.key)),
+        retry: pool.retry_grounds(i),
     })
 }
 

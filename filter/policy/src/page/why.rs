@@ -7,6 +7,7 @@ use super::model::{ago, Line};
 use crate::active::Health;
 use crate::guard::Guard;
 use crate::pool::Pool;
+use crate::retry::Grounds;
 use crate::time::Time;
 use upcheck_config::duration;
 
@@ -74,7 +75,7 @@ pub(super) fn why<H>(line: &Line<'_>, pool: &Pool<H>, now: Time) -> String {
     if let Some(note) = line.overruled(now) {
         return note;
     }
-    match (line.status, guard) {
+    let mut why = match (line.status, guard) {
         (Health::Healthy, _) if line.failures_full => format!(
             "passing its probes; its failures would eject it, but max_ejection_percent ({}%) keeps it",
             config.max_ejection_percent
@@ -92,7 +93,17 @@ pub(super) fn why<H>(line: &Line<'_>, pool: &Pool<H>, now: Time) -> String {
             "no verdict from its probes yet, and no backend is known healthy".to_owned()
         }
         (_, guard) => format!("kept in by the pool guard: {guard}"),
-    }
+    };
+    why.push_str(match line.retry {
+        Some(Grounds::OddOneOut) => {
+            "; its 5xx are repeated on its peers: it fails while they serve"
+        }
+        Some(Grounds::Alike) => {
+            "; its 5xx reach users: its peers fail alike (an app bug or a shared dependency), so none is repeated"
+        }
+        _ => "",
+    });
+    why
 }
 
 /// The UTC time of day of `at` (a time since the Unix epoch, as the host's clock gives it).

@@ -169,7 +169,8 @@ pub struct Pool<H = ()> {
     /// This pool's newest changes, oldest first, as the process-wide history was last read or
     /// written ([`crate::history`]).
     history: Vec<Change>,
-    /// This VM's extra attempts against its requests ([`crate::retry::Budget`]).
+    /// The process's extra attempts against its requests, as this VM knows them
+    /// ([`crate::retry::Budget`]).
     budget: Budget,
 }
 
@@ -177,7 +178,7 @@ pub struct Pool<H = ()> {
 /// routed under an older one is renumbered as it ends.
 #[derive(Debug, Clone, Default)]
 struct Numbering {
-    /// PeerTraffic configurations taken.
+    /// How many configurations were taken.
     generation: u32,
     /// Per position in the previous configuration, the backend's position now.
     renumbered: Vec<Option<usize>>,
@@ -278,7 +279,7 @@ impl<H> Pool<H> {
         self.numbering.generation = self.numbering.generation.wrapping_add(1);
         self.layout.renumbered();
         if config.health_checks.outlier.window != self.config.health_checks.outlier.window {
-            // PeerTraffic keyed by the old window's halves mean nothing under the new one.
+            // Counts keyed by the old window's halves mean nothing under the new one.
             for m in &mut self.members {
                 m.counts.own = Traffic::default();
             }
@@ -425,6 +426,7 @@ impl<H> Pool<H> {
                 );
             }
         }
+        let spent = self.retries_spent();
         if self.detects_outliers() {
             self.judge_outliers(now, &mut effects);
             self.share_traffic(&mut effects);
@@ -432,7 +434,7 @@ impl<H> Pool<H> {
         self.abandon_probes(now, &mut effects);
         self.forget_held_probes(now);
         self.refresh(now, &mut effects);
-        self.plan_retries(now);
+        self.plan_retries(now, spent, &mut effects);
         self.warm_up(now);
         self.schedule_probes(now, &mut effects);
         if let Some(prober) = self.prober.as_mut() {

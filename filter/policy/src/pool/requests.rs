@@ -8,7 +8,7 @@ use super::{Pool, Retried, Routed};
 use crate::drain::Signal;
 use crate::events::{Effects, Event};
 use crate::outcome::{Contact, FailureKind, RequestOutcome};
-use crate::retry::Advice;
+use crate::retry::{Advice, Extra};
 use crate::tables::{PassiveChange, RequestNews};
 use crate::time::Time;
 use std::time::Duration;
@@ -69,26 +69,29 @@ impl<H> Pool<H> {
         // A request counted when it became late is not counted again when it ends (though the
         // outlier rules take its outcome).
         let counted_late = ended.is_some_and(|(_, late)| late);
-        let first = match retried {
+        let (first, extra) = match retried {
+            Retried::No => (outcome, None),
             // A hedge the first attempt won: its backend answered, slowly.
             Retried::Yes { final_answer } if final_answer == Some(picked) => {
-                self.spend_retry();
-                outcome
+                (outcome, Some(Extra::HedgeLost))
             }
             Retried::Yes { .. } => {
-                self.spend_retry();
                 let waited = |ms: u32| {
                     ended.is_some_and(|(started, _)| {
                         now().saturating_sub(started) >= Duration::from_millis(u64::from(ms))
                     })
                 };
                 match timed {
-                    Some(ms) if waited(ms) => RequestOutcome::RetriedOnAdvice,
-                    _ => RequestOutcome::RetriedElsewhere,
+                    Some(ms) if waited(ms) => {
+                        (RequestOutcome::RetriedOnAdvice, Some(Extra::HedgeWon))
+                    }
+                    _ => (RequestOutcome::RetriedElsewhere, Some(Extra::Repeated)),
                 }
             }
-            Retried::No => outcome,
         };
+        if let (Some(extra), Retried::Yes { final_answer }) = (extra, retried) {
+            self.spend_retry(picked, extra, final_answer, outcome, &mut effects);
+        }
         let latency = match first {
             RequestOutcome::Answered { latency, .. } if self.times_requests() => Some(latency),
             RequestOutcome::Answered { .. } => {

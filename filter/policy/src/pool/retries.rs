@@ -4,8 +4,10 @@
 
 use super::peers::view;
 use super::Pool;
+use crate::events::{Effects, Event};
+use crate::outcome::RequestOutcome;
 use crate::outlier::odd_one_out;
-use crate::retry::{Advice, Grounds, Plan};
+use crate::retry::{Advice, Extra, Grounds, Plan, Spent};
 use crate::time::Time;
 use crate::warm_up::warming;
 use upcheck_config::RoutingMode;
@@ -20,7 +22,7 @@ impl<H> Pool<H> {
 
     /// Works every backend's plan out again at `now`: its grounds among its peers, and the
     /// per-try timeout their latency gives.
-    pub(super) fn plan_retries(&mut self, now: Time) {
+    pub(super) fn plan_retries(&mut self, now: Time, spent: Spent, effects: &mut Effects) {
         if !self.advises_retries() {
             return;
         }
@@ -54,8 +56,18 @@ impl<H> Pool<H> {
                 .and_then(|p| p.p99_upper(now, outlier.window));
             m.counts.retry = Advice::of(Plan::new(grounds, p99, &config.retries), &config.retries);
         }
-        let window = outlier.window;
-        self.budget.tick(self.clock.window, window, &config.retries);
+        if let Some(news) = self.budget.tick(spent, outlier.window, &config.retries) {
+            effects.events.push(Event::RetryBudget(news));
+        }
+    }
+
+    /// Why backend `index`'s 5xx are repeated elsewhere or not, as of the latest tick; `None`
+    /// when requests get no retry advice ([`Pool::advises_retries`]).
+    pub fn retry_grounds(&self, index: usize) -> Option<Grounds> {
+        self.members
+            .get(index)
+            .filter(|_| self.advises_retries())
+            .map(|m| m.counts.retry.grounds)
     }
 
     /// The advice for a request that is safe to repeat, routed to backend `index` (as of the
@@ -68,8 +80,53 @@ impl<H> Pool<H> {
         }
     }
 
-    /// The proxy made an extra attempt for a request (a repeat or a hedge).
-    pub(super) fn spend_retry(&mut self) {
+    /// The proxy made an extra attempt for a request first sent to backend `index` (a repeat or
+    /// a hedge, as `extra` says), and `by` gave the answer, `outcome`: spent from the budget,
+    /// counted in the backend's traffic for the process's budget, and reported.
+    pub(super) fn spend_retry(
+        &mut self,
+        index: usize,
+        extra: Extra,
+        by: Option<usize>,
+        outcome: RequestOutcome,
+        effects: &mut Effects,
+    ) {
         self.budget.spend();
+        let by = by
+            .filter(|by| *by != index)
+            .and_then(|by| self.members.get(by))
+            .map(|m| m.name().to_owned());
+        let clock = self.clock.window;
+        let Some(m) = self.members.get_mut(index) else {
+            return;
+        };
+        m.counts.own.record_extra(clock);
+        effects.events.push(Event::Retried {
+            index,
+            name: m.name().to_owned(),
+            extra,
+            by,
+            status: match outcome {
+                RequestOutcome::Answered { status, .. } => Some(status),
+                _ => None,
+            },
+        });
+    }
+
+    /// The process's requests and extra attempts over the outlier window at the latest tick, as
+    /// this VM knows them: the process-wide counts as last read, plus its own not yet shared.
+    /// Taken before the tick shares its own.
+    pub(super) fn retries_spent(&self) -> Spent {
+        if !self.advises_retries() {
+            return Spent::default();
+        }
+        let clock = self.clock.window;
+        self.members.iter().fold(Spent::default(), |spent, m| {
+            let (shared, own) = (&m.evidence.passive.traffic, &m.counts.own);
+            Spent {
+                requests: spent.requests + shared.requests_at(clock) + own.requests_at(clock),
+                extra: spent.extra + shared.extra_at(clock) + own.extra_at(clock),
+            }
+        })
     }
 }

@@ -29,7 +29,7 @@
 
 mod budget;
 
-pub use budget::Budget;
+pub use budget::{Budget, BudgetNews, Spent};
 
 use std::time::Duration;
 use upcheck_config::Retries;
@@ -68,6 +68,30 @@ impl Grounds {
             self,
             Grounds::OddOneOut | Grounds::Draining | Grounds::Warming
         )
+    }
+}
+
+/// What became of a request's first attempt when the proxy made another for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extra {
+    /// It failed (a 5xx, a reset, a refused connection) and was repeated on another backend.
+    Repeated,
+    /// It outlasted the per-try timeout the policy set, and the other attempt (a hedge, or with
+    /// hedging off the retry after the timeout) answered first.
+    HedgeWon,
+    /// It outlasted the per-try timeout, a hedge went out, and it answered first.
+    HedgeLost,
+}
+
+impl Extra {
+    /// Whether another backend gave the answer.
+    pub fn went_elsewhere(self) -> bool {
+        self != Extra::HedgeLost
+    }
+
+    /// Whether it was a hedge: the first attempt outlasted its per-try timeout.
+    pub fn hedged(self) -> bool {
+        self != Extra::Repeated
     }
 }
 

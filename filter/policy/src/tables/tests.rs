@@ -149,7 +149,7 @@ fn a_fleet_record_is_bounded_and_no_other_table_reads_as_one() {
     assert!(decode_fleet(&encode_fleet(&long)).is_err());
     assert!(decode_fleet(&encode_announce(&vec![(String::new(), 1)])).is_err());
     assert!(decode_fleet(&encode_history(&HistoryTable::default())).is_err());
-    assert_eq!(fleet_key("site/pool-1"), "upcheck.v5.fleet.site/pool-1");
+    assert_eq!(fleet_key("site/pool-1"), "upcheck.v6.fleet.site/pool-1");
 }
 
 proptest! {

@@ -6,9 +6,8 @@
 use crate::support::*;
 use std::time::Duration;
 use upcheck_policy::config::{Config, Retries};
-use upcheck_policy::outlier::WindowClock;
-use upcheck_policy::retry::{Budget, Grounds, Plan};
-use upcheck_policy::{ProbeOutcome, Retried};
+use upcheck_policy::retry::{Budget, BudgetNews, Extra, Grounds, Plan, Spent};
+use upcheck_policy::{Event, ProbeOutcome, Retried};
 
 /// Three backends in host routing, each passing its probes at 0, with `extra` top-level fields
 /// and `upstream` fields for app2.
@@ -75,6 +74,20 @@ fn a_5xx_of_a_backend_failing_while_its_peers_do_not_is_repeated_elsewhere() {
 }
 
 #[test]
+fn the_status_page_says_a_backend_kept_in_rotation_is_retried_around_while_it_fails_alone() {
+    let mut proxy = host(r#","max_ejection_percent":0"#, "");
+    traffic(&mut proxy, |name, n| name == "app2" && n % 3 == 0);
+    let app2 = proxy.pool.index_of("app2").expect("app2");
+    assert!(proxy.routable().contains(&"app2"), "kept in by the cap");
+    assert_eq!(proxy.pool.retry_grounds(app2), Some(Grounds::OddOneOut));
+    let html = upcheck_policy::page::html(&proxy.pool, None, secs(6));
+    assert!(
+        html.contains("its 5xx are repeated on its peers: it fails while they serve"),
+        "{html}"
+    );
+}
+
+#[test]
 fn an_app_bug_failing_a_fifth_of_the_pages_on_every_backend_is_never_repeated() {
     let mut proxy = host("", "");
     traffic(&mut proxy, |_, n| n % 5 == 0);
@@ -86,6 +99,11 @@ fn an_app_bug_failing_a_fifth_of_the_pages_on_every_backend_is_never_repeated() 
     assert!(
         proxy.ejected().iter().all(|e| !e),
         "and nobody is ejected for it"
+    );
+    let html = upcheck_policy::page::html(&proxy.pool, None, secs(6));
+    assert!(
+        html.contains("its 5xx reach users: its peers fail alike (an app bug or a shared dependency), so none is repeated"),
+        "the status page says why the 500s reach users"
     );
 }
 
@@ -180,14 +198,12 @@ fn per_try_timeouts_follow_the_peers_slowest_requests_within_the_floor_and_the_c
 #[test]
 fn the_budget_allows_a_tenth_of_the_requests_plus_the_floor_and_refuses_past_its_edge() {
     let window = secs(10);
-    let at = secs(100);
-    let clock = WindowClock::new(at, window);
     let tenth = Retries {
         min_per_second: 0,
         ..Retries::default()
     };
     let mut budget = Budget::default();
-    budget.tick(clock, window, &tenth);
+    let _ = budget.tick(Spent::default(), window, &tenth);
     for _ in 0..90 {
         let _ = budget.allows();
     }
@@ -199,14 +215,21 @@ fn the_budget_allows_a_tenth_of_the_requests_plus_the_floor_and_refuses_past_its
         !budget.allows(),
         "10 extra for 101 requests: the 11th is over"
     );
-    for _ in 0..9 {
+    for _ in 0..8 {
         let _ = budget.allows();
     }
     assert!(budget.allows(), "110 requests allow 11");
+    let news = budget.tick(Spent::default(), window, &tenth);
+    assert_eq!(
+        news,
+        Some(BudgetNews::Spent { refused: 18 }),
+        "the requests that went without their advice are counted for the tick: the first 9, \
+         before there were 10 to allow one, and the 9 past the edge"
+    );
 
     let floor = Retries::default();
     let mut quiet = Budget::default();
-    quiet.tick(clock, window, &floor);
+    let _ = quiet.tick(Spent::default(), window, &floor);
     let mut allowed = 0;
     while quiet.allows() {
         quiet.spend();
@@ -216,8 +239,119 @@ fn the_budget_allows_a_tenth_of_the_requests_plus_the_floor_and_refuses_past_its
         allowed, 33,
         "30 from the floor (3 a second over 10 s), 3 as 10 % of 33"
     );
-    quiet.tick(WindowClock::new(at + secs(20), window), window, &floor);
+    let spent = Spent {
+        requests: 33.0,
+        extra: 33.0,
+    };
+    let _ = quiet.tick(spent, window, &floor);
+    assert!(!quiet.allows(), "the next tick counts them in the window");
+    assert_eq!(
+        quiet.tick(Spent::default(), window, &floor),
+        Some(BudgetNews::StillSpent { refused: 1 })
+    );
     assert!(quiet.allows(), "a window later the floor is there again");
+    assert_eq!(
+        quiet.tick(Spent::default(), window, &floor),
+        Some(BudgetNews::Available),
+        "said once"
+    );
+    assert_eq!(quiet.tick(Spent::default(), window, &floor), None);
+}
+
+#[test]
+fn the_workers_of_a_process_spend_from_one_budget_each_knowing_the_others_spending_at_its_tick() {
+    let window = secs(10);
+    let tenth = Retries {
+        min_per_second: 0,
+        ..Retries::default()
+    };
+    let process = Spent {
+        requests: 200.0,
+        extra: 0.0,
+    };
+    let (mut one, mut other) = (Budget::default(), Budget::default());
+    let _ = one.tick(process, window, &tenth);
+    let _ = other.tick(process, window, &tenth);
+    let mut spent = 0;
+    while one.allows() {
+        one.spend();
+        spent += 1;
+    }
+    assert_eq!(
+        spent, 22,
+        "a tenth of the process's 200 requests and of the worker's own 22 since"
+    );
+    // The next tick, each worker reads the process's counts: the first one's are in them.
+    let process = Spent {
+        requests: 222.0,
+        extra: 22.0,
+    };
+    let _ = one.tick(process, window, &tenth);
+    let _ = other.tick(process, window, &tenth);
+    assert!(
+        !other.allows(),
+        "the other worker's share was spent by the first"
+    );
+    for _ in 0..6 {
+        let _ = other.allows();
+    }
+    assert!(other.allows(), "until more requests come: 8 more allow one");
+}
+
+#[test]
+fn a_process_that_spent_its_budget_repeats_nothing_more_and_says_so_once() {
+    let mut proxy = host(
+        r#","retries":{"min_per_second":0},"health_checks":{"outlier":{"window":"10s"}}"#,
+        "",
+    );
+    traffic(&mut proxy, |name, n| name == "app2" && n % 3 == 0);
+    let app2 = proxy.pool.index_of("app2").expect("app2");
+    let app1 = proxy.pool.index_of("app1");
+    assert!(
+        advice(&mut proxy, "app2", secs(6)).on_5xx,
+        "app2 stands out"
+    );
+    // The proxy repeats 30 of app2's requests on app1: about a tenth of 200 is 20.
+    let earlier = proxy.events.len();
+    let mut id = 1_000;
+    for _ in 0..30 {
+        id += 1;
+        let (routed, _) = proxy.pool.request_routed(id, app2, None, true);
+        let effects = proxy.pool.request_ended(
+            id,
+            routed,
+            Retried::Yes { final_answer: app1 },
+            answered(200),
+            || secs(6),
+        );
+        proxy.carry_out(effects.unwrap_or_default(), secs(6));
+    }
+    let recovered = proxy.events[earlier..]
+        .iter()
+        .filter(|e| matches!(e, Event::Retried { extra: Extra::Repeated, by: Some(by), status: Some(200), .. } if by == "app1"))
+        .count();
+    assert_eq!(recovered, 30, "each repeat reported, answered by app1");
+    // The next tick shares them as the process's; the one after reads them back.
+    let _ = proxy.tick(secs(6) + TICK);
+    let _ = proxy.tick(secs(6) + TICK * 2);
+    let advice = advice(&mut proxy, "app2", secs(6) + TICK * 2);
+    assert!(!advice.on_5xx, "over budget: {advice:?}");
+    let _ = proxy.tick(secs(6) + TICK * 3);
+    let said: Vec<&Event> = proxy.events[earlier..]
+        .iter()
+        .filter(|e| matches!(e, Event::RetryBudget(_)))
+        .collect();
+    assert!(
+        matches!(
+            said.as_slice(),
+            [
+                Event::RetryBudget(BudgetNews::Spent { refused: 12 }),
+                Event::RetryBudget(BudgetNews::StillSpent { refused: 1 })
+            ]
+        ),
+        "12 of the 30 repeated went without their advice, then the request after: {said:?}"
+    );
+    assert_eq!(said[0].level(), upcheck_policy::Level::Warn);
 }
 
 #[test]
