@@ -94,8 +94,8 @@ impl Shape {
                  503 or 504 (gateway-error), a reset, no answer within per_try_timeout. Not \
                  `5xx` here: a 500 is the app's answer, and a bug behind one URL fails on every \
                  backend alike. The filter adds `5xx` per request (x-envoy-retry-on) only while \
-                 the backend it picked fails and its peers do not, or before there is evidence \
-                 either way, and sets each request's per-try timeout from the peers' latency, \
+                 the backend it picked fails and its peers do not, drains or warms up, within \
+                 its retry budget, and sets each request's per-try timeout from the peers' latency, \
                  hedged (the plugin configuration's `retries`).",
             ),
             map([

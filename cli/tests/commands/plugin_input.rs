@@ -182,7 +182,9 @@ fn check_prints_the_configuration_in_force_and_says_ok_with_a_summary() {
     assert_eq!(
         stderr(&output),
         "ok: 2 upstreams (app1, app2), routing cluster; probes GET /up every 10.0s, timeout \
-         5.0s; 3 failures within 10.0s eject a backend\n"
+         5.0s; 3 failures within 10.0s eject a backend; routing cluster repeats no request on \
+         another backend: a 5xx before its backend is ejected reaches its user (routing host \
+         repeats it)\n"
     );
     let file = fs::read(workspace().join("config/upcheck.json")).expect("config/upcheck.json");
     let written = Config::parse(&file).unwrap_or_else(|e| panic!("{e}"));
@@ -191,6 +193,20 @@ fn check_prints_the_configuration_in_force_and_says_ok_with_a_summary() {
     assert_eq!(
         String::from_utf8(output.stdout).expect("utf-8"),
         format!("{}\n", written.effective_json())
+    );
+}
+
+#[test]
+fn check_says_in_host_routing_which_5xx_are_repeated_on_a_peer_and_within_what_budget() {
+    let output = upcheck(&workspace(), &["check", "config/upcheck-host.json"], b"");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains(
+            "; a GET's or HEAD's 5xx is repeated on a peer while its backend fails alone, drains \
+             or warms up, within 10 % of the requests plus 3 a second"
+        ),
+        "{}",
+        stderr(&output)
     );
 }
 

@@ -26,8 +26,8 @@ pub(crate) fn run(path: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
-/// One line: the upstreams, the routing, the probes and the ejection rule; for a status page,
-/// the page and whose it is.
+/// One line: the upstreams, the routing, the probes, the ejection rule and what is repeated on
+/// another backend (what cluster routing costs); for a status page, the page and whose it is.
 fn summary(config: &Config) -> String {
     let names: Vec<&str> = config.upstreams.iter().map(|u| u.name.as_str()).collect();
     if let Some(page) = config.status_page() {
@@ -60,9 +60,23 @@ fn summary(config: &Config) -> String {
         ),
         None => String::new(),
     };
+    let retries = &config.retries;
+    let repeated = match (config.routing, retries.enabled) {
+        (RoutingMode::Host, true) => format!(
+            "; a GET's or HEAD's 5xx is repeated on a peer while its backend fails alone, drains \
+             or warms up, within {} % of the requests plus {} a second",
+            retries.budget_percent, retries.min_per_second
+        ),
+        (RoutingMode::Host, false) => {
+            "; retries off: a 5xx before its backend is ejected reaches its user".to_owned()
+        }
+        (RoutingMode::Cluster, _) => "; routing cluster repeats no request on another backend: \
+             a 5xx before its backend is ejected reaches its user (routing host repeats it)"
+            .to_owned(),
+    };
     format!(
         "{} upstream{} ({}), routing {routing}; probes GET {} every {}, timeout {}; {} failure{} \
-         within {} eject a backend{shared}",
+         within {} eject a backend{repeated}{shared}",
         names.len(),
         if names.len() == 1 { "" } else { "s" },
         names.join(", "),
