@@ -153,6 +153,13 @@ pub fn status_code(value: &[u8]) -> Option<u16> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Failure(RequestOutcome);
 
+impl Failure {
+    /// What it says something about ([`RequestOutcome::about`]).
+    pub fn about(self) -> About {
+        self.0.about()
+    }
+}
+
 impl RequestOutcome {
     /// Whether this outcome counts against the backend, and why.
     pub fn failure(self, config: &Passive) -> Option<Failure> {
@@ -189,6 +196,15 @@ impl RequestOutcome {
             | RequestOutcome::ClientGone
             | RequestOutcome::NotSent
             | RequestOutcome::Drained => None,
+        }
+    }
+
+    /// What the outcome, as a failure, says something about: an answer is the backend's own,
+    /// anything else may be the path's ([`About`]).
+    pub fn about(self) -> About {
+        match self {
+            RequestOutcome::Answered { .. } | RequestOutcome::Drained => About::Backend,
+            _ => About::Path,
         }
     }
 
@@ -265,6 +281,17 @@ impl fmt::Display for Failure {
     }
 }
 
+/// What a failure says something about: the backend itself, wherever it is reached from (it
+/// answered a 5xx), or this balancer's path to it (a refused or broken connection, a timeout, an
+/// attempt the proxy gave up on), which another balancer need not share ([`crate::etcd`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum About {
+    /// The backend answered for itself.
+    Backend,
+    /// Nothing says the backend answered: the path from here may be what failed.
+    Path,
+}
+
 /// How a request failed, for the log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum FailureKind {
@@ -279,6 +306,18 @@ pub enum FailureKind {
     /// The proxy retried the request on another backend (how this attempt failed, it does not
     /// say).
     Retried,
+}
+
+impl FailureKind {
+    /// What it says something about: a 5xx the backend answered is about the backend; a
+    /// connection that failed or broke, a timeout or an attempt the proxy repeated without
+    /// saying why may be about the path.
+    pub fn about(self) -> About {
+        match self {
+            FailureKind::Status(_) => About::Backend,
+            _ => About::Path,
+        }
+    }
 }
 
 impl From<ProxyFailure> for FailureKind {

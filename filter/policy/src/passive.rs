@@ -6,7 +6,7 @@
 //! so memory per backend is bounded however much traffic fails.
 
 use crate::drain::Drain;
-use crate::outcome::Contact;
+use crate::outcome::{About, Contact};
 use crate::outlier::{Standing, Traffic};
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
@@ -24,11 +24,21 @@ pub struct LastContact {
     pub found: Contact,
 }
 
+/// One failure a backend is remembered for: when, and whether it is about the backend or may be
+/// about this balancer's path to it ([`About`]: the fleet shares the two differently).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Remembered {
+    /// When the request ended.
+    pub at: Time,
+    /// What it says something about.
+    pub about: About,
+}
+
 /// The failures a backend is remembered for, and whether it is ejected.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct PassiveHealth {
     /// The newest failures, oldest first; never more than `max_fails`.
-    pub(crate) failures: VecDeque<Time>,
+    pub(crate) failures: VecDeque<Remembered>,
     /// When the current ejection began (the failure that filled the window).
     pub(crate) ejected_since: Option<Time>,
     /// The latest request outcome that told whether anything is serving.
@@ -62,12 +72,12 @@ pub enum Recorded {
 }
 
 impl PassiveHealth {
-    /// Remembers a failure at `at`.
-    pub fn record(&mut self, at: Time, config: &Passive) -> Recorded {
+    /// Remembers a failure at `at`, about what `about` says.
+    pub fn record(&mut self, at: Time, about: About, config: &Passive) -> Recorded {
         let was_full = self.full(at, config);
         let max = usize::try_from(config.max_fails).unwrap_or(usize::MAX);
-        let pos = self.failures.partition_point(|t| *t <= at);
-        self.failures.insert(pos, at);
+        let pos = self.failures.partition_point(|r| r.at <= at);
+        self.failures.insert(pos, Remembered { at, about });
         while self.failures.len() > max {
             self.failures.pop_front();
         }
@@ -91,7 +101,20 @@ impl PassiveHealth {
     pub fn counts(&self, at: Time, now: Time, config: &Passive) -> bool {
         let max = usize::try_from(config.max_fails).unwrap_or(usize::MAX);
         now < at.saturating_add(config.fail_duration)
-            && (self.failures.len() < max || self.failures.front().is_some_and(|t| *t < at))
+            && (self.failures.len() < max || self.failures.front().is_some_and(|r| r.at < at))
+    }
+
+    /// Whether a failure at `at` is remembered.
+    pub fn remembers(&self, at: Time) -> bool {
+        self.failures.iter().any(|r| r.at == at)
+    }
+
+    /// Whether a failure about the path is remembered at `now`: what corroborates another
+    /// balancer's ([`crate::etcd`]).
+    pub fn path_failing(&self, now: Time, config: &Passive) -> bool {
+        self.failures
+            .iter()
+            .any(|r| r.about == About::Path && now < r.at.saturating_add(config.fail_duration))
     }
 
     /// Failures remembered at `now`.
@@ -102,7 +125,7 @@ impl PassiveHealth {
         let live = self
             .failures
             .iter()
-            .filter(|t| now < t.saturating_add(config.fail_duration))
+            .filter(|r| now < r.at.saturating_add(config.fail_duration))
             .count();
         u32::try_from(live).unwrap_or(u32::MAX)
     }
@@ -111,7 +134,7 @@ impl PassiveHealth {
     pub fn next_expiry(&self, now: Time, config: &Passive) -> Option<Time> {
         self.failures
             .iter()
-            .map(|t| t.saturating_add(config.fail_duration))
+            .map(|r| r.at.saturating_add(config.fail_duration))
             .find(|expiry| *expiry > now)
     }
 
@@ -147,7 +170,7 @@ impl PassiveHealth {
     fn ejected_until(&self, config: &Passive) -> Option<Time> {
         self.failures
             .front()
-            .map(|t| t.saturating_add(config.fail_duration))
+            .map(|r| r.at.saturating_add(config.fail_duration))
     }
 
     /// Remembers what the latest request found of the backend.

@@ -11,15 +11,29 @@
 //! any other. A value that does not parse, was written by another version, lives by another
 //! lease than its key names or its content claims, lists more failures than any `max_fails` or
 //! times in the future is refused with a log line, and counts nothing.
+//!
+//! Each failure says what it is about ([`About`]): a 5xx the backend answered is about the
+//! backend and counts on every balancer at once; a refused or broken connection, a timeout or an
+//! attempt the proxy repeated without saying why may be about the publisher's own path to the
+//! backend (a firewall rule, a route, a zone link), which the others need not share. Those count
+//! on another balancer only once corroborated: by a failure of the same kind its own process
+//! remembers, or by two balancers besides it ([`crate::pool::Pool::fleet_view`]). So one
+//! balancer's broken path takes the backend out of its own rotation at once, and out of the
+//! fleet's only when another balancer meets it too.
 
 use super::{gateway, Call, FleetPart, Request};
+use crate::outcome::About;
+use crate::passive::Remembered;
 use crate::time::{nanos, Time};
 use std::fmt::Write;
 use std::time::Duration;
 use upcheck_config::MAX_FAILS_LIMIT as MAX;
 
-/// How a value starts: the kind and the version of the key layout ([`super::keys::VERSION`]).
-const HEAD: &str = "failures/v1";
+/// How a value starts: the kind and its version.
+const HEAD: &str = "failures/v2";
+
+/// What follows a failure's time when it is about the path (one about the backend has nothing).
+const PATH: char = 'p';
 
 /// What this balancer shares of its evidence and what it read of the others'.
 #[derive(Debug, Clone, Default)]
@@ -27,16 +41,16 @@ pub(super) struct SharedFailures {
     /// By backend key, the value this balancer last published.
     pub(super) told: Vec<(String, String)>,
     /// What the last read found: by backend key, the publisher's lease and its failures.
-    pub(super) read: Vec<(String, i64, Vec<Time>)>,
+    pub(super) read: Vec<(String, i64, Vec<Remembered>)>,
 }
 
 /// Reads the value at `…/failures/{name}`, `name` being `{lease}/{backend}`: the value is
-/// `failures/v1 {nanoseconds}…`, as text.
+/// `failures/v2 {nanoseconds}[p]…`, as text, `p` after a failure about the path.
 pub(super) fn read(
     kv: &gateway::KeyValue,
     name: &str,
     latest: Time,
-) -> Result<(String, i64, Vec<Time>), &'static str> {
+) -> Result<(String, i64, Vec<Remembered>), &'static str> {
     let refused = Err("not failures this version of upcheck wrote under the lease it lives by");
     let text = std::str::from_utf8(&kv.value).unwrap_or_default();
     let mut words = text.split_ascii_whitespace();
@@ -53,12 +67,16 @@ pub(super) fn read(
     }
     let mut times = Vec::new();
     for word in words {
-        let t = word
+        let (number, about) = match word.strip_suffix(PATH) {
+            Some(number) => (number, About::Path),
+            None => (word, About::Backend),
+        };
+        let t = number
             .parse::<i64>()
             .map(|n| Duration::from_nanos(n.unsigned_abs()));
         match t {
-            Ok(t) if t <= latest && !word.starts_with('-') && times.len() < MAX as usize => {
-                times.push(t);
+            Ok(at) if at <= latest && !word.starts_with('-') && times.len() < MAX as usize => {
+                times.push(Remembered { at, about });
             }
             _ => return Err("failures corrupt, too many, or in the future"),
         }
@@ -67,27 +85,34 @@ pub(super) fn read(
 }
 
 impl FleetPart {
-    /// The failures the other balancers published for the backend whose key is `key` (none
-    /// while fallen back to local).
-    pub fn fleet_failures(&self, key: &str) -> Vec<Time> {
-        let mut times = Vec::new();
-        for (k, by, t) in &self.evidence.read {
+    /// The failures the other balancers published for the backend whose key is `key`, each
+    /// with the lease of the balancer that published it (none while fallen back to local).
+    pub fn fleet_failures(&self, key: &str) -> Vec<(i64, Remembered)> {
+        let mut failures = Vec::new();
+        for (k, by, theirs) in &self.evidence.read {
             if k == key && Some(*by) != self.lease() && !self.local {
-                times.extend_from_slice(t);
+                failures.extend(theirs.iter().map(|f| (*by, *f)));
             }
         }
-        times
+        failures
     }
 
     /// The failures this balancer's process remembers at the backend whose key is `key`
     /// (`own`): if those it counted itself (not read from another) changed since it last
     /// published them, and there are any, the put that publishes them.
-    pub fn evidence<'a>(&self, key: &str, own: impl Iterator<Item = &'a Time>) -> Option<Request> {
+    pub fn evidence<'a>(
+        &self,
+        key: &str,
+        own: impl Iterator<Item = &'a Remembered>,
+    ) -> Option<Request> {
         let lease = self.sharing()?;
         let theirs = self.fleet_failures(key);
         let mut value = HEAD.to_owned();
-        for t in own.filter(|t| !theirs.contains(t)) {
-            let _ = write!(value, " {}", nanos(*t));
+        for f in own.filter(|f| !theirs.iter().any(|(_, t)| t.at == f.at)) {
+            let _ = write!(value, " {}", nanos(f.at));
+            if f.about == About::Path {
+                value.push(PATH);
+            }
         }
         // Nothing to tell: a value published before lists failures whose times age out by
         // themselves, so none is written (with N balancers and M backends, a read would

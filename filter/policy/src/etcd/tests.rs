@@ -4,6 +4,8 @@
 use super::publish::Published;
 use super::*;
 use crate::active::{Health, ProbeOutcome};
+use crate::outcome::About;
+use crate::passive::Remembered;
 use crate::tables::tagged;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -684,7 +686,10 @@ fn a_failure_one_balancer_publishes_is_held_by_a_watching_balancer_the_moment_it
     let mut fleet = balancers_with(watching(), 2, S);
     fleet.extend(balancers(1, S));
     let now = run(&mut etcd, &mut fleet, &own, S, 10);
-    let failed = [now];
+    let failed = [Remembered {
+        at: now,
+        about: About::Backend,
+    }];
     let publish = fleet[0]
         .fleet
         .evidence("app0@app0", failed.iter())
@@ -699,7 +704,7 @@ fn a_failure_one_balancer_publishes_is_held_by_a_watching_balancer_the_moment_it
     }
     assert_eq!(
         fleet[1].fleet.fleet_failures("app0@app0"),
-        vec![now],
+        vec![(fleet[0].fleet.lease().expect("a lease"), failed[0])],
         "the watching balancer holds it at once"
     );
     assert!(

@@ -2,7 +2,7 @@
 //! figures on both sides, so an operator can tell a real fault from a close call.
 
 use super::latency::Bounds;
-use crate::outcome::FailureKind;
+use crate::outcome::{About, FailureKind};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
@@ -57,6 +57,20 @@ pub enum Verdict {
         /// What 99 in 100 of its peers' requests are answered within.
         peers_p99: Duration,
     },
+}
+
+impl Verdict {
+    /// What the comparison says something about: failing or slow answers are the backend's;
+    /// requests stalled, or failing by connections and timeouts, may be this balancer's path.
+    /// Only a verdict about the backend is shared with the fleet ([`crate::etcd`]).
+    pub fn about(&self) -> About {
+        match self {
+            Verdict::Failing { kind, .. } => kind.map_or(About::Backend, FailureKind::about),
+            Verdict::Run { kind, .. } => kind.about(),
+            Verdict::Slow { .. } => About::Backend,
+            Verdict::Stalled { .. } => About::Path,
+        }
+    }
 }
 
 impl fmt::Display for Verdict {

@@ -12,7 +12,7 @@
 
 use super::chance::Tally;
 use super::latency::{latency_bucket, Bounds, LATENCY_BUCKETS};
-use crate::outcome::FailureKind;
+use crate::outcome::{About, FailureKind};
 use crate::time::{nanos, Time};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -24,6 +24,9 @@ struct Bucket {
     requests: u32,
     /// Of those, the ones that failed.
     failures: u32,
+    /// Of the failures, those that may be about this balancer's path to the backend rather
+    /// than the backend ([`crate::outcome::About`]): left out of what the fleet is told.
+    path: u32,
     /// Extra attempts the proxy made for requests first sent here (a repeat on another backend
     /// or a hedge): what the retry budget counts ([`crate::retry::Budget`]).
     extra: u32,
@@ -43,6 +46,9 @@ impl Bucket {
         match failure {
             Some(kind) => {
                 self.failures = self.failures.saturating_add(1);
+                if kind.about() == About::Path {
+                    self.path = self.path.saturating_add(1);
+                }
                 self.last_failure = self.last_failure.max(Some((at, kind)));
             }
             // Most requests end at the time of the latest tick, already the latest served.
@@ -57,6 +63,7 @@ impl Bucket {
     fn add(&mut self, other: &Bucket) {
         self.requests = self.requests.saturating_add(other.requests);
         self.failures = self.failures.saturating_add(other.failures);
+        self.path = self.path.saturating_add(other.path);
         self.extra = self.extra.saturating_add(other.extra);
         for (mine, theirs) in self.latency.iter_mut().zip(&other.latency) {
             *mine = mine.saturating_add(*theirs);
@@ -213,11 +220,32 @@ impl Traffic {
         let sane = |b: &Bucket| {
             let answered: u64 = b.latency.iter().map(|n| u64::from(*n)).sum();
             b.failures <= b.requests
+                && b.path <= b.failures
                 && answered <= u64::from(b.requests)
                 && b.last_failure.is_none_or(|(t, _)| t <= latest)
                 && b.last_served.is_none_or(|t| t <= latest)
         };
         self.half <= half && sane(&self.previous) && sane(&self.current)
+    }
+
+    /// The counts without the failures that may be about this balancer's path: what another
+    /// balancer is told, so that one balancer's broken path does not make the backend fail the
+    /// comparison everywhere. Such a request says nothing about the backend, so it is left out
+    /// of the requests too.
+    pub fn about_backend(&self) -> Traffic {
+        let mut told = self.clone();
+        for bucket in [&mut told.previous, &mut told.current] {
+            bucket.requests = bucket.requests.saturating_sub(bucket.path);
+            bucket.failures = bucket.failures.saturating_sub(bucket.path);
+            bucket.path = 0;
+            if bucket
+                .last_failure
+                .is_some_and(|(_, kind)| kind.about() == About::Path)
+            {
+                bucket.last_failure = None;
+            }
+        }
+        told
     }
 
     /// Whether it holds no outcome and no extra attempt at all.

@@ -8,7 +8,7 @@ use super::bytes::{decode, encode, TableError, PASSIVE};
 use crate::drain::{Drain, Signal};
 use crate::outcome::{Contact, Failure, FailureKind};
 use crate::outlier::{Ejection, RunRule, Standing, Traffic, Verdict};
-use crate::passive::{LastContact, PassiveHealth, Recorded};
+use crate::passive::{LastContact, PassiveHealth, Recorded, Remembered};
 use crate::time::Time;
 use upcheck_config::{HealthChecks, MAX_FAILS_LIMIT};
 
@@ -62,8 +62,8 @@ pub enum PassiveChange {
     Fleet {
         /// The backend's key.
         key: String,
-        /// When they happened.
-        failures: Vec<Time>,
+        /// When they happened, and what each is about.
+        failures: Vec<Remembered>,
     },
     /// An outlier ejection another balancer of the fleet decided and shares ([`crate::etcd`]),
     /// held here until its end unless one is in force already.
@@ -169,7 +169,8 @@ impl PassiveChange {
                     health.contact(LastContact { at: news.at, found });
                 }
                 if let Some(failure) = news.failure {
-                    applied.failure = Some((failure, health.record(news.at, &checks.passive)));
+                    let recorded = health.record(news.at, failure.about(), &checks.passive);
+                    applied.failure = Some((failure, recorded));
                 }
                 if let Some(outlier) = &news.outlier {
                     applied.ejection = outlier.apply(health, news.at, checks);
@@ -200,9 +201,9 @@ impl PassiveChange {
             }
             PassiveChange::Fleet { key, failures } => {
                 if let Some(health) = entry_mut(table, key) {
-                    for at in failures {
-                        if !health.failures.contains(at) {
-                            health.record(*at, &checks.passive);
+                    for failure in failures {
+                        if !health.remembers(failure.at) {
+                            health.record(failure.at, failure.about, &checks.passive);
                         }
                     }
                 }

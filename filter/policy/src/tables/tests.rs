@@ -3,8 +3,10 @@ use super::*;
 use crate::active::{ActiveHealth, Pages, ProbeOutcome};
 use crate::history::{Change, HistoryTable, MAX_CAUSE_LEN, MAX_KEY_LEN};
 use crate::lease::LeaseTable;
+use crate::outcome::About;
 use crate::outcome::{Contact, FailureKind, RequestOutcome};
 use crate::outlier::{RunRule, Traffic};
+use crate::passive::Remembered;
 use crate::passive::{PassiveHealth, Recorded};
 use proptest::prelude::*;
 use std::time::Duration;
@@ -217,7 +219,12 @@ fn a_history_that_is_cut_short_mislabelled_or_oversized_is_refused() {
 #[test]
 fn a_table_claiming_more_failures_than_any_max_fails_is_refused() {
     let health = PassiveHealth {
-        failures: (0..=u64::from(MAX_FAILS_LIMIT)).map(secs).collect(),
+        failures: (0..=u64::from(MAX_FAILS_LIMIT))
+            .map(|n| Remembered {
+                at: secs(n),
+                about: About::Backend,
+            })
+            .collect(),
         ..PassiveHealth::default()
     };
     let bytes = encode_passive(&vec![("a".to_owned(), health)]);

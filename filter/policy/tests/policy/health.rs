@@ -4,6 +4,7 @@ use crate::support;
 
 use support::*;
 use upcheck_policy::active::Reason;
+use upcheck_policy::outcome::About;
 use upcheck_policy::passive::Recorded;
 use upcheck_policy::{
     ActiveHealth, Config, Health, Outstanding, Pages, PassiveHealth, ProbeOutcome, Transition,
@@ -102,18 +103,21 @@ fn a_third_failure_9999ms_after_the_first_ejects_and_at_10001ms_does_not() {
     let c = passive_config();
     let p = &c.health_checks.passive;
     let mut h = PassiveHealth::default();
-    h.record(ms(0), p);
-    h.record(ms(5_000), p);
+    h.record(ms(0), About::Backend, p);
+    h.record(ms(5_000), About::Backend, p);
     assert_eq!(
-        h.record(ms(9_999), p),
+        h.record(ms(9_999), About::Backend, p),
         Recorded::Filled { until: ms(10_000) }
     );
     assert!(h.full(ms(9_999), p));
 
     let mut h = PassiveHealth::default();
-    h.record(ms(0), p);
-    h.record(ms(5_000), p);
-    assert_eq!(h.record(ms(10_001), p), Recorded::Counted { count: 2 });
+    h.record(ms(0), About::Backend, p);
+    h.record(ms(5_000), About::Backend, p);
+    assert_eq!(
+        h.record(ms(10_001), About::Backend, p),
+        Recorded::Counted { count: 2 }
+    );
     assert!(!h.full(ms(10_001), p));
 }
 
@@ -123,7 +127,7 @@ fn an_ejection_ends_exactly_when_the_oldest_counted_failure_expires() {
     let p = &c.health_checks.passive;
     let mut h = PassiveHealth::default();
     for t in [1_000, 2_000, 3_000] {
-        h.record(ms(t), p);
+        h.record(ms(t), About::Backend, p);
     }
     assert_eq!(h.ejected_since(ms(10_999), p), Some(ms(3_000)));
     assert_eq!(h.ejected_since(ms(11_000), p), None);
@@ -150,7 +154,7 @@ fn memory_per_backend_stays_at_max_fails_whatever_the_traffic() {
     let p = &c.health_checks.passive;
     let mut h = PassiveHealth::default();
     for t in 0..100_000 {
-        h.record(ms(t), p);
+        h.record(ms(t), About::Backend, p);
     }
     let size = |h: &PassiveHealth| {
         upcheck_policy::tables::encode_passive(&vec![("a".to_owned(), h.clone())]).len()
