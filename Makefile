@@ -111,7 +111,7 @@ bench-quick: envoy bench-wrk $(WASM) $(NAMED_WASM) $(FLOOR_WASM) | rust-tools
 # Every package the tests need from Debian, in one apt-get run (mk/deps.sh), and Envoy.
 deps:
 	@mk/deps.sh binaryen:wasm-opt chromium:/usr/bin/chromium etcd-server:$(ETCD) openssl:openssl \
-		nginx:$(NGINX) libnginx-mod-stream:$(NGINX_MODULE) prometheus:$(PROMETHEUS):lean prometheus:$(PROMTOOL):lean wrk:wrk
+		nginx:$(NGINX) libnginx-mod-stream:$(NGINX_MODULE) prometheus:$(PROMETHEUS):lean prometheus:$(PROMTOOL):lean wrk:wrk iptables:/usr/sbin/iptables
 	@$(MAKE) --no-print-directory envoy
 
 # The lint, then the suites, each stage timed (mk/test.sh).

@@ -27,7 +27,7 @@ use tempfile::TempDir;
 use crate::envoy::Turn;
 use crate::tls::Certificates;
 
-pub use balancer::{plugin, Balancer};
+pub use balancer::{plugin, Balancer, Visit};
 
 /// One etcd member.
 struct Member {

@@ -47,6 +47,7 @@ pub mod envoy_process;
 pub mod etcd;
 pub mod local_address;
 pub mod mode;
+pub mod path_cut;
 pub mod plugin;
 pub mod ports;
 pub mod prometheus;

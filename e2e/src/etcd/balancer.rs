@@ -1,8 +1,8 @@
 //! One balancer of a fleet: a real Envoy with upcheck, started from what `upcheck envoy --etcd`
 //! writes, and what a test reads from it.
 
-use std::net::SocketAddr;
-use std::time::Duration;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
@@ -13,7 +13,18 @@ use super::Etcd;
 use crate::envoy::{binary, module};
 use crate::envoy_process::{EnvoyProcess, Launch, PORT_ATTEMPTS};
 use crate::ports::free_addr;
-use crate::upstream::FakeUpstream;
+use crate::upstream::{FakeUpstream, NAME_HEADER};
+
+/// One user request through a balancer, as the user met it.
+#[derive(Debug, Clone)]
+pub struct Visit {
+    /// Whether it was answered 200.
+    pub ok: bool,
+    /// The backend that answered, as it names itself.
+    pub by: Option<String>,
+    /// How long the answer took.
+    pub took: Duration,
+}
 
 /// One balancer: a real Envoy with upcheck, started from `upcheck envoy`'s configuration.
 pub struct Balancer {
@@ -54,9 +65,20 @@ impl Balancer {
     /// [--etcd …]` writes it, and waits until it is ready; started again on other ports when one
     /// was taken meanwhile, up to [`PORT_ATTEMPTS`] times in all.
     pub async fn start(plugin: &Value, etcd: Option<&Etcd>) -> Result<Balancer> {
+        Balancer::start_from(plugin, etcd, None).await
+    }
+
+    /// [`Balancer::start`], its connections to backends and to etcd made from `bind` (an
+    /// address of 127.0.0.0/8, which every loopback address reaches) when given: what lets a test
+    /// cut this balancer's path alone ([`crate::path_cut`]).
+    pub async fn start_from(
+        plugin: &Value,
+        etcd: Option<&Etcd>,
+        bind: Option<Ipv4Addr>,
+    ) -> Result<Balancer> {
         let mut attempt = 1;
         loop {
-            match Balancer::start_once(plugin, etcd).await {
+            match Balancer::start_once(plugin, etcd, bind).await {
                 Err(e)
                     if attempt < PORT_ATTEMPTS
                         && e.to_string().contains("Address already in use") =>
@@ -69,7 +91,11 @@ impl Balancer {
         }
     }
 
-    async fn start_once(plugin: &Value, etcd: Option<&Etcd>) -> Result<Balancer> {
+    async fn start_once(
+        plugin: &Value,
+        etcd: Option<&Etcd>,
+        bind: Option<Ipv4Addr>,
+    ) -> Result<Balancer> {
         let mut source = upcheck_cli::plugin::read(plugin.to_string().as_bytes())
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let joined = match etcd {
@@ -99,7 +125,14 @@ impl Balancer {
             membership: None,
         };
         let config = dir.path().join("envoy.yaml");
-        std::fs::write(&config, render(&deployment, &settings))?;
+        let mut yaml = render(&deployment, &settings);
+        if let Some(bind) = bind {
+            // Envoy's default for every cluster's upstream connections.
+            yaml.push_str(&format!(
+                "cluster_manager:\n  upstream_bind_config:\n    source_address: {{ address: {bind}, port_value: 0 }}\n"
+            ));
+        }
+        std::fs::write(&config, yaml)?;
         let mut process = EnvoyProcess::spawn(Launch {
             binary: binary()?,
             bootstrap: &config,
@@ -148,6 +181,33 @@ impl Balancer {
             .send()
             .await;
         answer.is_ok_and(|r| r.status().is_success())
+    }
+
+    /// One user request to `/`, as the user met it.
+    pub async fn visit(&self) -> Visit {
+        let started = Instant::now();
+        let answer = self
+            .http
+            .get(format!("http://{}/", self.listener))
+            .send()
+            .await;
+        let took = started.elapsed();
+        match answer {
+            Ok(r) => Visit {
+                ok: r.status().is_success(),
+                by: r
+                    .headers()
+                    .get(NAME_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned),
+                took,
+            },
+            Err(_) => Visit {
+                ok: false,
+                by: None,
+                took,
+            },
+        }
     }
 
     /// Its statistics (`/stats`) and status page (text) as served now.

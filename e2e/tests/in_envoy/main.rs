@@ -16,6 +16,7 @@ mod fake_upstream;
 mod faults;
 mod fleet;
 mod fleet_evidence;
+mod fleet_paths;
 mod health_blip;
 mod invalid_config;
 mod membership;

@@ -14,6 +14,7 @@ use crate::outlier::Traffic;
 use crate::passive::Remembered;
 use crate::tables::PassiveChange;
 use crate::time::Time;
+use std::time::Duration;
 
 impl<H> Pool<H> {
     /// Takes in where each backend's probe duty is: a backend another balancer probes is not
@@ -23,6 +24,7 @@ impl<H> Pool<H> {
         let mut effects = Effects::default();
         let mut adopted = false;
         let mut back = false;
+        let interval = self.config.health_checks.active.interval;
         for (i, m) in self.members.iter_mut().enumerate() {
             match fleet.fleet_traffic(i, &m.key) {
                 Some(theirs) if *theirs != m.counts.fleet => m.counts.fleet = theirs.clone(),
@@ -47,7 +49,7 @@ impl<H> Pool<H> {
                 Duty::Elsewhere { health, .. } => {
                     m.probing.elsewhere = true;
                     match health.filter(|h| *h != m.evidence.active) {
-                        Some(theirs) if answered_here_since(m, &theirs) => {
+                        Some(theirs) if answered_here_since(m, &theirs, interval) => {
                             // Their probe found no answer; this balancer's pages were answered
                             // since it was sent: their path fails, not the backend. It stays as
                             // it is here, and the page says why.
@@ -60,9 +62,7 @@ impl<H> Pool<H> {
                                 }
                                 self.layout.changed();
                             }
-                            let ours = &mut m.evidence.active;
-                            ours.contradicted.get_or_insert(now);
-                            ours.last = theirs.last;
+                            m.evidence.active.contradicted.get_or_insert(now);
                         }
                         Some(theirs) => {
                             m.evidence.active = theirs;
@@ -163,10 +163,12 @@ impl<H> Pool<H> {
 
 /// Whether the probe state another balancer published (`theirs`) takes the backend out for want
 /// of an answer (a timeout, a refused connection: what a broken path between that balancer and
-/// the backend looks like) while this process's own requests to it were answered after that probe
-/// was sent. Then the two balancers disagree about their paths, not about the backend, and each
-/// keeps to what its own requests say.
-fn answered_here_since<H>(m: &Member<H>, theirs: &ActiveHealth) -> bool {
+/// the backend looks like) while this process's own requests to it were answered within a probe
+/// `interval` of that probe being sent. Then the two balancers disagree about their paths, not
+/// about the backend, and each keeps to what its own requests say. (A backend that broke for
+/// everyone is taken out here at the prober's next probe, once this process's requests to it
+/// have failed for an interval, or sooner by those failures.)
+fn answered_here_since<H>(m: &Member<H>, theirs: &ActiveHealth, interval: Duration) -> bool {
     let Some((settled, outcome)) = theirs.last else {
         return false;
     };
@@ -174,7 +176,8 @@ fn answered_here_since<H>(m: &Member<H>, theirs: &ActiveHealth) -> bool {
         ProbeOutcome::Timeout(waited) => settled.saturating_sub(waited),
         ProbeOutcome::Refused => settled,
         ProbeOutcome::Pass | ProbeOutcome::Soft(_) => return false,
-    };
+    }
+    .saturating_sub(interval);
     let mut here = m.evidence.passive.traffic.clone();
     here.merge(&m.counts.own);
     theirs.status == Health::Unhealthy && here.last_served().is_some_and(|served| served >= sent)

@@ -3,14 +3,15 @@
 //! budget, so that the request path compares nothing.
 
 use super::peers::view;
-use super::Pool;
+use super::{Member, Pool};
 use crate::events::{Effects, Event};
 use crate::outcome::RequestOutcome;
 use crate::outlier::odd_one_out;
+use crate::outlier::Traffic;
 use crate::retry::{Advice, Extra, Grounds, Plan, Spent};
 use crate::time::Time;
 use crate::warm_up::warming;
-use upcheck_config::RoutingMode;
+use upcheck_config::{Config, RoutingMode};
 
 impl<H> Pool<H> {
     /// Whether requests get retry advice at all: retries on, in host routing (in cluster
@@ -31,26 +32,7 @@ impl<H> Pool<H> {
         let config = &self.config;
         let outlier = &config.health_checks.outlier;
         for (m, peers) in self.members.iter_mut().zip(peers) {
-            let grounds = match &peers {
-                _ if guarded => Grounds::Guarded,
-                _ if m.evidence.draining() => Grounds::Draining,
-                None => Grounds::Alone,
-                Some(_)
-                    if warming(&config.health_checks.slow_start, &m.evidence.active, now)
-                        .is_some() =>
-                {
-                    Grounds::Warming
-                }
-                Some(peers) if outlier.enabled && odd_one_out(&view(m), peers, outlier, now) => {
-                    Grounds::OddOneOut
-                }
-                Some(peers)
-                    if peers.failures(now, outlier.window) >= f64::from(outlier.min_failures) =>
-                {
-                    Grounds::Alike
-                }
-                Some(_) => Grounds::NoEvidence,
-            };
+            let grounds = grounds(m, peers.as_ref(), guarded, config, now);
             let p99 = peers
                 .as_ref()
                 .and_then(|p| p.p99_upper(now, outlier.window));
@@ -68,6 +50,28 @@ impl<H> Pool<H> {
             .get(index)
             .filter(|_| self.advises_retries())
             .map(|m| m.counts.retry.grounds)
+    }
+
+    /// A request to backend `index` failed at `now`, and `peers` is the traffic of the others
+    /// in rotation (as the outlier rules just judged it on): its grounds are worked out again at
+    /// once, so that the failure that makes it stand out from its peers has the next request's
+    /// 5xx repeated, rather than the next tick's (up to 200 ms, several requests, later). The
+    /// per-try timeout stays the tick's.
+    pub(super) fn replan_retries(&mut self, index: usize, peers: Option<&Traffic>, now: Time) {
+        if !self.advises_retries() {
+            return;
+        }
+        let guarded = self.layout.guard().engaged();
+        let config = &self.config;
+        let Some(m) = self.members.get_mut(index) else {
+            return;
+        };
+        let grounds = grounds(m, peers, guarded, config, now);
+        let plan = Plan {
+            grounds,
+            try_timeout_ms: m.counts.retry.try_timeout_ms,
+        };
+        m.counts.retry = Advice::of(plan, &config.retries);
     }
 
     /// The advice for a request that is safe to repeat, routed to backend `index` (as of the
@@ -128,5 +132,32 @@ impl<H> Pool<H> {
                 extra: spent.extra + shared.extra_at(clock) + own.extra_at(clock),
             }
         })
+    }
+}
+
+/// Why backend `m`'s 5xx are repeated or not at `now`, with `peers` the traffic of the others in
+/// rotation (`None`: it has none) and the pool guard `guarded` or not.
+fn grounds<H>(
+    m: &Member<H>,
+    peers: Option<&Traffic>,
+    guarded: bool,
+    config: &Config,
+    now: Time,
+) -> Grounds {
+    let outlier = &config.health_checks.outlier;
+    match peers {
+        _ if guarded => Grounds::Guarded,
+        _ if m.evidence.draining() => Grounds::Draining,
+        None => Grounds::Alone,
+        Some(_) if warming(&config.health_checks.slow_start, &m.evidence.active, now).is_some() => {
+            Grounds::Warming
+        }
+        Some(peers) if outlier.enabled && odd_one_out(&view(m), peers, outlier, now) => {
+            Grounds::OddOneOut
+        }
+        Some(peers) if peers.failures(now, outlier.window) >= f64::from(outlier.min_failures) => {
+            Grounds::Alike
+        }
+        Some(_) => Grounds::NoEvidence,
     }
 }

@@ -1,0 +1,165 @@
+//! The fleet under a partial fault: two real Envoys written by `upcheck envoy --etcd` (host
+//! routing, the default) share one real etcd, users alternate between them, and the path from
+//! the balancer that probes app2 to app2 is cut by the kernel (an `iptables` rule on that
+//! balancer's source address: [`upcheck_e2e::path_cut`]), a black hole or a refusal, while the
+//! other balancer reaches app2 as before. Behind the cut balancer no user fails and few wait over
+//! a second; behind the other no user fails and app2 keeps its share of the users: one
+//! balancer's broken path never takes a backend from the others. Each fault prints a row per
+//! balancer (users failed, slower than 1 s, app2's share of the answers over the second half, its
+//! probes per interval).
+//!
+//! `cargo test --profile host-test -p upcheck-e2e --test in_envoy fleet_paths:: -- --nocapture`
+//! (as root, with `iptables`; `make e2e` runs it).
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::time::{sleep, sleep_until, Instant};
+use upcheck_e2e::etcd::{plugin, Balancer, Etcd, Visit};
+use upcheck_e2e::mode::Mode;
+use upcheck_e2e::path_cut::{Cut, PathCut};
+use upcheck_e2e::plugin::INTERVAL;
+use upcheck_e2e::upstream::FakeUpstream;
+
+/// The tests of this file run one at a time: each runs an etcd and two Envoys, and cuts paths
+/// on this machine's one OUTPUT chain.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Users a second, over both balancers.
+const PER_SECOND: u32 = 20;
+
+/// How long users come.
+const USERS_FOR: Duration = Duration::from_secs(20);
+
+/// What a user calls slow.
+const SLOW: Duration = Duration::from_secs(1);
+
+/// Where each balancer's connections leave from.
+const SOURCES: [Ipv4Addr; 2] = [Ipv4Addr::new(127, 0, 0, 2), Ipv4Addr::new(127, 0, 0, 3)];
+
+/// What users met behind one balancer.
+#[derive(Debug, Default)]
+struct Behind {
+    sent: u32,
+    failed: u32,
+    slow: u32,
+    /// Answers over the second half, and app2's among them.
+    late: u32,
+    late_app2: u32,
+}
+
+impl Behind {
+    fn take(&mut self, visit: &Visit, second_half: bool) {
+        self.sent += 1;
+        self.failed += u32::from(!visit.ok);
+        self.slow += u32::from(visit.took > SLOW);
+        if second_half && visit.ok {
+            self.late += 1;
+            self.late_app2 += u32::from(visit.by.as_deref() == Some("app2"));
+        }
+    }
+
+    /// app2's share of the answers over the second half.
+    fn share(&self) -> f64 {
+        f64::from(self.late_app2) / f64::from(self.late.max(1))
+    }
+}
+
+/// Waits (at most 20 s) until one of `fleet` holds app2's probe duty and both show both
+/// backends healthy: the position of app2's prober.
+async fn prober_of_app2(fleet: &[Balancer]) -> anyhow::Result<usize> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut duty = Vec::new();
+        let mut healthy = true;
+        for b in fleet {
+            duty.push(b.counter("app2.probe_duty").await?);
+            healthy &= b.counter("app1.healthy").await? == 1;
+            healthy &= b.counter("app2.healthy").await? == 1;
+        }
+        if healthy && duty.iter().sum::<u64>() == 1 {
+            return Ok(duty.iter().position(|d| *d == 1).unwrap_or(0));
+        }
+        anyhow::ensure!(Instant::now() < deadline, "not settled: duty {duty:?}");
+        sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Two balancers sharing one etcd, app2's prober's path to app2 cut as `cut` says while users
+/// alternate between them: what users met behind each, printed, and the bars held.
+async fn one_path_cut(cut: Cut) -> anyhow::Result<()> {
+    let _turn = TURN.lock().await;
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
+    let etcd = Etcd::start(1).await?;
+    let shared = plugin(
+        &[&app1, &app2],
+        Some(json!({"cluster": "etcd", "lease_ttl": "3s"})),
+    );
+    let mut fleet = Vec::new();
+    for source in SOURCES {
+        fleet.push(Balancer::start_from(&shared, Some(&etcd), Some(source)).await?);
+    }
+    let prober = prober_of_app2(&fleet).await?;
+    let other = 1 - prober;
+    let _cut = PathCut::new(SOURCES[prober], app2.addr(), cut)?;
+    let probes_before = app2.counts().probes;
+
+    let mut behind = [Behind::default(), Behind::default()];
+    let start = Instant::now();
+    let total = PER_SECOND * USERS_FOR.as_secs() as u32;
+    for i in 0..total {
+        sleep_until(start + Duration::from_secs(1) / PER_SECOND * i).await;
+        let b = i as usize % 2;
+        let visit = fleet[b].visit().await;
+        behind[b].take(&visit, i >= total / 2);
+    }
+    let intervals = start.elapsed().as_secs_f64() / INTERVAL.as_secs_f64();
+    let probes = (app2.counts().probes - probes_before) as f64 / intervals;
+
+    for (b, who) in [(prober, "app2's prober, path cut"), (other, "the other")] {
+        let seen = &behind[b];
+        println!(
+            "fleet paths | {cut:?} | {who} | users failed {} of {} | slower than 1 s {} | app2's share over the second half {:.2} | app2 probed {probes:.2} a interval (fleet)",
+            seen.failed,
+            seen.sent,
+            seen.slow,
+            seen.share()
+        );
+    }
+    let page = fleet[other].page_json().await?;
+    println!(
+        "fleet paths | {cut:?} | the other's page: app2 {}",
+        page["backends"][1]
+    );
+
+    let (cut_side, far_side) = (&behind[prober], &behind[other]);
+    anyhow::ensure!(
+        cut_side.failed == 0,
+        "behind the cut balancer: {cut_side:?}"
+    );
+    anyhow::ensure!(cut_side.slow <= 5, "behind the cut balancer: {cut_side:?}");
+    anyhow::ensure!(far_side.failed == 0, "behind the other: {far_side:?}");
+    anyhow::ensure!(
+        far_side.share() >= 0.35,
+        "app2 kept its share behind the other: {far_side:?}"
+    );
+    anyhow::ensure!(
+        (0.5..=2.5).contains(&probes),
+        "app2 probed about once an interval for the fleet: {probes:.2}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_hole_between_app2s_prober_and_app2_costs_no_user_and_takes_app2_from_no_other_balancer(
+) -> anyhow::Result<()> {
+    one_path_cut(Cut::BlackHole).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_between_app2s_prober_and_app2_costs_no_user_and_takes_app2_from_no_other_balancer(
+) -> anyhow::Result<()> {
+    one_path_cut(Cut::Refused).await
+}
