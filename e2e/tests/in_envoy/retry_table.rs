@@ -338,7 +338,7 @@ fn none_failed(row: &Row) {
 /// from mid-traffic, app2's ~40 good answers in the window hold its share under the gap until its
 /// 3rd failure, and its 5th in a row ejects it (the `consecutive` rule, on the request) before a
 /// tick says it stands out: 5 failed, 0 retried. From the start, its peers have served too few
-/// for the odds: 6 failed, ejected at its 6th in a row. A third of its pages failing: the odds
+/// for the odds: 6 to 8 failed, 0 retried, until the outlier rules eject it. A third of its pages failing: the odds
 /// pass at about its 6th failure, 750 ms in; 6 failed, then 2 retried before the ejection. The
 /// bound is the one `peers.rs` holds the same faults to.
 fn at_most_failed_with_500(row: &Row, bound: usize) {
