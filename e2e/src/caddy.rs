@@ -6,6 +6,11 @@
 //! harness serves ([`crate::envoy_config`]), so what runs is what an operator would run, command
 //! line included: the migration test and
 //! `make run` start Envoy on exactly this file ([`crate::envoy::EnvoyBuilder::start_yaml`]).
+//!
+//! The shipped `config/envoy.yaml` and `config/envoy-simple.yaml` are that command's output from
+//! `config/caddy.json` (`cli/tests/commands/shipped_configs.rs` keeps them so); [`shipped`] gives
+//! one of them with only what must differ on this machine replaced, for a test that runs the
+//! file an operator gets without running the binary.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -56,6 +61,46 @@ impl Written {
         std::fs::read_to_string(self.path())
             .with_context(|| format!("cannot read {}", self.path().display()))
     }
+}
+
+/// Replaces every `from` in `text` by `to`; an error if there is none, so a changed file cannot
+/// silently keep, say, its production address.
+pub fn replace_all(text: &str, from: &str, to: &str) -> Result<String> {
+    ensure!(text.contains(from), "the file has no {from:?} any more");
+    Ok(text.replace(from, to))
+}
+
+/// `config/<file>` as shipped, with only what an operator edits replaced: the module path, the
+/// backends' addresses (127.0.0.1:3001 and :3002, [`OPERATORS_DIALS`], become `backends`, app1's
+/// then app2's, in the clusters and, in host routing, in the plugin configuration) and the
+/// listener, admin and status page ports (`ports`), all on 127.0.0.1. An error if the file no
+/// longer has one of them.
+pub fn shipped(file: &str, ports: &ConfigPorts, backends: [SocketAddr; 2]) -> Result<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../config")
+        .join(file);
+    let mut text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let port = |addr: SocketAddr| format!("port_value: {}", addr.port());
+    let edits = [
+        ("/etc/upcheck/upcheck.wasm", module()?.display().to_string()),
+        ("address: 0.0.0.0", "address: 127.0.0.1".to_owned()),
+        ("port_value: 8080", port(ports.listener)),
+        ("port_value: 9901", port(ports.admin)),
+        ("port_value: 9902", port(ports.status)),
+        ("port_value: 3001", port(backends[0])),
+        ("port_value: 3002", port(backends[1])),
+    ];
+    for (from, to) in &edits {
+        text = replace_all(&text, from, to)?;
+    }
+    // In host routing the plugin configuration names the same backends by address.
+    if text.contains("\"routing\": \"host\"") {
+        for (dial, addr) in OPERATORS_DIALS.iter().zip(backends) {
+            text = replace_all(&text, dial, &addr.to_string())?;
+        }
+    }
+    Ok(text)
 }
 
 /// Writes `caddy_json` as `caddy.json` in a new temporary directory and runs there, with the

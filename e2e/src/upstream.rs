@@ -251,6 +251,17 @@ impl FakeUpstream {
         self.shared.mode.borrow().clone()
     }
 
+    /// Restarts without warning, as a deploy or a crash does: its port closed for `down`
+    /// (`refuse`: connections refused, the open ones dropped), then booting for `boot`
+    /// (`slow:<boot>`: it accepts, and answers only after `boot`), then serving (`ok`).
+    pub async fn restart(&self, down: Duration, boot: Duration) {
+        self.set_mode(Mode::Refuse);
+        tokio::time::sleep(down).await;
+        self.set_mode(Mode::Slow(boot));
+        tokio::time::sleep(boot).await;
+        self.set_mode(Mode::Ok);
+    }
+
     /// Switches to `mode` just after the next probe has been answered (an error if none came
     /// `within`), so users meet the change a whole interval before the next probe does: the
     /// passive checks, not a lucky probe, must notice it. Returns the user requests received

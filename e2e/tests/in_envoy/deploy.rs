@@ -74,16 +74,6 @@ fn pages(apps: &[&FakeUpstream]) -> Vec<u64> {
     apps.iter().map(|app| app.counts().requests).collect()
 }
 
-/// Closes `app`'s port for [`DOWN`], then boots it for [`BOOT`] (it accepts, and answers only
-/// after a second), then it serves.
-async fn restart(app: &FakeUpstream) {
-    app.set_mode(Mode::Refuse);
-    sleep(DOWN).await;
-    app.set_mode(Mode::Slow(BOOT));
-    sleep(BOOT).await;
-    app.set_mode(Mode::Ok);
-}
-
 /// Waits until `app` takes a user request, for at most `within`; returns when it did, if it did.
 async fn first_page(app: &FakeUpstream, within: Duration) -> Option<Instant> {
     let before = app.counts().requests;
@@ -243,7 +233,7 @@ async fn rolling_deploy(run: Run) -> anyhow::Result<Measured> {
             // What it was sent before the drain took hold finishes.
             sleep(Duration::from_millis(300)).await;
         }
-        restart(app).await;
+        app.restart(DOWN, BOOT).await;
         let returned = Instant::now();
         // Its share over the window from the first user request it takes again.
         let share = match first_page(app, turn_length).await {
@@ -353,7 +343,7 @@ async fn restart_while_the_other_drains(routing: Routing) -> anyhow::Result<(Tur
     sleep_until(start + Duration::from_secs(3)).await;
     let stopped = start.elapsed();
     let app1_before = app1.counts().requests;
-    restart(&app2).await;
+    app2.restart(DOWN, BOOT).await;
     let app1_meanwhile = app1.counts().requests - app1_before;
     let returned = start.elapsed();
     let app2_back = app2.counts().requests;

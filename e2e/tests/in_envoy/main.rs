@@ -24,6 +24,7 @@ mod one_prober;
 mod peers;
 mod plugin_config;
 mod pool_label;
+mod retry_table;
 mod shared_cause;
 mod shipped_configs;
 mod status_page_access;

@@ -5,10 +5,10 @@
 //! `config/envoy.yaml` (`routing: host`) keeps users from seeing a backend that starts answering
 //! 502; `config/envoy-simple.yaml` (`routing: cluster`) routes through upcheck.
 
-use std::path::Path;
 use std::time::Duration;
 
-use upcheck_e2e::envoy::{self, ConfigPorts, Envoy};
+use upcheck_e2e::caddy;
+use upcheck_e2e::envoy::Envoy;
 use upcheck_e2e::mode::Mode;
 use upcheck_e2e::plugin::RATE;
 use upcheck_e2e::replay::Replay;
@@ -21,63 +21,15 @@ struct Shipped {
     app2: FakeUpstream,
 }
 
-/// Replaces every `from` in `text` by `to`; an error if there is none, so a changed file cannot
-/// silently keep, say, its production address.
-fn replace_all(text: &str, from: &str, to: &str) -> anyhow::Result<String> {
-    anyhow::ensure!(text.contains(from), "the file has no {from:?} any more");
-    Ok(text.replace(from, to))
-}
-
 /// Boots `config/<file>` with app1 and app2 (healthy) in place of 127.0.0.1:3001 and :3002.
 async fn boot(file: &str) -> anyhow::Result<Shipped> {
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../config")
-        .join(file);
-    let original = std::fs::read_to_string(&path)?;
-    let module = envoy::module()?;
-    let config = |ports: &ConfigPorts| {
-        let edits = [
-            ("/etc/upcheck/upcheck.wasm", module.display().to_string()),
-            ("address: 0.0.0.0", "address: 127.0.0.1".to_owned()),
-            (
-                "port_value: 8080",
-                format!("port_value: {}", ports.listener.port()),
-            ),
-            (
-                "port_value: 9901",
-                format!("port_value: {}", ports.admin.port()),
-            ),
-            (
-                "port_value: 9902",
-                format!("port_value: {}", ports.status.port()),
-            ),
-            (
-                "port_value: 3001",
-                format!("port_value: {}", app1.addr().port()),
-            ),
-            (
-                "port_value: 3002",
-                format!("port_value: {}", app2.addr().port()),
-            ),
-        ];
-        let mut text = original.clone();
-        for (from, to) in &edits {
-            text = replace_all(&text, from, to)?;
-        }
-        if file == "envoy.yaml" {
-            // The plugin configuration names the same backends by address.
-            for (from, to) in [
-                ("127.0.0.1:3001", app1.addr()),
-                ("127.0.0.1:3002", app2.addr()),
-            ] {
-                text = replace_all(&text, from, &to.to_string())?;
-            }
-        }
-        Ok(text)
-    };
-    let envoy = Envoy::builder().concurrency(2).start_yaml(config).await?;
+    let backends = [app1.addr(), app2.addr()];
+    let envoy = Envoy::builder()
+        .concurrency(2)
+        .start_yaml(|ports| caddy::shipped(file, ports, backends))
+        .await?;
     Ok(Shipped { envoy, app1, app2 })
 }
 
