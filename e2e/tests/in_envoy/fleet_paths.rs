@@ -1,6 +1,6 @@
 //! The fleet under a partial fault: two real Envoys written by `upcheck envoy --etcd` (host
-//! routing, the default) share one real etcd, users alternate between them, and the path from
-//! the balancer that probes app2 to app2 is cut by the kernel (an `iptables` rule on that
+//! routing, the default) share one real etcd, users alternate between them, and 3 s in the path
+//! from the balancer that probes app2 to app2 is cut by the kernel (an `iptables` rule on that
 //! balancer's source address: [`upcheck_e2e::path_cut`]), a black hole or a refusal, while the
 //! other balancer reaches app2 as before. Behind the cut balancer no user fails and few wait over
 //! a second; behind the other no user fails and app2 keeps its share of the users: one
@@ -31,6 +31,9 @@ const PER_SECOND: u32 = 20;
 
 /// How long users come.
 const USERS_FOR: Duration = Duration::from_secs(20);
+
+/// When the path is cut, from the start of the users.
+const CUT_AT: Duration = Duration::from_secs(3);
 
 /// What a user calls slow.
 const SLOW: Duration = Duration::from_secs(1);
@@ -66,24 +69,41 @@ impl Behind {
     }
 }
 
-/// Waits (at most 20 s) until one of `fleet` holds app2's probe duty and both show both
-/// backends healthy: the position of app2's prober.
+/// Waits (at most 20 s) until one of `fleet` holds app2's probe duty, as each status page says,
+/// and both show both backends healthy: the position of app2's prober.
 async fn prober_of_app2(fleet: &[Balancer]) -> anyhow::Result<usize> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let mut duty = Vec::new();
+        let mut here = Vec::new();
         let mut healthy = true;
         for b in fleet {
-            duty.push(b.counter("app2.probe_duty").await?);
-            healthy &= b.counter("app1.healthy").await? == 1;
-            healthy &= b.counter("app2.healthy").await? == 1;
+            let page = b.page_json().await?;
+            let backends = page["backends"].as_array().cloned().unwrap_or_default();
+            healthy &= backends.len() == 2 && backends.iter().all(|b| b["routable"] == true);
+            here.push(
+                backends
+                    .get(1)
+                    .is_some_and(|app2| app2["probe_duty"] == "here"),
+            );
         }
-        if healthy && duty.iter().sum::<u64>() == 1 {
-            return Ok(duty.iter().position(|d| *d == 1).unwrap_or(0));
+        if healthy && here.iter().filter(|h| **h).count() == 1 {
+            return Ok(here.iter().position(|h| *h).unwrap_or(0));
         }
-        anyhow::ensure!(Instant::now() < deadline, "not settled: duty {duty:?}");
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "not settled: app2's duty here {here:?}"
+        );
         sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The probes of app2 the balancers of `fleet` sent so far, in all.
+async fn probes_sent(fleet: &[Balancer]) -> anyhow::Result<u64> {
+    let mut sent = 0;
+    for b in fleet {
+        sent += b.counter("app2.probes").await?;
+    }
+    Ok(sent)
 }
 
 /// Two balancers sharing one etcd, app2's prober's path to app2 cut as `cut` says while users
@@ -103,25 +123,33 @@ async fn one_path_cut(cut: Cut) -> anyhow::Result<()> {
     }
     let prober = prober_of_app2(&fleet).await?;
     let other = 1 - prober;
-    let _cut = PathCut::new(SOURCES[prober], app2.addr(), cut)?;
-    let probes_before = app2.counts().probes;
-
     let mut behind = [Behind::default(), Behind::default()];
     let start = Instant::now();
     let total = PER_SECOND * USERS_FOR.as_secs() as u32;
+    let mut cut_since = None;
     for i in 0..total {
-        sleep_until(start + Duration::from_secs(1) / PER_SECOND * i).await;
+        let at = start + Duration::from_secs(1) / PER_SECOND * i;
+        sleep_until(at).await;
+        if cut_since.is_none() && at >= start + CUT_AT {
+            let made = PathCut::new(SOURCES[prober], app2.addr(), cut)?;
+            let counted = (app2.counts().probes, probes_sent(&fleet).await?);
+            cut_since = Some((made, Instant::now(), counted));
+        }
         let b = i as usize % 2;
         let visit = fleet[b].visit().await;
         behind[b].take(&visit, i >= total / 2);
     }
-    let intervals = start.elapsed().as_secs_f64() / INTERVAL.as_secs_f64();
-    let probes = (app2.counts().probes - probes_before) as f64 / intervals;
+    let Some((_cut, cut_at, (received_before, sent_before))) = cut_since else {
+        anyhow::bail!("the path was never cut");
+    };
+    let intervals = cut_at.elapsed().as_secs_f64() / INTERVAL.as_secs_f64();
+    let probes = (probes_sent(&fleet).await? - sent_before) as f64 / intervals;
+    let received = (app2.counts().probes - received_before) as f64 / intervals;
 
     for (b, who) in [(prober, "app2's prober, path cut"), (other, "the other")] {
         let seen = &behind[b];
         println!(
-            "fleet paths | {cut:?} | {who} | users failed {} of {} | slower than 1 s {} | app2's share over the second half {:.2} | app2 probed {probes:.2} a interval (fleet)",
+            "fleet paths | {cut:?} | {who} | users failed {} of {} | slower than 1 s {} | app2's share over the second half {:.2} | app2's probes an interval: {probes:.2} sent by the fleet, {received:.2} received",
             seen.failed,
             seen.sent,
             seen.slow,
@@ -147,7 +175,7 @@ async fn one_path_cut(cut: Cut) -> anyhow::Result<()> {
     );
     anyhow::ensure!(
         (0.5..=2.5).contains(&probes),
-        "app2 probed about once an interval for the fleet: {probes:.2}"
+        "app2 probed about once an interval by the fleet: {probes:.2}"
     );
     Ok(())
 }

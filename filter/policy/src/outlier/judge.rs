@@ -96,16 +96,29 @@ fn failing(
 /// is a page, two on a backend whose peers fail none is a backend.
 pub const RETRY_FAILURES: u32 = 2;
 
-/// Whether a backend stands out from its peers by its failures in the window, on the evidence a
-/// repeat needs ([`RETRY_FAILURES`], [`RETRY_CHANCE`], and the share's gap): the share rule's
-/// question on thinner evidence.
-pub fn odd_one_out(traffic: &Traffic, peers: &Traffic, config: &OutlierConfig, now: Time) -> bool {
+/// Whether a backend stands out from its peers by its failures, on the evidence a repeat needs:
+/// in the window ([`RETRY_FAILURES`], [`RETRY_CHANCE`], and the share's gap: the share rule's
+/// question on thinner evidence), or by its latest `run` requests process-wide all failing, a
+/// run its peers' failure share makes less likely than [`RETRY_CHANCE`] (the run rule's question:
+/// a backend that served well and then broke shows in a run long before its share moves).
+pub fn odd_one_out(
+    traffic: &Traffic,
+    run: u32,
+    peers: &Traffic,
+    config: &OutlierConfig,
+    now: Time,
+) -> bool {
     let window = config.window;
     let mine = traffic.tally(traffic.weights(now, window));
     let theirs = peers.tally(peers.weights(now, window));
-    mine.failures >= f64::from(RETRY_FAILURES)
+    let whole = peers.tally_whole(now, window);
+    let by_share = mine.failures >= f64::from(RETRY_FAILURES)
         && (mine.share() - theirs.share()) * 100.0 >= f64::from(config.failure_gap)
-        && mine.surprise(peers.tally_whole(now, window).rate()) > -RETRY_CHANCE.ln()
+        && mine.surprise(whole.rate()) > -RETRY_CHANCE.ln();
+    let by_run = run >= RETRY_FAILURES
+        && whole.requests >= f64::from(config.min_requests)
+        && whole.share().powi(i32::try_from(run).unwrap_or(i32::MAX)) < RETRY_CHANCE;
+    by_share || by_run
 }
 
 /// `latency` × `config.latency_factor`, saturating.

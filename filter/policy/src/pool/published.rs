@@ -161,16 +161,28 @@ impl<H> Pool<H> {
             .collect()
     }
 
+    /// A backend whose run of failures grew in it (another worker's failures) has its retry
+    /// advice worked out again at once ([`Pool::replan_retries`]): its run may make it stand out
+    /// before this VM's next tick.
     pub(super) fn adopt_passive(&mut self, table: &PassiveTable) {
+        let mut runs = Vec::new();
         for (i, m) in self.members.iter_mut().enumerate() {
             if let Some(passive) = entry(table, i, &m.key) {
                 if m.evidence.passive != *passive {
+                    if passive.run > m.evidence.passive.run {
+                        runs.push(i);
+                    }
                     m.evidence.passive = passive.clone();
                     self.layout.changed();
                 }
             }
         }
         self.hear();
+        for i in runs {
+            let peers = self.peers(i);
+            let at = self.clock.at;
+            self.replan_retries(i, peers.as_ref(), at);
+        }
     }
 }
 

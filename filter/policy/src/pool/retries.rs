@@ -152,7 +152,10 @@ fn grounds<H>(
         Some(_) if warming(&config.health_checks.slow_start, &m.evidence.active, now).is_some() => {
             Grounds::Warming
         }
-        Some(peers) if outlier.enabled && odd_one_out(&view(m), peers, outlier, now) => {
+        Some(peers)
+            if outlier.enabled
+                && odd_one_out(&view(m), m.evidence.passive.run, peers, outlier, now) =>
+        {
             Grounds::OddOneOut
         }
         Some(peers) if peers.failures(now, outlier.window) >= f64::from(outlier.min_failures) => {
