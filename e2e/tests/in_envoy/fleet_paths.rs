@@ -126,22 +126,43 @@ async fn one_path_cut(cut: Cut) -> anyhow::Result<()> {
     let mut behind = [Behind::default(), Behind::default()];
     let start = Instant::now();
     let total = PER_SECOND * USERS_FOR.as_secs() as u32;
-    let mut cut_since = None;
-    for i in 0..total {
-        let at = start + Duration::from_secs(1) / PER_SECOND * i;
-        sleep_until(at).await;
-        if cut_since.is_none() && at >= start + CUT_AT {
-            let made = PathCut::new(SOURCES[prober], app2.addr(), cut)?;
-            let counted = (app2.counts().probes, probes_sent(&fleet).await?);
-            cut_since = Some((made, Instant::now(), counted));
+    let cut_made = start + CUT_AT;
+    let users = async {
+        let mut cut_since = None;
+        for i in 0..total {
+            let at = start + Duration::from_secs(1) / PER_SECOND * i;
+            sleep_until(at).await;
+            if cut_since.is_none() && at >= start + CUT_AT {
+                let made = PathCut::new(SOURCES[prober], app2.addr(), cut)?;
+                let counted = (app2.counts().probes, probes_sent(&fleet).await?);
+                cut_since = Some((made, Instant::now(), counted));
+            }
+            let b = i as usize % 2;
+            let visit = fleet[b].visit().await;
+            behind[b].take(&visit, i >= total / 2);
         }
-        let b = i as usize % 2;
-        let visit = fleet[b].visit().await;
-        behind[b].take(&visit, i >= total / 2);
-    }
-    let Some((_cut, cut_at, (received_before, sent_before))) = cut_since else {
-        anyhow::bail!("the path was never cut");
+        cut_since.ok_or_else(|| anyhow::anyhow!("the path was never cut"))
     };
+    // What the other's page says of app2 while the cut balancer's failures are fresh: the first
+    // answer that names a balancer seeing it failing, within 10 s of the cut.
+    let watched = async {
+        sleep_until(cut_made).await;
+        let deadline = cut_made + Duration::from_secs(10);
+        loop {
+            let app2 = fleet[other].page_json().await?["backends"][1].clone();
+            if app2["failing_behind"]
+                .as_array()
+                .is_some_and(|f| !f.is_empty())
+                || Instant::now() >= deadline
+            {
+                return anyhow::Ok(app2);
+            }
+            sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let (cut_since, failing_seen) = tokio::join!(users, watched);
+    let (_cut, cut_at, (received_before, sent_before)) = cut_since?;
+    let failing_seen = failing_seen?;
     let intervals = cut_at.elapsed().as_secs_f64() / INTERVAL.as_secs_f64();
     let probes = (probes_sent(&fleet).await? - sent_before) as f64 / intervals;
     let received = (app2.counts().probes - received_before) as f64 / intervals;
@@ -160,6 +181,13 @@ async fn one_path_cut(cut: Cut) -> anyhow::Result<()> {
     println!(
         "fleet paths | {cut:?} | the other's page: app2 {}",
         page["backends"][1]
+    );
+    println!("fleet paths | {cut:?} | the other's page after the cut: app2 {failing_seen}");
+    let cut_balancer = fleet[prober].page_json().await?["fleet"]["balancer"].clone();
+    let seen = json!([{"balancer": cut_balancer, "path": true}]);
+    anyhow::ensure!(
+        failing_seen["failing_behind"] == seen,
+        "the other's page says the cut balancer sees app2 failing, maybe by its path: {failing_seen}"
     );
 
     let (cut_side, far_side) = (&behind[prober], &behind[other]);

@@ -13,9 +13,14 @@
 //! it counted; then its watch: 0 without one, 1 while not in place, 2 in place; the revision it
 //! holds; the changes it heard; its fresh reads after the first; when it last heard a change, in
 //! milliseconds plus one or 0), then each backend's key and its duty holder's lease (0: nobody;
-//! etcd never grants lease 0).
+//! etcd never grants lease 0), then, per backend and other balancer that published failures of
+//! it, `failing {path|backend} {lease in hex} {backend key}` and the newest of them, in
+//! milliseconds plus one (a backend's key holds no space, so the two kinds of entry never meet).
+//! The page shows those still within `fail_duration`: which balancers see the backend failing,
+//! and whether what they see may be their path ([`crate::outcome::About`]).
 
 use super::{watch, Duty, FleetPart};
+use crate::outcome::About;
 use crate::tables::{self, AnnounceTable, TableError, FLEET_HEAD as HEAD};
 use crate::time::Time;
 
@@ -69,6 +74,9 @@ pub enum Holder {
     /// Nobody holds it yet.
     Nobody,
 }
+
+/// How the entry of a balancer that sees a backend failing begins.
+const FAILING: &str = "failing ";
 
 /// A lease ID (or none, 0) as an entry's number.
 fn lease(l: Option<i64>) -> u64 {
@@ -137,8 +145,23 @@ impl Shown {
     }
 
     /// What `fleet` shows of the backends whose keys are `keys`.
-    pub fn of<'a>(fleet: &FleetPart, keys: impl Iterator<Item = &'a str>) -> Shown {
+    pub fn of<'a>(fleet: &FleetPart, keys: impl Iterator<Item = &'a str> + Clone) -> Shown {
         let me = fleet.lease();
+        let mut failing: Vec<(String, u64)> = Vec::new();
+        for key in keys.clone() {
+            for (by, failure) in fleet.fleet_failures(key) {
+                let about = match failure.about {
+                    About::Path => "path",
+                    About::Backend => "backend",
+                };
+                let entry = format!("{FAILING}{about} {by:x} {key}");
+                let at = millis(Some(failure.at));
+                match failing.iter_mut().find(|(k, _)| *k == entry) {
+                    Some((_, newest)) => *newest = (*newest).max(at),
+                    None => failing.push((entry, at)),
+                }
+            }
+        }
         let duties = keys.map(|key| {
             let holder = match fleet.duty(key) {
                 Duty::Here => me,
@@ -153,7 +176,32 @@ impl Shown {
             balancers: fleet.balancers(),
             watching: fleet.watch().map(Watching::of),
         };
-        Shown::new(overview, duties)
+        let mut shown = Shown::new(overview, duties);
+        shown.0.extend(failing);
+        shown
+    }
+
+    /// The other balancers that published failures of the backend whose key is `key` since
+    /// `since`: each one's lease, and whether what it saw may be its path.
+    pub fn failing(&self, key: &str, since: Time) -> Vec<(i64, About)> {
+        let since = millis(Some(since));
+        self.0
+            .iter()
+            .skip(HEAD)
+            .filter(|(_, newest)| *newest >= since)
+            .filter_map(|(entry, _)| {
+                let rest = entry.strip_prefix(FAILING)?;
+                let (about, rest) = rest.split_once(' ')?;
+                let (lease, backend) = rest.split_once(' ')?;
+                let about = match about {
+                    "path" => About::Path,
+                    "backend" => About::Backend,
+                    _ => return None,
+                };
+                let lease = i64::from_str_radix(lease, 16).ok()?;
+                (backend == key).then_some((lease, about))
+            })
+            .collect()
     }
 
     /// Its bytes, for shared data.

@@ -1,7 +1,7 @@
 //! The page as HTML, at `status_path` + `.html`: for a person at a browser, a table saying per
 //! backend why it takes traffic or not ([`super::why`]), reloading itself and loading nothing else.
 
-use super::model::{ago, changes, duty, fleet_summary, lines, subject, Line};
+use super::model::{ago, changes, duty, failing_elsewhere, fleet_summary, lines, subject, Line};
 use super::why::why;
 use crate::etcd::shown::Shown;
 use crate::history::timestamp;
@@ -131,6 +131,11 @@ fn html_row<H>(out: &mut String, index: usize, line: &Line<'_>, pool: &Pool<H>, 
     if let Some(holder) = &line.duty {
         out.push_str("<br><span class=\"duty\">");
         duty(out, holder);
+        out.push_str("</span>");
+    }
+    if !line.failing_elsewhere.is_empty() {
+        out.push_str("<br><span class=\"failing\">");
+        failing_elsewhere(out, &line.failing_elsewhere);
         out.push_str("</span>");
     }
     let _ = writeln!(

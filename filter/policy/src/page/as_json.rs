@@ -5,6 +5,7 @@ use super::model::{balancer, changes, lines};
 use crate::etcd::shown::{Holder, Shown};
 use crate::history::timestamp;
 use crate::json_string::quoted;
+use crate::outcome::About;
 use crate::pool::Pool;
 use crate::time::{millis, Time};
 use std::fmt::Write;
@@ -17,7 +18,10 @@ use std::fmt::Write;
 /// `null` or, while it drains, `{"by", "since_ms"}` (what said so; how long ago); `warming` is
 /// `null` or, while it warms up, `{"percent", "ends_in_ms"}` (its share of its weight, and when it
 /// gets the whole); `probe_duty` is `null` without a fleet, else `"here"`, `"nobody"` (while no
-/// balancer holds it) or the holder's lease ID in hex. `fleet` is `null` or `{"balancer",
+/// balancer holds it) or the holder's lease ID in hex; `failing_behind` lists the other balancers
+/// of the fleet that see it failing (within `fail_duration`), each `{"balancer", "path"}` (its
+/// lease ID in hex; whether what it sees may be its path to the backend rather than the backend).
+/// `fleet` is `null` or `{"balancer",
 /// "balancers", "local", "last_read_ago_ms", "watch"}` (this balancer's lease ID in hex, `"0"`
 /// before it has one; how many balancers the last read counted; whether it has fallen back to
 /// local; how long ago its view was last current, `null` if never; `watch` is `null` when it
@@ -90,6 +94,15 @@ pub fn json<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
             }
             Some(Holder::Nobody) => out.push_str("\"nobody\""),
         }
+        out.push_str(",\"failing_behind\":[");
+        for (n, (lease, about)) in l.failing_elsewhere.iter().enumerate() {
+            if n > 0 {
+                out.push(',');
+            }
+            let path = *about == About::Path;
+            let _ = write!(out, "{{\"balancer\":\"{lease:x}\",\"path\":{path}}}");
+        }
+        out.push(']');
         match l.last_probe {
             Some((at, outcome)) => {
                 let _ = write!(

@@ -1,7 +1,7 @@
 //! The page as plain text, at `status_path`: one line per backend, for `curl` and for scripts that
 //! grep it.
 
-use super::model::{ago, changes, duty, fleet_summary, lines, subject};
+use super::model::{ago, changes, duty, failing_elsewhere, fleet_summary, lines, subject};
 use crate::etcd::shown::Shown;
 use crate::history::timestamp;
 use crate::pool::Pool;
@@ -45,6 +45,10 @@ pub fn text<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
         }
         if let Some(holder) = &l.duty {
             duty(&mut out, holder);
+            out.push(' ');
+        }
+        if !l.failing_elsewhere.is_empty() {
+            failing_elsewhere(&mut out, &l.failing_elsewhere);
             out.push(' ');
         }
         match l.last_probe {

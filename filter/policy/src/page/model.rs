@@ -5,6 +5,7 @@ use crate::active::{Health, ProbeOutcome};
 use crate::drain::Drain;
 use crate::etcd::shown::{Holder, Shown};
 use crate::history::Change;
+use crate::outcome::About;
 use crate::pool::Pool;
 use crate::retry::Grounds;
 use crate::time::Time;
@@ -43,6 +44,9 @@ pub(super) struct Line<'a> {
     pub(super) duty: Option<Holder>,
     /// Why its 5xx are repeated on its peers or not, when requests get retry advice.
     pub(super) retry: Option<Grounds>,
+    /// The other balancers that see it failing (within `fail_duration`), with a fleet: each
+    /// one's lease, and whether what it sees may be its path.
+    pub(super) failing_elsewhere: Vec<(i64, About)>,
 }
 
 impl Line<'_> {
@@ -103,6 +107,9 @@ pub(super) fn lines<'a, H>(
         warming: pool.warming_up(i, now),
         duty: fleet.and_then(|f| f.holder(&m.key)),
         retry: pool.retry_grounds(i),
+        failing_elsewhere: fleet.map_or_else(Vec::new, |f| {
+            f.failing(&m.key, now.saturating_sub(passive.fail_duration))
+        }),
     })
 }
 
@@ -120,6 +127,22 @@ pub(super) fn duty(out: &mut String, holder: &Holder) {
             let _ = write!(out, "probed by balancer {lease:x}");
         }
         Holder::Nobody => out.push_str("probed by no balancer yet"),
+    }
+}
+
+/// The other balancers that see a backend failing, in a few words, onto `out`: `failing behind
+/// balancer 2a (its path?), 3b`; nothing when none does.
+pub(super) fn failing_elsewhere(out: &mut String, failing: &[(i64, About)]) {
+    for (n, (lease, about)) in failing.iter().enumerate() {
+        out.push_str(if n == 0 {
+            "failing behind balancer "
+        } else {
+            ", "
+        });
+        let _ = write!(out, "{lease:x}");
+        if *about == About::Path {
+            out.push_str(" (its path?)");
+        }
     }
 }
 

@@ -389,6 +389,18 @@ fn a_path_failure_ejects_behind_its_balancer_at_once_and_behind_another_only_onc
         0,
         "nor does it count them"
     );
+    let first = sites[0].b.fleet.lease().expect("a lease");
+    let key = &sites[1].pool.members()[0].key;
+    let shown = crate::etcd::shown::Shown::of(&sites[1].b.fleet, [key.as_str()].into_iter());
+    assert_eq!(
+        shown.failing(key, now - TICK * 10),
+        [(first, crate::outcome::About::Path)],
+        "but its page says the first sees it failing, maybe by its path"
+    );
+    assert!(
+        shown.failing(key, now + TICK * 100).is_empty(),
+        "until they expire"
+    );
     sites[1].reset(4, 0, now);
     now = run(&mut etcd, &mut sites, now, 2);
     assert!(
