@@ -107,8 +107,14 @@ impl FleetPart {
     ) -> Option<Request> {
         let lease = self.sharing()?;
         let theirs = self.fleet_failures(key);
+        let since = self.lease_since();
         let mut value = HEAD.to_owned();
-        for f in own.filter(|f| !theirs.iter().any(|(_, t)| t.at == f.at)) {
+        // Those before this balancer's lease, maybe before a pause that lost the last one, are
+        // not told ([`FleetPart::lease_since`]).
+        let told = own
+            .filter(|f| !theirs.iter().any(|(_, t)| t.at == f.at))
+            .filter(|f| since.is_none_or(|since| f.at >= since));
+        for f in told {
             let _ = write!(value, " {}", nanos(f.at));
             if f.about == About::Path {
                 value.push(PATH);

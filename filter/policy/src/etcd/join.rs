@@ -15,8 +15,8 @@ enum Joined {
     Out,
     /// A grant (or authentication) is on the wire.
     Joining,
-    /// Holding this lease, last renewed then.
-    In { lease: i64, kept: Time },
+    /// Holding this lease, granted `since`, last renewed `kept`.
+    In { lease: i64, since: Time, kept: Time },
 }
 
 /// This balancer's standing with etcd: its token, its lease, its key.
@@ -36,6 +36,18 @@ impl FleetPart {
     pub fn lease(&self) -> Option<i64> {
         match self.join.joined {
             Joined::In { lease, .. } => Some(lease),
+            _ => None,
+        }
+    }
+
+    /// When this balancer's lease was granted, while it holds one: what it measured before is
+    /// never published under it ([`FleetPart::publish`], [`FleetPart::evidence`]), so a balancer
+    /// that lost its lease (frozen by SIGSTOP, a long pause, a VM stopped) and joined again
+    /// writes nothing it saw before the loss. Fenced by the lease, not by a clock read elsewhere:
+    /// etcd refuses every write under the lease it lost.
+    pub fn lease_since(&self) -> Option<Time> {
+        match self.join.joined {
+            Joined::In { since, .. } => Some(since),
             _ => None,
         }
     }
@@ -78,7 +90,7 @@ impl FleetPart {
                 }
             }
             Joined::Joining => {}
-            Joined::In { lease, kept } => {
+            Joined::In { lease, kept, .. } => {
                 if now.saturating_sub(kept) >= retry && !self.busy(|c| matches!(c, Call::KeepAlive))
                 {
                     out.push(self.request(
@@ -113,7 +125,11 @@ impl FleetPart {
     pub(super) fn granted(&mut self, answer: Result<i64, String>, now: Time) {
         match answer {
             Ok(lease) => {
-                self.join.joined = Joined::In { lease, kept: now };
+                self.join.joined = Joined::In {
+                    lease,
+                    since: now,
+                    kept: now,
+                };
                 self.join.registered = false;
                 self.results.told.clear();
                 self.evidence.told.clear();
@@ -130,8 +146,12 @@ impl FleetPart {
     pub(super) fn kept_alive(&mut self, answer: Result<bool, String>, now: Time) {
         match answer {
             Ok(true) => {
-                if let Joined::In { lease, .. } = self.join.joined {
-                    self.join.joined = Joined::In { lease, kept: now };
+                if let Joined::In { lease, since, .. } = self.join.joined {
+                    self.join.joined = Joined::In {
+                        lease,
+                        since,
+                        kept: now,
+                    };
                 }
             }
             Ok(false) => {

@@ -65,7 +65,10 @@ pub(super) fn read(kv: &gateway::KeyValue, ahead: Time) -> Result<ActiveHealth, 
 
 impl FleetPart {
     /// The puts of the probe states of `own` (by backend key) whose duty this balancer holds
-    /// and that changed since it last published them, into `out`.
+    /// and that changed since it last published them, into `out`. A state whose latest probe
+    /// settled before this balancer's lease was granted is not published: it was measured before
+    /// the lease it would live by, maybe before a pause that lost the last one
+    /// ([`FleetPart::lease_since`]); the next probe's is.
     pub(super) fn publish(
         &self,
         lease: i64,
@@ -75,6 +78,11 @@ impl FleetPart {
         let publish: Vec<(String, ActiveHealth)> = own
             .iter()
             .filter(|(k, _)| self.holds(lease, k))
+            .filter(|(_, h)| {
+                let since = self.lease_since();
+                h.last
+                    .is_none_or(|(at, _)| since.is_none_or(|since| at >= since))
+            })
             .filter(|(k, h)| !self.results.told.iter().any(|(p, ph)| p == k && ph == h))
             .filter(|(k, _)| !self.busy(|c| matches!(c, Call::Publish(p, _) if p == k)))
             .cloned()

@@ -902,3 +902,81 @@ fn a_watch_the_proxy_opens_after_refusing_it_stops_the_reads_and_a_later_refusal
         .count();
     assert_eq!(refusals, 1, "the refusal after an open is said again");
 }
+
+#[test]
+fn a_prober_frozen_past_its_lease_publishes_nothing_it_measured_before_the_loss() {
+    let mut etcd = Etcd::default();
+    let own = keys(2);
+    let mut fleet = balancers(2, S);
+    let mut now = run(&mut etcd, &mut fleet, &own, S, 10);
+    let frozen = fleet.iter().position(|b| here(b, &own)[0]).unwrap();
+    let other = 1 - frozen;
+    let old_lease = fleet[frozen].fleet.lease().expect("a lease");
+    // Frozen (SIGSTOP, a long pause) for a lease TTL and more: the other takes its duties.
+    fleet[frozen].up = false;
+    let ttl = settings().lease_ttl;
+    let ticks = u32::try_from(ttl.as_millis() / TICK.as_millis()).unwrap() + 3;
+    now = run(&mut etcd, &mut fleet, &own, now, ticks);
+    assert_eq!(here(&fleet[other], &own), vec![true, true]);
+    // It wakes up still holding what it measured before the pause: app0 down, long ago.
+    let mut stale = own.clone();
+    stale[0].1.status = Health::Unhealthy;
+    stale[0].1.last = Some((S, ProbeOutcome::Refused));
+    fleet[frozen].up = true;
+    // A tick of both, the woken one with its own probe states `stale`.
+    let tick_both = |etcd: &mut Etcd,
+                     fleet: &mut Vec<Balancer>,
+                     stale: &[(String, ActiveHealth)],
+                     now: Time| {
+        let b = &mut fleet[frozen];
+        for request in b.fleet.tick(now, stale) {
+            b.token += 1;
+            b.fleet.sent(request.call.clone(), b.token);
+            let (status, body) = etcd.answer(&request, now);
+            let _ = b.fleet.answered(b.token, status, &body, now);
+        }
+        // The other probes on: its states are fresh.
+        let fresh: Vec<(String, ActiveHealth)> =
+            own.iter().map(|(k, _)| (k.clone(), probed(now))).collect();
+        run(etcd, &mut fleet[other..=other], &fresh, now, 1)
+    };
+    for _ in 0..20 {
+        now = tick_both(&mut etcd, &mut fleet, &stale, now);
+    }
+    assert!(
+        etcd.kv.values().all(|(_, lease)| *lease != old_lease),
+        "etcd refused every write under the lease it lost"
+    );
+    let woken = fleet[frozen].fleet.lease().expect("a new lease");
+    let others = fleet[other].fleet.lease().expect("a lease");
+    let duties = here(&fleet[frozen], &own);
+    for ((key, _), mine) in own.iter().zip(&duties) {
+        let by = etcd
+            .kv
+            .get(&format!("upcheck/v1/active/{key}"))
+            .map(|(_, lease)| *lease);
+        // Nothing the woken one measured before its new lease: the state of the backends it
+        // holds again is the last holder's until it probes them anew.
+        assert_eq!(
+            by,
+            Some(others),
+            "{key} (held again by the woken one: {mine})"
+        );
+    }
+    // Its next probe of each backend it holds is published.
+    for (s, mine) in stale.iter_mut().zip(&duties) {
+        if *mine {
+            s.1.last = Some((now, ProbeOutcome::Pass));
+            s.1.status = Health::Healthy;
+        }
+    }
+    now = tick_both(&mut etcd, &mut fleet, &stale, now);
+    let _ = tick_both(&mut etcd, &mut fleet, &stale, now);
+    for ((key, _), mine) in own.iter().zip(&duties) {
+        let by = etcd
+            .kv
+            .get(&format!("upcheck/v1/active/{key}"))
+            .map(|(_, lease)| *lease);
+        assert_eq!(by, Some(if *mine { woken } else { others }), "{key}");
+    }
+}
