@@ -26,7 +26,11 @@
 //!   nothing failed (a stall, a crawl) every retry is one;
 //! - per-try t/o: Envoy's `cluster.pool.upstream_rq_per_try_timeout`, the attempts abandoned at
 //!   their per-try timeout and retried, not hedged (Envoy counts no hedged attempt there: app2
-//!   hanging showed 10 retries and 0 here).
+//!   hanging showed 10 retries and 0 here);
+//! - upcheck r/rec, h/won: upcheck's own metrics over both backends, `upcheck_retried` /
+//!   `upcheck_retried_recovered` and `upcheck_hedges` / `upcheck_hedges_won`; each extra attempt
+//!   Envoy made is one repeat or one hedge the first attempt won, which every row asserts;
+//! - refused: `upcheck_retries_refused`, requests the retry budget withheld their advice from.
 //!
 //! Asserted, as holds on a loaded two-core machine: no user fails, except with an app bug every
 //! backend shares, whose 500s reach users at the app's own rate with at most 1.05 backend attempts
@@ -162,6 +166,27 @@ struct Row {
     retries: u64,
     /// `cluster.pool.upstream_rq_per_try_timeout`.
     per_try_timeouts: u64,
+    /// upcheck's own counts of the extra attempts, over both backends.
+    upcheck: Extra,
+}
+
+/// upcheck's counters of extra attempts (`upcheck_retried`, `_recovered`, `upcheck_hedges`,
+/// `_won`), summed over the backends, and the budget's refusals.
+#[derive(Debug, Default, Clone, Copy)]
+struct Extra {
+    retried: u64,
+    recovered: u64,
+    hedges: u64,
+    hedges_won: u64,
+    refused: u64,
+}
+
+impl Extra {
+    /// The extra attempts they count: each repeat, and each hedge its first attempt won (a hedge
+    /// that won is a repeat too).
+    fn attempts(&self) -> u64 {
+        self.retried + self.hedges - self.hedges_won
+    }
 }
 
 impl Row {
@@ -189,7 +214,7 @@ impl Row {
             .map(|(outcome, n)| format!("{outcome}:{n}"))
             .collect();
         format!(
-            "{PREFIX} | {:<6} | {:<50} | {:>6} | {:>7} | {:>16.3} | {:>7} | {:>11} | {} users, {}",
+            "{PREFIX} | {:<6} | {:<50} | {:>6} | {:>7} | {:>16.3} | {:>7} | {:>11} | {:>15} | {:>6} | {} users, {}",
             self.policy.tag(),
             self.label,
             self.failed(),
@@ -197,6 +222,14 @@ impl Row {
             self.attempts_per_request(),
             self.retries,
             self.per_try_timeouts,
+            format!(
+                "{}/{}, {}/{}",
+                self.upcheck.retried,
+                self.upcheck.recovered,
+                self.upcheck.hedges,
+                self.upcheck.hedges_won
+            ),
+            self.upcheck.refused,
             self.report.requests(),
             outcomes.join(","),
         )
@@ -208,7 +241,7 @@ fn header() {
     static HEADER: Once = Once::new();
     HEADER.call_once(|| {
         println!(
-            "{PREFIX} | policy | {:<50} | failed | slow>1s | attempts/request | retries | per-try t/o | users",
+            "{PREFIX} | policy | {:<50} | failed | slow>1s | attempts/request | retries | per-try t/o | upcheck r/rec, h/won | refused | users",
             "scenario"
         );
     });
@@ -267,6 +300,23 @@ async fn run(scenario: &Scenario, policy: Policy) -> anyhow::Result<Row> {
         .stats("^cluster\\.pool\\.upstream_rq_(retry|per_try|timeout)")
         .await?;
     let stat = |name: &str| stats.get(name).copied().unwrap_or_default();
+    let counted = envoy.stats("^wasmcustom\\.upcheck\\.").await?;
+    let sum = |metric: &str| -> u64 {
+        ["app1", "app2"]
+            .iter()
+            .filter_map(|b| counted.get(&format!("wasmcustom.upcheck.{b}.{metric}")))
+            .sum()
+    };
+    let upcheck = Extra {
+        retried: sum("retried"),
+        recovered: sum("retried_recovered"),
+        hedges: sum("hedges"),
+        hedges_won: sum("hedges_won"),
+        refused: counted
+            .get("wasmcustom.upcheck.retries_refused")
+            .copied()
+            .unwrap_or_default(),
+    };
     let row = Row {
         label: scenario.label,
         policy,
@@ -274,6 +324,7 @@ async fn run(scenario: &Scenario, policy: Policy) -> anyhow::Result<Row> {
         attempts,
         retries: stat("cluster.pool.upstream_rq_retry"),
         per_try_timeouts: stat("cluster.pool.upstream_rq_per_try_timeout"),
+        upcheck,
     };
     let fault = match &scenario.fault {
         Fault::None => Vec::new(),
@@ -321,6 +372,14 @@ async fn table(scenario: Scenario) -> anyhow::Result<Row> {
     if let Some(before) = before {
         println!("{}", before.line());
     }
+    // upcheck's metrics account for every extra attempt Envoy made, each once.
+    assert_eq!(
+        after.upcheck.attempts(),
+        after.retries,
+        "upcheck's retried + hedges - hedges_won against Envoy's retries: {}",
+        after.line()
+    );
+    assert!(after.upcheck.recovered <= after.upcheck.retried);
     Ok(after)
 }
 
