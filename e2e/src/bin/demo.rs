@@ -86,20 +86,27 @@ async fn follow_log(envoy: &Envoy, start: Instant) -> Infallible {
     }
 }
 
-/// Sends `rate` user requests a second and prints one line a second: what users saw, and how
-/// many of them each backend received. Runs until dropped, or until no client can be built.
+/// Sends `rate` user requests a second and prints one line a second: what users saw, how many of
+/// them each backend received, and how many upcheck had repeated on another backend (its
+/// `retried` metric, from `envoy`). Runs until dropped, or until no client can be built.
 async fn drive_users(
-    url: String,
+    envoy: &Envoy,
     rate: u32,
     backends: &[&FakeUpstream],
     start: Instant,
 ) -> reqwest::Error {
+    let url = envoy.url("/");
+    let retried = || async {
+        let stats = envoy.stats("^wasmcustom\\.upcheck\\..*\\.retried$").await;
+        stats.map(|s| s.values().sum::<u64>()).unwrap_or_default()
+    };
     let second = Replay::new(url, rate, Duration::from_secs(1)).connection_per_request();
     let mut every_second = tokio::time::interval(Duration::from_secs(1));
     every_second.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         every_second.tick().await;
         let before: Vec<u64> = backends.iter().map(|b| b.counts().requests).collect();
+        let retried_before = retried().await;
         let report = match second.run().await {
             Ok(report) => report,
             Err(e) => return e,
@@ -114,8 +121,12 @@ async fn drive_users(
             .zip(before)
             .map(|(b, before)| format!("{} {}", b.name(), b.counts().requests - before))
             .collect();
+        let repeated = match retried().await.saturating_sub(retried_before) {
+            0 => String::new(),
+            n => format!("  repeated on a peer: {n}"),
+        };
         println!(
-            "{} users: {} sent, {} failed ({})  backends got: {}",
+            "{} users: {} sent, {} failed ({})  backends got: {}{repeated}",
             stamp(start),
             report.requests(),
             report.failures(),
@@ -270,7 +281,7 @@ async fn main() -> anyhow::Result<()> {
             membership_steps(&args.upcheck, &written.path(), &app3, start).await;
             pending::<Infallible>().await
         } => match never {},
-        e = drive_users(envoy.url("/"), args.rate, &backends, start) => {
+        e = drive_users(&envoy, args.rate, &backends, start) => {
             format!("the traffic stopped: {e}")
         }
     };
