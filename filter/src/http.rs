@@ -83,7 +83,7 @@ fn send(v: &mut Vm, id: u32, i: usize, standing: &mut Progress) -> Option<Action
 pub fn advised(v: &mut Vm, id: u32, i: usize) -> Option<(Routed, Option<Time>)> {
     let repeatable = v.pool.as_ref()?.advises_retries() && repeatable();
     let (routed, started, advice) = v.routed(id, i, repeatable)?;
-    retry_headers::write(advice);
+    retry_headers::write(advice, i, &mut v.timeouts);
     Some((routed, started))
 }
 
@@ -104,7 +104,7 @@ fn hold(v: &mut Vm, id: u32, pick: Pick, standing: &mut Progress) -> Option<Acti
         return send(v, id, i, standing);
     }
     route(v.pool.as_ref()?, None, &mut v.joined);
-    retry_headers::write(Default::default());
+    retry_headers::write(Default::default(), 0, &mut v.timeouts);
     match held {
         Held::Parked => v.parked.push(id),
         Held::OnProbe { token, .. } => {
