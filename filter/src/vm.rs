@@ -164,6 +164,7 @@ impl Vm {
     /// Counts a request routed to `backend`, and starts timing it when requests are timed:
     /// returns the backend as the request must name it when it settles, when it started, and
     /// the retry advice for it (some for a `repeatable` one).
+    #[inline(always)]
     pub fn routed(
         &mut self,
         context: u32,
