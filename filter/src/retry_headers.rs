@@ -31,6 +31,7 @@ const REMOVED: [&str; 3] = [
 /// Writes `advice` for a request to backend `backend` on the current request: each of Envoy's
 /// steering headers is set as the advice says or removed, so that every client copy is gone
 /// either way (a replace drops them all). `timeouts` keeps the timeout's digits per backend.
+#[inline(always)]
 pub fn write(advice: Advice, backend: usize, timeouts: &mut TimeoutValues) {
     let on_5xx = advice.on_5xx.then_some("5xx");
     let _ = hostcalls::set_map_value(HeaderMap::Request, RETRY_ON, on_5xx);
@@ -63,6 +64,7 @@ struct Digits {
 
 impl TimeoutValues {
     /// The digits of `ms` for backend `backend`, written again only if its timeout changed.
+    #[inline(always)]
     fn digits(&mut self, backend: usize, ms: u32) -> Option<&[u8]> {
         if backend >= self.by_backend.len() {
             self.grow(backend);
