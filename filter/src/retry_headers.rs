@@ -81,6 +81,7 @@ impl TimeoutValues {
     #[cold]
     #[inline(never)]
     fn grow(&mut self, backend: usize) {
-        self.by_backend.resize(backend.saturating_add(1), Digits::default());
+        self.by_backend
+            .resize(backend.saturating_add(1), Digits::default());
     }
 }
