@@ -28,6 +28,9 @@ struct Entry<T> {
 #[derive(Debug)]
 pub struct Contexts<T> {
     slots: Vec<Option<Entry<T>>>,
+    /// The mask that makes a number a slot, the size less one (the size is a power of two; 0
+    /// while there are no slots), kept so that a search does not work it out.
+    mask: usize,
     held: usize,
 }
 
@@ -42,18 +45,14 @@ impl<T> Contexts<T> {
     pub const fn new() -> Self {
         Contexts {
             slots: Vec::new(),
+            mask: 0,
             held: 0,
         }
     }
 
-    /// The mask that makes a number a slot: the size is a power of two.
-    fn mask(&self) -> usize {
-        self.slots.len().saturating_sub(1)
-    }
-
     /// Where `id` is held, if it is.
     fn find(&self, id: u32) -> Option<usize> {
-        let mask = self.mask();
+        let mask = self.mask;
         let mut at = usize::try_from(id).unwrap_or(0) & mask;
         for _ in 0..self.slots.len() {
             match self.slots.get(at)? {
@@ -89,7 +88,7 @@ impl<T> Contexts<T> {
     /// first free slot (the table has room).
     #[inline(always)]
     fn put(&mut self, id: u32, make: impl FnOnce() -> T) {
-        let mask = self.mask();
+        let mask = self.mask;
         let mut at = usize::try_from(id).unwrap_or(0) & mask;
         // The number's own slot, free for nearly every context.
         if let Some(place @ None) = self.slots.get_mut(at) {
@@ -131,7 +130,7 @@ impl<T> Contexts<T> {
         }
         self.held -= 1;
         // Nearly always the slot after it is free, and nothing has to move.
-        let next = (hole + 1) & self.mask();
+        let next = (hole + 1) & self.mask;
         if self.slots.get(next).is_some_and(Option::is_some) {
             self.close(hole);
         }
@@ -143,7 +142,7 @@ impl<T> Contexts<T> {
     /// seldom needed.
     #[inline(never)]
     fn close(&mut self, mut hole: usize) {
-        let mask = self.mask();
+        let mask = self.mask;
         let mut at = (hole + 1) & mask;
         while let Some(Some(slot)) = self.slots.get(at) {
             let first = usize::try_from(slot.id).unwrap_or(0) & mask;
@@ -169,6 +168,7 @@ impl<T> Contexts<T> {
         let mut slots = Vec::with_capacity(size);
         slots.resize_with(size, || None);
         let old = std::mem::replace(&mut self.slots, slots);
+        self.mask = size - 1;
         self.held = 0;
         for slot in old.into_iter().flatten() {
             self.put(slot.id, || slot.context);
