@@ -230,14 +230,40 @@ pub fn read_map_value<R>(
     key: &str,
     read: impl FnOnce(&[u8]) -> R,
 ) -> Result<Option<R>, Status> {
+    read_value(
+        |data, size| unsafe {
+            proxy_get_header_map_value(kind as u32, key.as_ptr(), key.len(), data, size)
+        },
+        read,
+    )
+}
+
+/// A property's value as the host gave it, handed to `read`; none when the host does not have
+/// it. Through the scratch buffer as [`read_map_value`]: for the properties read of every
+/// request in `host` routing (the attempt count, eight bytes in Envoy), which would otherwise
+/// cost an allocation and its release each.
+pub fn read_property<R>(path: &str, read: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, Status> {
+    read_value(
+        |data, size| unsafe { proxy_get_property(path.as_ptr(), path.len(), data, size) },
+        read,
+    )
+}
+
+/// The value host call `call` hands back (given where to write where the value is and its
+/// size), handed to `read`: from the scratch buffer if the host wrote it there, else from the
+/// allocation it had the module make; none for NotFound.
+#[inline(always)]
+fn read_value<R>(
+    call: impl FnOnce(*mut *mut u8, *mut usize) -> u32,
+    read: impl FnOnce(&[u8]) -> R,
+) -> Result<Option<R>, Status> {
     let (data, size) = SCRATCH.with(|s| {
         s.armed.set(true);
         s.data.set(null_mut());
         s.size.set(0);
         (s.data.as_ptr(), s.size.as_ptr())
     });
-    let raw =
-        unsafe { proxy_get_header_map_value(kind as u32, key.as_ptr(), key.len(), data, size) };
+    let raw = call(data, size);
     let (scratch, data, size) = SCRATCH.with(|s| {
         s.armed.set(false);
         (s.bytes.get().cast::<u8>(), s.data.get(), s.size.get())

@@ -193,11 +193,10 @@ impl Http {
 /// answer, as Envoy's properties say; asked only in `host` routing (where the route may retry).
 /// Hosts without the properties are taken at their word that it was not.
 fn retried<H>(pool: &Pool<H>) -> Retried {
-    let attempts = hostcalls::get_property("upstream\0request_attempt_count")
+    let attempts = hostcalls::read_property("upstream\0request_attempt_count", le_u64)
         .ok()
         .flatten()
-        .and_then(|b| b.get(..8).and_then(|b| b.try_into().ok()))
-        .map(u64::from_le_bytes)
+        .flatten()
         .unwrap_or(1);
     if attempts <= 1 {
         return Retried::No;
@@ -217,12 +216,19 @@ fn response_flags(reported: bool) -> u64 {
     if !reported {
         return 0;
     }
-    hostcalls::get_property("response\0flags")
+    hostcalls::read_property("response\0flags", le_u64)
         .ok()
         .flatten()
-        .and_then(|b| b.get(..8).and_then(|b| b.try_into().ok()))
-        .map(u64::from_le_bytes)
+        .flatten()
         .unwrap_or(0)
+}
+
+/// A number property as Envoy hands it over: eight bytes, little-endian.
+fn le_u64(bytes: &[u8]) -> Option<u64> {
+    bytes
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
 }
 
 impl Http {
