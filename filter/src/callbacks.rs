@@ -95,17 +95,16 @@ pub extern "C" fn proxy_on_context_create(context_id: u32, root_context_id: u32)
         });
         return;
     }
-    // The status page's on its listener, else routed.
+    // The status page's on its listener, else routed; made in its slot, never moved there.
     let create = |root: &mut Root| match root.serves_page() {
         true => Context::Page(PageContext::new(root.vm())),
         false => Context::Request(Http::new(context_id, root.vm())),
     };
-    let Some(stream) = with_root(root_context_id, create) else {
-        return;
-    };
-    STREAMS.with(|streams| match streams.try_borrow_mut() {
-        Ok(mut streams) => streams.insert(context_id, stream),
-        Err(_) => logger::busy("stream contexts", Some(context_id)),
+    with_root(root_context_id, |root| {
+        STREAMS.with(|streams| match streams.try_borrow_mut() {
+            Ok(mut streams) => streams.insert_with(context_id, || create(root)),
+            Err(_) => logger::busy("stream contexts", Some(context_id)),
+        })
     });
 }
 

@@ -127,9 +127,13 @@ const SCRATCH_SIZE: usize = 64;
 
 /// Where the host writes a small value the module reads only during the call that asked for it
 /// ([`read_map_value`]): handed out by [`allocate`] for one allocation while a call is armed.
+/// The call's answer (where the value is, and its size) is written beside it, at addresses fixed
+/// at build time, so that the read needs no room on the stack.
 struct Scratch {
     armed: Cell<bool>,
     bytes: UnsafeCell<[u8; SCRATCH_SIZE]>,
+    data: Cell<*mut u8>,
+    size: Cell<usize>,
 }
 
 thread_local! {
@@ -137,6 +141,8 @@ thread_local! {
         Scratch {
             armed: Cell::new(false),
             bytes: UnsafeCell::new([0; SCRATCH_SIZE]),
+            data: Cell::new(null_mut()),
+            size: Cell::new(0),
         }
     };
 }
@@ -224,14 +230,43 @@ pub fn read_map_value<R>(
     key: &str,
     read: impl FnOnce(&[u8]) -> R,
 ) -> Result<Option<R>, Status> {
-    let (mut data, mut size) = (null_mut(), 0usize);
-    SCRATCH.with(|s| s.armed.set(true));
-    let raw = unsafe {
-        proxy_get_header_map_value(kind as u32, key.as_ptr(), key.len(), &mut data, &mut size)
-    };
-    let scratch = SCRATCH.with(|s| {
+    read_value(
+        |data, size| unsafe {
+            proxy_get_header_map_value(kind as u32, key.as_ptr(), key.len(), data, size)
+        },
+        read,
+    )
+}
+
+/// A property's value as the host gave it, handed to `read`; none when the host does not have
+/// it. Through the scratch buffer as [`read_map_value`]: for the properties read of every
+/// request in `host` routing (the attempt count, eight bytes in Envoy), which would otherwise
+/// cost an allocation and its release each.
+pub fn read_property<R>(path: &str, read: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, Status> {
+    read_value(
+        |data, size| unsafe { proxy_get_property(path.as_ptr(), path.len(), data, size) },
+        read,
+    )
+}
+
+/// The value host call `call` hands back (given where to write where the value is and its
+/// size), handed to `read`: from the scratch buffer if the host wrote it there, else from the
+/// allocation it had the module make; none for NotFound.
+#[inline(always)]
+fn read_value<R>(
+    call: impl FnOnce(*mut *mut u8, *mut usize) -> u32,
+    read: impl FnOnce(&[u8]) -> R,
+) -> Result<Option<R>, Status> {
+    let (data, size) = SCRATCH.with(|s| {
+        s.armed.set(true);
+        s.data.set(null_mut());
+        s.size.set(0);
+        (s.data.as_ptr(), s.size.as_ptr())
+    });
+    let raw = call(data, size);
+    let (scratch, data, size) = SCRATCH.with(|s| {
         s.armed.set(false);
-        s.bytes.get().cast::<u8>()
+        (s.bytes.get().cast::<u8>(), s.data.get(), s.size.get())
     });
     match Status::of(raw) {
         Ok(()) if !data.is_null() && data == scratch => {

@@ -83,7 +83,7 @@ fn send(v: &mut Vm, id: u32, i: usize, standing: &mut Progress) -> Option<Action
 pub fn advised(v: &mut Vm, id: u32, i: usize) -> Option<(Routed, Option<Time>)> {
     let repeatable = v.pool.as_ref()?.advises_retries() && repeatable();
     let (routed, started, advice) = v.routed(id, i, repeatable)?;
-    retry_headers::write(advice);
+    retry_headers::write(advice, i, &mut v.timeouts);
     Some((routed, started))
 }
 
@@ -104,7 +104,7 @@ fn hold(v: &mut Vm, id: u32, pick: Pick, standing: &mut Progress) -> Option<Acti
         return send(v, id, i, standing);
     }
     route(v.pool.as_ref()?, None, &mut v.joined);
-    retry_headers::write(Default::default());
+    retry_headers::write(Default::default(), 0, &mut v.timeouts);
     match held {
         Held::Parked => v.parked.push(id),
         Held::OnProbe { token, .. } => {
@@ -193,11 +193,10 @@ impl Http {
 /// answer, as Envoy's properties say; asked only in `host` routing (where the route may retry).
 /// Hosts without the properties are taken at their word that it was not.
 fn retried<H>(pool: &Pool<H>) -> Retried {
-    let attempts = hostcalls::get_property("upstream\0request_attempt_count")
+    let attempts = hostcalls::read_property("upstream\0request_attempt_count", le_u64)
         .ok()
         .flatten()
-        .and_then(|b| b.get(..8).and_then(|b| b.try_into().ok()))
-        .map(u64::from_le_bytes)
+        .flatten()
         .unwrap_or(1);
     if attempts <= 1 {
         return Retried::No;
@@ -217,12 +216,19 @@ fn response_flags(reported: bool) -> u64 {
     if !reported {
         return 0;
     }
-    hostcalls::get_property("response\0flags")
+    hostcalls::read_property("response\0flags", le_u64)
         .ok()
         .flatten()
-        .and_then(|b| b.get(..8).and_then(|b| b.try_into().ok()))
-        .map(u64::from_le_bytes)
+        .flatten()
         .unwrap_or(0)
+}
+
+/// A number property as Envoy hands it over: eight bytes, little-endian.
+fn le_u64(bytes: &[u8]) -> Option<u64> {
+    bytes
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
 }
 
 impl Http {

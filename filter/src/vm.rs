@@ -12,6 +12,7 @@ use crate::fleet::{self, FleetGauges};
 use crate::hostcall as hostcalls;
 use crate::metrics::{self, BackendMetrics, PoolMetrics};
 use crate::probes;
+use crate::retry_headers::TimeoutValues;
 use crate::route::RouteValues;
 use crate::shared;
 use std::cell::RefCell;
@@ -90,6 +91,8 @@ pub struct Vm {
     /// The host routing header's values as written ([`crate::http::route`]), kept so that a
     /// request's is mostly written already.
     pub joined: RouteValues,
+    /// The per-try timeout's digits as last written per backend ([`crate::retry_headers`]).
+    pub timeouts: TimeoutValues,
     /// Backends with requests counted since the last flush, so that a flush visits only those
     /// (a tick at 1,000 backends would otherwise walk them all).
     counted: Vec<usize>,
@@ -161,6 +164,7 @@ impl Vm {
     /// Counts a request routed to `backend`, and starts timing it when requests are timed:
     /// returns the backend as the request must name it when it settles, when it started, and
     /// the retry advice for it (some for a `repeatable` one).
+    #[inline(always)]
     pub fn routed(
         &mut self,
         context: u32,

@@ -28,6 +28,9 @@ struct Entry<T> {
 #[derive(Debug)]
 pub struct Contexts<T> {
     slots: Vec<Option<Entry<T>>>,
+    /// The mask that makes a number a slot, the size less one (the size is a power of two; 0
+    /// while there are no slots), kept so that a search does not work it out.
+    mask: usize,
     held: usize,
 }
 
@@ -42,18 +45,14 @@ impl<T> Contexts<T> {
     pub const fn new() -> Self {
         Contexts {
             slots: Vec::new(),
+            mask: 0,
             held: 0,
         }
     }
 
-    /// The mask that makes a number a slot: the size is a power of two.
-    fn mask(&self) -> usize {
-        self.slots.len().saturating_sub(1)
-    }
-
     /// Where `id` is held, if it is.
     fn find(&self, id: u32) -> Option<usize> {
-        let mask = self.mask();
+        let mask = self.mask;
         let mut at = usize::try_from(id).unwrap_or(0) & mask;
         for _ in 0..self.slots.len() {
             match self.slots.get(at)? {
@@ -74,36 +73,44 @@ impl<T> Contexts<T> {
             .map(|slot| &mut slot.context)
     }
 
-    /// Holds `context` as number `id`, in place of any context held under it.
-    pub fn insert(&mut self, id: u32, context: T) {
+    /// Holds the context `make` makes as number `id`, in place of any context held under it:
+    /// made once its slot is found, so that it is written there rather than moved.
+    #[inline(always)]
+    pub fn insert_with(&mut self, id: u32, make: impl FnOnce() -> T) {
         if (self.held + 1) * 4 > self.slots.len() * 3 {
             self.grow();
         }
-        self.put(id, context);
+        self.put(id, make);
     }
 
-    /// Puts `context` in `id`'s slot, or in place of the one held under `id`: one pass from the
-    /// number's first slot, since with linear probing a held `id` sits before the first free
-    /// slot (the table has room).
+    /// Puts the context `make` makes in `id`'s slot, or in place of the one held under `id`: one
+    /// pass from the number's first slot, since with linear probing a held `id` sits before the
+    /// first free slot (the table has room).
     #[inline(always)]
-    fn put(&mut self, id: u32, context: T) {
-        let mask = self.mask();
+    fn put(&mut self, id: u32, make: impl FnOnce() -> T) {
+        let mask = self.mask;
         let mut at = usize::try_from(id).unwrap_or(0) & mask;
         // The number's own slot, free for nearly every context.
         if let Some(place @ None) = self.slots.get_mut(at) {
-            *place = Some(Entry { id, context });
+            *place = Some(Entry {
+                id,
+                context: make(),
+            });
             self.held += 1;
             return;
         }
         for _ in 0..self.slots.len() {
             match self.slots.get_mut(at) {
                 Some(Some(slot)) if slot.id == id => {
-                    slot.context = context;
+                    slot.context = make();
                     return;
                 }
                 Some(Some(_)) => at = (at + 1) & mask,
                 Some(place @ None) => {
-                    *place = Some(Entry { id, context });
+                    *place = Some(Entry {
+                        id,
+                        context: make(),
+                    });
                     self.held += 1;
                     return;
                 }
@@ -123,7 +130,7 @@ impl<T> Contexts<T> {
         }
         self.held -= 1;
         // Nearly always the slot after it is free, and nothing has to move.
-        let next = (hole + 1) & self.mask();
+        let next = (hole + 1) & self.mask;
         if self.slots.get(next).is_some_and(Option::is_some) {
             self.close(hole);
         }
@@ -135,7 +142,7 @@ impl<T> Contexts<T> {
     /// seldom needed.
     #[inline(never)]
     fn close(&mut self, mut hole: usize) {
-        let mask = self.mask();
+        let mask = self.mask;
         let mut at = (hole + 1) & mask;
         while let Some(Some(slot)) = self.slots.get(at) {
             let first = usize::try_from(slot.id).unwrap_or(0) & mask;
@@ -161,9 +168,10 @@ impl<T> Contexts<T> {
         let mut slots = Vec::with_capacity(size);
         slots.resize_with(size, || None);
         let old = std::mem::replace(&mut self.slots, slots);
+        self.mask = size - 1;
         self.held = 0;
         for slot in old.into_iter().flatten() {
-            self.put(slot.id, slot.context);
+            self.put(slot.id, || slot.context);
         }
     }
 }
@@ -189,7 +197,7 @@ mod tests {
         let mut contexts = Contexts::new();
         assert_eq!(contexts.capacity(), 0, "no memory before the first");
         for id in 2..10_002u32 {
-            contexts.insert(id, id * 10);
+            contexts.insert_with(id, || id * 10);
             assert_eq!(contexts.get_mut(id), Some(&mut (id * 10)));
             if id >= 22 {
                 assert_eq!(contexts.get_mut(id - 20), Some(&mut ((id - 20) * 10)));
@@ -211,10 +219,10 @@ mod tests {
         let mut contexts = Contexts::new();
         let hung: Vec<u32> = (1..=40).map(|i| i * 97).collect();
         for id in &hung {
-            contexts.insert(*id, 0);
+            contexts.insert_with(*id, || 0);
         }
         for id in 10_000..200_000u32 {
-            contexts.insert(id, 1);
+            contexts.insert_with(id, || 1);
             assert_eq!(contexts.get_mut(id), Some(&mut 1), "{id}");
             if id >= 10_050 {
                 assert!(contexts.remove(id - 50), "{id}");
@@ -235,7 +243,7 @@ mod tests {
             .map(|i| i.wrapping_mul(2_654_435_761))
             .collect();
         for (i, id) in ids.iter().enumerate() {
-            contexts.insert(*id, i);
+            contexts.insert_with(*id, || i);
         }
         assert_eq!(contexts.len(), ids.len());
         assert_eq!(
@@ -261,10 +269,10 @@ mod tests {
     #[test]
     fn a_number_the_host_gives_again_replaces_its_context() {
         let mut contexts = Contexts::new();
-        contexts.insert(7, 'a');
-        contexts.insert(7 + FIRST_SIZE as u32, 'c'); // the next slot: 7's is held
-        contexts.insert(7, 'b');
-        contexts.insert(7 + FIRST_SIZE as u32, 'd');
+        contexts.insert_with(7, || 'a');
+        contexts.insert_with(7 + FIRST_SIZE as u32, || 'c'); // the next slot: 7's is held
+        contexts.insert_with(7, || 'b');
+        contexts.insert_with(7 + FIRST_SIZE as u32, || 'd');
         assert_eq!(contexts.len(), 2);
         assert_eq!(contexts.get_mut(7), Some(&mut 'b'));
         assert!(contexts.remove(7));

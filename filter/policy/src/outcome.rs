@@ -131,13 +131,25 @@ impl RequestOutcome {
 /// The status code in a header value as a host reports it (`:status`): decimal digits, with an
 /// optional `+` and whitespace around them, as `str::parse` reads them; none if it is not one.
 /// Read from the bytes as the host handed them over, with no text made of them first: this runs
-/// on every response.
+/// on every response, so the three digits every proxy sends are read in line, in a few
+/// instructions, and any other spelling out of line.
+#[inline(always)]
 pub fn status_code(value: &[u8]) -> Option<u16> {
-    // Three digits, as every proxy sends it, read at once.
-    if let [hundreds @ b'0'..=b'9', tens @ b'0'..=b'9', units @ b'0'..=b'9'] = *value {
-        let digit = |d: u8| u16::from(d - b'0');
-        return Some(digit(hundreds) * 100 + digit(tens) * 10 + digit(units));
+    if let [hundreds, tens, units] = *value {
+        // A byte below '0' wraps to a large number, so one comparison tells a digit.
+        let digit = |d: u8| u16::from(d).wrapping_sub(u16::from(b'0'));
+        let (hundreds, tens, units) = (digit(hundreds), digit(tens), digit(units));
+        if hundreds < 10 && tens < 10 && units < 10 {
+            return Some(hundreds * 100 + tens * 10 + units);
+        }
     }
+    status_code_spelled_otherwise(value)
+}
+
+/// [`status_code`] of any value but three digits.
+#[cold]
+#[inline(never)]
+fn status_code_spelled_otherwise(value: &[u8]) -> Option<u16> {
     let value = value.trim_ascii();
     let digits = value.strip_prefix(b"+").unwrap_or(value);
     if digits.is_empty() {
