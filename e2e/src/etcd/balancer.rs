@@ -158,6 +158,11 @@ impl Balancer {
         })
     }
 
+    /// Its Envoy's process ID, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(EnvoyProcess::pid)
+    }
+
     /// Kills it with SIGKILL.
     pub fn kill(&mut self) {
         if let Some(mut process) = self.process.take() {

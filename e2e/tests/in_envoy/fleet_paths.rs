@@ -183,12 +183,17 @@ async fn one_path_cut(cut: Cut) -> anyhow::Result<()> {
         page["backends"][1]
     );
     println!("fleet paths | {cut:?} | the other's page after the cut: app2 {failing_seen}");
-    let cut_balancer = fleet[prober].page_json().await?["fleet"]["balancer"].clone();
-    let seen = json!([{"balancer": cut_balancer, "path": true}]);
-    anyhow::ensure!(
-        failing_seen["failing_behind"] == seen,
-        "the other's page says the cut balancer sees app2 failing, maybe by its path: {failing_seen}"
-    );
+    // A refused connection is repeated at once and counts toward max_fails, so the cut balancer
+    // publishes it; a black hole's attempts are hedged at the per-try timeout the peers give,
+    // which counts for the outlier rules only, and its ejection (stalled) stays its own.
+    if cut == Cut::Refused {
+        let cut_balancer = fleet[prober].page_json().await?["fleet"]["balancer"].clone();
+        let seen = json!([{"balancer": cut_balancer, "path": true}]);
+        anyhow::ensure!(
+            failing_seen["failing_behind"] == seen,
+            "the other's page says the cut balancer sees app2 failing, maybe by its path: {failing_seen}"
+        );
+    }
 
     let (cut_side, far_side) = (&behind[prober], &behind[other]);
     anyhow::ensure!(
@@ -218,4 +223,84 @@ async fn a_black_hole_between_app2s_prober_and_app2_costs_no_user_and_takes_app2
 async fn a_refusal_between_app2s_prober_and_app2_costs_no_user_and_takes_app2_from_no_other_balancer(
 ) -> anyhow::Result<()> {
     one_path_cut(Cut::Refused).await
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to process `pid`.
+fn signal(pid: u32, signal: &str) -> anyhow::Result<()> {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()?;
+    anyhow::ensure!(status.success(), "kill -{signal} {pid}: {status}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prober_frozen_past_its_lease_writes_nothing_it_saw_before_and_sends_no_user_to_a_backend_broken_meanwhile(
+) -> anyhow::Result<()> {
+    let _turn = TURN.lock().await;
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
+    let etcd = Etcd::start(1).await?;
+    let shared = plugin(
+        &[&app1, &app2],
+        Some(json!({"cluster": "etcd", "lease_ttl": "3s"})),
+    );
+    let mut fleet = Vec::new();
+    for _ in 0..2 {
+        fleet.push(Balancer::start(&shared, Some(&etcd)).await?);
+    }
+    let frozen = prober_of_app2(&fleet).await?;
+    let other = 1 - frozen;
+    let pid = fleet[frozen]
+        .pid()
+        .ok_or_else(|| anyhow::anyhow!("no Envoy"))?;
+    // Frozen for twice the lease TTL; meanwhile app2 breaks (every answer 503, `/up` too), which
+    // the other balancer, taking app2's duty, finds.
+    signal(pid, "STOP")?;
+    sleep(Duration::from_secs(2)).await;
+    app2.set_mode(Mode::Status(503));
+    sleep(Duration::from_secs(4)).await;
+    let before_wake = app2.counts().requests;
+    signal(pid, "CONT")?;
+    // It wakes still holding app2 healthy, as it last probed it. 10 s of users through both.
+    let mut behind = [Behind::default(), Behind::default()];
+    let start = Instant::now();
+    for i in 0..PER_SECOND * 10 {
+        sleep_until(start + Duration::from_secs(1) / PER_SECOND * i).await;
+        let b = i as usize % 2;
+        let visit = fleet[b].visit().await;
+        behind[b].take(&visit, true);
+    }
+    let reached_app2 = app2.counts().requests - before_wake;
+    let page = fleet[other].page_json().await?;
+    for (b, who) in [(frozen, "woken"), (other, "the other")] {
+        println!(
+            "fleet paths | frozen 6 s | behind {who}: users failed {} of {}, slower than 1 s {}",
+            behind[b].failed, behind[b].sent, behind[b].slow
+        );
+    }
+    println!(
+        "fleet paths | frozen 6 s | user requests reaching the broken app2 after the wake: {reached_app2}; the other's page: app2 {}",
+        page["backends"][1]
+    );
+    let stale = etcd.range("upcheck/").await?;
+    println!("fleet paths | frozen 6 s | etcd holds {} keys", stale.len());
+    anyhow::ensure!(
+        behind[other].failed == 0,
+        "behind the other: {:?}",
+        behind[other]
+    );
+    anyhow::ensure!(
+        behind[frozen].failed == 0,
+        "behind the woken one: {:?}",
+        behind[frozen]
+    );
+    // Each user request that reached app2 met its 503 and was repeated on app1: at most a
+    // failure window's worth (max_fails 3 per balancer) before each ejects it by its own.
+    anyhow::ensure!(
+        reached_app2 <= 6,
+        "the broken app2 got {reached_app2} user requests after the wake"
+    );
+    anyhow::ensure!(page["backends"][1]["routable"] == false, "{page}");
+    Ok(())
 }
