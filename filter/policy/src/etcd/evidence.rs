@@ -21,6 +21,7 @@
 //! balancer's broken path takes the backend out of its own rotation at once, and out of the
 //! fleet's only when another balancer meets it too.
 
+use super::clocks::Clocks;
 use super::{gateway, Call, FleetPart, Request};
 use crate::outcome::About;
 use crate::passive::Remembered;
@@ -40,16 +41,33 @@ const PATH: char = 'p';
 pub(super) struct SharedFailures {
     /// By backend key, the value this balancer last published.
     pub(super) told: Vec<(String, String)>,
-    /// What the last read found: by backend key, the publisher's lease and its failures.
+    /// What the last read found: by backend key, the publisher's lease and its failures, their
+    /// times by this balancer's clock ([`Clocks`]).
     pub(super) read: Vec<(String, i64, Vec<Remembered>)>,
+    /// The other balancers' clocks against this one's, from the watch's deliveries.
+    pub(super) clocks: Clocks,
+}
+
+/// When a value says it was written: `@` and the writer's clock, in nanoseconds.
+const WRITTEN: char = '@';
+
+/// When the failures value `value` says it was written, by its writer's clock, if it says.
+pub(super) fn written(value: &[u8]) -> Option<Time> {
+    let text = std::str::from_utf8(value).ok()?;
+    let mut words = text.split_ascii_whitespace();
+    (words.next() == Some(HEAD)).then_some(())?;
+    let nanos = words.next()?.strip_prefix(WRITTEN)?.parse::<u64>().ok()?;
+    Some(Duration::from_nanos(nanos))
 }
 
 /// Reads the value at `…/failures/{name}`, `name` being `{lease}/{backend}`: the value is
-/// `failures/v2 {nanoseconds}[p]…`, as text, `p` after a failure about the path.
+/// `failures/v2 @{written} {nanoseconds}[p]…`, as text, `p` after a failure about the path, each
+/// time by the writer's clock and taken to this one's by `clocks`.
 pub(super) fn read(
     kv: &gateway::KeyValue,
     name: &str,
     latest: Time,
+    clocks: &Clocks,
 ) -> Result<(String, i64, Vec<Remembered>), &'static str> {
     let refused = Err("not failures this version of upcheck wrote under the lease it lives by");
     let text = std::str::from_utf8(&kv.value).unwrap_or_default();
@@ -62,7 +80,11 @@ pub(super) fn read(
         }
         _ => return refused,
     };
-    if words.next() != Some(HEAD) {
+    let stamped = |w: &str| {
+        w.strip_prefix(WRITTEN)
+            .is_some_and(|n| n.parse::<u64>().is_ok())
+    };
+    if words.next() != Some(HEAD) || !words.next().is_some_and(stamped) {
         return refused;
     }
     let mut times = Vec::new();
@@ -76,6 +98,7 @@ pub(super) fn read(
             .map(|n| Duration::from_nanos(n.unsigned_abs()));
         match t {
             Ok(at) if at <= latest && !word.starts_with('-') && times.len() < MAX as usize => {
+                let at = clocks.here(kv.lease, at);
                 times.push(Remembered { at, about });
             }
             _ => return Err("failures corrupt, too many, or in the future"),
@@ -104,11 +127,13 @@ impl FleetPart {
         &self,
         key: &str,
         own: impl Iterator<Item = &'a Remembered>,
+        now: Time,
     ) -> Option<Request> {
         let lease = self.sharing()?;
         let theirs = self.fleet_failures(key);
         let since = self.lease_since();
         let mut value = HEAD.to_owned();
+        let head = value.len();
         // Those before this balancer's lease, maybe before a pause that lost the last one, are
         // not told ([`FleetPart::lease_since`]).
         let told = own
@@ -123,7 +148,7 @@ impl FleetPart {
         // Nothing to tell: a value published before lists failures whose times age out by
         // themselves, so none is written (with N balancers and M backends, a read would
         // otherwise carry N × M values).
-        let told = value.len() == HEAD.len()
+        let told = value.len() == head
             || self
                 .evidence
                 .told
@@ -132,8 +157,12 @@ impl FleetPart {
         if told || self.busy(|c| matches!(c, Call::Evidence(k, _) if k == key)) {
             return None;
         }
+        // When it is written, by this clock, after the head: what the others time it by. What
+        // is remembered as told is the failures alone.
+        let mut put = value.clone();
+        put.insert_str(head, &format!(" {WRITTEN}{}", nanos(now)));
         let at = self.keys.failures(lease, key);
-        let body = gateway::put(&at, value.as_bytes(), lease);
+        let body = gateway::put(&at, put.as_bytes(), lease);
         Some(self.request(Call::Evidence(key.to_owned(), value), "/v3/kv/put", body))
     }
 

@@ -5,7 +5,8 @@
 //! the revision after the last one heard, or read again after a compaction.
 
 use super::{
-    due, gateway, watch, Call, FleetPart, OpenWatch, Request, Watched, READ_AGAIN, READ_EVERY,
+    due, evidence, gateway, watch, Call, FleetPart, OpenWatch, Request, Watched, READ_AGAIN,
+    READ_EVERY,
 };
 use crate::level::Level;
 use crate::time::Time;
@@ -200,6 +201,18 @@ impl FleetPart {
                 }
             }
             Ok(watch::Heard::Changes { revision, changes }) => {
+                // A failures value heard as it is put says how far its writer's clock is off.
+                for change in &changes {
+                    if let watch::KeyChange::Put(kv) = change {
+                        let failures = matches!(
+                            self.keys.split(&kv.key),
+                            Some((super::keys::FAILURES, Some(_)))
+                        );
+                        if let Some(written) = evidence::written(&kv.value).filter(|_| failures) {
+                            self.evidence.clocks.heard(kv.lease, written, now);
+                        }
+                    }
+                }
                 let changed = follow.apply(changes, revision, now);
                 let urgent = !changed.within(watch::Kinds::TRAFFIC);
                 if urgent {

@@ -60,6 +60,7 @@
 //! answers (`answers`) and what a read takes in, untrusted (`untrusted`).
 
 mod answers;
+mod clocks;
 mod duty;
 pub mod ejections;
 mod evidence;

@@ -91,7 +91,8 @@ impl Etcd {
             .get(&key)
             .map(|(v, _)| v.clone())
             .unwrap_or_default();
-        String::from_utf8(value).unwrap().split(' ').skip(1).count()
+        // The head, then when it was written (`@…`), then the failures.
+        String::from_utf8(value).unwrap().split(' ').skip(2).count()
     }
 
     /// The keys under `prefix`, with the lease each lives by.
@@ -692,7 +693,7 @@ fn a_failure_one_balancer_publishes_is_held_by_a_watching_balancer_the_moment_it
     }];
     let publish = fleet[0]
         .fleet
-        .evidence("app0@app0", failed.iter())
+        .evidence("app0@app0", failed.iter(), now)
         .expect("a failure to publish");
     let a = &mut fleet[0];
     a.token += 1;
@@ -711,6 +712,44 @@ fn a_failure_one_balancer_publishes_is_held_by_a_watching_balancer_the_moment_it
         fleet[2].fleet.fleet_failures("app0@app0").is_empty(),
         "one that reads on the clock holds it only at its next read"
     );
+}
+
+#[test]
+fn a_failure_timed_by_a_clock_five_seconds_off_is_held_by_a_watching_balancer_at_its_own_time() {
+    let off = Duration::from_secs(5);
+    for ahead in [true, false] {
+        let mut etcd = Etcd::default();
+        let own = keys(2);
+        let mut fleet = balancers_with(watching(), 2, S);
+        let now = run(&mut etcd, &mut fleet, &own, S, 40);
+        // The first balancer's clock reads `off` ahead of (or behind) the second's.
+        let theirs = match ahead {
+            true => now + off,
+            false => now - off,
+        };
+        let failed = [Remembered {
+            at: theirs,
+            about: About::Backend,
+        }];
+        let publish = fleet[0]
+            .fleet
+            .evidence("app0@app0", failed.iter(), theirs)
+            .expect("a failure to publish");
+        let a = &mut fleet[0];
+        a.token += 1;
+        a.fleet.sent(publish.call.clone(), a.token);
+        let (status, body) = etcd.answer(&publish, now);
+        assert!(a.fleet.answered(a.token, status, &body, now));
+        // Heard 15 ms after it was put, then taken in as a read is.
+        let heard = now + Duration::from_millis(15);
+        fleet[1].hear(&etcd, heard);
+        let held = fleet[1].fleet.fleet_failures("app0@app0");
+        assert_eq!(
+            held.iter().map(|(_, f)| f.at).collect::<Vec<_>>(),
+            vec![heard],
+            "ahead {ahead}: held at the second's time of its delivery, not the first's clock"
+        );
+    }
 }
 
 #[test]

@@ -78,7 +78,7 @@ impl FleetPart {
                         continue;
                     }
                 },
-                keys::FAILURES => match evidence::read(kv, name, latest) {
+                keys::FAILURES => match evidence::read(kv, name, latest, &self.evidence.clocks) {
                     Ok(published) => failures.push(published),
                     Err(why) => {
                         self.refuse(&kv.key, why);
@@ -119,6 +119,7 @@ impl FleetPart {
             self.refused.retain(|k| *k != kv.key);
         }
         self.balancers = members.len();
+        self.evidence.clocks.keep(&members);
         if wanted.has(Kinds::DUTY) {
             self.duties = duties;
         }

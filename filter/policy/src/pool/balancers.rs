@@ -128,7 +128,7 @@ impl<H> Pool<H> {
         let mut out: Vec<_> = self
             .members
             .iter()
-            .filter_map(|m| fleet.evidence(&m.key, m.evidence.passive.failures.iter()))
+            .filter_map(|m| fleet.evidence(&m.key, m.evidence.passive.failures.iter(), now))
             .collect();
         // An ejection for what may be this balancer's path stays its own.
         let about_backend = |m: &&super::Member<H>| {
