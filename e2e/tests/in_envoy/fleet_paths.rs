@@ -304,3 +304,71 @@ async fn a_prober_frozen_past_its_lease_writes_nothing_it_saw_before_and_sends_n
     anyhow::ensure!(page["backends"][1]["routable"] == false, "{page}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_balancer_cut_from_etcd_but_not_from_its_users_probes_alone_and_costs_no_user(
+) -> anyhow::Result<()> {
+    let _turn = TURN.lock().await;
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
+    let etcd = Etcd::start(1).await?;
+    let shared = plugin(
+        &[&app1, &app2],
+        Some(json!({"cluster": "etcd", "lease_ttl": "3s"})),
+    );
+    let mut fleet = Vec::new();
+    for source in SOURCES {
+        fleet.push(Balancer::start_from(&shared, Some(&etcd), Some(source)).await?);
+    }
+    prober_of_app2(&fleet).await?;
+    let member = etcd.clients()[0];
+    let mut behind = [Behind::default(), Behind::default()];
+    let start = Instant::now();
+    let total = PER_SECOND * USERS_FOR.as_secs() as u32;
+    let mut cut = None;
+    let mut counted_from = None;
+    for i in 0..total {
+        let at = start + Duration::from_secs(1) / PER_SECOND * i;
+        sleep_until(at).await;
+        if cut.is_none() && at >= start + CUT_AT {
+            cut = Some(PathCut::new(SOURCES[0], member, Cut::BlackHole)?);
+        }
+        // Probes are counted over the last half, the cut balancer on its own by then.
+        if counted_from.is_none() && i >= total / 2 {
+            let probes = app1.counts().probes + app2.counts().probes;
+            counted_from = Some((Instant::now(), probes));
+        }
+        let b = i as usize % 2;
+        let visit = fleet[b].visit().await;
+        behind[b].take(&visit, i >= total / 2);
+    }
+    let (from, before) = counted_from.ok_or_else(|| anyhow::anyhow!("never counted"))?;
+    let intervals = from.elapsed().as_secs_f64() / INTERVAL.as_secs_f64();
+    let probes = (app1.counts().probes + app2.counts().probes - before) as f64 / 2.0 / intervals;
+    let local = [
+        fleet[0].counter("fleet_local").await?,
+        fleet[1].counter("fleet_local").await?,
+    ];
+    for (b, who) in [(0, "cut from etcd"), (1, "the other")] {
+        println!(
+            "fleet paths | cut from etcd | {who}: users failed {} of {}, slower than 1 s {}, fallen back to local {}",
+            behind[b].failed, behind[b].sent, behind[b].slow, local[b]
+        );
+    }
+    println!("fleet paths | cut from etcd | probes per backend an interval, over the second half: {probes:.2}");
+    println!(
+        "fleet paths | cut from etcd | its page's fleet: {}",
+        fleet[0].page_json().await?["fleet"]
+    );
+    drop(cut);
+    anyhow::ensure!(behind.iter().all(|b| b.failed == 0), "{behind:?}");
+    anyhow::ensure!(
+        local == [1, 0],
+        "only the cut balancer falls back: {local:?}"
+    );
+    anyhow::ensure!(
+        (1.5..=2.5).contains(&probes),
+        "each backend probed by the cut balancer and by the fleet: {probes:.2}"
+    );
+    Ok(())
+}

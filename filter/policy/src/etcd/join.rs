@@ -52,6 +52,14 @@ impl FleetPart {
         }
     }
 
+    /// When etcd last kept this balancer's lease alive (or granted it), while it holds one.
+    pub(super) fn last_kept(&self) -> Option<Time> {
+        match self.join.joined {
+            Joined::In { kept, .. } => Some(kept),
+            _ => None,
+        }
+    }
+
     /// This balancer's name in the fleet: its lease ID in hex, once it has one.
     pub fn me(&self) -> Option<String> {
         self.lease().map(|l| format!("{l:x}"))

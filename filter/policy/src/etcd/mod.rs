@@ -290,8 +290,14 @@ impl FleetPart {
     /// the calls to make now.
     pub fn tick(&mut self, now: Time, own: &[(String, ActiveHealth)]) -> Vec<Request> {
         // A watch in place holds every change as etcd commits it, and ends when its member goes
-        // or loses its leader: while it stands, the view is current.
-        if self.follow.as_ref().is_some_and(watch::Follow::live) {
+        // or loses its leader: while it stands, the view is current. But a path that drops every
+        // packet (a firewall, a partition) ends no stream: the view counts as current only while
+        // etcd also answers the lease's keepalives, so a balancer cut from etcd that way falls
+        // back to local within two lease TTLs.
+        let answering = self
+            .last_kept()
+            .is_some_and(|kept| now.saturating_sub(kept) <= self.ttl());
+        if answering && self.follow.as_ref().is_some_and(watch::Follow::live) {
             self.read = Some(now);
         }
         self.judge(now);

@@ -1019,3 +1019,28 @@ fn a_prober_frozen_past_its_lease_publishes_nothing_it_measured_before_the_loss(
         assert_eq!(by, Some(if *mine { woken } else { others }), "{key}");
     }
 }
+
+#[test]
+fn a_watching_balancer_whose_etcd_stops_answering_without_ending_the_stream_falls_back_within_two_ttls(
+) {
+    let mut etcd = Etcd::default();
+    let own = keys(2);
+    let mut fleet = balancers_with(watching(), 2, S);
+    let mut now = run(&mut etcd, &mut fleet, &own, S, 10);
+    assert!(fleet[0].stream.is_some() && !fleet[0].fleet.local());
+    // A black hole between it and etcd: its calls go out and nothing comes back; its stream,
+    // which nothing ends, hears nothing more.
+    let ttl = settings().lease_ttl;
+    let cut = now;
+    let b = &mut fleet[0];
+    while !b.fleet.local() && now.saturating_sub(cut) <= ttl * 3 {
+        for request in b.fleet.tick(now, &own) {
+            b.token += 1;
+            b.fleet.sent(request.call, b.token);
+        }
+        now += TICK;
+    }
+    let after = now.saturating_sub(cut);
+    assert!(b.fleet.local(), "never fell back");
+    assert!(after <= ttl * 2 + TICK, "fell back after {after:?}");
+}
