@@ -38,7 +38,7 @@ pub fn write(advice: Advice, backend: usize, timeouts: &mut TimeoutValues) {
     let timeout = advice
         .try_timeout_ms
         .and_then(|ms| timeouts.digits(backend, ms));
-    let hedge = (advice.hedge && timeout.is_some()).then_some("true");
+    let hedge = advice.hedge.then_some("true");
     let _ = hostcalls::set_map_bytes(HeaderMap::Request, PER_TRY_TIMEOUT, timeout);
     let _ = hostcalls::set_map_value(HeaderMap::Request, HEDGE, hedge);
     for name in REMOVED {

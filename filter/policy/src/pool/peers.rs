@@ -104,10 +104,8 @@ impl<H> Pool<H> {
 
     /// The outlier rules' news of a failure (`kind`) or a success at backend `index`: a failure
     /// comes with this VM's verdict on its share and with the run rule as it sees the peers.
-    /// The retry advice of a backend that failed is worked out again on the same peers
-    /// ([`Pool::replan_retries`]).
     pub(super) fn outlier_news(
-        &mut self,
+        &self,
         index: usize,
         kind: Option<FailureKind>,
         at: Time,
@@ -123,13 +121,11 @@ impl<H> Pool<H> {
         };
         let starts = self.outstanding.starts(index);
         let standing = &m.evidence.passive.outlier;
-        let news = OutlierNews {
+        OutlierNews {
             failure: kind,
             run: run_rule(&peers, config, at),
             verdict: judge(&view(m), standing, &starts, [&peers], config, at),
-        };
-        self.replan_retries(index, Some(&peers), at);
-        news
+        }
     }
 }
 

@@ -161,9 +161,9 @@ impl<H> Pool<H> {
             .collect()
     }
 
-    /// A backend whose run of failures grew in it (another worker's failures) has its retry
-    /// advice worked out again at once ([`Pool::replan_retries`]): its run may make it stand out
-    /// before this VM's next tick.
+    /// A backend whose run of failures grew in it (a failure this worker or another shared) has
+    /// its retry advice worked out again at once ([`Pool::replan_retries`]): the failure that
+    /// makes it stand out has the next request's 5xx repeated, rather than the next tick's.
     pub(super) fn adopt_passive(&mut self, table: &PassiveTable) {
         let mut runs = Vec::new();
         for (i, m) in self.members.iter_mut().enumerate() {

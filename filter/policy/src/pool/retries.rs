@@ -52,11 +52,11 @@ impl<H> Pool<H> {
             .map(|m| m.counts.retry.grounds)
     }
 
-    /// A request to backend `index` failed at `now`, and `peers` is the traffic of the others
-    /// in rotation (as the outlier rules just judged it on): its grounds are worked out again at
-    /// once, so that the failure that makes it stand out from its peers has the next request's
-    /// 5xx repeated, rather than the next tick's (up to 200 ms, several requests, later). The
-    /// per-try timeout stays the tick's.
+    /// A failure at backend `index` reached the process-wide table by `now`, and `peers` is the
+    /// traffic of the others in rotation: its grounds are worked out again at once, so that the
+    /// failure that makes it stand out from its peers has the next request's 5xx repeated, rather
+    /// than the next tick's (up to 200 ms, several requests, later). The per-try timeout stays
+    /// the tick's.
     pub(super) fn replan_retries(&mut self, index: usize, peers: Option<&Traffic>, now: Time) {
         if !self.advises_retries() {
             return;
