@@ -186,6 +186,11 @@ impl Report {
         self.samples.len()
     }
 
+    /// Requests that took longer than `slow`, failed or not.
+    pub fn slower_than(&self, slow: Duration) -> usize {
+        self.samples.iter().filter(|s| s.latency > slow).count()
+    }
+
     /// How many of them failed (see [`Outcome::is_failure`]).
     pub fn failures(&self) -> usize {
         self.samples

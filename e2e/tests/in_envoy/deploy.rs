@@ -204,7 +204,7 @@ fn turn_of(report: &Report, sent: std::ops::Range<Duration>, share: Option<f64>)
     Turn {
         failed: turn.failures(),
         late: turn.failures_after_nth_answered(MAX_FAILS),
-        slow: turn.samples.iter().filter(|s| s.latency > SLOW).count(),
+        slow: turn.slower_than(SLOW),
         share,
     }
 }

@@ -106,10 +106,12 @@ async fn probes_sent(fleet: &[Balancer]) -> anyhow::Result<u64> {
     Ok(sent)
 }
 
-/// Two balancers sharing one etcd, app2's prober's path to app2 cut as `cut` says while users
-/// alternate between them: what users met behind each, printed, and the bars held.
-async fn one_path_cut(cut: Cut) -> anyhow::Result<()> {
-    let _turn = TURN.lock().await;
+/// Two backends serving, one etcd, and two balancers sharing it with a 3 s lease, each leaving
+/// from its own address of [`SOURCES`] when `bound` (so that one's path can be cut alone):
+/// `(app1, app2, etcd, balancers)`.
+async fn two_balancers(
+    bound: bool,
+) -> anyhow::Result<(FakeUpstream, FakeUpstream, Etcd, Vec<Balancer>)> {
     let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
     let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
     let etcd = Etcd::start(1).await?;
@@ -119,8 +121,17 @@ async fn one_path_cut(cut: Cut) -> anyhow::Result<()> {
     );
     let mut fleet = Vec::new();
     for source in SOURCES {
-        fleet.push(Balancer::start_from(&shared, Some(&etcd), Some(source)).await?);
+        let bind = bound.then_some(source);
+        fleet.push(Balancer::start_from(&shared, Some(&etcd), bind).await?);
     }
+    Ok((app1, app2, etcd, fleet))
+}
+
+/// Two balancers sharing one etcd, app2's prober's path to app2 cut as `cut` says while users
+/// alternate between them: what users met behind each, printed, and the bars held.
+async fn one_path_cut(cut: Cut) -> anyhow::Result<()> {
+    let _turn = TURN.lock().await;
+    let (_app1, app2, _etcd, fleet) = two_balancers(true).await?;
     let prober = prober_of_app2(&fleet).await?;
     let other = 1 - prober;
     let mut behind = [Behind::default(), Behind::default()];
@@ -238,17 +249,7 @@ fn signal(pid: u32, signal: &str) -> anyhow::Result<()> {
 async fn a_prober_frozen_past_its_lease_writes_nothing_it_saw_before_and_sends_no_user_to_a_backend_broken_meanwhile(
 ) -> anyhow::Result<()> {
     let _turn = TURN.lock().await;
-    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
-    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let etcd = Etcd::start(1).await?;
-    let shared = plugin(
-        &[&app1, &app2],
-        Some(json!({"cluster": "etcd", "lease_ttl": "3s"})),
-    );
-    let mut fleet = Vec::new();
-    for _ in 0..2 {
-        fleet.push(Balancer::start(&shared, Some(&etcd)).await?);
-    }
+    let (_app1, app2, etcd, fleet) = two_balancers(false).await?;
     let frozen = prober_of_app2(&fleet).await?;
     let other = 1 - frozen;
     let pid = fleet[frozen]
@@ -309,17 +310,7 @@ async fn a_prober_frozen_past_its_lease_writes_nothing_it_saw_before_and_sends_n
 async fn a_balancer_cut_from_etcd_but_not_from_its_users_probes_alone_and_costs_no_user(
 ) -> anyhow::Result<()> {
     let _turn = TURN.lock().await;
-    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
-    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let etcd = Etcd::start(1).await?;
-    let shared = plugin(
-        &[&app1, &app2],
-        Some(json!({"cluster": "etcd", "lease_ttl": "3s"})),
-    );
-    let mut fleet = Vec::new();
-    for source in SOURCES {
-        fleet.push(Balancer::start_from(&shared, Some(&etcd), Some(source)).await?);
-    }
+    let (app1, app2, etcd, fleet) = two_balancers(true).await?;
     prober_of_app2(&fleet).await?;
     let member = etcd.clients()[0];
     let mut behind = [Behind::default(), Behind::default()];

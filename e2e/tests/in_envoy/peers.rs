@@ -173,11 +173,7 @@ impl Scenario {
 impl Run {
     /// Requests that took longer than [`SLOW`], failed or not.
     fn slow(&self) -> usize {
-        self.report
-            .samples
-            .iter()
-            .filter(|s| s.latency > SLOW)
-            .count()
+        self.report.slower_than(SLOW)
     }
 
     /// An upcheck counter or gauge, e.g. `app2.ejections`.

@@ -196,11 +196,7 @@ impl Row {
     }
 
     fn slow(&self) -> usize {
-        self.report
-            .samples
-            .iter()
-            .filter(|s| s.latency > SLOW)
-            .count()
+        self.report.slower_than(SLOW)
     }
 
     fn attempts_per_request(&self) -> f64 {

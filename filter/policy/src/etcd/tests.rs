@@ -680,6 +680,25 @@ fn followed_by_a_watch_each_balancer_reads_the_prefix_once_and_the_duties_spread
     assert!(fleet.iter().all(|b| !b.fleet.local()));
 }
 
+/// Balancer `b` publishes its failures `failed` of app0, written at `written` by its clock, and
+/// `etcd` takes the put at `now`.
+fn publish_failures(
+    b: &mut Balancer,
+    etcd: &mut Etcd,
+    failed: &[Remembered],
+    written: Time,
+    now: Time,
+) {
+    let publish = b
+        .fleet
+        .evidence("app0@app0", failed.iter(), written)
+        .expect("a failure to publish");
+    b.token += 1;
+    b.fleet.sent(publish.call.clone(), b.token);
+    let (status, body) = etcd.answer(&publish, now);
+    assert!(b.fleet.answered(b.token, status, &body, now));
+}
+
 #[test]
 fn a_failure_one_balancer_publishes_is_held_by_a_watching_balancer_the_moment_it_is_put() {
     let mut etcd = Etcd::default();
@@ -691,15 +710,7 @@ fn a_failure_one_balancer_publishes_is_held_by_a_watching_balancer_the_moment_it
         at: now,
         about: About::Backend,
     }];
-    let publish = fleet[0]
-        .fleet
-        .evidence("app0@app0", failed.iter(), now)
-        .expect("a failure to publish");
-    let a = &mut fleet[0];
-    a.token += 1;
-    a.fleet.sent(publish.call.clone(), a.token);
-    let (status, body) = etcd.answer(&publish, now);
-    assert!(a.fleet.answered(a.token, status, &body, now));
+    publish_failures(&mut fleet[0], &mut etcd, &failed, now, now);
     for b in &mut fleet {
         b.hear(&etcd, now);
     }
@@ -731,15 +742,7 @@ fn a_failure_timed_by_a_clock_five_seconds_off_is_held_by_a_watching_balancer_at
             at: theirs,
             about: About::Backend,
         }];
-        let publish = fleet[0]
-            .fleet
-            .evidence("app0@app0", failed.iter(), theirs)
-            .expect("a failure to publish");
-        let a = &mut fleet[0];
-        a.token += 1;
-        a.fleet.sent(publish.call.clone(), a.token);
-        let (status, body) = etcd.answer(&publish, now);
-        assert!(a.fleet.answered(a.token, status, &body, now));
+        publish_failures(&mut fleet[0], &mut etcd, &failed, theirs, now);
         // Heard 15 ms after it was put, then taken in as a read is.
         let heard = now + Duration::from_millis(15);
         fleet[1].hear(&etcd, heard);

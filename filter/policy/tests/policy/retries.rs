@@ -195,6 +195,16 @@ fn per_try_timeouts_follow_the_peers_slowest_requests_within_the_floor_and_the_c
     );
 }
 
+/// Spends `budget` as far as it allows, a request for each extra attempt: how many it allowed.
+fn spend_all(budget: &mut Budget) -> u32 {
+    let mut allowed = 0;
+    while budget.allows() {
+        budget.spend();
+        allowed += 1;
+    }
+    allowed
+}
+
 #[test]
 fn the_budget_allows_a_tenth_of_the_requests_plus_the_floor_and_refuses_past_its_edge() {
     let window = secs(10);
@@ -230,13 +240,9 @@ fn the_budget_allows_a_tenth_of_the_requests_plus_the_floor_and_refuses_past_its
     let floor = Retries::default();
     let mut quiet = Budget::default();
     let _ = quiet.tick(Spent::default(), window, &floor);
-    let mut allowed = 0;
-    while quiet.allows() {
-        quiet.spend();
-        allowed += 1;
-    }
     assert_eq!(
-        allowed, 33,
+        spend_all(&mut quiet),
+        33,
         "30 from the floor (3 a second over 10 s), 3 as 10 % of 33"
     );
     let spent = Spent {
@@ -272,13 +278,9 @@ fn the_workers_of_a_process_spend_from_one_budget_each_knowing_the_others_spendi
     let (mut one, mut other) = (Budget::default(), Budget::default());
     let _ = one.tick(process, window, &tenth);
     let _ = other.tick(process, window, &tenth);
-    let mut spent = 0;
-    while one.allows() {
-        one.spend();
-        spent += 1;
-    }
     assert_eq!(
-        spent, 22,
+        spend_all(&mut one),
+        22,
         "a tenth of the process's 200 requests and of the worker's own 22 since"
     );
     // The next tick, each worker reads the process's counts: the first one's are in them.

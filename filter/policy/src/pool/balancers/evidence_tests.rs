@@ -56,6 +56,17 @@ impl Site {
         self.settle(id, index, answered, now);
     }
 
+    /// Requests `ids` to backend `index`, each answered 200 in 3 ms at `now`.
+    fn serve(&mut self, ids: std::ops::Range<u32>, index: usize, now: Time) {
+        let served = RequestOutcome::Answered {
+            status: 200,
+            latency: Duration::from_millis(3),
+        };
+        for id in ids {
+            self.settle(id, index, served, now);
+        }
+    }
+
     /// A request to backend `index`, `id`, reset at `now`: a failure that may be this
     /// balancer's path.
     fn reset(&mut self, id: u32, index: usize, now: Time) {
@@ -339,13 +350,7 @@ fn an_ejection_corrupt_of_another_version_or_longer_than_max_ejection_ejects_nob
 fn the_prober_judges_each_backend_on_the_requests_every_balancer_counted() {
     let (mut etcd, mut sites) = sites(S);
     let mut now = run(&mut etcd, &mut sites, S, 10);
-    let served = RequestOutcome::Answered {
-        status: 200,
-        latency: Duration::from_millis(3),
-    };
-    for id in 0..12 {
-        sites[1].settle(id, 0, served, now);
-    }
+    sites[1].serve(0..12, 0, now);
     let failed = RequestOutcome::Answered {
         status: 500,
         latency: Duration::from_millis(3),
@@ -451,13 +456,7 @@ fn an_ejection_for_stalled_requests_stays_with_the_balancer_that_decided_it() {
 fn the_counts_another_balancer_judges_on_leave_out_the_failures_that_may_be_the_path() {
     let (mut etcd, mut sites) = sites(S);
     let mut now = run(&mut etcd, &mut sites, S, 10);
-    let served = RequestOutcome::Answered {
-        status: 200,
-        latency: Duration::from_millis(3),
-    };
-    for id in 0..12 {
-        sites[1].settle(id, 0, served, now);
-    }
+    sites[1].serve(0..12, 0, now);
     for id in 12..15 {
         sites[1].reset(id, 0, now);
     }
