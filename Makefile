@@ -54,6 +54,7 @@ include mk/nginx.mk
 include mk/run.mk
 include mk/bench.mk
 include mk/prometheus.mk
+include mk/systemd.mk
 
 # Every test builds in the workspace's `host-test` profile (Cargo.toml) with one set of crates
 # and features, so each crate is compiled once whichever suite runs first, and the lint's clippy
@@ -68,7 +69,7 @@ TEST_CRATES := -p upcheck-config -p upcheck-policy -p upcheck-host-tests -p upch
 CLIPPY_BUILD := RUSTC_WORKSPACE_WRAPPER=clippy-driver CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
 CARGO_TEST := $(CLIPPY_BUILD) $(CARGO) test --profile host-test $(TEST_CRATES)
 
-.PHONY: host-suite soak fleet-scale test-build fmt deps bench-quick clippy-other
+.PHONY: host-suite soak fleet-scale test-build fmt deps bench-quick clippy-other e2e-envoy commands
 
 ## test-build: every test binary, and the binaries they run, without running any
 test-build: | rust-tools
@@ -98,10 +99,19 @@ fleet-scale: $(WASM) etcd | rust-tools
 
 # The Envoy tests run side by side, up to UPCHECK_E2E_ENVOYS Envoys at once
 # (e2e/src/envoy/turn.rs); the threads only wait for a turn. The command line's tests scrape
-# Envoy with Debian's Prometheus (cli/tests/commands/prometheus.rs).
+# Envoy with Debian's Prometheus (cli/tests/commands/prometheus.rs) and verify systemd units
+# with systemd-analyze (cli/tests/commands/units.rs).
 E2E_THREADS ?= 8
-e2e: envoy chromium nginx etcd prometheus $(WASM) | rust-tools
+E2E_NEEDS = envoy chromium nginx etcd prometheus systemd-analyze $(WASM)
+e2e: $(E2E_NEEDS) | rust-tools
 	$(CARGO_TEST) --no-fail-fast --test in_envoy --test commands -- --test-threads $(E2E_THREADS)
+
+# `make e2e`'s two binaries apart, as `make test` runs them: the Envoy tests in a lane of their
+# own, the command line's beside the unit suites.
+e2e-envoy: $(E2E_NEEDS) | rust-tools
+	$(CARGO_TEST) --no-fail-fast --test in_envoy -- --test-threads $(E2E_THREADS)
+commands: $(E2E_NEEDS) | rust-tools
+	$(CARGO_TEST) --no-fail-fast --test commands -- --test-threads $(E2E_THREADS)
 
 # The benchmark's quick form (bench/tests/quick.rs): every part once, briefly, in the tests'
 # profile; it fails if the benchmark breaks, never on a figure.
@@ -111,7 +121,7 @@ bench-quick: envoy bench-wrk $(WASM) $(NAMED_WASM) $(FLOOR_WASM) | rust-tools
 # Every package the tests need from Debian, in one apt-get run (mk/deps.sh), and Envoy.
 deps:
 	@mk/deps.sh binaryen:wasm-opt chromium:/usr/bin/chromium etcd-server:$(ETCD) openssl:openssl \
-		nginx:$(NGINX) libnginx-mod-stream:$(NGINX_MODULE) prometheus:$(PROMETHEUS):lean prometheus:$(PROMTOOL):lean wrk:wrk iptables:/usr/sbin/iptables
+		nginx:$(NGINX) libnginx-mod-stream:$(NGINX_MODULE) prometheus:$(PROMETHEUS):lean prometheus:$(PROMTOOL):lean systemd:$(SYSTEMD_ANALYZE):lean wrk:wrk iptables:/usr/sbin/iptables
 	@$(MAKE) --no-print-directory envoy
 
 # The lint, then the suites, each stage timed (mk/test.sh).

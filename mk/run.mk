@@ -9,7 +9,7 @@
 # Everything listens on 127.0.0.1 only, on free ports the demo prints (the status page on a
 # listener of its own). Envoy runs what the built `upcheck envoy --from-caddy` writes from
 # config/caddy.json (host routing), its two backends' addresses replaced by the demo's app1 and
-# app2, and `--membership`, so that `upcheck backends` changes them while Envoy runs.
+# app2, in the default shape, whose backends `upcheck backends` changes while Envoy runs.
 
 .PHONY: run
 

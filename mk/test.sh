@@ -9,8 +9,8 @@
 #      priority; under `nice -n 19`, so that their CPU never delays an Envoy or an etcd the
 #      scenarios are timing (at 10, a fleet test saw its etcd cluster answer 504 for longer
 #      than the balancers' lease, one member killed, while the soak and the benchmark ran),
-#      the unit, host and rule tests, clippy on what the tests do not build and the benchmark's
-#      quick form, and the soak then the fleet benchmark.
+#      the unit, host and rule tests, clippy on what the tests do not build, the command
+#      line's tests and the benchmark's quick form, and the soak then the fleet benchmark.
 #
 # A lane's output goes to target/test-logs/STAGE.log and is printed when the stage ends; the end
 # prints every stage's time and status, and the run fails if any stage did.
@@ -58,8 +58,8 @@ stage test-build make --no-print-directory test-build || finish 1
 wait $deps || finish 1
 stage build make --no-print-directory build || finish 1
 
-lane e2e & e2e=$!
-nice -n 19 bash -c "$(declare -f stage lane); logs=$logs summary=$summary; lane unit host-suite rules clippy-other bench-quick" & suites=$!
+lane e2e-envoy & e2e=$!
+nice -n 19 bash -c "$(declare -f stage lane); logs=$logs summary=$summary; lane unit host-suite rules clippy-other commands bench-quick" & suites=$!
 nice -n 19 bash -c "$(declare -f stage lane); logs=$logs summary=$summary; lane soak fleet-scale" & soak=$!
 failed=0
 for lane in $e2e $suites $soak; do

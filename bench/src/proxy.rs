@@ -160,6 +160,7 @@ impl Proxy {
                 concurrency: workers,
                 cpu,
                 args: extra,
+                env: &[],
             })?;
             // Every 5 ms: start-up is measured by it.
             match process.until_ready(admin, Duration::from_millis(5)).await {

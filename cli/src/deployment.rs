@@ -12,6 +12,7 @@
 //! resolve a host name by DNS.
 
 use serde_json::Value;
+use upcheck_policy::config::Active;
 use upcheck_policy::{Config, ConfigError, RoutingMode, StatusPage};
 
 pub use crate::endpoint::Endpoint;
@@ -21,6 +22,15 @@ use crate::refuse;
 
 /// The cluster every backend is an endpoint of in host routing.
 pub const POOL: &str = "pool";
+
+/// What each probe of `active` asks, in a sentence's words: `GET /up`, or `the gRPC Health
+/// Check of service ""` (`grpc.health.v1.Health/Check`, which passes when it answers `SERVING`).
+pub fn probe_text(active: &Active) -> String {
+    match &active.grpc {
+        None => format!("GET {}", active.path),
+        Some(grpc) => format!("the gRPC Health Check of service {:?}", grpc.service),
+    }
+}
 
 /// Everything the Envoy configuration is written from.
 #[derive(Debug, Clone, PartialEq)]

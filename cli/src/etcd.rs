@@ -242,6 +242,30 @@ pub fn clusters(etcd: &Etcd) -> Vec<Node> {
     clusters
 }
 
+/// A cluster's protocol options for HTTP/2 upstream (h2c, or h2 over its TLS): what a gRPC
+/// backend speaks, and etcd's gRPC service.
+pub fn http2() -> (&'static str, Node) {
+    (
+        "typed_extension_protocol_options",
+        map([(
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+            map([
+                (
+                    "@type",
+                    text("type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"),
+                ),
+                (
+                    "explicit_http_config",
+                    map([(
+                        "http2_protocol_options",
+                        map(Vec::<(String, Node)>::new()).flow(),
+                    )]),
+                ),
+            ]),
+        )]),
+    )
+}
+
 /// An etcd cluster named `name`: HTTP/1.1 to each member's JSON gateway, or with `grpc` HTTP/2
 /// to its gRPC service (over TLS when asked), Envoy checking each member's `/health` so that
 /// requests go to members that have a leader.
@@ -259,27 +283,7 @@ fn cluster(etcd: &Etcd, name: &str, grpc: bool) -> Node {
         .tls
         .as_ref()
         .map(|tls| ("transport_socket", transport_socket(tls, etcd)));
-    let http2 = grpc.then(|| {
-        (
-            "typed_extension_protocol_options",
-            map([(
-                "envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                map([
-                    (
-                        "@type",
-                        text("type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"),
-                    ),
-                    (
-                        "explicit_http_config",
-                        map([(
-                            "http2_protocol_options",
-                            map(Vec::<(String, Node)>::new()).flow(),
-                        )]),
-                    ),
-                ]),
-            )]),
-        )
-    });
+    let http2 = grpc.then(http2);
     map([
         ("name", text(name)),
         ("type", text("STATIC")),

@@ -1,5 +1,5 @@
-//! The command line's etcd client: etcd's JSON gateway over plain HTTP, for the fleet's
-//! membership ([`crate::etcd_membership`]).
+//! The command line's etcd client: etcd's JSON gateway over plain HTTP or TLS
+//! ([`crate::etcd_tls`]), for the fleet's membership ([`crate::etcd_membership`]).
 //!
 //! Each call goes to the first member that answers, in the order the configuration lists them.
 //! With etcd's authentication on, the client authenticates once and sends the token with each
@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use upcheck_policy::etcd::gateway::{base64, unbase64};
 use upcheck_policy::etcd::keys::prefix_end;
 
+use crate::etcd_tls::{explain, Connector};
 use crate::http1::{self, Stream};
 
 /// One key as etcd holds it.
@@ -40,7 +41,11 @@ pub struct Snapshot {
 #[derive(Debug, Clone)]
 pub struct Client {
     members: Vec<SocketAddr>,
+    /// TLS to every member, when the fleet's etcd speaks it.
+    tls: Option<Connector>,
     token: Option<String>,
+    /// The user authenticated as, for the messages.
+    user: Option<String>,
 }
 
 /// A user and password for etcd's authentication.
@@ -60,15 +65,26 @@ fn text_int(value: &Value) -> Option<i64> {
     }
 }
 
+/// A call to `member` that failed with `e`, in one line (a TLS failure said in words).
+fn failed(member: SocketAddr, e: &io::Error) -> io::Error {
+    match explain(e) {
+        Some(tls) => io::Error::new(e.kind(), format!("etcd at {member}: {tls}")),
+        None => io::Error::new(e.kind(), format!("etcd at {member}: {e}")),
+    }
+}
+
 impl Client {
-    /// A client of `members`, authenticated as `credentials` when given.
+    /// A client of `members`, over `tls` when given, authenticated as `credentials` when given.
     pub fn connect(
         members: &[SocketAddr],
+        tls: Option<Connector>,
         credentials: Option<&Credentials>,
     ) -> io::Result<Client> {
         let mut client = Client {
             members: members.to_vec(),
+            tls,
             token: None,
+            user: credentials.map(|c| c.user.clone()),
         };
         if let Some(c) = credentials {
             let answer = client.call(
@@ -96,7 +112,7 @@ impl Client {
         let body = body.to_string();
         let mut last = io::Error::other("no etcd member configured");
         for member in &self.members {
-            match http1::post(*member, path, &self.headers(), &body) {
+            match http1::post(*member, self.tls.as_ref(), path, &self.headers(), &body) {
                 Ok((200, text)) => return serde_json::from_str(&text).map_err(io::Error::other),
                 Ok((status, text)) => {
                     let said: Value = serde_json::from_str(&text).unwrap_or_default();
@@ -106,10 +122,15 @@ impl Client {
                         said.collect::<String>()
                     ));
                 }
-                Err(e) => last = io::Error::new(e.kind(), format!("etcd at {member}: {e}")),
+                Err(e) => last = failed(*member, &e),
             }
         }
         Err(last)
+    }
+
+    /// The user this client authenticated as, if any.
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_deref()
     }
 
     /// The keys under `prefix` (or the one key `prefix` when `whole` is false).
@@ -206,9 +227,10 @@ impl Client {
         .to_string();
         let mut last = io::Error::other("no etcd member configured");
         for member in &self.members {
-            match Stream::open(*member, "/v3/watch", &self.headers(), &body, patience) {
+            let tls = self.tls.as_ref();
+            match Stream::open(*member, tls, "/v3/watch", &self.headers(), &body, patience) {
                 Ok(stream) => return Ok(stream),
-                Err(e) => last = e,
+                Err(e) => last = failed(*member, &e),
             }
         }
         Err(last)

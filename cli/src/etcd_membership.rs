@@ -19,10 +19,10 @@
 //! balancers kept of it (its probe duty, state, failures and ejection). A name added back gets a
 //! cluster of its own, counted in the membership, so it starts unknown on every balancer alike.
 //!
-//! etcd is reached over plain HTTP ([`Client`]); a fleet whose etcd speaks TLS is refused with a
-//! line saying so. With etcd's authentication on, `UPCHECK_ETCD_USER` and
-//! `UPCHECK_ETCD_PASSWORD` name the operator's user (one whose role may write the membership),
-//! else the balancers' own from the plugin configuration.
+//! etcd is reached as FILE says the balancers reach it, over TLS when it says so, with the
+//! operator's own certificate and user ([`Access`]) or else the balancers'. Each change is
+//! recorded with who asked and why ([`Record`]), kept in the membership's value, checked by every
+//! follower as the rest of it is.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -32,9 +32,11 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::change_record::{self, Record};
 use crate::etcd::Etcd;
-use crate::etcd_client::{Client, Credentials};
-use crate::file_membership::{self, edited, Backend, Change, Refusal, State};
+use crate::etcd_access::Access;
+use crate::etcd_client::Client;
+use crate::file_membership::{self, edited, recorded, with_last, Backend, Change, Refusal, State};
 use upcheck_policy::etcd::keys::Layout;
 
 /// How long a follower's report outlives it.
@@ -55,6 +57,9 @@ struct Shared {
     upstreams: Vec<Value>,
     #[serde(default)]
     removed: BTreeMap<String, u32>,
+    /// Who asked for the last changes and why, the latest last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    history: Vec<Record>,
 }
 
 const KIND: &str = "membership/v1";
@@ -75,34 +80,15 @@ struct Fleet {
 }
 
 impl Fleet {
-    fn open(file: &Path, state: &State, etcd: &Etcd) -> Result<Fleet, Refusal> {
-        if etcd.tls.is_some() {
-            return Err(Refusal::Input(format!(
-                "{}: its etcd speaks TLS, and `upcheck backends` reaches etcd over plain HTTP \
-                 only: change the fleet's membership with etcdctl, or through a member's plain \
-                 listener on loopback",
-                file.display()
-            )));
-        }
+    fn open(file: &Path, state: &State, etcd: &Etcd, access: &Access) -> Result<Fleet, Refusal> {
         let (deployment, _) = state.plan(file)?;
-        let fleet = deployment.config.fleet.as_ref();
-        let prefix = fleet.map(|f| f.prefix.clone()).unwrap_or_default();
-        let from_env = match (
-            std::env::var("UPCHECK_ETCD_USER"),
-            std::env::var("UPCHECK_ETCD_PASSWORD"),
-        ) {
-            (Ok(user), Ok(password)) => Some(Credentials { user, password }),
-            _ => None,
-        };
-        let credentials = from_env.or_else(|| {
-            let f = fleet?;
-            Some(Credentials {
-                user: f.user.clone()?,
-                password: f.password.clone()?,
-            })
-        });
-        let client = Client::connect(&etcd.members, credentials.as_ref())
-            .map_err(|e| Refusal::Output(e.to_string()))?;
+        let prefix = deployment
+            .config
+            .fleet
+            .as_ref()
+            .map(|f| f.prefix.clone())
+            .unwrap_or_default();
+        let client = access.client(file, state, etcd)?;
         Ok(Fleet {
             client,
             keys: Layout::new(&prefix),
@@ -125,6 +111,11 @@ impl Fleet {
                     "{key}: not a membership `upcheck backends` wrote; left as it is"
                 ))
             })?;
+        change_record::check(&shared.history).map_err(|why| {
+            Refusal::Input(format!(
+                "{key}: {why}: not a membership `upcheck backends` wrote; left as it is"
+            ))
+        })?;
         Ok((Some(shared), entry.mod_revision))
     }
 
@@ -135,12 +126,14 @@ impl Fleet {
             kind: KIND.into(),
             upstreams: state.upstreams().to_vec(),
             removed: state.removed.clone(),
+            history: state.history.clone(),
         };
         let value = serde_json::to_vec(&shared)
             .map_err(|e| Refusal::Output(format!("the membership as JSON: {e}")))?;
+        let key = self.keys.membership();
         self.client
-            .put_if(&self.keys.membership(), &value, revision)
-            .map_err(output)?
+            .put_if(&key, &value, revision)
+            .map_err(|e| self.refused_write(&key, e))?
             .ok_or_else(|| {
                 Refusal::Input(
                     "the fleet's membership changed while this command ran (another operator?): \
@@ -233,16 +226,45 @@ impl Fleet {
 
     /// Deletes every key the balancers keep of backend `key` (`name@cluster`, and more after an
     /// `@` in host routing): [`Layout::of_backend`].
-    fn forget(&self, backend: &str) -> Result<usize, Refusal> {
+    /// What was done, in words: the keys deleted, or, where the operator's role may not delete
+    /// them (docs/fleet.md's roles), left to expire with the balancers' leases they live by.
+    fn forget(&self, backend: &str) -> Result<String, Refusal> {
         let snapshot = self.client.range(self.keys.mine(), true).map_err(output)?;
         let mut deleted = 0;
         for entry in snapshot.entries {
             if self.keys.of_backend(&entry.key, backend) {
-                self.client.delete(&entry.key).map_err(output)?;
-                deleted += 1;
+                match self.client.delete(&entry.key) {
+                    Ok(()) => deleted += 1,
+                    Err(e) if e.to_string().contains("permission denied") => {
+                        return Ok(format!(
+                            "{deleted} keys the balancers kept of it deleted; the others expire \
+                             with their balancers' leases (this user's role may not delete them)"
+                        ))
+                    }
+                    Err(e) => return Err(output(e)),
+                }
             }
         }
-        Ok(deleted)
+        Ok(format!("{deleted} keys the balancers kept of it deleted"))
+    }
+}
+
+impl Fleet {
+    /// A write of `key` that failed with `e`: etcd's permission denied said as what it means.
+    fn refused_write(&self, key: &str, e: std::io::Error) -> Refusal {
+        let text = e.to_string();
+        if !text.contains("permission denied") {
+            return Refusal::Output(text);
+        }
+        let user = self.client.user().map_or_else(
+            || "no user (authentication off?)".to_owned(),
+            |u| format!("user {u}"),
+        );
+        Refusal::Output(format!(
+            "etcd refused to let {user} write {key} (permission denied): its role may not \
+             write the membership; run as a user of the operators' role (--user, \
+             UPCHECK_ETCD_PASSWORD), which docs/fleet.md gives"
+        ))
     }
 }
 
@@ -257,6 +279,7 @@ fn as_shared(state: &State, shared: Option<Shared>) -> State {
         view.input
             .insert("upstreams".into(), Value::Array(shared.upstreams));
         view.removed = shared.removed;
+        view.history = shared.history;
     }
     view
 }
@@ -268,18 +291,21 @@ fn shared_name(upstream: &Value) -> Option<String> {
     Some(format!("{name}@{cluster}"))
 }
 
-/// Makes `change` to the fleet's membership and waits until every follower has it.
+/// Makes `change` to the fleet's membership, reached with `access` and recorded as `record`,
+/// and waits until every follower has it.
 pub fn change(
     file: &Path,
     state: &State,
     etcd: &Etcd,
     change: &Change,
+    access: &Access,
+    record: &Record,
 ) -> Result<Vec<String>, Refusal> {
-    let fleet = Fleet::open(file, state, etcd)?;
+    let fleet = Fleet::open(file, state, etcd, access)?;
     let (shared, revision) = fleet.read()?;
     let view = as_shared(state, shared);
     // Every refusal comes before anything is written.
-    let after = edited(file, &view, change)?;
+    let after = recorded(edited(file, &view, change)?, record);
     let mut said = Vec::new();
     match change {
         Change::Remove { name, timeout, .. } => {
@@ -295,7 +321,8 @@ pub fn change(
                     name: name.clone(),
                     drained: true,
                 };
-                revision = fleet.write(&edited(file, &view, &drain)?, revision)?;
+                let drained = recorded(edited(file, &view, &drain)?, record);
+                revision = fleet.write(&drained, revision)?;
                 said.push(format!("{name} drained on every balancer first:"));
             }
             said.extend(fleet.until_applied(revision, Some((name, *timeout)))?);
@@ -303,8 +330,7 @@ pub fn change(
             said.push(format!("{name} removed from the fleet's membership:"));
             said.extend(fleet.until_applied(removed, None)?);
             if let Some(key) = shared_name(&upstream) {
-                let n = fleet.forget(&key)?;
-                said.push(format!("{name}: {n} keys the balancers kept of it deleted"));
+                said.push(format!("{name}: {}", fleet.forget(&key)?));
             }
         }
         Change::Add { name, .. } | Change::Drain { name, .. } => {
@@ -318,10 +344,20 @@ pub fn change(
     Ok(said)
 }
 
-/// Each balancer's backends, as its follower last reported them.
-pub fn list(file: &Path, state: &State, etcd: &Etcd) -> Result<Vec<String>, Refusal> {
-    let fleet = Fleet::open(file, state, etcd)?;
-    let (_, revision) = fleet.read()?;
+/// Each balancer's backends, as its follower last reported them, each with its last change
+/// recorded in the membership.
+pub fn list(
+    file: &Path,
+    state: &State,
+    etcd: &Etcd,
+    access: &Access,
+) -> Result<Vec<String>, Refusal> {
+    let fleet = Fleet::open(file, state, etcd, access)?;
+    let (shared, revision) = fleet.read()?;
+    let history = shared
+        .as_ref()
+        .map(|s| s.history.clone())
+        .unwrap_or_default();
     let mut lines = Vec::new();
     for (balancer, report) in fleet.reports()? {
         let behind = match report.revision < revision {
@@ -329,16 +365,52 @@ pub fn list(file: &Path, state: &State, etcd: &Etcd) -> Result<Vec<String>, Refu
             false => "",
         };
         for b in report.backends {
-            lines.push(format!(
-                "{balancer}{behind}\t{}\t{}\t{}",
-                b.name, b.address, b.state
-            ));
+            let line = format!("{balancer}{behind}\t{}\t{}\t{}", b.name, b.address, b.state);
+            lines.push(with_last(line, &history, &b.name));
         }
     }
     if lines.is_empty() {
         lines.push("no balancer follows the fleet's membership yet".into());
+        lines.extend(shared_lines(shared.as_ref(), revision, &history));
     }
     Ok(lines)
+}
+
+/// The membership's own backends, when no follower reports them: name, address, `drained`
+/// when it is, and the last change.
+fn shared_lines(shared: Option<&Shared>, revision: i64, history: &[Record]) -> Vec<String> {
+    let Some(shared) = shared else {
+        return Vec::new();
+    };
+    shared
+        .upstreams
+        .iter()
+        .map(|u| {
+            let name = u["name"].as_str().unwrap_or_default();
+            let drained = if u["drain"] == true {
+                "drained"
+            } else {
+                "in the membership"
+            };
+            let line = format!(
+                "membership (revision {revision})\t{name}\t{}\t{drained}",
+                u["address"].as_str().unwrap_or_default()
+            );
+            with_last(line, history, name)
+        })
+        .collect()
+}
+
+/// The records of the membership's last changes, oldest first: who asked and why.
+pub fn history(
+    file: &Path,
+    state: &State,
+    etcd: &Etcd,
+    access: &Access,
+) -> Result<Vec<Record>, Refusal> {
+    let fleet = Fleet::open(file, state, etcd, access)?;
+    let (shared, _) = fleet.read()?;
+    Ok(shared.map(|s| s.history).unwrap_or_default())
 }
 
 /// This balancer's name in the reports: the host's name and where users connect.
@@ -368,7 +440,7 @@ pub fn follow(
         )));
     };
     while !stop.load(Ordering::Relaxed) {
-        let fleet = match Fleet::open(file, &state, &etcd) {
+        let fleet = match Fleet::open(file, &state, &etcd, &Access::default()) {
             Ok(fleet) => fleet,
             Err(Refusal::Input(m)) => return Err(Refusal::Input(m)),
             Err(Refusal::Output(m)) => {
@@ -414,9 +486,24 @@ fn session(
             if let Some(entry) = snapshot.entries.first() {
                 match serde_json::from_slice::<Shared>(&entry.value) {
                     Ok(shared) if shared.kind == KIND => {
-                        match file_membership::adopt(file, shared.upstreams, shared.removed) {
+                        let last = shared
+                            .history
+                            .last()
+                            .map(|r| format!(" ({} {})", r.backend, r.said()))
+                            .unwrap_or_default();
+                        let adopted = change_record::check(&shared.history)
+                            .map_err(Refusal::Input)
+                            .and_then(|()| {
+                                file_membership::adopt(
+                                    file,
+                                    shared.upstreams,
+                                    shared.removed,
+                                    shared.history,
+                                )
+                            });
+                        match adopted {
                             Ok(Some(line)) => {
-                                say(&format!("revision {}: {line}", entry.mod_revision));
+                                say(&format!("revision {}: {line}{last}", entry.mod_revision));
                                 in_force = entry.mod_revision;
                             }
                             Ok(None) => in_force = entry.mod_revision,

@@ -37,18 +37,24 @@ pub use files::write;
 pub use running::{now, Backend};
 pub use state::{directory, read, Refusal, State};
 
+use crate::change_record::{appended, last_of, Record};
 use crate::http1::get;
 use edit::known;
 use files::{write_part, write_state, Lock, Part};
 use running::{active, has_host, host_prefix, in_force, wait};
 use state::input;
 
-/// Makes `change` to FILE's membership, whose state is `before`, and waits until Envoy has it;
-/// what happened, in lines.
-pub fn change(file: &Path, before: &State, change: &Change) -> Result<Vec<String>, Refusal> {
+/// Makes `change` to FILE's membership, whose state is `before`, recorded as `record` (who
+/// asked and why), and waits until Envoy has it; what happened, in lines.
+pub fn change(
+    file: &Path,
+    before: &State,
+    change: &Change,
+    record: &Record,
+) -> Result<Vec<String>, Refusal> {
     let dir = directory(file).map_err(|e| input(e.to_string()))?;
     let _lock = Lock::take(&dir)?;
-    let after = edited(file, before, change)?;
+    let after = recorded(edited(file, before, change)?, record);
     let mut said = Vec::new();
     match change {
         Change::Add { name, .. } => {
@@ -176,20 +182,59 @@ pub fn change(file: &Path, before: &State, change: &Change) -> Result<Vec<String
 pub fn list(file: &Path, state: &State) -> Result<Vec<String>, Refusal> {
     Ok(now(file, state)?
         .iter()
-        .map(|b| format!("{}\t{}\t{}", b.name, b.address, b.state))
+        .map(|b| {
+            with_last(
+                format!("{}\t{}\t{}", b.name, b.address, b.state),
+                &state.history,
+                &b.name,
+            )
+        })
         .collect())
 }
 
-/// Makes FILE's backends `upstreams`, with `removed` its counts of removals, as a change would
-/// (the clusters first when one is gained, the filters first otherwise), and waits until
-/// Envoy has them: what changed, or none when FILE had them already.
+/// `state` with `record` kept in its history and said in its backend's `note`, which the
+/// status page shows (a backend removed has none left).
+pub fn recorded(mut state: State, record: &Record) -> State {
+    state.history = appended(&state.history, record.clone());
+    if let Ok(upstreams) = state.upstreams_mut() {
+        for u in upstreams.iter_mut() {
+            if u["name"] == record.backend.as_str() {
+                if let Some(u) = u.as_object_mut() {
+                    u.insert("note".into(), Value::from(record.said()));
+                }
+            }
+        }
+    }
+    state
+}
+
+/// `line`, a backend's in `list`, with its last change recorded in `history` when there is one.
+pub fn with_last(line: String, history: &[Record], backend: &str) -> String {
+    match last_of(history, backend) {
+        Some(r) => format!("{line}\t{}", r.said()),
+        None => line,
+    }
+}
+
+/// Makes FILE's backends `upstreams`, with `removed` its counts of removals and `history` the
+/// records of who changed them, as a change would (the clusters first when one is gained, the
+/// filters first otherwise), and waits until Envoy has them: what changed, or none when FILE
+/// had them already.
 pub fn adopt(
     file: &Path,
     upstreams: Vec<Value>,
     removed: BTreeMap<String, u32>,
+    history: Vec<Record>,
 ) -> Result<Option<String>, Refusal> {
     let before = read(file)?;
     if before.upstreams() == upstreams.as_slice() && before.removed == removed {
+        if before.history != history {
+            let dir = directory(file).map_err(|e| input(e.to_string()))?;
+            let _lock = Lock::take(&dir)?;
+            let mut after = before.clone();
+            after.history = history;
+            write_state(&dir, &after)?;
+        }
         return Ok(None);
     }
     let dir = directory(file).map_err(|e| input(e.to_string()))?;
@@ -197,6 +242,7 @@ pub fn adopt(
     let mut after = before.clone();
     *after.upstreams_mut()? = upstreams;
     after.removed = removed;
+    after.history = history;
     let (had, _) = before.plan(file)?;
     let (deployment, settings) = after.plan(file)?;
     let gained: Vec<String> = deployment

@@ -1,5 +1,5 @@
 //! The little HTTP/1.1 the command line speaks: to Envoy's admin interface and the status page on
-//! loopback, and to etcd's JSON gateway (plain HTTP).
+//! loopback, and to etcd's JSON gateway (plain HTTP, or HTTPS through a [`Connector`]).
 //!
 //! Each request is one connection with `Connection: close`, read until the body is whole by its
 //! length or its last chunk (Envoy holds a connection it answered itself open for a second,
@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::etcd_tls::{Conn, Connector};
+
 /// How long a connection may take to open.
 const CONNECT: Duration = Duration::from_secs(2);
 /// How long a request waits for its answer.
@@ -20,7 +22,7 @@ const ANSWER: Duration = Duration::from_secs(5);
 
 /// A GET: the status and the body.
 pub fn get(addr: SocketAddr, path: &str) -> io::Result<(u16, String)> {
-    exchange(addr, "GET", path, &[], "")
+    exchange(addr, None, "GET", path, &[], "")
 }
 
 /// A GET of a JSON body answered 200.
@@ -32,25 +34,31 @@ pub fn get_json(addr: SocketAddr, path: &str) -> io::Result<Value> {
     serde_json::from_str(&body).map_err(io::Error::other)
 }
 
-/// A POST of `body` (JSON) with `headers`: the status and the body.
+/// A POST of `body` (JSON) with `headers`, over TLS when `tls` is given: the status and the body.
 pub fn post(
     addr: SocketAddr,
+    tls: Option<&Connector>,
     path: &str,
     headers: &[(&str, &str)],
     body: &str,
 ) -> io::Result<(u16, String)> {
-    exchange(addr, "POST", path, headers, body)
+    exchange(addr, tls, "POST", path, headers, body)
 }
 
 fn request(
     addr: SocketAddr,
+    tls: Option<&Connector>,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
     body: &str,
-) -> io::Result<TcpStream> {
-    let mut stream = TcpStream::connect_timeout(&addr, CONNECT)?;
-    stream.set_read_timeout(Some(ANSWER))?;
+) -> io::Result<Conn> {
+    let tcp = TcpStream::connect_timeout(&addr, CONNECT)?;
+    tcp.set_read_timeout(Some(ANSWER))?;
+    let mut stream = match tls {
+        Some(tls) => tls.wrap(tcp, addr)?,
+        None => Conn::Plain(tcp),
+    };
     let mut head = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
     for (name, value) in headers {
         head.push_str(&format!("{name}: {value}\r\n"));
@@ -64,17 +72,19 @@ fn request(
     head.push_str("\r\n");
     stream.write_all(head.as_bytes())?;
     stream.write_all(body.as_bytes())?;
+    stream.flush()?;
     Ok(stream)
 }
 
 fn exchange(
     addr: SocketAddr,
+    tls: Option<&Connector>,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
     body: &str,
 ) -> io::Result<(u16, String)> {
-    let mut stream = request(addr, method, path, headers, body)?;
+    let mut stream = request(addr, tls, method, path, headers, body)?;
     let mut raw = Vec::new();
     let mut buf = [0u8; 16_384];
     loop {
@@ -149,7 +159,7 @@ fn dechunk(mut body: &str) -> String {
 
 /// A response whose body is a stream of JSON values (etcd's watch), read as they arrive.
 pub struct Stream {
-    stream: TcpStream,
+    stream: Conn,
     /// What was read and not yet taken apart: the headers, then chunks.
     raw: Vec<u8>,
     /// Whether the headers were read (a 200 with a chunked body).
@@ -161,15 +171,17 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// POSTs `body` and returns the response to read, each read waiting at most `patience`.
+    /// POSTs `body` (over TLS when `tls` is given) and returns the response to read, each read
+    /// waiting at most `patience`.
     pub fn open(
         addr: SocketAddr,
+        tls: Option<&Connector>,
         path: &str,
         headers: &[(&str, &str)],
         body: &str,
         patience: Duration,
     ) -> io::Result<Stream> {
-        let stream = request(addr, "POST", path, headers, body)?;
+        let stream = request(addr, tls, "POST", path, headers, body)?;
         stream.set_read_timeout(Some(patience))?;
         Ok(Stream {
             stream,
@@ -290,7 +302,7 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(30));
             }
         });
-        let stream = Stream::open(addr, "/v3/watch", &[], "{}", ANSWER).unwrap();
+        let stream = Stream::open(addr, None, "/v3/watch", &[], "{}", ANSWER).unwrap();
         (stream, server)
     }
 

@@ -9,7 +9,8 @@
 //! [`deployment`] turns an input into backends with Envoy endpoints ([`endpoint`]), [`envoy`]
 //! writes the YAML (and the pieces the e2e harness serves as JSON) as a [`tree`], [`output`]
 //! replaces the output file atomically. Input JSON is read by [`input`]. `upcheck nginx` writes
-//! the same deployment for NGINX with ngx_wasm_module ([`nginx`]).
+//! the same deployment for NGINX with ngx_wasm_module ([`nginx`]), and `upcheck envoy --units` the
+//! systemd units that run it on a VM ([`units`]).
 //!
 //! `upcheck simulate` asks what a configuration would have done before anyone deploys it:
 //! [`scenario`] reads what the backends do over time (each answer a [`mode`], the grammar the e2e
@@ -18,12 +19,16 @@
 //! wasmtime, so they are built only with the `simulate` feature (off by default).
 
 pub mod caddy;
+pub mod change_record;
 pub mod deployment;
 pub mod endpoint;
 pub mod envoy;
 pub mod etcd;
+pub mod etcd_access;
 pub mod etcd_client;
 pub mod etcd_membership;
+pub mod etcd_roles;
+pub mod etcd_tls;
 pub mod file_membership;
 pub mod http1;
 mod input;
@@ -40,6 +45,7 @@ pub mod simulation;
 #[cfg(feature = "simulate")]
 pub mod timeline;
 pub mod tree;
+pub mod units;
 
 use upcheck_policy::ConfigError;
 

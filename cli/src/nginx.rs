@@ -9,7 +9,9 @@
 //! client wrote. Each backend's block lists the others as `backup`, so NGINX's own failover
 //! (`proxy_next_upstream`) has somewhere to go on a refused connection, and only for the
 //! requests NGINX deems safe to repeat. The status page is a second `proxy_wasm` filter, with
-//! the pool's configuration and `"role": "status_page"`, on a server bound to loopback.
+//! the pool's configuration and `"role": "status_page"`, on a server bound to loopback; the same
+//! filter answers the module's metrics for Prometheus at a location of their own beside it
+//! (`/upcheck/metrics`), since ngx_wasm_module shows the module's metrics to nobody.
 //!
 //! What the file leaves to the operator: TLS, and everything else an NGINX in front of an app
 //! has. It loads the module with `load_module` when told where it is (`--module`); an NGINX
@@ -20,6 +22,7 @@ use std::net::SocketAddr;
 
 use serde_json::Value;
 use upcheck_policy::duration::display;
+use upcheck_policy::page::METRICS_PATH;
 use upcheck_policy::{Config, ConfigError, RoutingMode};
 
 use crate::deployment::plan as envoy_plan;
@@ -290,20 +293,32 @@ pub fn render(plan: &Plan, s: &Settings) -> String {
     line("        }");
     line("    }");
     line("");
+    line("    # The status page (text; .json and .html beside it) and the metrics, on loopback");
     line(
-        "    # The status page (text; .json and .html beside it), on loopback only: this listen is",
+        "    # only: this listen is what closes them to other machines, since ngx_wasm_module does",
     );
-    line("    # what closes it to other machines, since ngx_wasm_module does not tell the filter the");
+    line("    # not tell the filter the address a connection was made to.");
     line(&format!(
-        "    # address a connection was made to. curl -s {}{}",
+        "    # curl -s {}{}; curl -s {}{METRICS_PATH}",
         s.status,
-        status_path(plan)
+        status_path(plan),
+        s.status
     ));
     line("    server {");
     line(&format!("        listen {};", s.status));
     line("        # The filter answers every request here; one it let through finds no file.");
     line("        root /nonexistent;");
     line("        location / {");
+    line(&format!(
+        "            proxy_wasm upcheck {};",
+        nginx_string(&plan.page_plugin)
+    ));
+    line("        }");
+    line("        # The module's metrics in Prometheus' text format, the series Envoy's");
+    line(&format!(
+        "        # /stats/prometheus gives: scrape it with metrics_path {METRICS_PATH}."
+    ));
+    line(&format!("        location = {METRICS_PATH} {{"));
     line(&format!(
         "            proxy_wasm upcheck {};",
         nginx_string(&plan.page_plugin)
@@ -387,9 +402,30 @@ mod tests {
     }
 
     #[test]
-    fn leaving_the_module_out_drops_the_wasm_block_and_the_filters_only() {
+    fn the_metrics_have_a_location_on_the_status_pages_server_served_by_the_page_filter() {
         let plan = plan_of(TWO).expect("plans");
-        let settings = Settings {
+        let conf = render(&plan, &settings());
+        let server = conf
+            .split("listen 127.0.0.1:9902;")
+            .nth(1)
+            .expect("the status page's server");
+        let metrics = server
+            .split("location = /upcheck/metrics {")
+            .nth(1)
+            .expect("the metrics' location, on that server");
+        let filter = format!("proxy_wasm upcheck {};", nginx_string(&plan.page_plugin));
+        assert!(
+            metrics.trim_start().starts_with(&filter),
+            "the page's filter answers it: {metrics}"
+        );
+        assert!(
+            conf.contains("curl -s 127.0.0.1:9902/upcheck/metrics"),
+            "{conf}"
+        );
+    }
+
+    fn settings() -> Settings {
+        Settings {
             listen: "0.0.0.0:8080".parse().expect("an address"),
             status: "127.0.0.1:9902".parse().expect("an address"),
             wasm: "/etc/upcheck/upcheck.wasm".into(),
@@ -398,15 +434,20 @@ mod tests {
             error_log: "/var/log/nginx/error.log".into(),
             pid: "/run/nginx.pid".into(),
             input: "test".into(),
-        };
-        let conf = render(&plan, &settings);
+        }
+    }
+
+    #[test]
+    fn leaving_the_module_out_drops_the_wasm_block_and_the_filters_only() {
+        let plan = plan_of(TWO).expect("plans");
+        let conf = render(&plan, &settings());
         let stock = without_module(&conf);
         assert!(conf.contains("shm_kv * 1m;") && conf.contains("proxy_wasm upcheck '"));
         assert!(!stock.contains("shm_kv") && !stock.contains("proxy_wasm upcheck"));
         assert_eq!(
             conf.lines().count() - stock.lines().count(),
-            2 + 4,
-            "the two filters and the wasm block's four lines"
+            3 + 4,
+            "the three filters (traffic, page, metrics) and the wasm block's four lines"
         );
         assert!(stock.contains("proxy_pass http://$upcheck_upstream;"));
         assert!(stock.contains("\"127.0.0.1:3002\" app2;"));

@@ -27,8 +27,15 @@
 //! `"hang"` (holds the connection and never answers), `"refuse"` (nothing listens),
 //! `"overflow"` (the proxy's circuit breaker for it is full: the proxy answers 503 itself) or
 //! `"drain"` (200, with the drain signal header `x-envoy-immediate-health-check-fail`), read
-//! as the e2e harness's fake backends read their modes ([`crate::mode`]).
+//! as the e2e harness's fake backends read their modes ([`crate::mode`]). A configuration that
+//! checks by gRPC (`health_checks.active.grpc`) reads `up` as the health service's answer:
+//! `"SERVING"`, `"NOT_SERVING"`, `"SERVICE_UNKNOWN"` or a gRPC status by name (`"UNAVAILABLE"`)
+//! ([`grpc`]).
 //! Durations are Go's (`"20s"`, `"1m30s"`, `"500ms"`). Anything else is refused with the JSON path.
+
+mod grpc;
+
+pub use grpc::{is_grpc, serving_answer};
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -60,6 +67,16 @@ pub struct Scenario {
     pub duration: Duration,
     /// The backends, in order.
     pub backends: Vec<Backend>,
+}
+
+impl Scenario {
+    /// Whether any backend's health check answers in gRPC's terms ([`is_grpc`]): the scenario is
+    /// one of gRPC backends.
+    pub fn grpc(&self) -> bool {
+        self.backends
+            .iter()
+            .any(|b| is_grpc(&b.up) || b.changes.iter().any(|c| c.up.as_ref().is_some_and(is_grpc)))
+    }
 }
 
 /// One backend and how it behaves over time.
@@ -133,6 +150,13 @@ pub const BUILTIN: &[(&str, &str)] = &[
                                                       {"at": "60s", "up": "refuse", "pages": "refuse"},
                                                       {"at": "68s", "up": "hang", "pages": "hang"},
                                                       {"at": "69s", "up": "200", "pages": "200"}]}]}"#,
+    ),
+    (
+        "grpc-not-serving",
+        r#"{"about": "two gRPC servers checked by the gRPC Health Checking Protocol: app2's health service answers NOT_SERVING from the start, app1's SERVING",
+            "duration": "30s",
+            "backends": [{"name": "app1", "up": "SERVING"},
+                         {"name": "app2", "up": "NOT_SERVING"}]}"#,
     ),
     (
         "slow",
@@ -230,6 +254,9 @@ fn some_answer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Behaviou
 /// [`Mode`] grammar reads them; the host runs those (and `ok`, `status:N` and `slow:DURATION`,
 /// the same answers spelt the fake backends' way), with a status up to 599.
 fn parse_answer(text: &str) -> Result<Behaviour, String> {
+    if let Some(answer) = grpc::parse(text) {
+        return Ok(answer);
+    }
     let expected = "expected a status (\"502\"), a status after a delay (\"200 after 3s\"), \
                     \"hang\", \"refuse\", \"overflow\" or \"drain\"";
     let refused = || format!("{text:?}: {expected}");
@@ -256,6 +283,9 @@ fn parse_answer(text: &str) -> Result<Behaviour, String> {
 /// How an answer reads in a timeline: `502`, `200 after 3s`, `hang`, `refuse`, `overflow`,
 /// `drain`.
 pub fn describe(behaviour: &Behaviour) -> String {
+    if let Some(grpc) = grpc::describe(behaviour) {
+        return grpc;
+    }
     match behaviour {
         Behaviour::Answer { headers, .. } if headers.iter().any(|(n, _)| n == SIGNAL_HEADER) => {
             "drain".to_string()

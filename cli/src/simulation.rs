@@ -11,12 +11,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use upcheck_host_tests::{
-    Host, HostError, HostOptions, Load, LogLevel, RequestRecord, RequestSpec,
+    Behaviour, Host, HostError, HostOptions, Load, LogLevel, RequestRecord, RequestSpec,
 };
+use upcheck_policy::grpc::health;
 use upcheck_policy::{Config, ConfigError, RoutingMode};
 
 use crate::refuse;
-use crate::scenario::Scenario;
+use crate::scenario::{describe, is_grpc, serving_answer, Scenario};
 
 /// Worker VMs, as Envoy's `--concurrency 2`.
 pub const WORKERS: usize = 2;
@@ -60,13 +61,19 @@ pub struct UserRequest {
     pub slow: bool,
 }
 
-/// The default configuration for `scenario`: each of its backends an upstream, all else default.
+/// The default configuration for `scenario`: each of its backends an upstream, checked by the
+/// gRPC Health Checking Protocol (the whole server, `""`) when the scenario's backends answer in
+/// gRPC's terms ([`Scenario::grpc`]), all else default.
 pub fn default_document(scenario: &Scenario) -> serde_json::Value {
     let upstreams: Vec<serde_json::Value> = scenario
         .backends
         .iter()
         .map(|backend| serde_json::json!({ "name": backend.name }))
         .collect();
+    if scenario.grpc() {
+        let grpc = serde_json::json!({"active": {"grpc": {"service": ""}}});
+        return serde_json::json!({ "upstreams": upstreams, "health_checks": grpc });
+    }
     serde_json::json!({ "upstreams": upstreams })
 }
 
@@ -97,13 +104,61 @@ pub fn plan(bytes: &[u8], scenario: &Scenario) -> Result<Plan, ConfigError> {
             ),
         ));
     }
-    if config.health_checks.active.path.split('?').next() == Some(PAGE_PATH) {
+    fits_the_check(&config, scenario)?;
+    if config.health_checks.active.grpc.is_none()
+        && config.health_checks.active.path.split('?').next() == Some(PAGE_PATH)
+    {
         return Err(refuse(
             "health_checks.active.path",
             format!("{PAGE_PATH:?} is where the simulated users go; probe another path"),
         ));
     }
     Ok(Plan { document, config })
+}
+
+/// Whether every answer the scenario's backends give their health check is one the
+/// configuration's check asks for: gRPC answers for a gRPC check (where `"200"` is `SERVING`),
+/// HTTP ones for an HTTP check; `hang`, `refuse` and `overflow` fit both.
+fn fits_the_check(config: &Config, scenario: &Scenario) -> Result<(), ConfigError> {
+    let grpc = config.health_checks.active.grpc.is_some();
+    for (i, backend) in scenario.backends.iter().enumerate() {
+        let ups = std::iter::once((format!("backends[{i}].up"), &backend.up)).chain(
+            backend.changes.iter().enumerate().filter_map(|(j, c)| {
+                c.up.as_ref()
+                    .map(|up| (format!("backends[{i}].changes[{j}].up"), up))
+            }),
+        );
+        for (path, up) in ups {
+            let fits = match up {
+                Behaviour::Answer { .. } if grpc => is_grpc(up) || *up == Behaviour::status(200),
+                Behaviour::Answer { .. } => !is_grpc(up),
+                Behaviour::Hang | Behaviour::Refuse | Behaviour::Overflow => true,
+            };
+            if !fits {
+                let (field, asks) = if grpc {
+                    (
+                        "health_checks.active.grpc",
+                        "probes by gRPC: the scenario's answers to them are \"SERVING\", \
+                         \"NOT_SERVING\", \"SERVICE_UNKNOWN\" or a gRPC status (\"UNAVAILABLE\")",
+                    )
+                } else {
+                    (
+                        "health_checks.active.path",
+                        "probes GET: the scenario's answers to them are HTTP ones (\"200\", \
+                         \"502\"); add \"grpc\": {} to health_checks.active for gRPC answers",
+                    )
+                };
+                return Err(refuse(
+                    field,
+                    format!(
+                        "the scenario's {path} is {}, but the configuration {asks}",
+                        describe(up)
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Plan {
@@ -146,7 +201,17 @@ impl Plan {
             ..HostOptions::default()
         };
         let mut host = Host::from_file(wasm, options)?;
-        let probe_path = self.config.health_checks.active.path.clone();
+        let active = &self.config.health_checks.active;
+        let grpc = active.grpc.is_some();
+        let probe_path = match grpc {
+            true => format!("/{}/{}", health::SERVICE, health::CHECK),
+            false => active.path.clone(),
+        };
+        // To a gRPC check, an answer of 200 (the default) is SERVING.
+        let up = |behaviour: &Behaviour| match behaviour {
+            b if grpc && *b == Behaviour::status(200) => serving_answer(),
+            b => b.clone(),
+        };
         for backend in &scenario.backends {
             let cluster = self
                 .config
@@ -154,10 +219,10 @@ impl Plan {
                 .iter()
                 .find(|u| u.name == backend.name)
                 .map_or(backend.name.as_str(), |u| u.cluster());
-            let mut script = host.upstream(cluster).path(&probe_path, backend.up.clone());
+            let mut script = host.upstream(cluster).path(&probe_path, up(&backend.up));
             for change in &backend.changes {
-                if let Some(up) = &change.up {
-                    script = script.from(change.at, up.clone());
+                if let Some(changed) = &change.up {
+                    script = script.from(change.at, up(changed));
                 }
             }
             script = script.others(backend.pages.clone());

@@ -105,13 +105,16 @@ pub fn shipped(file: &str, ports: &ConfigPorts, backends: [SocketAddr; 2]) -> Re
 
 /// Writes `caddy_json` as `caddy.json` in a new temporary directory and runs there, with the
 /// `upcheck` binary at `upcheck`, `upcheck envoy --from-caddy caddy.json -o envoy.yaml --wasm
-/// <UPCHECK_WASM> --listen --admin --status` with `ports`; an error with what it said
-/// unless it exits 0.
+/// <UPCHECK_WASM> --listen --admin --status` with `ports` and `--static`: the single-file shape,
+/// whose text runs wherever it is copied ([`crate::envoy::EnvoyBuilder::start_yaml`]); an error
+/// with what it said unless it exits 0.
 pub fn write_envoy_yaml(upcheck: &Path, caddy_json: &str, ports: &ConfigPorts) -> Result<Written> {
-    write_envoy_yaml_with(upcheck, caddy_json, ports, &[])
+    write_envoy_yaml_with(upcheck, caddy_json, ports, &["--static"])
 }
 
-/// The same, with `more` options to `upcheck envoy` (`--membership`, say).
+/// The same, with `more` options to `upcheck envoy` instead of `--static`: none writes the
+/// default, whose backends `upcheck backends` changes, in files of `envoy.yaml.d/` that Envoy
+/// reads by their absolute paths, so `Written` must outlive the Envoy running it.
 pub fn write_envoy_yaml_with(
     upcheck: &Path,
     caddy_json: &str,

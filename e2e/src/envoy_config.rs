@@ -175,6 +175,7 @@ fn shape(routing: Routing, module: &Path) -> Shape {
         wasm: module.display().to_string(),
         max_fails: 0,
         discovery: None,
+        grpc: false,
     }
 }
 

@@ -37,6 +37,8 @@ pub struct Launch<'a> {
     pub cpu: Option<usize>,
     /// Further arguments, e.g. `--mode validate` or a log level.
     pub args: &'a [&'a str],
+    /// Variables added to its environment, e.g. a clock set off ([`crate::clock`]).
+    pub env: &'a [(&'a str, String)],
 }
 
 /// A running (or exited) Envoy, killed when dropped.
@@ -66,6 +68,7 @@ impl EnvoyProcess {
             .arg("--log-path")
             .arg(launch.dir.join("envoy.log"))
             .args(launch.args)
+            .envs(launch.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(output.try_clone()?)
             .stderr(output)
@@ -77,8 +80,10 @@ impl EnvoyProcess {
         })
     }
 
-    /// Waits until the admin interface on `admin` answers `/ready` with 200, asking every
-    /// `every`; an error if Envoy exits first or is not ready within [`PATIENCE`].
+    /// Waits until the admin interface on `admin` answers `/ready` with 200 and Envoy's own
+    /// `LIVE` (not any server that took the port first, whose answer would pass for Envoy's
+    /// while Envoy exits for want of it), asking every `every`; an error if Envoy exits first or
+    /// is not ready within [`PATIENCE`].
     pub async fn until_ready(&mut self, admin: SocketAddr, every: Duration) -> Result<()> {
         let client = reqwest::Client::builder()
             .no_proxy()
@@ -89,9 +94,11 @@ impl EnvoyProcess {
             if let Some(status) = self.exited()? {
                 bail!("exited ({status})");
             }
-            let ready = client.get(format!("http://{admin}/ready")).send().await;
-            if ready.is_ok_and(|r| r.status().is_success()) {
-                return Ok(());
+            if let Ok(answer) = client.get(format!("http://{admin}/ready")).send().await {
+                let ok = answer.status().is_success();
+                if ok && answer.text().await.is_ok_and(|t| t.trim() == "LIVE") {
+                    return Ok(());
+                }
             }
             if Instant::now() > deadline {
                 bail!("not ready after {PATIENCE:?}");

@@ -12,9 +12,14 @@
 //! reach it as `upcheck envoy --etcd-ca --etcd-cert --etcd-key` writes, and the harness over
 //! HTTPS with the same CA and client certificate.
 //!
+//! [`Etcd::start_apart`] starts member 0 in a network namespace of the test's own, so that the
+//! kernel can part it from its peers while every client still reaches it ([`Etcd::partition`]).
+//!
 //! The pieces, each in a module of its own: the members' processes (`cluster`), what the harness
-//! reads and writes through the gateway (`client`), and the balancers ([`Balancer`]).
+//! reads and writes through the gateway (`client`), member 0's network of its own and the
+//! partition (`apart`), and the balancers ([`Balancer`]).
 
+mod apart;
 mod balancer;
 mod client;
 mod cluster;
@@ -27,13 +32,16 @@ use tempfile::TempDir;
 use crate::envoy::Turn;
 use crate::tls::Certificates;
 
-pub use balancer::{plugin, Balancer, Visit};
+pub use apart::Partition;
+pub use balancer::{plugin, Balancer, Machine, Visit};
 
 /// One etcd member.
 struct Member {
     name: String,
     client: SocketAddr,
     peer: SocketAddr,
+    /// The network namespace it runs in, if not this machine's own.
+    netns: Option<String>,
     child: Option<Child>,
 }
 
@@ -46,9 +54,13 @@ pub struct Etcd {
     token: Option<String>,
     /// The certificates of client TLS, when it is on ([`Etcd::start_tls`]).
     tls: Option<Certificates>,
-    /// Every Envoy turn of the test binary: a fleet test runs its own balancers and times what
-    /// etcd carries between them, alone.
-    _alone: Turn,
+    /// Member 0's network of its own, when it has one ([`Etcd::start_apart`]); removed after the
+    /// members are killed.
+    network: Option<apart::Network>,
+    /// The Envoy turns of the test binary its test holds: every one for a fleet test that times
+    /// what etcd carries between its balancers, as many as it runs Envoys for one whose bars
+    /// are counts ([`Etcd::start_beside`]).
+    _turn: Turn,
 }
 
 impl Etcd {

@@ -11,7 +11,12 @@
 //! not loopback ([`local_address`]), a headless browser to look at the status page with
 //! ([`browser`]), and the operators' Caddy JSON turned into an Envoy configuration by the built
 //! `upcheck` binary ([`caddy`]). A real Prometheus scrapes an Envoy as an operator's would
-//! ([`prometheus`]). A scenario reads:
+//! ([`prometheus`]). Fleets of balancers share a real etcd ([`etcd`]), and their faults are made
+//! for real: a path cut by the kernel ([`path_cut`]), a wall clock set off for one process
+//! ([`clock`]), an etcd answering late through a relay ([`relay`]). gRPC backends are real gRPC
+//! servers ([`grpc_upstream`]: the standard health service, whose statuses change on command, and
+//! a test service whose calls fail on command), and their users make unary calls at a fixed rate
+//! and report each call's gRPC status ([`grpc_replay`]). A scenario reads:
 //!
 //! ```no_run
 //! # async fn scenario() -> anyhow::Result<()> {
@@ -41,10 +46,13 @@
 
 pub mod browser;
 pub mod caddy;
+pub mod clock;
 pub mod envoy;
 pub mod envoy_config;
 pub mod envoy_process;
 pub mod etcd;
+pub mod grpc_replay;
+pub mod grpc_upstream;
 pub mod local_address;
 pub mod mode;
 pub mod path_cut;
@@ -52,6 +60,7 @@ pub mod plugin;
 pub mod ports;
 pub mod prometheus;
 pub mod raw_http;
+pub mod relay;
 pub mod replay;
 pub mod tls;
 pub mod upstream;

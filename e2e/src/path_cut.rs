@@ -1,6 +1,6 @@
 //! A fault in one balancer's path to one backend, made by the kernel: an `iptables` rule on this
 //! machine's OUTPUT chain matching the balancer's source address (each balancer of a test may
-//! leave from an address of its own in 127.0.0.0/8, [`crate::etcd::Balancer::start_from`]) and
+//! leave from an address of its own in 127.0.0.0/8, [`crate::etcd::Machine`]) and
 //! the backend's address, so that one balancer's connections to the backend are dropped (a black
 //! hole: they hang until the proxy's connect timeout) or refused, while every other balancer
 //! reaches it as before. The rule goes when the cut is dropped, the test's failure included.
@@ -66,8 +66,8 @@ impl Drop for PathCut {
     }
 }
 
-/// Runs `iptables ACTION RULE…`.
-fn iptables(action: &str, rule: &[String]) -> Result<()> {
+/// Runs `iptables ACTION RULE…` (also what [`crate::etcd::Partition`] makes its rules with).
+pub(crate) fn iptables(action: &str, rule: &[String]) -> Result<()> {
     let output = Command::new("iptables")
         .arg(action)
         .args(rule)

@@ -1,5 +1,6 @@
 //! A real Prometheus on loopback that scrapes one Envoy's `/stats/prometheus`, as an operator's
-//! would, and answers PromQL over its HTTP API.
+//! would, or any other targets ([`Job`]: the module's own `/upcheck/metrics` on the status page's
+//! listener), and answers PromQL over its HTTP API.
 //!
 //! Debian's `prometheus` 2.42 (`make prometheus` installs it); the binary comes from
 //! `UPCHECK_PROMETHEUS`, and a test fails (not skips) without it. Each one runs in a temporary
@@ -43,6 +44,63 @@ impl Sample {
     }
 }
 
+/// One scrape job: its name, the target's address and the path scraped there, with its query.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// `job_name`, the `job` label of what it scrapes.
+    pub name: String,
+    /// The target, `host:port`.
+    pub target: SocketAddr,
+    /// `metrics_path`.
+    pub path: String,
+    /// The query's parameters (`params`), each once.
+    pub params: Vec<(String, String)>,
+}
+
+impl Job {
+    /// Envoy's admin interface at `admin`: `/stats/prometheus?filter=upcheck`, as
+    /// docs/operating.md gives it.
+    pub fn envoy(name: &str, admin: SocketAddr) -> Job {
+        Job {
+            name: name.to_owned(),
+            target: admin,
+            path: "/stats/prometheus".to_owned(),
+            params: vec![("filter".to_owned(), "upcheck".to_owned())],
+        }
+    }
+
+    /// The module's own metrics on the status page's listener at `status`: `/upcheck/metrics`.
+    pub fn module(name: &str, status: SocketAddr) -> Job {
+        Job {
+            name: name.to_owned(),
+            target: status,
+            path: "/upcheck/metrics".to_owned(),
+            params: Vec::new(),
+        }
+    }
+
+    /// Its entry under `scrape_configs`.
+    fn config(&self) -> String {
+        let params: String = self
+            .params
+            .iter()
+            .map(|(k, v)| format!("      {k}: [{}]\n", Value::String(v.clone())))
+            .collect();
+        format!(
+            "  - job_name: {name}\n    metrics_path: {path}\n{params}    static_configs:\n      \
+             - targets: ['{target}']\n",
+            name = Value::String(self.name.clone()),
+            path = Value::String(self.path.clone()),
+            params = if params.is_empty() {
+                String::new()
+            } else {
+                format!("    params:\n{params}")
+            },
+            target = self.target,
+        )
+    }
+}
+
 /// A running Prometheus, killed when dropped.
 pub struct Prometheus {
     child: Child,
@@ -71,6 +129,12 @@ impl Prometheus {
     /// Starts one that scrapes Envoy's admin interface at `admin` every [`SCRAPE_INTERVAL`], with
     /// the rule files `rules` loaded, and waits until it is ready.
     pub async fn scraping(admin: SocketAddr, rules: &[PathBuf]) -> Result<Prometheus> {
+        Prometheus::scraping_jobs(&[Job::envoy("upcheck", admin)], rules).await
+    }
+
+    /// Starts one that scrapes each of `jobs` every [`SCRAPE_INTERVAL`], with the rule files
+    /// `rules` loaded, and waits until it is ready.
+    pub async fn scraping_jobs(jobs: &[Job], rules: &[PathBuf]) -> Result<Prometheus> {
         let dir = tempfile::Builder::new()
             .prefix("upcheck-prometheus-")
             .tempdir()?;
@@ -78,18 +142,18 @@ impl Prometheus {
             .iter()
             .map(|r| format!("  - {}\n", Value::String(r.display().to_string())))
             .collect();
+        let scrapes: Vec<String> = jobs.iter().map(Job::config).collect();
         let config = format!(
             "global:\n  scrape_interval: {every}s\n  evaluation_interval: {every}s\n\
              rule_files:\n{rules}\
-             scrape_configs:\n  - job_name: upcheck\n    metrics_path: /stats/prometheus\n    \
-             params:\n      filter: [upcheck]\n    static_configs:\n      \
-             - targets: ['{admin}']\n",
+             scrape_configs:\n{scrapes}",
             every = SCRAPE_INTERVAL.as_secs(),
             rules = if rule_files.is_empty() {
                 "  []\n".to_owned()
             } else {
                 rule_files.concat()
             },
+            scrapes = scrapes.concat(),
         );
         let config_path = dir.path().join("prometheus.yml");
         std::fs::write(&config_path, config)?;

@@ -252,13 +252,7 @@ impl Report {
 
     /// The latency below which `percent` % of all requests completed (nearest rank).
     pub fn latency_percentile(&self, percent: f64) -> Duration {
-        let mut latencies: Vec<_> = self.samples.iter().map(|s| s.latency).collect();
-        latencies.sort();
-        let rank = (percent / 100.0 * latencies.len() as f64).ceil() as usize;
-        latencies
-            .get(rank.clamp(1, latencies.len().max(1)) - 1)
-            .copied()
-            .unwrap_or_default()
+        percentile(self.samples.iter().map(|s| s.latency), percent)
     }
 
     /// How many requests ended in each outcome, e.g. `{"200": 790, "503": 10}`.
@@ -344,6 +338,18 @@ impl fmt::Display for Report {
             outcomes.join(",")
         )
     }
+}
+
+/// The `percent` percentile of `latencies` by the nearest rank (zero for none): a replay's, or a
+/// gRPC replay's ([`crate::grpc_replay`]).
+pub fn percentile(latencies: impl Iterator<Item = Duration>, percent: f64) -> Duration {
+    let mut latencies: Vec<_> = latencies.collect();
+    latencies.sort();
+    let rank = (percent / 100.0 * latencies.len() as f64).ceil() as usize;
+    latencies
+        .get(rank.clamp(1, latencies.len().max(1)) - 1)
+        .copied()
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

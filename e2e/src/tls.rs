@@ -117,6 +117,20 @@ impl Certificates {
         })
     }
 
+    /// Another client certificate of this CA, `name.pem` and `name.key` beside it, without a
+    /// Common Name as the balancers' (an operator's, say).
+    pub fn another_client(&self, name: &str) -> Result<Pair> {
+        let dir = self.ca.parent().context("the CA's directory")?;
+        issue(
+            dir,
+            name,
+            &format!("/O={name}"),
+            4,
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n\
+             extendedKeyUsage=clientAuth\n",
+        )
+    }
+
     /// An HTTPS client that trusts this CA only and shows the client certificate, with `timeout`.
     pub fn client(&self, timeout: Duration) -> Result<reqwest::Client> {
         let ca = std::fs::read(&self.ca)?;

@@ -403,7 +403,7 @@ enum Port {
 /// `addr` bound without listening: the kernel refuses every connection to it (a reset to the
 /// first packet), as to a closed port, while no one else can bind it. `None` if it cannot be
 /// bound (the port is then closed, as before).
-fn hold(addr: SocketAddr) -> Option<tokio::net::TcpSocket> {
+pub(crate) fn hold(addr: SocketAddr) -> Option<tokio::net::TcpSocket> {
     let socket = match addr {
         SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
         SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
@@ -415,7 +415,7 @@ fn hold(addr: SocketAddr) -> Option<tokio::net::TcpSocket> {
 }
 
 /// Listens on `addr` again after refusing, retrying while something else briefly holds the port.
-async fn rebind(addr: SocketAddr, shutdown: &CancellationToken) -> Option<TcpListener> {
+pub(crate) async fn rebind(addr: SocketAddr, shutdown: &CancellationToken) -> Option<TcpListener> {
     while !shutdown.is_cancelled() {
         match TcpListener::bind(addr).await {
             Ok(listener) => return Some(listener),

@@ -50,6 +50,8 @@ pub enum HeaderMap {
     Request = 0,
     /// The response's headers.
     Response = 2,
+    /// The response's trailers.
+    ResponseTrailers = 3,
     /// The headers of an answer to `dispatch_http_call`.
     CallResponse = 6,
 }

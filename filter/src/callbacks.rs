@@ -158,7 +158,8 @@ pub extern "C" fn proxy_on_http_call_response(
     }
 }
 
-/// A message of gRPC stream `token` (etcd's watch), opened by root `context_id`.
+/// A message of gRPC stream `token` (a health check's answer, a backend's health Watch, etcd's
+/// watch), opened by root `context_id`.
 #[no_mangle]
 pub extern "C" fn proxy_on_grpc_receive(context_id: u32, token: u32, message_size: usize) {
     with_root(context_id, |root| root.on_grpc_receive(token, message_size));
@@ -224,10 +225,14 @@ pub extern "C" fn proxy_on_response_body(
     Action::Continue
 }
 
-/// A response's trailers: passed on untouched.
+/// A response's trailers: passed on untouched, read for a gRPC call's `grpc-status`.
 #[no_mangle]
-pub extern "C" fn proxy_on_response_trailers(_context_id: u32, _num_trailers: usize) -> Action {
-    Action::Continue
+pub extern "C" fn proxy_on_response_trailers(context_id: u32, _num_trailers: usize) -> Action {
+    with_stream(context_id, |stream| match stream {
+        Context::Request(http) => http.on_response_trailers(),
+        Context::Page(_) => Action::Continue,
+    })
+    .unwrap_or(Action::Continue)
 }
 
 /// A TCP connection's first callback. upcheck is an HTTP filter: a listener that loads it as a

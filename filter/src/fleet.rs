@@ -99,8 +99,8 @@ impl Defined {
         let gauge = |stat: &str| Gauge::define(&series::pool_stat(name, stat));
         Defined {
             pool: name.map(str::to_owned),
-            local: gauge("fleet_local"),
-            balancers: gauge("fleet_balancers"),
+            local: gauge(series::FLEET_LOCAL),
+            balancers: gauge(series::FLEET_BALANCERS),
             duties: Vec::new(),
             watch: None,
         }
@@ -120,7 +120,7 @@ impl Defined {
             self.duties = members
                 .iter()
                 .map(|m| {
-                    let stat = series::backend_stat(name, m.name(), "probe_duty");
+                    let stat = series::backend_stat(name, m.name(), series::PROBE_DUTY);
                     (m.key.clone(), Gauge::define(&stat))
                 })
                 .collect();
@@ -133,10 +133,10 @@ impl Defined {
         if let Some(watching) = shown.watching() {
             let gauge = |stat: &str| Gauge::define(&series::pool_stat(name, stat));
             let gauges = self.watch.get_or_insert_with(|| WatchGauges {
-                live: gauge("fleet_watch"),
-                revision: gauge("fleet_revision"),
-                events: gauge("fleet_watch_events"),
-                resyncs: gauge("fleet_resyncs"),
+                live: gauge(series::FLEET_WATCH),
+                revision: gauge(series::FLEET_REVISION),
+                events: gauge(series::FLEET_WATCH_EVENTS),
+                resyncs: gauge(series::FLEET_RESYNCS),
             });
             gauges.live.show(u64::from(watching.live));
             gauges.revision.show(watching.revision);
@@ -174,15 +174,13 @@ pub fn open_watch(open: &OpenWatch) -> Result<u32, &'static str> {
         .iter()
         .map(|(name, value)| (*name, value.as_str()))
         .collect();
-    hostcalls::open_grpc_stream(&open.cluster, watch::SERVICE, watch::METHOD, &metadata)
-        .and_then(|token| match hostcalls::grpc_send(token, &open.message) {
-            Ok(()) => Ok(token),
-            Err(status) => {
-                let _ = hostcalls::grpc_cancel(token);
-                Err(status)
-            }
-        })
-        .map_err(describe)
+    hostcalls::open_grpc_stream(
+        &open.cluster,
+        (watch::SERVICE, watch::METHOD),
+        &metadata,
+        (&open.message, false),
+    )
+    .map_err(describe)
 }
 
 /// Cancels gRPC stream `token`.

@@ -91,6 +91,7 @@ extern "C" {
     fn proxy_define_metric(kind: u32, name: *const u8, name_size: usize, id: *mut u32) -> u32;
     fn proxy_increment_metric(id: u32, offset: i64) -> u32;
     fn proxy_record_metric(id: u32, value: u64) -> u32;
+    fn proxy_get_metric(id: u32, value: *mut u64) -> u32;
     fn proxy_http_call(
         upstream: *const u8,
         upstream_size: usize,
@@ -116,6 +117,21 @@ extern "C" {
     ) -> u32;
     fn proxy_grpc_send(token: u32, message: *const u8, message_size: usize, end_stream: u32)
         -> u32;
+    fn proxy_grpc_call(
+        upstream: *const u8,
+        upstream_size: usize,
+        service: *const u8,
+        service_size: usize,
+        method: *const u8,
+        method_size: usize,
+        initial_metadata: *const u8,
+        initial_metadata_size: usize,
+        message: *const u8,
+        message_size: usize,
+        timeout_ms: u32,
+        token: *mut u32,
+    ) -> u32;
+    fn proxy_get_status(code: *mut u32, message: *mut *mut u8, message_size: *mut usize) -> u32;
     fn proxy_grpc_cancel(token: u32) -> u32;
 }
 
@@ -420,12 +436,14 @@ pub fn dispatch_http_call(
 }
 
 /// Opens a gRPC stream to `service`/`method` through the cluster `upstream` with
-/// `initial_metadata`: its token, for [`grpc_send`], [`grpc_cancel`] and the stream callbacks.
+/// `initial_metadata`, and sends its first `message` (`last`: the request side ends with it): its
+/// token, for [`grpc_cancel`] and the stream callbacks. A stream whose message
+/// could not go is cancelled.
 pub fn open_grpc_stream(
     upstream: &str,
-    service: &str,
-    method: &str,
+    (service, method): (&str, &str),
     initial_metadata: &[(&str, &str)],
+    (message, last): (&[u8], bool),
 ) -> Result<u32, Status> {
     let metadata = serialize_map(initial_metadata);
     let mut token = 0u32;
@@ -442,12 +460,56 @@ pub fn open_grpc_stream(
             &mut token,
         )
     })?;
+    let end_of_stream = u32::from(last);
+    let sent = unsafe { proxy_grpc_send(token, message.as_ptr(), message.len(), end_of_stream) };
+    if let Err(status) = Status::of(sent) {
+        let _ = grpc_cancel(token);
+        return Err(status);
+    }
     Ok(token)
 }
 
-/// Sends `message` on gRPC stream `token`.
-pub fn grpc_send(token: u32, message: &[u8]) -> Result<(), Status> {
-    Status::of(unsafe { proxy_grpc_send(token, message.as_ptr(), message.len(), 0) })
+/// Calls `service`/`method` once through the cluster `upstream` with `initial_metadata` and
+/// `message`, giving up after `timeout`: its token, for `proxy_on_grpc_receive` (the answer)
+/// and `proxy_on_grpc_close` (its end).
+pub fn grpc_call(
+    upstream: &str,
+    (service, method): (&str, &str),
+    initial_metadata: &[(&str, &str)],
+    message: &[u8],
+    timeout: Duration,
+) -> Result<u32, Status> {
+    let metadata = serialize_map(initial_metadata);
+    let timeout_ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
+    let mut token = 0u32;
+    Status::of(unsafe {
+        proxy_grpc_call(
+            upstream.as_ptr(),
+            upstream.len(),
+            service.as_ptr(),
+            service.len(),
+            method.as_ptr(),
+            method.len(),
+            metadata.as_ptr(),
+            metadata.len(),
+            message.as_ptr(),
+            message.len(),
+            timeout_ms,
+            &mut token,
+        )
+    })?;
+    Ok(token)
+}
+
+/// The gRPC status and message of the call or stream whose `proxy_on_grpc_close` is running.
+pub fn grpc_status() -> Result<(u32, String), Status> {
+    let mut code = 0u32;
+    let mut data: *mut u8 = null_mut();
+    let mut size = 0usize;
+    Status::of(unsafe { proxy_get_status(&mut code, &mut data, &mut size) })?;
+    // SAFETY: what proxy_get_status handed over, as the ABI promises.
+    let message = unsafe { take(data, size) }.unwrap_or_default();
+    Ok((code, String::from_utf8_lossy(&message).into_owned()))
 }
 
 /// Ends gRPC stream `token` at once: no callback of it follows.
@@ -470,6 +532,13 @@ pub fn increment_metric(id: u32, offset: i64) -> Result<(), Status> {
 /// Sets a gauge.
 pub fn record_metric(id: u32, value: u64) -> Result<(), Status> {
     Status::of(unsafe { proxy_record_metric(id, value) })
+}
+
+/// A metric's value as the host keeps it: a counter's total over every VM, a gauge's last value.
+pub fn get_metric(id: u32) -> Result<u64, Status> {
+    let mut value = 0u64;
+    Status::of(unsafe { proxy_get_metric(id, &mut value) })?;
+    Ok(value)
 }
 
 /// A header map in the ABI's form: a u32 count, a (name length, value length) pair of u32 per

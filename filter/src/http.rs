@@ -8,6 +8,11 @@
 //! drain signal ([`drain::SIGNAL_HEADER`]) says so to the policy, and the header is removed on
 //! its way to the client: it is the backend's word to the balancer, not to users.
 //!
+//! A gRPC backend's calls ([`Pool::speaks_grpc`]) end in `grpc-status`: in the response headers
+//! of a trailers-only answer, which settle the call then, or in the trailers, which settle it
+//! when they come; meanwhile it waits on its backend no more ([`Pool::request_answered`]). The
+//! core reads the value ([`call`]).
+//!
 //! At cold start, before any probe has answered, the policy holds a request instead
 //! ([`Pick::Wait`], [`Pick::Probe`]): parked for the tick to resume, where the host resumes a
 //! request whenever asked (Envoy), or paused on a probe the request sends itself, where the host
@@ -21,6 +26,8 @@ use crate::retry_headers;
 use crate::route::route;
 use crate::vm::{self, Handle, Holding, Vm};
 use std::time::Duration;
+use upcheck_policy::grpc::call::{self, CallEnd};
+use upcheck_policy::grpc::status::Code;
 use upcheck_policy::host::Held;
 use upcheck_policy::outcome::status_code;
 use upcheck_policy::retry::safe_to_repeat;
@@ -30,6 +37,8 @@ use upcheck_policy::{drain, Pick, Pool, RequestOutcome, Retried, Routed, Routing
 struct Ending {
     /// The status the client was answered with, if response headers reached it.
     status: Option<u16>,
+    /// A gRPC call's code, if it ended with one.
+    grpc: Option<Code>,
     /// Whether the answer carried the drain signal.
     signalled: bool,
     /// Whether to ask the proxy how the request went (its response flags, its retries): not of
@@ -42,6 +51,8 @@ pub struct Http {
     id: u32,
     vm: Handle,
     standing: Progress,
+    /// Whether its pool's backends speak gRPC, as it stood when the request was routed.
+    grpc: bool,
 }
 
 /// Where a request stands with the policy.
@@ -54,6 +65,13 @@ enum Progress {
     Routed(Routed, Option<Time>),
     /// Held at cold start on the probe with this token ([`Pick::Probe`]), until it is answered.
     Holding(u32),
+    /// A gRPC call whose response headers came `latency` after it started: its trailers say
+    /// how it went.
+    Trailing {
+        routed: Routed,
+        latency: Duration,
+        signalled: bool,
+    },
     /// Its outcome has gone to the policy: nothing more is said of it.
     Settled,
 }
@@ -132,6 +150,7 @@ impl Http {
             id,
             vm,
             standing: Progress::Unrouted,
+            grpc: false,
         }
     }
 
@@ -142,9 +161,16 @@ impl Http {
         let standing = std::mem::replace(&mut self.standing, Progress::Settled);
         let id = self.id;
         vm::with(&self.vm, |v| {
+            let mut answered_after = None;
             let (backend, started) = match standing {
                 Progress::Settled => return,
                 Progress::Routed(backend, started) => (backend, started),
+                Progress::Trailing {
+                    routed, latency, ..
+                } => {
+                    answered_after = Some(latency);
+                    (routed, None)
+                }
                 Progress::Unrouted => {
                     let at = v.resumed.iter().position(|r| r.context == id);
                     let Some(resumed) = at.map(|at| v.resumed.swap_remove(at)) else {
@@ -166,16 +192,19 @@ impl Http {
             let now = started.map(|_| vm::now());
             let latency = match (now, started) {
                 (Some(now), Some(started)) => now.saturating_sub(started),
-                _ => Duration::ZERO,
+                _ => answered_after.unwrap_or_default(),
             };
             let Some(pool) = v.pool.as_mut() else {
                 return;
             };
             let config = pool.config();
             let flags_reported = ending.ask_proxy && config.proxy.reports_response_flags();
-            let outcome =
-                RequestOutcome::ended(ending.status, latency, || response_flags(flags_reported))
-                    .signalled(ending.signalled);
+            let flags = || response_flags(flags_reported);
+            let outcome = match ending.grpc {
+                Some(code) => RequestOutcome::called(code, latency, flags),
+                None => RequestOutcome::ended(ending.status, latency, flags),
+            }
+            .signalled(ending.signalled);
             let retried = match ending.ask_proxy && config.routing == RoutingMode::Host {
                 true => retried(pool),
                 false => Retried::No,
@@ -235,11 +264,14 @@ impl Http {
     /// The request's headers: the pick, the route header, or a wait at cold start.
     pub fn on_request_headers(&mut self) -> Action {
         let id = self.id;
-        let standing = &mut self.standing;
-        vm::with(&self.vm, |v| decide(v, id, standing))
-            .flatten()
-            // Not configured: leave the request to the proxy's own routing.
-            .unwrap_or(Action::Continue)
+        let (standing, grpc) = (&mut self.standing, &mut self.grpc);
+        vm::with(&self.vm, |v| {
+            *grpc = v.pool.as_ref().is_some_and(Pool::speaks_grpc);
+            decide(v, id, standing)
+        })
+        .flatten()
+        // Not configured: leave the request to the proxy's own routing.
+        .unwrap_or(Action::Continue)
     }
 
     /// The answer to call `token` of this request: the probe it was held on at cold start,
@@ -283,8 +315,76 @@ impl Http {
         if signalled {
             let _ = hostcalls::remove_map_value(HeaderMap::Response, drain::SIGNAL_HEADER);
         }
+        if self.grpc {
+            self.grpc_headers(status, signalled);
+            return Action::Continue;
+        }
         self.settle(Ending {
             status: Some(status),
+            grpc: None,
+            signalled,
+            ask_proxy: true,
+        });
+        Action::Continue
+    }
+
+    /// A gRPC call's response headers (HTTP `status`): settled now if they say how it ended or
+    /// are no gRPC answer, or left for its trailers. Out of line: HTTP backends never come here.
+    #[inline(never)]
+    fn grpc_headers(&mut self, status: u16, signalled: bool) {
+        let heard = hostcalls::read_map_value(HeaderMap::Response, call::STATUS_HEADER, |v| {
+            call::heard(status, Some(v))
+        })
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| call::heard(status, None));
+        let grpc = match heard {
+            CallEnd::Ended(code) => Some(code),
+            CallEnd::Http(_) => None,
+            CallEnd::InTrailers => match self.standing {
+                Progress::Routed(routed, Some(started)) => {
+                    let latency = vm::now().saturating_sub(started);
+                    let id = self.id;
+                    vm::with(&self.vm, |v| {
+                        if let Some(pool) = v.pool.as_mut() {
+                            pool.request_answered(id, routed);
+                        }
+                    });
+                    self.standing = Progress::Trailing {
+                        routed,
+                        latency,
+                        signalled,
+                    };
+                    return;
+                }
+                // Held at cold start, or not timed: its answer is taken as it stands.
+                _ => None,
+            },
+        };
+        self.settle(Ending {
+            status: Some(status),
+            grpc,
+            signalled,
+            ask_proxy: true,
+        });
+    }
+
+    /// The response's trailers: a gRPC call's `grpc-status`, which settles it.
+    pub fn on_response_trailers(&mut self) -> Action {
+        let Progress::Trailing { signalled, .. } = self.standing else {
+            return Action::Continue;
+        };
+        let found =
+            hostcalls::read_map_value(HeaderMap::ResponseTrailers, call::STATUS_HEADER, |v| {
+                call::in_trailers(Some(v))
+            });
+        let code = found
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| call::in_trailers(None));
+        self.settle(Ending {
+            status: Some(200),
+            grpc: Some(code),
             signalled,
             ask_proxy: true,
         });
@@ -304,10 +404,18 @@ impl Http {
     /// sets up nothing.
     #[inline(never)]
     fn settle_unanswered(&mut self) {
+        let signalled = match self.standing {
+            Progress::Trailing { signalled, .. } => signalled,
+            _ => false,
+        };
         self.settle(Ending {
             status: None,
-            signalled: false,
-            ask_proxy: matches!(self.standing, Progress::Routed(..)),
+            grpc: None,
+            signalled,
+            ask_proxy: matches!(
+                self.standing,
+                Progress::Routed(..) | Progress::Trailing { .. }
+            ),
         });
     }
 }

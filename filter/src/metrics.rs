@@ -107,6 +107,38 @@ impl BackendMetrics {
         }
     }
 
+    /// The handle of its `metric`, one of [`series::BACKEND_METRICS`], to read it back by.
+    pub fn id(&self, metric: Metric) -> Option<u32> {
+        let (r, o) = (&self.retries, &self.outliers);
+        [
+            (series::PROBES, self.probes),
+            (series::PROBE_FAILURES, self.probe_failures),
+            (series::REQUESTS, self.requests),
+            (series::REQUEST_FAILURES, self.request_failures),
+            (series::RETRIED, r.retried),
+            (series::RETRIED_RECOVERED, r.recovered),
+            (series::HEDGES, r.hedges),
+            (series::HEDGES_WON, r.hedges_won),
+            (series::EJECTIONS, self.ejections),
+            (series::OUTLIER_FAILING, o.failing),
+            (series::OUTLIER_SLOW, o.slow),
+            (series::OUTLIER_STALLED, o.stalled),
+            (series::STATE_CHANGES, self.state_changes),
+            (series::HEALTHY, self.healthy),
+            (series::DRAINING, self.draining),
+            (series::PROBE_LATENCY_MS, self.probe_latency_ms),
+            (series::LAST_CHANGE_SECONDS, self.last_change_seconds),
+        ]
+        .into_iter()
+        .find_map(|(m, id)| if m == metric { id } else { None })
+    }
+
+    /// The handle of its gauge for `state`.
+    pub fn state_id(&self, state: State) -> Option<u32> {
+        let at = State::ALL.iter().position(|s| *s == state)?;
+        self.states.get(at).copied().flatten()
+    }
+
     /// Sets its state gauges: 1 for `state`, 0 for the others, and when it began.
     pub fn set_state(&self, state: State, since: Time) {
         for (id, each) in self.states.iter().zip(State::ALL) {
@@ -227,6 +259,17 @@ impl PoolMetrics {
         }
     }
 
+    /// The handle of its metric named `name` ([`series::POOL_GUARD`],
+    /// [`series::POOL_GUARD_DEPRECATED`] or [`series::RETRIES_REFUSED`]).
+    pub fn id(self, name: &str) -> Option<u32> {
+        match name {
+            series::POOL_GUARD => self.guard,
+            series::POOL_GUARD_DEPRECATED => self.guard_deprecated,
+            series::RETRIES_REFUSED => self.retries_refused,
+            _ => None,
+        }
+    }
+
     /// Says whether the guard is engaged.
     pub fn set_guard(self, engaged: bool) {
         set(self.guard, u64::from(engaged));
@@ -237,6 +280,16 @@ impl PoolMetrics {
     pub fn count_refused(self, requests: u32) {
         add(self.retries_refused, requests);
     }
+}
+
+/// The handles a status page's VM reads the metrics back by: its own, never the pool's, so this
+/// VM writes no metric whatever it takes in.
+#[derive(Default)]
+pub struct PageMetrics {
+    /// Each backend's, in the pool's order.
+    pub backends: Vec<BackendMetrics>,
+    /// The pool's own.
+    pub pool: PoolMetrics,
 }
 
 /// Adds one to a counter.

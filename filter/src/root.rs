@@ -8,8 +8,8 @@
 //! within one wake-up of start.
 //!
 //! A configuration whose role is the status page ([`upcheck_policy::Role`]) gets none of that:
-//! no tick, no lease, no announcement, no metrics; its requests go to a [`PageContext`] context,
-//! which reads the shared tables when the page is asked for.
+//! no tick, no lease, no announcement, no metric written; its requests go to a [`PageContext`]
+//! context, which reads the shared tables when the page is asked for.
 
 use crate::abi::BufferType;
 use crate::hostcall as hostcalls;
@@ -60,6 +60,7 @@ impl Root {
         let configured = vm::with(&self.vm, |v| {
             v.flush_requests();
             v.pool = Some(Pool::new(config, now, |_| BackendMetrics::default()));
+            v.page_metrics = None;
             v.resync();
         });
         self.serves_page = true;

@@ -3,7 +3,7 @@
 //! Envoy runs one VM per worker plus the main thread's; shared data (per `vm_id`) is what they
 //! have in common, and several plugin configurations can share a `vm_id` (two listeners, or an
 //! old configuration draining after an update). The keys, named with the tables' format version
-//! ([`upcheck_policy::tables::keys`], `upcheck.v6.…`) so that two builds of upcheck sharing a
+//! ([`upcheck_policy::tables::keys`], `upcheck.v7.…`) so that two builds of upcheck sharing a
 //! `vm_id` keep apart:
 //! - `leases`: for each configuration running (by fingerprint), which VM probes for it
 //!   and until when, taken and renewed by compare-and-swap, so exactly one prober runs per
@@ -51,7 +51,7 @@ const VM_SEQUENCE: &str = "upcheck.vm_sequence";
 /// each pick. Reading it copies nothing, so learning that another worker just took a backend
 /// out costs a request one host call, and the table itself is read only then (the failures
 /// that do not take a backend out wait for the tick, as every other table does).
-const PASSIVE_TAKEN_OUT: &str = "upcheck.v6.passive_taken_out";
+const PASSIVE_TAKEN_OUT: &str = "upcheck.v7.passive_taken_out";
 
 /// How often a compare-and-swap is retried against other workers' writes.
 const CAS_ATTEMPTS: usize = 16;

@@ -4,12 +4,19 @@
 //! the request's path and local address, takes in the tables the pool's traffic filters share,
 //! (and what the prober shows of the fleet), and sends the answer. It never probes, announces,
 //! routes or writes shared data.
+//!
+//! At [`page::METRICS_PATH`] it answers the module's metrics in Prometheus' text format, rendered
+//! by the policy ([`page::prometheus`]) from each metric's value as the host keeps it, read back
+//! here (`proxy_get_metric`) through handles this VM defines at the first such request and keeps
+//! apart from its pool's ([`crate::metrics::PageMetrics`]): the same names return the same
+//! process-wide stats, and this VM never writes them.
 
 use crate::abi::{Action, HeaderMap};
 use crate::hostcall as hostcalls;
+use crate::metrics::{BackendMetrics, PageMetrics, PoolMetrics};
 use crate::shared;
 use crate::vm::{self, Vm};
-use upcheck_policy::page::{self, Answer};
+use upcheck_policy::page::{self, Answer, Stat};
 
 /// One request to the status page listener.
 pub struct PageContext {
@@ -23,7 +30,9 @@ impl PageContext {
     }
 
     /// The request's headers: answered here, or left to the listener's route when this VM
-    /// serves no status page.
+    /// serves no status page. Never inlined: the page's rendering stays out of the callback every
+    /// user request goes through, whose instructions it would otherwise change.
+    #[inline(never)]
     pub fn on_request_headers(&mut self) -> Action {
         match vm::with(&self.vm, answer) {
             Some(true) => Action::Pause,
@@ -67,6 +76,7 @@ fn answer(v: &mut Vm) -> bool {
             let shown = fleet.and_then(|f| shared::read_fleet(&f.prefix));
             (form.content_type(), form.render(pool, shown.as_ref(), now))
         }
+        (Answer::Metrics, _) => (page::METRICS_CONTENT_TYPE, metrics(v)),
         (_, refusal) => ("text/plain", refusal.unwrap_or_default()),
     };
     let headers = vec![
@@ -80,4 +90,30 @@ fn answer(v: &mut Vm) -> bool {
             false
         }
     }
+}
+
+/// The module's metrics in Prometheus' text format, each read back from the host; the handles to
+/// read them by defined first if this VM has not yet.
+fn metrics(v: &mut Vm) -> String {
+    let Some(pool) = v.pool.as_ref() else {
+        return String::new();
+    };
+    let handles = v.page_metrics.get_or_insert_with(|| {
+        let name = pool.config().pool.as_deref();
+        PageMetrics {
+            backends: (pool.members().iter())
+                .map(|m| BackendMetrics::define(name, &m.upstream))
+                .collect(),
+            pool: PoolMetrics::define(name),
+        }
+    });
+    let fleet = pool.config().fleet.as_ref();
+    let shown = fleet.and_then(|f| shared::read_fleet(&f.prefix));
+    let value = |id: Option<u32>| id.and_then(|id| hostcalls::get_metric(id).ok());
+    let backend = |index: usize| handles.backends.get(index);
+    page::prometheus(pool, shown.as_ref(), |stat| match stat {
+        Stat::Backend(index, metric) => value(backend(index)?.id(metric)),
+        Stat::State(index, state) => value(backend(index)?.state_id(state)),
+        Stat::Pool(metric) => value(handles.pool.id(metric)),
+    })
 }

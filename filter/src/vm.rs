@@ -10,7 +10,7 @@
 
 use crate::fleet::{self, FleetGauges};
 use crate::hostcall as hostcalls;
-use crate::metrics::{self, BackendMetrics, PoolMetrics};
+use crate::metrics::{self, BackendMetrics, PageMetrics, PoolMetrics};
 use crate::probes;
 use crate::retry_headers::TimeoutValues;
 use crate::route::RouteValues;
@@ -77,6 +77,9 @@ pub struct Vm {
     pub pool: Option<Pool<BackendMetrics>>,
     /// The pool's own metrics (the pool guard's gauge, the retry budget's refusals).
     pub pool_metrics: PoolMetrics,
+    /// On a status page's VM: the handles its metrics are read back by, defined at the first
+    /// request for them after a configuration.
+    pub page_metrics: Option<PageMetrics>,
     /// On the VM that speaks for its process in a fleet of balancers: the gauges that show it.
     fleet: FleetGauges,
     /// The passive table's compare-and-swap number when its failures were last offered to the
@@ -313,6 +316,17 @@ impl Vm {
     /// A message of gRPC stream `token`, `size` bytes: the pool's to take in (a stream with no
     /// pool to hear it is cancelled).
     pub fn stream_message(&mut self, token: u32, size: usize, now: Time) {
+        // A gRPC call's answer is its end: Envoy closes only a call that failed.
+        if let Some(pool) = self.pool.as_mut().filter(|p| p.awaits_probe(token)) {
+            let effects = probes::grpc_answered(pool, token, size, now);
+            self.carry_out(effects, now);
+            return;
+        }
+        if let Some(pool) = self.pool.as_mut().filter(|p| p.awaits_health_watch(token)) {
+            let effects = probes::watch_message(pool, token, size, now);
+            self.carry_out(effects, now);
+            return;
+        }
         let Some(pool) = self.pool.as_mut() else {
             fleet::cancel(token);
             return;
@@ -323,6 +337,16 @@ impl Vm {
 
     /// gRPC stream `token` ended with `status`.
     pub fn stream_closed(&mut self, token: u32, status: u32, now: Time) {
+        if let Some(pool) = self.pool.as_mut().filter(|p| p.awaits_probe(token)) {
+            let effects = probes::grpc_failed(pool, token, status, now);
+            self.carry_out(effects, now);
+            return;
+        }
+        if let Some(pool) = self.pool.as_mut().filter(|p| p.awaits_health_watch(token)) {
+            let effects = probes::watch_closed(pool, token, status, now);
+            self.carry_out(effects, now);
+            return;
+        }
         if let Some(pool) = self.pool.as_mut() {
             let effects = pool.watch_closed(token, status);
             self.carry_out(effects, now);
@@ -373,6 +397,15 @@ impl Host<BackendMetrics> for Envoy<'_> {
 
     fn open_watch(&mut self, open: &OpenWatch) -> Result<u32, &'static str> {
         fleet::open_watch(open)
+    }
+
+    fn open_health_watch(
+        &mut self,
+        config: &Config,
+        _index: usize,
+        member: &Member<BackendMetrics>,
+    ) -> Result<u32, &'static str> {
+        probes::open_watch(config, member)
     }
 
     fn cancel_stream(&mut self, token: u32) {

@@ -35,6 +35,13 @@ pub(crate) enum Event {
         token: u32,
         arrival: Arrival,
     },
+    /// A unary gRPC call made by `context` in `vm` ends: its message, or its close.
+    GrpcCallEnd {
+        vm: usize,
+        context: u32,
+        token: u32,
+        arrival: Arrival,
+    },
     /// Something was enqueued on a shared queue registered by `context` in `vm`.
     QueueReady { vm: usize, context: u32, queue: u32 },
     /// A user request (record index) reaches the proxy.
@@ -57,6 +64,7 @@ impl Event {
             | Event::VmUp { vm }
             | Event::CallResponse { vm, .. }
             | Event::GrpcArrival { vm, .. }
+            | Event::GrpcCallEnd { vm, .. }
             | Event::QueueReady { vm, .. }
             | Event::UpstreamReply { vm, .. }
             | Event::ClientGivesUp { vm, .. } => Some(*vm),

@@ -12,9 +12,10 @@
 //! either (calling one traps); a second non-zero `proxy_set_tick_period_milliseconds` in a
 //! root context traps ("tick_period already set"); `proxy_set_effective_context` does
 //! nothing; `proxy_increment_metric` on a gauge traps ("metric not a counter") and
-//! `proxy_record_metric` on a counter traps ("metric is a counter"); its property table
-//! answers NotFound for `response.flags`, `response.code_details` and anything it does not list
-//! (`upstream.request_attempt_count`), and `destination.address` is the PROXY protocol's,
+//! `proxy_record_metric` on a counter traps ("metric is a counter"), and `proxy_get_metric` of an
+//! id it does not know traps too, while it reads a counter as its sum over every worker; its
+//! property table answers NotFound for `response.flags`, `response.code_details` and anything it
+//! does not list (`upstream.request_attempt_count`), and `destination.address` is the PROXY protocol's,
 //! absent without it. A request paused with calls of its own resumes once the last of them is
 //! answered, whatever the filter asked, and only then; the answer to a request's call names the
 //! filter's root context, not the request's, while the host calls made in it act on the request

@@ -4,6 +4,7 @@
 use super::{Routing, Shape};
 use crate::deployment::{Backend, POOL};
 use crate::endpoint::{socket, Endpoint};
+use crate::etcd::http2;
 use crate::tree::{list, map, number, plain, text, Node};
 
 impl Shape {
@@ -22,6 +23,7 @@ impl Shape {
                     timeout: !host && i == 0,
                     dns: first_name == Some(i),
                 },
+                self.grpc,
             );
             match backends.first() {
                 Some(b) if host && i == 0 => {
@@ -93,24 +95,26 @@ impl Shape {
             ("max_requests", number(1024)),
             ("max_retries", number(1024)),
         ]);
-        map([
-            ("name", text(POOL)),
-            ("type", text("STATIC")),
-            (
-                "connect_timeout",
-                plain("1s").note(
-                    "A backend that does not complete the TCP handshake in time counts as a \
+        let http2 = self.grpc.then(http2);
+        map([("name", text(POOL)), ("type", text("STATIC"))]
+            .into_iter()
+            .chain(http2)
+            .chain([
+                (
+                    "connect_timeout",
+                    plain("1s").note(
+                        "A backend that does not complete the TCP handshake in time counts as a \
                      connection failure (and is retried, for every method).",
+                    ),
                 ),
-            ),
-            (
-                "load_balancing_policy",
-                map([("policies", list([override_host]))]),
-            ),
-            (
-                "circuit_breakers",
-                map([("thresholds", list([breakers]))]).note(
-                    "Envoy allows 3 retries in flight per cluster by default: under load, a \
+                (
+                    "load_balancing_policy",
+                    map([("policies", list([override_host]))]),
+                ),
+                (
+                    "circuit_breakers",
+                    map([("thresholds", list([breakers]))]).note(
+                        "Envoy allows 3 retries in flight per cluster by default: under load, a \
                      backend breaking then turned most retries into 502s (625 of 1,000 \
                      concurrent requests, measured). A request retries at most once, so retries \
                      in flight never outnumber requests in flight: with max_retries equal to \
@@ -119,19 +123,19 @@ impl Shape {
                      in flight, which a break under load exceeds at once (at 50 %, 20 of 200 \
                      concurrent GETs failed, measured); the filter's own budget bounds them by \
                      a share of the requests over a window.",
-                ),
-            ),
-            (
-                "load_assignment",
-                map([
-                    ("cluster_name", text(POOL)),
-                    (
-                        "endpoints",
-                        list([map([("lb_endpoints", list(endpoints))])]),
                     ),
-                ]),
-            ),
-        ])
+                ),
+                (
+                    "load_assignment",
+                    map([
+                        ("cluster_name", text(POOL)),
+                        (
+                            "endpoints",
+                            list([map([("lb_endpoints", list(endpoints))])]),
+                        ),
+                    ]),
+                ),
+            ]))
         .note(format!(
             "Every backend, for user requests. The load balancer sends each attempt to the next \
              address the filter wrote into {}; it falls back to round robin when there is none \
@@ -150,7 +154,7 @@ struct Explain {
 }
 
 /// A backend's own cluster.
-fn own_cluster(b: &Backend, explain: Explain) -> Node {
+fn own_cluster(b: &Backend, explain: Explain, grpc: bool) -> Node {
     let kind = match &b.probe {
         Endpoint::Ip(_) => vec![("type", text("STATIC"))],
         Endpoint::Name { .. } => {
@@ -185,17 +189,22 @@ fn own_cluster(b: &Backend, explain: Explain) -> Node {
         "endpoint",
         map([("address", map([("socket_address", socket(&b.probe))]))]),
     )]);
-    map([("name", text(&b.cluster))].into_iter().chain(kind).chain([
-        ("connect_timeout", timeout),
-        (
-            "load_assignment",
-            map([
-                ("cluster_name", text(&b.cluster)),
-                (
-                    "endpoints",
-                    list([map([("lb_endpoints", list([endpoint]))])]),
-                ),
-            ]),
-        ),
-    ]))
+    let http2 = grpc.then(http2);
+    map([("name", text(&b.cluster))]
+        .into_iter()
+        .chain(kind)
+        .chain(http2)
+        .chain([
+            ("connect_timeout", timeout),
+            (
+                "load_assignment",
+                map([
+                    ("cluster_name", text(&b.cluster)),
+                    (
+                        "endpoints",
+                        list([map([("lb_endpoints", list([endpoint]))])]),
+                    ),
+                ]),
+            ),
+        ]))
 }

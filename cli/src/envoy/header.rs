@@ -5,7 +5,7 @@ use upcheck_policy::duration::display;
 use upcheck_policy::RoutingMode;
 
 use super::Settings;
-use crate::deployment::{Deployment, POOL};
+use crate::deployment::{probe_text, Deployment, POOL};
 use crate::tree::comment;
 
 /// Writes the opening comment of `d`'s file, as `s` asks, to `out`.
@@ -51,7 +51,7 @@ pub(super) fn write(out: &mut String, d: &Deployment, s: &Settings) {
     let how = match d.routing {
         RoutingMode::Host => format!(
             "How it fits together: Envoy itself runs no health checks and ejects nothing. The \
-             upcheck filter probes every backend (GET {path}, through the backend's own probe \
+             upcheck filter probes every backend ({probe}, through the backend's own probe \
              cluster), watches every response, picks one trusted backend per request and writes \
              its address, then the address of the backend a retry should go to, into the \
              `{header}` request header (`routing: host`). Every request goes to the one `{POOL}` \
@@ -61,27 +61,41 @@ pub(super) fn write(out: &mut String, d: &Deployment, s: &Settings) {
              sees only the second answer. The filter reads how many attempts a request took and \
              counts the failed first attempt against the backend it picked, so {fails} such \
              failures within {window} still eject it, as they do without retries.",
-            path = active.path,
+            probe = probe_text(active),
             fails = passive.max_fails,
             window = display(passive.fail_duration),
         ),
         RoutingMode::Cluster => format!(
             "How it fits together: Envoy itself runs no health checks and ejects nothing. The \
-             upcheck filter probes every backend (GET {path}), watches every response, picks one \
+             upcheck filter probes every backend ({probe}), watches every response, picks one \
              trusted backend per request and names its cluster in the `{header}` request header; \
              the route sends the request to the cluster of that name ({fails} failures within \
              {window} eject a backend). A cluster per backend is what lets the filter both probe \
              and route by name.",
-            path = active.path,
+            probe = probe_text(active),
             fails = passive.max_fails,
             window = display(passive.fail_duration),
+        ),
+    };
+    let change = match &s.membership {
+        None => format!(
+            "The backends: {}. {places}: to change one, change the input and run `upcheck \
+             envoy` again.",
+            backends.join(", ")
+        ),
+        Some(dir) => format!(
+            "The backends when it was written: {}. They live in files of {}, which Envoy reads \
+             while it runs: `upcheck backends --config FILE add`, `drain`, `remove` change them \
+             with no restart, and `list` says which there are now. Running `upcheck envoy` again \
+             starts them over from its input.",
+            backends.join(", "),
+            dir.display()
         ),
     };
     let text = format!(
         "{intro}\n\
          \n\
-         Written by `upcheck envoy` from {input}. The backends: {backends}. {places}: to change \
-         one, change the input and run `upcheck envoy` again.\n\
+         Written by `upcheck envoy` from {input}. {change}\n\
          \n\
          To deploy: copy upcheck.wasm (`make build` writes target/upcheck.wasm) to {wasm}, then\n\
          \x20 envoy -c envoy.yaml --concurrency {concurrency}\n\
@@ -94,7 +108,6 @@ pub(super) fn write(out: &mut String, d: &Deployment, s: &Settings) {
          (and {path}.json, {path}.html in a browser). It is served on a listener of its \
          own{closed}.",
         input = s.input,
-        backends = backends.join(", "),
         wasm = s.wasm,
         concurrency = s.concurrency,
         status = s.status,

@@ -42,6 +42,7 @@ impl Shape {
             self.routes(),
             list(filters),
             self.discovery.is_some(),
+            self.grpc,
         )
     }
 
@@ -72,6 +73,7 @@ impl Shape {
             routes,
             list([filter, router(None)]),
             self.discovery.is_some(),
+            false,
         )
     }
 }
@@ -83,6 +85,8 @@ impl Shape {
 /// `clusters_read`: whether the clusters its routes name come from a file Envoy reads while it
 /// runs, which `envoy --mode validate` does not read: then the route table does not ask for them
 /// to exist at load (`validate_clusters`), as a route table served by xDS does not.
+///
+/// `grpc`: whether its users call gRPC, which the codec is then written out for.
 fn http_listener(
     name: &str,
     addr: SocketAddr,
@@ -90,7 +94,19 @@ fn http_listener(
     routes: Node,
     http_filters: Node,
     clusters_read: bool,
+    grpc: bool,
 ) -> Node {
+    let codec = grpc.then(|| {
+        (
+            "codec_type",
+            plain("AUTO").note(
+                "Envoy's default, written out for gRPC: a plaintext connection that opens with \
+                 HTTP/2's preface, as gRPC clients open h2c (HTTP/2 with prior knowledge), is \
+                 HTTP/2, any other HTTP/1.1; with TLS, ALPN decides. Measured on 1.40: gRPC \
+                 calls and a Watch stream through this listener need nothing more.",
+            ),
+        )
+    });
     let virtual_host = map([
         ("name", text(host)),
         ("domains", list([double_quoted("*")]).flow()),
@@ -99,6 +115,10 @@ fn http_listener(
     let manager = map([
         ("@type", text("type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager")),
         ("stat_prefix", text(name)),
+    ]
+    .into_iter()
+    .chain(codec)
+    .chain([
         (
             "route_config",
             map(
@@ -111,7 +131,7 @@ fn http_listener(
             ),
         ),
         ("http_filters", http_filters),
-    ]);
+    ]));
     let filter = map([
         (
             "name",

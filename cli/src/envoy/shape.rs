@@ -45,6 +45,8 @@ pub struct Shape {
     pub max_fails: u32,
     /// Where each filter's configuration is read from (ECDS, [`filter_file`](super::filter_file)), if not inline.
     pub discovery: Option<PathBuf>,
+    /// Whether the backends speak gRPC (`health_checks.active.grpc`): their clusters HTTP/2.
+    pub grpc: bool,
 }
 
 impl Shape {
@@ -61,6 +63,7 @@ impl Shape {
             wasm: s.wasm.clone(),
             max_fails: d.config.health_checks.passive.max_fails,
             discovery: s.membership.clone(),
+            grpc: d.config.health_checks.active.grpc.is_some(),
         }
     }
 }

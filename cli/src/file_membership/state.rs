@@ -11,6 +11,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::change_record::{self, Record};
 use crate::deployment::{plan, Deployment};
 use crate::envoy::Settings;
 use crate::etcd::Etcd;
@@ -52,6 +53,10 @@ pub struct State {
     /// the list, never the balancer's own listeners.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed: Vec<IpNet>,
+    /// Who asked for the last changes and why, the latest last ([`crate::change_record`]).
+    /// Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<Record>,
 }
 
 /// Why a command failed.
@@ -177,8 +182,11 @@ pub fn read(file: &Path) -> Result<State, Refusal> {
         return Err(not_ours());
     }
     let state = fs::read(&path).map_err(|_| not_ours())?;
-    serde_json::from_slice(&state)
-        .map_err(|e| input(format!("{}: not a membership: {e}", path.display())))
+    let state: State = serde_json::from_slice(&state)
+        .map_err(|e| input(format!("{}: not a membership: {e}", path.display())))?;
+    change_record::check(&state.history)
+        .map_err(|why| input(format!("{}: {why}", path.display())))?;
+    Ok(state)
 }
 
 #[cfg(test)]

@@ -176,7 +176,7 @@ fn a_file_upcheck_envoy_wrote_without_membership_is_refused() {
     fs::write(dir.path().join("input.json"), INPUT).expect("input written");
     let output = upcheck(
         dir.path(),
-        &["envoy", "input.json", "-o", "envoy.yaml"],
+        &["envoy", "input.json", "--static", "-o", "envoy.yaml"],
         b"",
     );
     assert!(output.status.success(), "{}", stderr(&output));
@@ -275,4 +275,26 @@ fn a_drain_goes_into_the_filters_configuration_and_is_refused_twice_or_ended_whe
     );
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(!plugin().contains("drain"), "{}", plugin());
+}
+
+#[test]
+fn who_asked_and_why_are_refused_unless_plain_naming_the_option() {
+    let dir = written(INPUT);
+    assert_eq!(
+        refused(dir.path(), &["drain", "app1", "--by", "alice smith"]),
+        "--by \"alice smith\" has a character other than letters, digits and ._@:+-"
+    );
+    assert_eq!(
+        refused(
+            dir.path(),
+            &["drain", "app1", "--reason", "sale\nforged line"]
+        ),
+        "--reason has a character that is not printable ASCII (a control character, a line \
+         break, or beyond ASCII)"
+    );
+    let long = "r".repeat(201);
+    assert_eq!(
+        refused(dir.path(), &["drain", "app1", "--reason", &long]),
+        "--reason is 201 characters long, over 200"
+    );
 }

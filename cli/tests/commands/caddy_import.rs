@@ -74,6 +74,7 @@ fn the_operators_block_is_written_to_a_file_with_exit_status_0() {
         "envoy",
         "--from-caddy",
         caddy.to_str().expect("utf-8"),
+        "--static",
         "-o",
     ];
     let output = upcheck(

@@ -33,6 +33,21 @@ pub fn upcheck(dir: &Path, args: &[&str], stdin: &[u8]) -> Output {
     child.wait_with_output().expect("upcheck finishes")
 }
 
+/// The names of the files in `dir`, sorted.
+pub fn file_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{} listed: {e}", dir.display()))
+        .map(|e| {
+            e.expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 /// Standard error, as text.
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()

@@ -220,3 +220,42 @@ fn a_plugin_configuration_the_module_refuses_fails_envoys_validation() {
         "{said}"
     );
 }
+
+#[test]
+fn grpc_backends_pass_envoys_validation_in_both_routings_with_their_grpc_route_and_retries() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let plugin = dir.path().join("upcheck.json");
+    std::fs::write(
+        &plugin,
+        r#"{"upstreams": [{"name": "app1", "address": "127.0.0.1:50051"},
+                          {"name": "app2", "address": "127.0.0.1:50052"}],
+            "health_checks": {"active": {"grpc": {"service": "orders"}}}}"#,
+    )
+    .expect("written");
+    let plugin = plugin.to_str().expect("a UTF-8 path");
+    for routing in ["host", "cluster"] {
+        let yaml = written(&["envoy", plugin, "--routing", routing]);
+        assert!(yaml.contains("http2_protocol_options"), "{yaml}");
+        assert!(
+            yaml.contains("max_stream_duration: { grpc_timeout_header_max: 0s }"),
+            "{yaml}"
+        );
+        assert!(
+            yaml.contains(r#"the gRPC Health Check of service "orders""#),
+            "{yaml}"
+        );
+        if routing == "host" {
+            assert!(
+                yaml.contains(r#"match: { prefix: "/", grpc: {  } }"#),
+                "{yaml}"
+            );
+            assert!(
+                yaml.contains("retry_on: unavailable,reset,connect-failure,refused-stream"),
+                "{yaml}"
+            );
+        }
+        if let Err(said) = validate(&yaml) {
+            panic!("Envoy refused the gRPC configuration in {routing} routing:\n{said}");
+        }
+    }
+}

@@ -83,7 +83,9 @@ fn the_configuration_written_from_caddy_passes_nginx_t_without_the_modules_direc
 fn the_embedded_plugin_configurations_are_the_modules_for_nginx() {
     let conf = written(&["nginx", "--from-caddy", "config/caddy.json"]);
     let plugins = plugin_configurations(&conf);
-    assert_eq!(plugins.len(), 2, "{conf}");
+    // The traffic filter's, the status page's and the metrics' location's (the page's again).
+    assert_eq!(plugins.len(), 3, "{conf}");
+    assert_eq!(plugins[2], plugins[1], "the metrics are the page filter's");
     let traffic = Config::parse(plugins[0].as_bytes()).expect("the traffic filter's parses");
     let page = Config::parse(plugins[1].as_bytes()).expect("the page filter's parses");
     assert_eq!(traffic.proxy, Proxy::Nginx);
@@ -108,6 +110,24 @@ fn a_plugin_configuration_with_a_host_name_and_a_quote_in_a_probe_header_passes_
         [("x-probe".to_string(), "it's \\ me".to_string())]
     );
     assert_eq!(traffic.upstreams[1].cluster(), "localhost:3002");
+}
+
+#[test]
+fn a_grpc_check_is_refused_for_nginx_naming_the_field_and_writing_nothing() {
+    let output = upcheck(
+        &workspace(),
+        &["nginx", "-"],
+        br#"{"upstreams": [{"name": "a", "address": "127.0.0.1:50051"}],
+             "health_checks": {"active": {"grpc": {"service": ""}}}}"#,
+    );
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty());
+    assert!(
+        stderr(&output)
+            .contains("standard input: health_checks.active.grpc: gRPC health checks need Envoy"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]

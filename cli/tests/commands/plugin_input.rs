@@ -7,7 +7,7 @@ use crate::common;
 
 use std::fs;
 
-use common::{refused, stderr, upcheck, workspace};
+use common::{file_names, refused, stderr, upcheck, workspace};
 use serde_json::{json, Value};
 use upcheck_policy::Config;
 
@@ -162,6 +162,7 @@ fn an_output_that_cannot_be_written_fails_with_exit_status_1() {
         &[
             "envoy",
             "config/upcheck-host.json",
+            "--static",
             "-o",
             "no-such-dir/envoy.yaml",
         ],
@@ -247,6 +248,36 @@ fn check_fills_in_every_default_the_configuration_leaves_out() {
 }
 
 #[test]
+fn check_prints_a_grpc_check_with_its_defaults_that_reads_back_and_says_what_it_asks() {
+    let input = br#"{"upstreams": [{"name": "app1", "address": "10.0.0.1:50051"}],
+                     "health_checks": {"active": {"grpc": {}}}}"#;
+    let output = upcheck(&workspace(), &["check", "-"], input);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        stderr(&output),
+        "ok: 1 upstream (app1), routing cluster; probes the gRPC Health Check of service \"\" \
+         every 10.0s, timeout 5.0s (SERVING passes; 1 passing probe makes a backend healthy, 1 \
+         failing one unhealthy); 3 failures within 10.0s eject a backend; routing cluster \
+         repeats no request on another backend: a 5xx before its backend is ejected reaches its \
+         user (routing host repeats it)\n"
+    );
+    let effective: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(
+        effective["health_checks"]["active"],
+        json!({"grpc": {"service": ""}, "headers": {}, "interval": "10s", "timeout": "5s",
+               "passes": 1, "fails": 1}),
+        "the gRPC check's fields, every default filled in; no path beside it"
+    );
+    let again = upcheck(&workspace(), &["check", "-"], &output.stdout);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    assert_eq!(
+        Config::parse(&output.stdout).unwrap_or_else(|e| panic!("{e}")),
+        Config::parse(input).unwrap_or_else(|e| panic!("{e}")),
+        "what check prints reads back to the same configuration"
+    );
+}
+
+#[test]
 fn check_reads_a_status_page_configuration_and_says_whose_page_it_is() {
     let output = upcheck(
         &workspace(),
@@ -302,4 +333,111 @@ fn a_plugin_configuration_and_caddys_json_at_once_are_refused_with_exit_status_2
     let neither = upcheck(&workspace(), &["envoy"], b"");
     assert_eq!(neither.status.code(), Some(2));
     assert!(neither.stdout.is_empty());
+}
+
+#[test]
+fn a_file_written_with_o_keeps_its_backends_in_files_beside_it_unless_static() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let input = fs::read(workspace().join("config/upcheck-host.json")).expect("the example");
+    fs::write(dir.path().join("input.json"), input).expect("input written");
+    let default = upcheck(
+        dir.path(),
+        &["envoy", "input.json", "-o", "envoy.yaml"],
+        b"",
+    );
+    assert_eq!(default.status.code(), Some(0), "{}", stderr(&default));
+    assert_eq!(
+        file_names(dir.path()),
+        ["envoy.yaml", "envoy.yaml.d", "input.json"]
+    );
+    assert_eq!(
+        file_names(&dir.path().join("envoy.yaml.d")),
+        [
+            "clusters.json",
+            "membership.json",
+            "upcheck-status.json",
+            "upcheck.json"
+        ]
+    );
+    let yaml = fs::read_to_string(dir.path().join("envoy.yaml")).expect("written");
+    assert!(yaml.contains("cds_config"), "{yaml}");
+    let header: Vec<&str> = yaml
+        .lines()
+        .take_while(|l| l.starts_with('#'))
+        .map(|l| l.trim_start_matches('#').trim())
+        .collect();
+    let header = header.join(" ");
+    assert!(
+        header.contains("The backends when it was written: app1 at 127.0.0.1:3001,")
+            && header.contains("`upcheck backends --config FILE add`, `drain`, `remove`"),
+        "{header}"
+    );
+
+    let named = upcheck(
+        dir.path(),
+        &["envoy", "input.json", "--membership", "-o", "named.yaml"],
+        b"",
+    );
+    assert_eq!(named.status.code(), Some(0), "{}", stderr(&named));
+    let named = fs::read_to_string(dir.path().join("named.yaml")).expect("written");
+    assert_eq!(
+        named.replace("named.yaml.d", "envoy.yaml.d"),
+        yaml,
+        "--membership names the default"
+    );
+
+    let single = upcheck(
+        dir.path(),
+        &["envoy", "input.json", "--static", "-o", "single.yaml"],
+        b"",
+    );
+    assert_eq!(single.status.code(), Some(0), "{}", stderr(&single));
+    assert!(!dir.path().join("single.yaml.d").exists());
+    let single = fs::read_to_string(dir.path().join("single.yaml")).expect("written");
+    assert!(!single.contains("cds_config") && single.contains("static_resources"));
+}
+
+#[test]
+fn standard_output_gets_the_single_file_and_says_so_unless_static_is_given() {
+    let output = upcheck(&workspace(), &["envoy", "config/upcheck-host.json"], b"");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stderr(&output).starts_with("upcheck: standard output gets the single-file shape"),
+        "{}",
+        stderr(&output)
+    );
+    let quiet = upcheck(
+        &workspace(),
+        &["envoy", "config/upcheck-host.json", "--static"],
+        b"",
+    );
+    assert_eq!(stderr(&quiet), "");
+    assert_eq!(quiet.stdout, output.stdout);
+}
+
+#[test]
+fn static_with_membership_or_allow_is_refused_as_a_contradiction() {
+    for extra in [&["--membership"][..], &["--allow", "10.0.0.0/8"][..]] {
+        let mut args = vec![
+            "envoy",
+            "config/upcheck-host.json",
+            "--static",
+            "-o",
+            "x.yaml",
+        ];
+        args.extend(extra);
+        let output = upcheck(&workspace(), &args, b"");
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{extra:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains("cannot be used with"),
+            "{}",
+            stderr(&output)
+        );
+    }
+    assert!(!workspace().join("x.yaml").exists());
 }

@@ -1,6 +1,7 @@
-//! The shipped Envoy configurations are outputs of `upcheck envoy` from the operators' Caddy
-//! configuration (`config/caddy.json`): `config/envoy.yaml` in host routing, the default, and
-//! `config/envoy-simple.yaml` in cluster routing. A hand edit to either, or a change to the
+//! The shipped Envoy configurations are outputs of `upcheck envoy --static` (the single-file shape,
+//! which shows the whole deployment in one file and runs wherever it is copied) from the
+//! operators' Caddy configuration (`config/caddy.json`): `config/envoy.yaml` in host routing, the
+//! default, and `config/envoy-simple.yaml` in cluster routing. A hand edit to either, or a change to the
 //! command, fails here until the files are written again with the command this prints.
 
 use crate::common;
@@ -40,7 +41,7 @@ fn written_as_committed(file: &str, args: &[&str]) {
 fn config_envoy_yaml_is_what_upcheck_envoy_writes_from_the_operators_caddy_configuration() {
     written_as_committed(
         "config/envoy.yaml",
-        &["envoy", "--from-caddy", "config/caddy.json"],
+        &["envoy", "--from-caddy", "config/caddy.json", "--static"],
     );
 }
 
@@ -54,6 +55,7 @@ fn config_envoy_simple_yaml_is_the_same_in_cluster_routing() {
             "config/caddy.json",
             "--routing",
             "cluster",
+            "--static",
         ],
     );
 }

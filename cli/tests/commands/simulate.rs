@@ -219,3 +219,76 @@ fn an_unknown_scenario_is_refused_with_the_built_in_names() {
     let message = refused(&["--scenario", "flood"], &[]);
     assert!(message.contains("incident, hang, db-blip"), "{message}");
 }
+
+#[test]
+fn in_the_grpc_scenario_a_backend_not_serving_from_the_start_never_receives_a_user() {
+    let stdout = simulate(&["--scenario", "grpc-not-serving"]);
+    let total = row(&stdout, "total");
+    assert_eq!(cell(&total, 1), (0, 0, 0), "app2's users:\n{stdout}");
+    assert_eq!(
+        cell(&total, 0),
+        (1200, 0, 0),
+        "app1 took everyone:\n{stdout}"
+    );
+    assert!(
+        stdout.contains(r#""health_checks":{"active":{"grpc":{"service":""}}}"#),
+        "the default configuration checks by gRPC:\n{stdout}"
+    );
+    assert!(stdout.contains("app1 healthy: 1 probe passed"), "{stdout}");
+    assert!(
+        stdout.contains("app2 unhealthy: 1 probe answered NOT_SERVING"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_grpc_backend_turning_serving_takes_users_and_answers_that_do_not_fit_the_check_are_refused() {
+    let scenario = r#"{"rate": 10, "duration": "20s",
+        "backends": [{"name": "app1"},
+                     {"name": "app2", "up": "NOT_SERVING", "changes": [{"at": "10s", "up": "SERVING"}]}]}"#;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("scenario.json");
+    fs::write(&file, scenario).expect("written");
+    let path = file.to_str().expect("UTF-8 path");
+    let stdout = simulate(&["--scenario-file", path]);
+    let total = row(&stdout, "total");
+    let (app2, failed, _) = cell(&total, 1);
+    assert_eq!(failed, 0, "{stdout}");
+    assert!(
+        (40..=60).contains(&app2),
+        "app2 takes about half of the 100 users of the last 10 s: {app2}\n{stdout}"
+    );
+    assert_eq!(cell(&total, 0).0 + app2, 200, "{stdout}");
+    let message = refused(
+        &["config.json", "--scenario-file", "scenario.json"],
+        &[
+            ("scenario.json", scenario),
+            (
+                "config.json",
+                r#"{"upstreams": [{"name": "app1"}, {"name": "app2"}]}"#,
+            ),
+        ],
+    );
+    assert!(
+        message.starts_with(
+            "upcheck: config.json: health_checks.active.path: the scenario's backends[1].up is \
+             NOT_SERVING, but the configuration probes GET"
+        ),
+        "{message}"
+    );
+    let message = refused(
+        &["config.json", "--scenario", "incident"],
+        &[(
+            "config.json",
+            r#"{"upstreams": [{"name": "app1"}, {"name": "app2"}],
+                "health_checks": {"active": {"grpc": {}}}}"#,
+        )],
+    );
+    assert!(
+        message.starts_with(
+            "upcheck: config.json: health_checks.active.grpc: the scenario's backends[1].up is \
+             502, but the configuration probes by gRPC"
+        ),
+        "{message}"
+    );
+}

@@ -211,12 +211,7 @@ async fn main() -> anyhow::Result<()> {
     let envoy = Envoy::builder()
         .concurrency(2)
         .start_yaml(|ports| {
-            let yaml = written.insert(write_envoy_yaml_with(
-                &args.upcheck,
-                &caddy,
-                ports,
-                &["--membership"],
-            )?);
+            let yaml = written.insert(write_envoy_yaml_with(&args.upcheck, &caddy, ports, &[])?);
             yaml.yaml()
         })
         .await?;
@@ -235,7 +230,7 @@ async fn main() -> anyhow::Result<()> {
         envoy.pid(),
     );
     println!(
-        "         upcheck envoy --from-caddy {} (app1 and app2 dialled) --membership -o {}",
+        "         upcheck envoy --from-caddy {} (app1 and app2 dialled) -o {}",
         args.caddy.display(),
         written.path().display()
     );

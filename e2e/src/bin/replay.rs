@@ -32,6 +32,11 @@ struct Args {
     /// Also write one line per request to this CSV file.
     #[arg(long)]
     csv: Option<PathBuf>,
+    /// A new connection for every request, as separate users open them, instead of reusing idle
+    /// ones: the proxy spreads connections over its workers, so a figure about every worker (a
+    /// cold start) needs it; over kept-alive connections a light load stays on one or two.
+    #[arg(long)]
+    connection_per_request: bool,
 }
 
 fn header(text: &str) -> Result<(String, String), String> {
@@ -45,6 +50,9 @@ fn header(text: &str) -> Result<(String, String), String> {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut replay = Replay::new(args.url, args.rate, args.duration).timeout(args.timeout);
+    if args.connection_per_request {
+        replay = replay.connection_per_request();
+    }
     for (name, value) in args.headers {
         replay = replay.header(name, value);
     }

@@ -45,4 +45,21 @@ impl Envoy {
             .remove(name)
             .with_context(|| format!("Envoy has no stat {name}"))
     }
+
+    /// That `received` requests at the backends answer `users` requests of users: one attempt
+    /// each, plus at most the second attempts Envoy counts (`upstream_rq_retry` over every
+    /// cluster). On a loaded machine a slow answer may be hedged; a hedge cancelled before it
+    /// left may never arrive, so fewer is fine.
+    pub async fn ensure_attempts(&self, received: u64, users: u64) -> Result<()> {
+        let repeats: u64 = self
+            .stats("^cluster\\..*\\.upstream_rq_retry$")
+            .await?
+            .values()
+            .sum();
+        ensure!(
+            (users..=users + repeats).contains(&received),
+            "backends received {received} requests for {users} users and {repeats} second attempts"
+        );
+        Ok(())
+    }
 }

@@ -190,6 +190,7 @@ impl EnvoyBuilder {
             concurrency: self.concurrency,
             cpu: None,
             args: &["--mode", if validate { "validate" } else { "serve" }],
+            env: &[],
         })?;
         let status = process.until_exit().await?;
         Ok(Exited {
@@ -369,6 +370,7 @@ async fn launch(
             "--drain-strategy",
             "immediate",
         ],
+        env: &[],
     })?;
     let mut envoy = Envoy {
         process,

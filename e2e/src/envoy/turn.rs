@@ -26,6 +26,11 @@ impl Turn {
         Turn::take(turns()?.1).await
     }
 
+    /// `count` turns (all of them at most), once free: for a test that runs that many Envoys.
+    pub async fn many(count: u32) -> Result<Turn> {
+        Turn::take(count.min(turns()?.1)).await
+    }
+
     async fn take(count: u32) -> Result<Turn> {
         let permits = turns()?.0.acquire_many(count).await?;
         Ok(Turn { _permits: permits })

@@ -39,6 +39,22 @@ pub struct Balancer {
     http: reqwest::Client,
 }
 
+/// Where a balancer runs, as far as the faults of a test are concerned: as if on a machine of its
+/// own. The default is this machine as it is.
+#[derive(Debug, Clone, Default)]
+pub struct Machine {
+    /// The address its connections to backends and to etcd leave from (one of 127.0.0.0/8,
+    /// which every loopback address reaches): what lets a test cut its path alone
+    /// ([`crate::path_cut`]). Default: the kernel's choice.
+    pub source: Option<Ipv4Addr>,
+    /// How far its wall clock is off, in milliseconds (ahead when positive; [`crate::clock`]).
+    /// Default: none.
+    pub clock_offset_ms: Option<i64>,
+    /// Where it reaches etcd's members, e.g. through a slow relay ([`crate::relay`]). Default:
+    /// the members' own addresses.
+    pub etcd_via: Option<Vec<SocketAddr>>,
+}
+
 /// The plugin configuration of the fleet tests: `backends` in host routing, probed every second
 /// with a 500 ms timeout, and with `fleet` when given (its `cluster` filled in by `--etcd`).
 pub fn plugin(backends: &[&FakeUpstream], fleet: Option<Value>) -> Value {
@@ -65,20 +81,18 @@ impl Balancer {
     /// [--etcd …]` writes it, and waits until it is ready; started again on other ports when one
     /// was taken meanwhile, up to [`PORT_ATTEMPTS`] times in all.
     pub async fn start(plugin: &Value, etcd: Option<&Etcd>) -> Result<Balancer> {
-        Balancer::start_from(plugin, etcd, None).await
+        Balancer::start_on(plugin, etcd, &Machine::default()).await
     }
 
-    /// [`Balancer::start`], its connections to backends and to etcd made from `bind` (an
-    /// address of 127.0.0.0/8, which every loopback address reaches) when given: what lets a test
-    /// cut this balancer's path alone ([`crate::path_cut`]).
-    pub async fn start_from(
+    /// [`Balancer::start`], as if on `machine`.
+    pub async fn start_on(
         plugin: &Value,
         etcd: Option<&Etcd>,
-        bind: Option<Ipv4Addr>,
+        machine: &Machine,
     ) -> Result<Balancer> {
         let mut attempt = 1;
         loop {
-            match Balancer::start_once(plugin, etcd, bind).await {
+            match Balancer::start_once(plugin, etcd, machine).await {
                 Err(e)
                     if attempt < PORT_ATTEMPTS
                         && e.to_string().contains("Address already in use") =>
@@ -94,13 +108,14 @@ impl Balancer {
     async fn start_once(
         plugin: &Value,
         etcd: Option<&Etcd>,
-        bind: Option<Ipv4Addr>,
+        machine: &Machine,
     ) -> Result<Balancer> {
         let mut source = upcheck_cli::plugin::read(plugin.to_string().as_bytes())
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let joined = match etcd {
             Some(etcd) => {
-                let mut joined = upcheck_cli::etcd::join(&mut source, etcd.clients())
+                let members = machine.etcd_via.clone().unwrap_or_else(|| etcd.clients());
+                let mut joined = upcheck_cli::etcd::join(&mut source, members)
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
                 joined.tls = etcd
                     .tls_flags()
@@ -126,7 +141,7 @@ impl Balancer {
         };
         let config = dir.path().join("envoy.yaml");
         let mut yaml = render(&deployment, &settings);
-        if let Some(bind) = bind {
+        if let Some(bind) = machine.source {
             // Envoy's default for every cluster's upstream connections.
             yaml.push_str(&format!(
                 "cluster_manager:\n  upstream_bind_config:\n    source_address: {{ address: {bind}, port_value: 0 }}\n"
@@ -141,6 +156,10 @@ impl Balancer {
             cpu: None,
             // The log is read while Envoy runs: flushed every 100 ms rather than every 10 s.
             args: &["--log-level", "info", "--file-flush-interval-msec", "100"],
+            env: &match machine.clock_offset_ms {
+                Some(offset) => crate::clock::offset(offset)?,
+                None => Vec::new(),
+            },
         })?;
         if let Err(e) = process.until_ready(admin, Duration::from_millis(50)).await {
             bail!("{e}: {}{}", process.log(), process.output());
@@ -239,6 +258,22 @@ impl Balancer {
         let url = format!("http://{}/upcheck/status.json", self.status);
         let text = self.http.get(url).send().await?.text().await?;
         serde_json::from_str(&text).with_context(|| format!("not JSON: {text}"))
+    }
+
+    /// One of Envoy's figures of each endpoint of `cluster` (its `/clusters`: `rq_active`,
+    /// `rq_success`, `rq_error`, `rq_timeout`…), by address: `rq_active` of the watch's cluster
+    /// (`etcd_grpc`) says which member the watch's stream is on.
+    pub async fn endpoint_stats(&self, cluster: &str, stat: &str) -> Result<Vec<(String, u64)>> {
+        let url = format!("http://{}/clusters", self.admin);
+        let body = self.http.get(url).send().await?.text().await?;
+        let prefix = format!("{cluster}::");
+        let infix = format!("::{stat}::");
+        Ok(body
+            .lines()
+            .filter_map(|l| l.strip_prefix(&prefix))
+            .filter_map(|l| l.split_once(&infix))
+            .map(|(host, n)| (host.to_owned(), n.trim().parse().unwrap_or(0)))
+            .collect())
     }
 
     /// A counter of upcheck's (`wasmcustom.upcheck.<name>`), 0 when Envoy has none yet.

@@ -1,7 +1,8 @@
 //! The members of a test's etcd cluster as processes: started, checked for health, killed and
-//! started again on the data they left.
+//! started again on the data they left; member 0 in a network namespace of its own when asked
+//! (`super::apart`), and parted from its peers.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -10,10 +11,11 @@ use anyhow::{bail, Context, Result};
 use tokio::time::{sleep, Instant};
 use upcheck_cli::etcd::TlsFlags;
 
+use super::apart::{Network, Partition};
 use super::{Etcd, Member};
 use crate::envoy::Turn;
 use crate::envoy_process::{PATIENCE, PORT_ATTEMPTS};
-use crate::ports::free_addr;
+use crate::ports::{free_addr, free_addr_on};
 use crate::tls::Certificates;
 
 fn etcd_binary() -> Result<PathBuf> {
@@ -35,19 +37,42 @@ impl Etcd {
     /// are picked free just before, and another process can take one in between: the cluster is
     /// then started again on other ports, up to [`PORT_ATTEMPTS`] times in all.
     pub async fn start(size: usize) -> Result<Etcd> {
-        Etcd::start_with(size, false).await
+        Etcd::start_with(size, false, false, None).await
+    }
+
+    /// [`Etcd::start`] for a test that runs `envoys` Envoys beside other tests' rather than
+    /// alone: one whose bars are counts (users failed, probes sent, values refused), which hold
+    /// on a loaded machine, not timings.
+    pub async fn start_beside(size: usize, envoys: u32) -> Result<Etcd> {
+        Etcd::start_with(size, false, false, Some(envoys)).await
     }
 
     /// [`Etcd::start`] with client TLS: each member serves HTTPS with a certificate of the test's
     /// CA and asks every client for a certificate of that CA too.
     pub async fn start_tls(size: usize) -> Result<Etcd> {
-        Etcd::start_with(size, true).await
+        Etcd::start_with(size, true, false, None).await
     }
 
-    async fn start_with(size: usize, tls: bool) -> Result<Etcd> {
+    /// [`Etcd::start`] with member 0 in a network namespace the test makes, joined to this
+    /// machine by a veth pair in a /30 of 10.201.0.0/16 no other test holds: member 0 listens on
+    /// the namespace's address (clients on 2379, peers on 2380), the others for peers on the host
+    /// end and for clients on 127.0.0.1, so that [`Etcd::partition`] can part member 0 from its
+    /// peers alone. The namespace and the veth go when the cluster drops. Needs root and `ip`.
+    /// Its test runs `envoys` Envoys beside other tests' ([`Etcd::start_beside`]).
+    pub async fn start_apart(size: usize, envoys: u32) -> Result<Etcd> {
+        Etcd::start_with(size, false, true, Some(envoys)).await
+    }
+
+    /// A cluster as the starters above say, its test holding `envoys` of the binary's Envoy
+    /// turns, or every one (`None`).
+    async fn start_with(size: usize, tls: bool, apart: bool, envoys: Option<u32>) -> Result<Etcd> {
         let mut attempt = 1;
         loop {
-            match Etcd::start_once(size, tls, Turn::alone().await?).await {
+            let turn = match envoys {
+                Some(envoys) => Turn::many(envoys).await?,
+                None => Turn::alone().await?,
+            };
+            match Etcd::start_once(size, tls, apart, turn).await {
                 Err(e)
                     if attempt < PORT_ATTEMPTS
                         && e.to_string().contains("address already in use") =>
@@ -60,7 +85,7 @@ impl Etcd {
         }
     }
 
-    async fn start_once(size: usize, tls: bool, alone: Turn) -> Result<Etcd> {
+    async fn start_once(size: usize, tls: bool, apart: bool, turn: Turn) -> Result<Etcd> {
         let binary = etcd_binary()?;
         let dir = tempfile::Builder::new().prefix("upcheck-etcd-").tempdir()?;
         let tls = match tls {
@@ -75,14 +100,37 @@ impl Etcd {
                 .timeout(timeout)
                 .build()?,
         };
+        let network = match apart {
+            true => Some(Network::make()?),
+            false => None,
+        };
         let mut members = Vec::new();
         for i in 0..size {
-            members.push(Member {
-                name: format!("m{i}"),
-                client: free_addr()?,
-                peer: free_addr()?,
-                child: None,
-            });
+            let member = match &network {
+                // A namespace of its own: every port is free there.
+                Some(network) if i == 0 => Member {
+                    name: format!("m{i}"),
+                    client: SocketAddr::new(IpAddr::V4(network.inside), 2379),
+                    peer: SocketAddr::new(IpAddr::V4(network.inside), 2380),
+                    netns: Some(network.name.clone()),
+                    child: None,
+                },
+                Some(network) => Member {
+                    name: format!("m{i}"),
+                    client: free_addr()?,
+                    peer: free_addr_on(IpAddr::V4(network.host))?,
+                    netns: None,
+                    child: None,
+                },
+                None => Member {
+                    name: format!("m{i}"),
+                    client: free_addr()?,
+                    peer: free_addr()?,
+                    netns: None,
+                    child: None,
+                },
+            };
+            members.push(member);
         }
         let initial: Vec<String> = members
             .iter()
@@ -98,7 +146,8 @@ impl Etcd {
             http,
             token: None,
             tls,
-            _alone: alone,
+            network,
+            _turn: turn,
         };
         let deadline = Instant::now() + PATIENCE;
         for i in 0..size {
@@ -135,6 +184,12 @@ impl Etcd {
             },
             None => TlsFlags::default(),
         }
+    }
+
+    /// The certificates of client TLS, when the cluster was started with it
+    /// ([`Etcd::start_tls`]): to issue more of its CA.
+    pub fn certificates(&self) -> Option<&Certificates> {
+        self.tls.as_ref()
     }
 
     /// Whether member `i` answers `/health` with `"health":"true"`.
@@ -202,6 +257,22 @@ impl Etcd {
         Ok(())
     }
 
+    /// Parts member 0 from its peers until the partition drops: every packet between its address
+    /// and the members' peer ports dropped by the kernel, both directions, while its clients
+    /// reach it as before. Only for a cluster started with [`Etcd::start_apart`].
+    pub fn partition(&self) -> Result<Partition> {
+        let network = self
+            .network
+            .as_ref()
+            .context("only a cluster started with Etcd::start_apart can be partitioned")?;
+        let peers: Vec<u16> = self.members.iter().map(|m| m.peer.port()).collect();
+        let client = self.members.first().map(|m| m.client.port());
+        if let Some(both) = client.filter(|c| peers.contains(c)) {
+            bail!("port {both} is member 0's client port and a peer port: the partition would cut its clients");
+        }
+        Partition::new(network.inside, &peers)
+    }
+
     /// Kills member `i` with SIGKILL.
     pub fn kill(&mut self, i: usize) {
         if let Some(child) = self.members.get_mut(i).and_then(|m| m.child.as_mut()) {
@@ -230,7 +301,15 @@ fn spawn(
         Some(_) => format!("https://{}", m.client),
         None => format!("http://{}", m.client),
     };
-    let mut command = Command::new(binary);
+    let mut command = match &m.netns {
+        Some(netns) => {
+            // `ip netns exec` enters the namespace and execs etcd: the child's pid is etcd's.
+            let mut command = Command::new("ip");
+            command.args(["netns", "exec", netns]).arg(binary);
+            command
+        }
+        None => Command::new(binary),
+    };
     if let Some(certificates) = tls {
         command
             .arg("--trusted-ca-file")
@@ -255,6 +334,10 @@ fn spawn(
         .args(["--initial-cluster", initial])
         .args(["--initial-cluster-state", "new"])
         .args(["--initial-cluster-token", "upcheck-e2e"])
+        // The least bcrypt work etcd allows on the tests' passwords: at its default (10), each
+        // user added and each authentication costs etcd tens of milliseconds of CPU, which
+        // beside the Envoy tests, at `make test`'s `nice -n 19`, outlasted a 2 s request.
+        .args(["--bcrypt-cost", "4"])
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)

@@ -16,18 +16,16 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokio::time::{sleep, sleep_until, Instant};
-use upcheck_e2e::etcd::{plugin, Balancer, Etcd, Visit};
+use upcheck_e2e::etcd::Machine;
 use upcheck_e2e::mode::Mode;
 use upcheck_e2e::path_cut::{Cut, PathCut};
 use upcheck_e2e::plugin::INTERVAL;
-use upcheck_e2e::upstream::FakeUpstream;
+
+use super::fleet_users::{prober_of_app2, probes_sent, Behind, Fleet, PER_SECOND};
 
 /// The tests of this file run one at a time: each runs an etcd and two Envoys, and cuts paths
 /// on this machine's one OUTPUT chain.
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Users a second, over both balancers.
-const PER_SECOND: u32 = 20;
 
 /// How long users come.
 const USERS_FOR: Duration = Duration::from_secs(20);
@@ -35,104 +33,29 @@ const USERS_FOR: Duration = Duration::from_secs(20);
 /// When the path is cut, from the start of the users.
 const CUT_AT: Duration = Duration::from_secs(3);
 
-/// What a user calls slow.
-const SLOW: Duration = Duration::from_secs(1);
-
 /// Where each balancer's connections leave from.
 const SOURCES: [Ipv4Addr; 2] = [Ipv4Addr::new(127, 0, 0, 2), Ipv4Addr::new(127, 0, 0, 3)];
 
-/// What users met behind one balancer.
-#[derive(Debug, Default)]
-struct Behind {
-    sent: u32,
-    failed: u32,
-    slow: u32,
-    /// Answers over the second half, and app2's among them.
-    late: u32,
-    late_app2: u32,
-}
-
-impl Behind {
-    fn take(&mut self, visit: &Visit, second_half: bool) {
-        self.sent += 1;
-        self.failed += u32::from(!visit.ok);
-        self.slow += u32::from(visit.took > SLOW);
-        if second_half && visit.ok {
-            self.late += 1;
-            self.late_app2 += u32::from(visit.by.as_deref() == Some("app2"));
-        }
-    }
-
-    /// app2's share of the answers over the second half.
-    fn share(&self) -> f64 {
-        f64::from(self.late_app2) / f64::from(self.late.max(1))
-    }
-}
-
-/// Waits (at most 20 s) until one of `fleet` holds app2's probe duty, as each status page says,
-/// and both show both backends healthy: the position of app2's prober.
-async fn prober_of_app2(fleet: &[Balancer]) -> anyhow::Result<usize> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let mut here = Vec::new();
-        let mut healthy = true;
-        for b in fleet {
-            let page = b.page_json().await?;
-            let backends = page["backends"].as_array().cloned().unwrap_or_default();
-            healthy &= backends.len() == 2 && backends.iter().all(|b| b["routable"] == true);
-            here.push(
-                backends
-                    .get(1)
-                    .is_some_and(|app2| app2["probe_duty"] == "here"),
-            );
-        }
-        if healthy && here.iter().filter(|h| **h).count() == 1 {
-            return Ok(here.iter().position(|h| *h).unwrap_or(0));
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "not settled: app2's duty here {here:?}"
-        );
-        sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// The probes of app2 the balancers of `fleet` sent so far, in all.
-async fn probes_sent(fleet: &[Balancer]) -> anyhow::Result<u64> {
-    let mut sent = 0;
-    for b in fleet {
-        sent += b.counter("app2.probes").await?;
-    }
-    Ok(sent)
-}
-
-/// Two backends serving, one etcd, and two balancers sharing it with a 3 s lease, each leaving
-/// from its own address of [`SOURCES`] when `bound` (so that one's path can be cut alone):
-/// `(app1, app2, etcd, balancers)`.
-async fn two_balancers(
-    bound: bool,
-) -> anyhow::Result<(FakeUpstream, FakeUpstream, Etcd, Vec<Balancer>)> {
-    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
-    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
-    let etcd = Etcd::start(1).await?;
-    let shared = plugin(
-        &[&app1, &app2],
-        Some(json!({"cluster": "etcd", "lease_ttl": "3s"})),
-    );
-    let mut fleet = Vec::new();
-    for source in SOURCES {
-        let bind = bound.then_some(source);
-        fleet.push(Balancer::start_from(&shared, Some(&etcd), bind).await?);
-    }
-    Ok((app1, app2, etcd, fleet))
+/// Two balancers sharing one etcd, each leaving from its own address of [`SOURCES`] when `bound`
+/// (so that one's path can be cut alone).
+async fn two_balancers(bound: bool) -> anyhow::Result<Fleet> {
+    let machines = SOURCES.map(|source| Machine {
+        source: bound.then_some(source),
+        ..Machine::default()
+    });
+    Fleet::start(&machines).await
 }
 
 /// Two balancers sharing one etcd, app2's prober's path to app2 cut as `cut` says while users
 /// alternate between them: what users met behind each, printed, and the bars held.
 async fn one_path_cut(cut: Cut) -> anyhow::Result<()> {
     let _turn = TURN.lock().await;
-    let (_app1, app2, _etcd, fleet) = two_balancers(true).await?;
-    let prober = prober_of_app2(&fleet).await?;
+    let Fleet {
+        app2,
+        balancers: fleet,
+        ..
+    } = &two_balancers(true).await?;
+    let prober = prober_of_app2(fleet).await?;
     let other = 1 - prober;
     let mut behind = [Behind::default(), Behind::default()];
     let start = Instant::now();
@@ -145,7 +68,7 @@ async fn one_path_cut(cut: Cut) -> anyhow::Result<()> {
             sleep_until(at).await;
             if cut_since.is_none() && at >= start + CUT_AT {
                 let made = PathCut::new(SOURCES[prober], app2.addr(), cut)?;
-                let counted = (app2.counts().probes, probes_sent(&fleet).await?);
+                let counted = (app2.counts().probes, probes_sent(fleet).await?);
                 cut_since = Some((made, Instant::now(), counted));
             }
             let b = i as usize % 2;
@@ -175,7 +98,7 @@ async fn one_path_cut(cut: Cut) -> anyhow::Result<()> {
     let (_cut, cut_at, (received_before, sent_before)) = cut_since?;
     let failing_seen = failing_seen?;
     let intervals = cut_at.elapsed().as_secs_f64() / INTERVAL.as_secs_f64();
-    let probes = (probes_sent(&fleet).await? - sent_before) as f64 / intervals;
+    let probes = (probes_sent(fleet).await? - sent_before) as f64 / intervals;
     let received = (app2.counts().probes - received_before) as f64 / intervals;
 
     for (b, who) in [(prober, "app2's prober, path cut"), (other, "the other")] {
@@ -249,8 +172,13 @@ fn signal(pid: u32, signal: &str) -> anyhow::Result<()> {
 async fn a_prober_frozen_past_its_lease_writes_nothing_it_saw_before_and_sends_no_user_to_a_backend_broken_meanwhile(
 ) -> anyhow::Result<()> {
     let _turn = TURN.lock().await;
-    let (_app1, app2, etcd, fleet) = two_balancers(false).await?;
-    let frozen = prober_of_app2(&fleet).await?;
+    let Fleet {
+        app2,
+        etcd,
+        balancers: fleet,
+        ..
+    } = &two_balancers(false).await?;
+    let frozen = prober_of_app2(fleet).await?;
     let other = 1 - frozen;
     let pid = fleet[frozen]
         .pid()
@@ -310,8 +238,14 @@ async fn a_prober_frozen_past_its_lease_writes_nothing_it_saw_before_and_sends_n
 async fn a_balancer_cut_from_etcd_but_not_from_its_users_probes_alone_and_costs_no_user(
 ) -> anyhow::Result<()> {
     let _turn = TURN.lock().await;
-    let (app1, app2, etcd, fleet) = two_balancers(true).await?;
-    prober_of_app2(&fleet).await?;
+    let Fleet {
+        app1,
+        app2,
+        etcd,
+        balancers: fleet,
+        ..
+    } = &two_balancers(true).await?;
+    prober_of_app2(fleet).await?;
     let member = etcd.clients()[0];
     let mut behind = [Behind::default(), Behind::default()];
     let start = Instant::now();
@@ -360,6 +294,56 @@ async fn a_balancer_cut_from_etcd_but_not_from_its_users_probes_alone_and_costs_
     anyhow::ensure!(
         (1.5..=2.5).contains(&probes),
         "each backend probed by the cut balancer and by the fleet: {probes:.2}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_no_balancer_reaches_is_taken_out_by_every_balancer_and_costs_no_user(
+) -> anyhow::Result<()> {
+    let _turn = TURN.lock().await;
+    let Fleet {
+        app2,
+        balancers: fleet,
+        ..
+    } = &two_balancers(true).await?;
+    prober_of_app2(fleet).await?;
+    let mut behind = [Behind::default(), Behind::default()];
+    let start = Instant::now();
+    let total = PER_SECOND * 14;
+    let mut cuts = Vec::new();
+    for i in 0..total {
+        let at = start + Duration::from_secs(1) / PER_SECOND * i;
+        sleep_until(at).await;
+        if cuts.is_empty() && at >= start + CUT_AT {
+            for source in SOURCES {
+                cuts.push(PathCut::new(source, app2.addr(), Cut::BlackHole)?);
+            }
+        }
+        let b = i as usize % 2;
+        let visit = fleet[b].visit().await;
+        behind[b].take(&visit, i >= total / 2);
+    }
+    let mut app2_pages = Vec::new();
+    for b in fleet {
+        app2_pages.push(b.page_json().await?["backends"][1].clone());
+    }
+    for (b, who) in ["first", "second"].iter().enumerate() {
+        println!(
+            "fleet paths | reached by no balancer | behind the {who}: users failed {} of {}, slower than 1 s {}, app2's share over the second half {:.2}; its page: app2 {}",
+            behind[b].failed, behind[b].sent, behind[b].slow, behind[b].share(), app2_pages[b]
+        );
+    }
+    drop(cuts);
+    anyhow::ensure!(behind.iter().all(|b| b.failed == 0), "{behind:?}");
+    anyhow::ensure!(behind.iter().all(|b| b.slow <= 5), "{behind:?}");
+    anyhow::ensure!(
+        behind.iter().all(|b| b.late_app2 == 0),
+        "app2 answered nobody over the second half: {behind:?}"
+    );
+    anyhow::ensure!(
+        app2_pages.iter().all(|p| p["routable"] == false),
+        "app2 out on every balancer: {app2_pages:?}"
     );
     Ok(())
 }

@@ -16,7 +16,7 @@ use tokio::time::sleep;
 use upcheck_cli::etcd_membership;
 use upcheck_cli::membership::{self, Change, State};
 use upcheck_e2e::envoy::{binary, module, Turn};
-use upcheck_e2e::envoy_process::{EnvoyProcess, Launch};
+use upcheck_e2e::envoy_process::{EnvoyProcess, Launch, PORT_ATTEMPTS};
 use upcheck_e2e::etcd::{plugin, Etcd};
 use upcheck_e2e::mode::Mode;
 use upcheck_e2e::ports::free_addr;
@@ -34,6 +34,7 @@ async fn envoy(file: &Path, admin: std::net::SocketAddr) -> Result<EnvoyProcess>
         concurrency: 2,
         cpu: None,
         args: &["--log-level", "info", "--file-flush-interval-msec", "100"],
+        env: &[],
     })?;
     if let Err(e) = process.until_ready(admin, Duration::from_millis(50)).await {
         anyhow::bail!("{e}: {}{}", process.log(), process.output());
@@ -69,6 +70,7 @@ fn write(
             .iter()
             .map(|net| net.parse())
             .collect::<Result<_, _>>()?,
+        history: Vec::new(),
     };
     membership::write(file, &state).map_err(|e| anyhow::anyhow!("{e:?}"))
 }
@@ -109,7 +111,6 @@ async fn backends_join_and_leave_a_running_balancer(routing: &str) -> Result<()>
     let _turn = Turn::one().await?;
     let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
     let file = dir.path().join("envoy.yaml");
-    let (listen, admin, status) = (free_addr()?, free_addr()?, free_addr()?);
     let input = json!({
         "routing": routing,
         "upstreams": [
@@ -118,8 +119,7 @@ async fn backends_join_and_leave_a_running_balancer(routing: &str) -> Result<()>
         ],
         "health_checks": {"active": {"uri": "/up", "interval": "1s", "timeout": "500ms"}}
     });
-    write(&file, input, [listen, admin, status], None, &[])?;
-    let mut process = envoy(&file, admin).await?;
+    let (mut process, [listen, admin, _]) = serve(&file, &input, None, &[]).await?;
 
     let replay = Replay::new(format!("http://{listen}/"), 20, Duration::from_secs(17));
     let traffic = tokio::spawn(async move { replay.run().await });
@@ -271,6 +271,31 @@ async fn backends_join_and_leave_a_running_balancer(routing: &str) -> Result<()>
     Ok(())
 }
 
+/// Writes `file` from `input` on free ports (users, admin, status page) and starts Envoy on it:
+/// written and started again on other ports when another process took one first, up to
+/// [`PORT_ATTEMPTS`] times in all.
+async fn serve(
+    file: &Path,
+    input: &Value,
+    etcd: Option<upcheck_cli::etcd::Etcd>,
+    allowed: &[&str],
+) -> Result<(EnvoyProcess, [std::net::SocketAddr; 3])> {
+    let mut attempt = 1;
+    loop {
+        let ports = [free_addr()?, free_addr()?, free_addr()?];
+        write(file, input.clone(), ports, etcd.clone(), allowed)?;
+        match envoy(file, ports[1]).await {
+            Err(e)
+                if attempt < PORT_ATTEMPTS && e.to_string().contains("Address already in use") =>
+            {
+                eprintln!("attempt {attempt}: a port was taken; starting Envoy on other ports");
+                attempt += 1;
+            }
+            started => return started.map(|process| (process, ports)),
+        }
+    }
+}
+
 #[tokio::test]
 async fn backends_join_and_leave_a_running_balancer_in_host_routing() -> Result<()> {
     backends_join_and_leave_a_running_balancer("host").await
@@ -287,39 +312,55 @@ async fn backends_join_and_leave_a_running_balancer_in_cluster_routing() -> Resu
 struct FleetBalancer {
     file: std::path::PathBuf,
     listen: std::net::SocketAddr,
+    /// Its status page's listener.
+    status: std::net::SocketAddr,
     name: String,
     _envoy: EnvoyProcess,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     follower: Option<std::thread::JoinHandle<()>>,
+    /// Every line its follower said.
+    said: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     _dir: tempfile::TempDir,
 }
 
 impl FleetBalancer {
     async fn start(name: &str, etcd: &Etcd, upstreams: &[&FakeUpstream]) -> Result<FleetBalancer> {
+        FleetBalancer::start_with(name, etcd, json!({"cluster": "etcd"}), upstreams).await
+    }
+
+    /// [`FleetBalancer::start`] with `fleet` as the plugin configuration's fleet object, and
+    /// reaching `etcd` over TLS with the balancers' certificate when it runs TLS.
+    async fn start_with(
+        name: &str,
+        etcd: &Etcd,
+        fleet: Value,
+        upstreams: &[&FakeUpstream],
+    ) -> Result<FleetBalancer> {
         let dir = tempfile::Builder::new().prefix("upcheck-e2e-").tempdir()?;
         let file = dir.path().join("envoy.yaml");
-        let (listen, admin, status) = (free_addr()?, free_addr()?, free_addr()?);
         let etcd = upcheck_cli::etcd::Etcd {
             cluster: "etcd".into(),
             members: etcd.clients(),
-            tls: None,
+            tls: etcd
+                .tls_flags()
+                .tls(true)
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
             watch_cluster: None,
         };
-        let input = plugin(upstreams, Some(json!({"cluster": "etcd"})));
-        write(
-            &file,
-            input,
-            [listen, admin, status],
-            Some(etcd),
-            &["127.0.0.0/8"],
-        )?;
-        let envoy = envoy(&file, admin).await?;
+        let input = plugin(upstreams, Some(fleet));
+        let (envoy, [listen, _, status]) =
+            serve(&file, &input, Some(etcd), &["127.0.0.0/8"]).await?;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let follower = std::thread::spawn({
             let (file, stop, name) = (file.clone(), stop.clone(), name.to_owned());
+            let heard = said.clone();
             move || {
                 let said = etcd_membership::follow(&file, &name, &stop, |line| {
-                    println!("{name} follower: {line}")
+                    println!("{name} follower: {line}");
+                    if let Ok(mut heard) = heard.lock() {
+                        heard.push(line.to_owned());
+                    }
                 });
                 if let Err(e) = said {
                     println!("{name} follower stopped: {e:?}");
@@ -329,12 +370,21 @@ impl FleetBalancer {
         Ok(FleetBalancer {
             file,
             listen,
+            status,
             name: name.to_owned(),
             _envoy: envoy,
             stop,
             follower: Some(follower),
+            said,
             _dir: dir,
         })
+    }
+
+    /// Whether its follower said a line for which `wanted` holds.
+    fn said(&self, wanted: impl Fn(&str) -> bool) -> bool {
+        self.said
+            .lock()
+            .is_ok_and(|lines| lines.iter().any(|l| wanted(l)))
     }
 
     /// What its follower last reported to etcd, once it has reported.
@@ -523,5 +573,146 @@ async fn one_command_changes_the_backends_of_every_balancer_of_a_fleet() -> Resu
             balancer.name
         );
     }
+    Ok(())
+}
+
+/// A fleet on TLS with a client certificate required and both roles of
+/// `upcheck_cli::etcd_roles`: the follower reaches etcd with the balancers' certificate and
+/// role, takes in the operator's change (made with the operator's own certificate and user),
+/// and logs who asked and why; a membership whose change record a hostile writer forged (a line
+/// break in the reason, to forge a log line) is refused by the follower, its backends as they
+/// were.
+#[tokio::test]
+async fn a_follower_on_tls_logs_who_changed_the_membership_and_why_and_refuses_a_forged_record(
+) -> Result<()> {
+    let app1 = FakeUpstream::start("app1", Mode::Ok).await?;
+    let app2 = FakeUpstream::start("app2", Mode::Ok).await?;
+    let app3 = FakeUpstream::start("app3", Mode::Ok).await?;
+    let mut etcd = Etcd::start_tls(1).await?;
+    let certificates = etcd.certificates().context("TLS is on")?.clone();
+    let operator = certificates.another_client("operator")?;
+    etcd.enable_roles(&[
+        (
+            "balancer",
+            "balancers-secret",
+            "upcheck-balancer",
+            upcheck_cli::etcd_roles::balancers("upcheck"),
+        ),
+        (
+            "operator",
+            "operators-secret",
+            "upcheck-operator",
+            upcheck_cli::etcd_roles::operators("upcheck"),
+        ),
+    ])
+    .await?;
+    let fleet = json!({"cluster": "etcd", "user": "balancer", "password": "balancers-secret"});
+    let a = FleetBalancer::start_with("lb-a", &etcd, fleet, &[&app1, &app2]).await?;
+    let waiting = Instant::now();
+    while a.report(&etcd).await?.is_none() {
+        ensure!(
+            waiting.elapsed() < Duration::from_secs(10),
+            "the follower never reported over TLS"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    // The module's own writes, as user balancer, are within the balancers' role.
+    let waiting = Instant::now();
+    loop {
+        let keys: Vec<String> = etcd
+            .range("upcheck/v1/")
+            .await?
+            .into_iter()
+            .map(|(k, ..)| k)
+            .collect();
+        let written = |kind: &str| keys.iter().any(|k| k.starts_with(kind));
+        if written("upcheck/v1/balancers/")
+            && written("upcheck/v1/duty/")
+            && written("upcheck/v1/active/")
+        {
+            break;
+        }
+        ensure!(
+            waiting.elapsed() < Duration::from_secs(10),
+            "the balancers' role kept the module from writing its keys: {keys:?}"
+        );
+        sleep(Duration::from_millis(100)).await;
+    }
+    let alice = membership::Operator {
+        by: "alice@ops-1".into(),
+        reason: Some("more capacity for the sale".into()),
+        access: membership::Access {
+            cert: Some(upcheck_cli::etcd::ClientCertificate {
+                cert: operator.cert.clone(),
+                key: operator.key.clone(),
+            }),
+            user: Some(upcheck_cli::etcd_client::Credentials {
+                user: "operator".into(),
+                password: "operators-secret".into(),
+            }),
+        },
+    };
+    let said = tokio::task::spawn_blocking({
+        let (file, change) = (a.file.clone(), add("app3", &app3));
+        move || membership::change_as(&file, &change, &alice)
+    })
+    .await?
+    .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    println!("add app3 as the operator: {}", said.join("; "));
+    ensure!(
+        said.iter()
+            .any(|l| l.starts_with("lb-a") && l.contains("in force after")),
+        "lb-a did not take the change in: {said:?}"
+    );
+    let logged = |l: &str| {
+        l.contains("app3")
+            && l.contains(&format!("(app3 add {} by alice@ops-1 at ", app3.addr()))
+            && l.ends_with(" UTC: more capacity for the sale)")
+    };
+    ensure!(
+        a.said(logged),
+        "the follower's log line does not say who asked and why"
+    );
+    let page = reqwest::get(format!("http://{}/upcheck/status.json", a.status))
+        .await?
+        .text()
+        .await?;
+    let page: Value = serde_json::from_str(&page)?;
+    let app3_row = page["backends"]
+        .as_array()
+        .and_then(|b| b.iter().find(|b| b["name"] == "app3"))
+        .cloned()
+        .unwrap_or_default();
+    let shown = app3_row["last_change"].as_str().unwrap_or_default();
+    println!("the status page's app3: last change {shown:?}");
+    ensure!(
+        shown.starts_with(&format!("add {} by alice@ops-1 at ", app3.addr()))
+            && shown.ends_with(" UTC: more capacity for the sale"),
+        "the status page does not say who asked and why: {app3_row}"
+    );
+
+    let forged = json!({"kind": "membership/v1",
+        "upstreams": [{"name": "app2", "address": app2.addr().to_string()}],
+        "history": [{"at": 1, "backend": "app1", "what": "remove", "by": "root",
+                     "reason": "ok\nrevision 9: backends app2: in force"}]});
+    etcd.put("upcheck/v1/membership", forged.to_string().as_bytes())
+        .await?;
+    let waiting = Instant::now();
+    while !a.said(|l| l.contains("refused, the backends stay as they are: history[0].reason")) {
+        ensure!(
+            waiting.elapsed() < Duration::from_secs(5),
+            "the follower did not refuse a forged record"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    let report = a.report(&etcd).await?.unwrap_or_default();
+    let names: Vec<&str> = report["backends"]
+        .as_array()
+        .map(|b| b.iter().filter_map(|b| b["name"].as_str()).collect())
+        .unwrap_or_default();
+    ensure!(
+        names == ["app1", "app2", "app3"],
+        "a forged membership was taken in: {report}"
+    );
     Ok(())
 }

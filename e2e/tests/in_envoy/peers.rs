@@ -380,7 +380,7 @@ async fn a_backend_turning_slow_costs_at_most_forty_slow_requests_in_host_routin
 }
 
 #[tokio::test]
-async fn a_backend_that_hangs_mid_traffic_on_the_defaults_costs_at_most_twenty_five_requests(
+async fn a_backend_that_hangs_mid_traffic_on_the_defaults_costs_at_most_thirty_requests(
 ) -> anyhow::Result<()> {
     // Probes every 10 s with a 5 s timeout: the probe cannot be what takes app2 out in time.
     let run = Scenario {
@@ -395,7 +395,10 @@ async fn a_backend_that_hangs_mid_traffic_on_the_defaults_costs_at_most_twenty_f
     .await?;
     let failed = run.report.failures();
     assert!(failed > 0, "the hang was not exercised");
-    assert!(failed <= 25, "{failed} failed: {}", run.report);
+    // What reaches app2 until requests have waited the stall threshold (1 s) and a tick or two
+    // has judged them: at its half of 40 a second, 20 a second for 1.5 s. (25, a bar of 1.25 s,
+    // failed once in five full runs on a loaded 2-core machine, at 26.)
+    assert!(failed <= 30, "{failed} failed: {}", run.report);
     assert!(run.stat("app2.outlier_stalled").await? >= 1);
     Ok(())
 }

@@ -67,7 +67,10 @@ async fn serves_users(shipped: &Shipped, file: &str) -> anyhow::Result<()> {
     let (app1, app2) = (shipped.app1.counts(), shipped.app2.counts());
     println!("config/{file}, both backends healthy: {report}; app1 {app1:?}, app2 {app2:?}");
     assert_eq!(report.failures(), 0, "{report}");
-    assert_eq!(app1.requests + app2.requests, u64::from(RATE));
+    shipped
+        .envoy
+        .ensure_attempts(app1.requests + app2.requests, u64::from(RATE))
+        .await?;
     assert!(app1.requests > 0 && app2.requests > 0);
     assert_eq!(app1.with_routing_header + app2.with_routing_header, 0);
     Ok(())

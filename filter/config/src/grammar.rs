@@ -154,6 +154,22 @@ fn word(text: &str, allowed: fn(char) -> bool, max: usize) -> Result<(), String>
     }
 }
 
+/// `upstreams[].note`: printable ASCII (no control character, so nothing that breaks a log line
+/// or a page), at most [`MAX_NOTE_LEN`](crate::MAX_NOTE_LEN) bytes, or `null`.
+pub fn note<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    read(d, "a string or null", |found| {
+        or_off(found, |found| {
+            let note = text(found)?;
+            word(
+                &note,
+                |c| matches!(c, ' '..='~'),
+                crate::limits::MAX_NOTE_LEN,
+            )?;
+            Ok(note)
+        })
+    })
+}
+
 /// A probe header's name: a token of at most [`MAX_NAME_LEN`] bytes.
 pub fn header_name(name: &str) -> Result<(), String> {
     word(name, is_tchar, MAX_NAME_LEN)
@@ -245,6 +261,19 @@ pub fn probe_path<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
             return Err(format!("must start with '/', got {path:?}").into());
         }
         request_path(path)
+    })
+}
+
+/// `grpc.service`: the name a gRPC server reports a service's health under (`""`: the server as
+/// a whole), sent as it is in the health request: visible ASCII, at most
+/// [`MAX_VALUE_LEN`](crate::MAX_VALUE_LEN) bytes.
+pub fn grpc_service<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    read(d, A_STRING, |found| {
+        let service = header_value(text(found)?)?;
+        match service.chars().find(|c| !c.is_ascii_graphic()) {
+            Some(c) => Err(format!("{service:?} contains {c:?}, which no service name has").into()),
+            None => Ok(service),
+        }
     })
 }
 

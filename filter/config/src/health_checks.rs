@@ -34,9 +34,10 @@ pub struct HealthChecks {
     pub slow_start: SlowStart,
 }
 
-/// `health_checks.active`: an object, where `path` and Caddy's `uri` are one field.
+/// `health_checks.active`: an object, where `path` and Caddy's `uri` are one field, and `grpc`
+/// what is probed instead of either: one of the three names at most.
 fn active<'de, D: Deserializer<'de>>(d: D) -> Result<Active, D::Error> {
-    json::object_with_one_member(d, &["path", "uri"])
+    json::object_with_one_member(d, &["path", "uri", "grpc"])
 }
 
 /// Caddy's `health_checks.active`. What a left-out field takes is in [`Active::default`].
@@ -47,6 +48,13 @@ pub struct Active {
     /// starts with `/`, visible ASCII, at most [`MAX_VALUE_LEN`](crate::MAX_VALUE_LEN) bytes.
     #[serde(alias = "uri", deserialize_with = "grammar::probe_path")]
     pub path: String,
+    /// Probe by the gRPC Health Checking Protocol (`grpc.health.v1.Health`) instead of `GET
+    /// path`, given instead of `path`/`uri` ([`GrpcCheck`]). Default: `null`, HTTP probes.
+    #[serde(
+        deserialize_with = "json::optional_object",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub grpc: Option<GrpcCheck>,
     /// Extra probe request headers as (lowercase name, value); in JSON a name maps to one value
     /// or a list (Caddy's form). Not pseudo-headers and not `host` (the probe's host is the
     /// upstream's `authority`); at most [`MAX_PROBE_HEADERS`](crate::MAX_PROBE_HEADERS).
@@ -90,6 +98,7 @@ impl Default for Active {
     fn default() -> Self {
         Active {
             path: "/up".into(),
+            grpc: None,
             headers: Vec::new(),
             interval: Duration::from_secs(10),
             timeout: Duration::from_secs(5),
@@ -111,6 +120,17 @@ impl Active {
     pub const MAX_SIZE: RangeInclusive<u64> = 1..=MAX_PROBE_BODY as u64;
     /// What `passes` and `fails` may be.
     pub const STREAK: RangeInclusive<u32> = 1..=MAX_STREAK;
+}
+
+/// `health_checks.active.grpc`: which service's health a gRPC backend is asked for (upcheck's, not
+/// Caddy's).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GrpcCheck {
+    /// The name the backend reports the service's health under; `""` (the default) for the
+    /// server as a whole. Visible ASCII, at most [`MAX_VALUE_LEN`](crate::MAX_VALUE_LEN) bytes.
+    #[serde(deserialize_with = "grammar::grpc_service")]
+    pub service: String,
 }
 
 /// Caddy's `health_checks.passive`. What a left-out field takes is in [`Passive::default`].

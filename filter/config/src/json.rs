@@ -217,6 +217,20 @@ pub fn object<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T,
     })
 }
 
+/// Like [`object`], with `null` for none.
+pub fn optional_object<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    /// `T`, read as an object.
+    struct AnObjectOf<T>(T);
+    impl<'de, T: Deserialize<'de>> Deserialize<'de> for AnObjectOf<T> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            object(d).map(AnObjectOf)
+        }
+    }
+    Option::<AnObjectOf<T>>::deserialize(d).map(|o| o.map(|AnObjectOf(t)| t))
+}
+
 /// Like [`object`], where the names in `one_member` are one member of `T` (Caddy's `uri` is
 /// `path`, which `T` takes as an alias): giving it by two of them is refused at the second,
 /// with the reason. Giving it twice by one name is a duplicate field, as anywhere.
@@ -311,11 +325,12 @@ impl<'de, K: de::DeserializeSeed<'de>> de::DeserializeSeed<'de> for Key<'_, K> {
         if let Some(&this) = self.one_member.iter().find(|n| **n == name) {
             match *self.given {
                 Some(first) if first != this => {
-                    let names: Vec<String> =
-                        self.one_member.iter().map(|n| format!("`{n}`")).collect();
+                    // The two names in the order of `one_member`, whichever came first.
+                    let mut both: Vec<&str> = self.one_member.to_vec();
+                    both.retain(|n| *n == first || *n == this);
                     return Err(de::Error::custom(format!(
-                        "give {}, not both",
-                        names.join(" or ")
+                        "give `{}`, not both",
+                        both.join("` or `")
                     )));
                 }
                 _ => *self.given = Some(this),

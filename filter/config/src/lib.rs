@@ -61,9 +61,9 @@ mod upstream;
 mod validate;
 
 pub use error::ConfigError;
-pub use health_checks::{Active, HealthChecks, Outlier, Passive};
+pub use health_checks::{Active, GrpcCheck, HealthChecks, Outlier, Passive};
 pub use limits::{
-    MAX_EXPECT_BODY_LEN, MAX_FAILS_LIMIT, MAX_NAME_LEN, MAX_POOL_LEN, MAX_PROBE_BODY,
+    MAX_EXPECT_BODY_LEN, MAX_FAILS_LIMIT, MAX_NAME_LEN, MAX_NOTE_LEN, MAX_POOL_LEN, MAX_PROBE_BODY,
     MAX_PROBE_DURATION, MAX_PROBE_HEADERS, MAX_STREAK, MAX_UNHEALTHY_STATUSES, MAX_UPSTREAMS,
     MAX_VALUE_LEN, MAX_WEIGHT, MIN_PROBE_DURATION,
 };

@@ -15,6 +15,9 @@ pub const MAX_STREAK: u32 = 1000;
 pub const MAX_UPSTREAMS: usize = 10_000;
 /// The longest upstream name, cluster, probe header name or `route_header`, in bytes.
 pub const MAX_NAME_LEN: usize = 128;
+/// The longest `upstreams[].note`, in bytes: room for what `upcheck backends` writes (a reason
+/// of 200 characters, who of 64, what and when).
+pub const MAX_NOTE_LEN: usize = 512;
 /// The longest `pool` name, in bytes.
 pub const MAX_POOL_LEN: usize = 64;
 /// The longest probe header value, probe path, `status_path` or authority, in bytes.

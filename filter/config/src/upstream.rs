@@ -38,6 +38,11 @@ pub struct Upstream {
     /// probed, so that the status page tells what it would be. Default: `false`.
     #[serde(deserialize_with = "grammar::flag")]
     pub drain: bool,
+    /// The operator's last change to it, who asked and why, as `upcheck backends` records it
+    /// (`add 10.0.0.7:8080 by alice@lb-1 at 2026-12-06 22:30:01 UTC: new release`), shown on
+    /// the status page: printable ASCII, at most [`MAX_NOTE_LEN`](crate::MAX_NOTE_LEN) bytes. Default: none (`null`).
+    #[serde(deserialize_with = "grammar::note")]
+    pub note: Option<String>,
 }
 
 /// An upstream's fields as they are when left out: no name (which is required), and the cluster
@@ -51,6 +56,7 @@ impl Default for Upstream {
             weight: 1,
             address: None,
             drain: false,
+            note: None,
         }
     }
 }

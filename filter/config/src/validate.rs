@@ -431,10 +431,17 @@ fn envoy_only(config: &Config) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// What NGINX needs of each upstream: it dispatches probes to an address, not a cluster name.
+/// What NGINX needs of each upstream: it dispatches probes to an address, not a cluster name;
+/// and it makes no gRPC call, so it cannot check a gRPC backend's health.
 fn check_proxy(config: &Config) -> Result<(), ConfigError> {
     if config.proxy != Proxy::Nginx {
         return Ok(());
+    }
+    if config.health_checks.active.grpc.is_some() {
+        return Err(fail(
+            "health_checks.active.grpc",
+            "gRPC health checks need Envoy (a gRPC call, which ngx_wasm_module does not make); with \"proxy\": \"nginx\" probe a path instead",
+        ));
     }
     for (i, u) in config.upstreams.iter().enumerate() {
         grammar::check_authority(u.cluster()).map_err(|reason| {

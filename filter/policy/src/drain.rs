@@ -3,8 +3,9 @@
 //! A backend drains when any of its answers carries [`SIGNAL_HEADER`] (what Envoy's own
 //! health-check filter adds while a sidecar drains; a probe's answer or a user's response), or
 //! when its probe answers `health_checks.active.drain_status` (HAProxy's `disable-on-404`
-//! convention). A request from a client carrying the header says nothing: only a backend's
-//! answers are read for it.
+//! convention), or when a gRPC backend's health `Watch` pushes `NOT_SERVING`
+//! ([`crate::grpc::watch`]; a `SERVING` pushed there ends it as a passing probe does). A request
+//! from a client carrying the header says nothing: only a backend's answers are read for it.
 //!
 //! Draining is not a failure. A draining backend takes no new requests, and those already sent
 //! to it finish without their outcomes counting anywhere (passive ejection, the outlier
@@ -14,8 +15,9 @@
 //! since a draining app still serves what it was sent.
 //!
 //! The drain lives in the process-wide passive table ([`crate::passive::PassiveHealth::drain`]),
-//! the one table every VM writes: the VM that reads the signal (the prober on a probe, any worker
-//! on a response) shares it at once, and every other VM takes it in at its next tick.
+//! the one table every VM writes: the VM that reads the signal (the prober on a probe or a Watch,
+//! any worker on a response) shares it at once, and every other VM takes it in before its next
+//! pick, as it does a backend another VM ejected ([`crate::tables::Applied::takes_out`]).
 
 use crate::active::{MadeBy, ProbeAnswer};
 use crate::time::Time;
@@ -38,6 +40,8 @@ pub enum Signal {
     Status(u16),
     /// The configuration drains it (`upstreams[].drain`, `upcheck backends drain`).
     Operator,
+    /// Its gRPC health `Watch` pushed `NOT_SERVING` ([`crate::grpc::watch`]).
+    Watch,
 }
 
 /// A backend draining: since when, and what said so.
@@ -80,6 +84,7 @@ impl fmt::Display for Signal {
             Signal::ResponseHeader => write!(f, "a response carried {SIGNAL_HEADER}"),
             Signal::Status(status) => write!(f, "its probe answered {status} (drain_status)"),
             Signal::Operator => f.write_str("the configuration drains it (upstreams[].drain)"),
+            Signal::Watch => f.write_str("it said NOT_SERVING on its Watch"),
         }
     }
 }

@@ -5,7 +5,9 @@
 //! compare-and-swap and each written table goes back in ([`Pool::passive_written`]), probes are
 //! sent and each send goes back in ([`Pool::probe_sent`], [`Pool::probe_refused`]), the probe
 //! table is published, the fleet's calls to etcd are sent and its watch opened or cancelled,
-//! each token or refusal going back in ([`Pool::etcd_sent`], [`Pool::watch_opened`]), the fleet
+//! each token or refusal going back in ([`Pool::etcd_sent`], [`Pool::watch_opened`]), gRPC
+//! backends' health `Watch` streams opened or cancelled likewise
+//! ([`Pool::health_watch_opened`]), the fleet
 //! is shown, the changes among the events are appended to the process-wide history and the
 //! history as written goes back in ([`Pool::history_published`]), and whatever that asked for in
 //! turn is carried out after. The host ([`Host`]) only does each thing: the proxy-wasm adapter
@@ -14,6 +16,7 @@
 use crate::etcd::shown::Shown;
 use crate::etcd::{OpenWatch, Request, ToEtcd};
 use crate::events::{Effects, Event};
+use crate::grpc::watch::WatchCall;
 use crate::history::{self, Change, HistoryTable};
 use crate::pool::{Member, Pick, Pool, Written};
 use crate::tables::{ActiveTable, Applied, PassiveChange, PassiveTable};
@@ -50,6 +53,16 @@ pub trait Host<H> {
     /// Opens etcd's watch as `open` says: the stream's token, whose messages come back through
     /// [`Pool::watch_message`], or the proxy's word for refusing it.
     fn open_watch(&mut self, open: &OpenWatch) -> Result<u32, &'static str>;
+
+    /// Opens the gRPC health `Watch` of `member` (backend `index`), by `config`: the stream's
+    /// token, whose messages come back through [`Pool::health_pushed`], or the proxy's word for
+    /// refusing it.
+    fn open_health_watch(
+        &mut self,
+        config: &Config,
+        index: usize,
+        member: &Member<H>,
+    ) -> Result<u32, &'static str>;
 
     /// Cancels gRPC stream `token`.
     fn cancel_stream(&mut self, token: u32);
@@ -92,6 +105,7 @@ pub fn carry_out<H>(pool: &mut Pool<H>, host: &mut impl Host<H>, effects: Effect
             publish_active,
             etcd,
             show_fleet,
+            health_watches,
         } = effects;
         for event in &events {
             host.report(pool, event);
@@ -124,6 +138,9 @@ pub fn carry_out<H>(pool: &mut Pool<H>, host: &mut impl Host<H>, effects: Effect
         }
         for call in etcd {
             more.extend(carry_out_etcd(pool, host, call, now));
+        }
+        for call in health_watches {
+            more.extend(carry_out_watch(pool, host, call, now));
         }
         if show_fleet {
             if let Some(shown) = pool.fleet_shown() {
@@ -216,6 +233,31 @@ fn carry_out_etcd<H>(
             Err(why) => pool.watch_refused(why, now),
         },
         ToEtcd::Cancel(token) => {
+            host.cancel_stream(token);
+            Effects::default()
+        }
+    }
+}
+
+/// Opens or cancels a gRPC backend's health `Watch` as the pool asked, and hands back what came
+/// of it.
+fn carry_out_watch<H>(
+    pool: &mut Pool<H>,
+    host: &mut impl Host<H>,
+    call: WatchCall,
+    now: Time,
+) -> Effects {
+    match call {
+        WatchCall::Open(index) => {
+            let Some(member) = pool.members().get(index) else {
+                return Effects::default();
+            };
+            match host.open_health_watch(pool.config(), index, member) {
+                Ok(token) => pool.health_watch_opened(index, token, now),
+                Err(why) => pool.health_watch_refused(index, why, now),
+            }
+        }
+        WatchCall::Cancel(token) => {
             host.cancel_stream(token);
             Effects::default()
         }

@@ -9,10 +9,12 @@
 //! may not unwrap, index or panic.
 
 pub mod active;
+pub mod backoff;
 pub mod contexts;
 pub mod drain;
 pub mod etcd;
 pub mod events;
+pub mod grpc;
 pub mod guard;
 pub mod history;
 pub mod host;
@@ -42,7 +44,8 @@ pub use upcheck_config as config;
 pub use config::{duration, status_match};
 
 pub use active::{
-    ActiveHealth, Down, Health, MadeBy, Pages, ProbeAnswer, ProbeOutcome, Transition,
+    ActiveHealth, Down, GrpcProbeAnswer, Health, MadeBy, Pages, ProbeAnswer, ProbeOutcome, Said,
+    Transition,
 };
 pub use config::{Config, ConfigError, Proxy, Role, RoutingMode, StatusPage};
 pub use events::{Effects, Event};

@@ -12,6 +12,7 @@
 //! status, and for a 5xx or no answer at all Envoy's response flags, which tell the proxy's own
 //! failure to reach the backend, and the request it never sent, from the backend's own 5xx.
 
+use crate::grpc::status::Code;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
@@ -34,10 +35,13 @@ pub enum ProxyFailure {
 pub enum RequestOutcome {
     /// The backend answered with this status after this long.
     Answered {
-        /// The backend's own status.
+        /// The backend's own status; for a gRPC call, the one its code is judged as
+        /// ([`crate::grpc::call`]).
         status: u16,
         /// Time from the request to the response headers (zero when not measured).
         latency: Duration,
+        /// A gRPC call's code (`None` for an HTTP request): what the log and the page say.
+        grpc: Option<Code>,
     },
     /// The proxy gave up on the backend.
     Failed(ProxyFailure),
@@ -92,10 +96,36 @@ impl RequestOutcome {
     /// client that went away first.
     pub fn ended(status: Option<u16>, latency: Duration, flags: impl FnOnce() -> u64) -> Self {
         match status {
-            Some(status) if status < 500 => RequestOutcome::Answered { status, latency },
-            Some(status) => RequestOutcome::flagged(flags())
-                .unwrap_or(RequestOutcome::Answered { status, latency }),
+            Some(status) => RequestOutcome::answered(status, latency, None, flags),
             None => RequestOutcome::flagged(flags()).unwrap_or(RequestOutcome::ClientGone),
+        }
+    }
+
+    /// How a gRPC call that ended with `code` went, as [`RequestOutcome::ended`] reads a
+    /// status: the code judged as its HTTP status ([`crate::grpc::call`]). A proxy that could
+    /// not reach the backend answers a gRPC client with a code of its own (`UNAVAILABLE`), so
+    /// the flags are read for the codes judged as a 5xx.
+    pub fn called(code: Code, latency: Duration, flags: impl FnOnce() -> u64) -> Self {
+        RequestOutcome::answered(code.http_status(), latency, Some(code), flags)
+    }
+
+    /// An answer with `status` (a gRPC call's `grpc` code with it), or for a 5xx what the
+    /// proxy's `flags` say happened instead.
+    #[inline(always)]
+    fn answered(
+        status: u16,
+        latency: Duration,
+        grpc: Option<Code>,
+        flags: impl FnOnce() -> u64,
+    ) -> Self {
+        let answered = RequestOutcome::Answered {
+            status,
+            latency,
+            grpc,
+        };
+        match status < 500 {
+            true => answered,
+            false => RequestOutcome::flagged(flags()).unwrap_or(answered),
         }
     }
 
@@ -177,9 +207,9 @@ impl RequestOutcome {
     pub fn failure(self, config: &Passive) -> Option<Failure> {
         let late = |latency: Duration| config.unhealthy_latency.is_some_and(|l| latency >= l);
         let counts = match self {
-            RequestOutcome::Answered { status, latency } => {
-                config.unhealthy_status.contains(status) || late(latency)
-            }
+            RequestOutcome::Answered {
+                status, latency, ..
+            } => config.unhealthy_status.contains(status) || late(latency),
             RequestOutcome::Failed(_) | RequestOutcome::RetriedElsewhere => true,
             RequestOutcome::StillWaiting(waited) => late(waited),
             RequestOutcome::RetriedOnAdvice
@@ -196,8 +226,8 @@ impl RequestOutcome {
     /// (see [`RequestOutcome::judged`]).
     pub fn outlier_failure(self) -> Option<FailureKind> {
         match self {
-            RequestOutcome::Answered { status, .. } if status >= 500 => {
-                Some(FailureKind::Status(status))
+            RequestOutcome::Answered { status, grpc, .. } if status >= 500 => {
+                Some(grpc.map_or(FailureKind::Status(status), FailureKind::Grpc))
             }
             RequestOutcome::Failed(failure) => Some(failure.into()),
             RequestOutcome::RetriedElsewhere | RequestOutcome::RetriedOnAdvice => {
@@ -262,14 +292,20 @@ impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         match self.0 {
             // Latency is measured only when unhealthy_latency is set; zero means not measured.
-            RequestOutcome::Answered { status, latency } if latency.is_zero() => {
-                write!(f, "a request answered {status}")
+            RequestOutcome::Answered {
+                status,
+                latency,
+                grpc,
+            } => {
+                match grpc {
+                    Some(code) => write!(f, "a call answered {code}")?,
+                    None => write!(f, "a request answered {status}")?,
+                }
+                match latency.is_zero() {
+                    true => Ok(()),
+                    false => write!(f, " after {}", duration::display(latency)),
+                }
             }
-            RequestOutcome::Answered { status, latency } => write!(
-                f,
-                "a request answered {status} after {}",
-                duration::display(latency)
-            ),
             RequestOutcome::Failed(ProxyFailure::Refused) => {
                 f.write_str("a request found nothing serving (connection failed)")
             }
@@ -309,6 +345,8 @@ pub enum About {
 pub enum FailureKind {
     /// The backend answered with this 5xx status.
     Status(u16),
+    /// A gRPC call ended with this code, judged as a 5xx ([`crate::grpc::call`]).
+    Grpc(Code),
     /// The connection could not be made.
     ConnectionFailed,
     /// The backend reset the connection or stream.
@@ -326,7 +364,7 @@ impl FailureKind {
     /// saying why may be about the path.
     pub fn about(self) -> About {
         match self {
-            FailureKind::Status(_) => About::Backend,
+            FailureKind::Status(_) | FailureKind::Grpc(_) => About::Backend,
             _ => About::Path,
         }
     }
@@ -346,6 +384,7 @@ impl fmt::Display for FailureKind {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         match self {
             FailureKind::Status(status) => write!(f, "{status}"),
+            FailureKind::Grpc(code) => write!(f, "{code}"),
             FailureKind::ConnectionFailed => f.write_str("connection failed"),
             FailureKind::Reset => f.write_str("reset"),
             FailureKind::Timeout => f.write_str("timeout"),
@@ -367,6 +406,7 @@ mod tests {
         RequestOutcome::Answered {
             status,
             latency: Duration::from_millis(7),
+            grpc: None,
         }
     }
 

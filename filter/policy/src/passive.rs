@@ -217,6 +217,9 @@ struct Pending {
     backend: usize,
     started: Time,
     late: bool,
+    /// Whether its response headers came (a gRPC call, whose outcome waits for its trailers):
+    /// it waits for nothing of the backend's any more.
+    answered: bool,
 }
 
 /// Where a request in flight is kept ([`Outstanding::begin`]); only the pool makes one. Its
@@ -255,6 +258,7 @@ impl Outstanding {
             backend,
             started: now,
             late: false,
+            answered: false,
         });
         let Some(at) = self.free else {
             let at = InFlight::of(self.slots.len())?;
@@ -283,10 +287,20 @@ impl Outstanding {
         Some(ended)
     }
 
-    /// When each request to `backend` still in flight started.
+    /// Request `id`, kept `at`, has its response headers: it no longer waits on its backend, so
+    /// it is neither late nor a stall from now on, though it is tracked until it ends.
+    pub fn answered(&mut self, id: u32, at: InFlight) {
+        if let Some(Slot::Held(p)) = self.slots.get_mut(at.slot()) {
+            if p.id == id {
+                p.answered = true;
+            }
+        }
+    }
+
+    /// When each request to `backend` still waiting on it started.
     pub fn starts(&self, backend: usize) -> Vec<Time> {
         self.pending()
-            .filter(|p| p.backend == backend)
+            .filter(|p| p.backend == backend && !p.answered)
             .map(|p| p.started)
             .collect()
     }
@@ -324,7 +338,7 @@ impl Outstanding {
             Slot::Held(p) => Some(p),
             Slot::Free(_) => None,
         });
-        for p in held.filter(|p| !p.late) {
+        for p in held.filter(|p| !p.late && !p.answered) {
             let waited = now.saturating_sub(p.started);
             if waited >= latency {
                 p.late = true;

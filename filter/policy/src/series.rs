@@ -153,6 +153,23 @@ pub const RETRIES_REFUSED: &str = "retries_refused";
 /// dashboards on it keep working. Deprecated: it goes in a later version.
 pub const POOL_GUARD_DEPRECATED: &str = "fleet_guard";
 
+/// The fleet's gauges, set by the balancer's prober when it shows the fleet (`upcheck.fleet_local`
+/// and so on; per backend `upcheck.<name>.probe_duty`): 1 while fallen back to probing everything
+/// here.
+pub const FLEET_LOCAL: &str = "fleet_local";
+/// How many balancers the last read of the fleet counted.
+pub const FLEET_BALANCERS: &str = "fleet_balancers";
+/// Per backend, 1 on the balancer that probes it.
+pub const PROBE_DUTY: &str = "probe_duty";
+/// 1 while etcd's watch is in place.
+pub const FLEET_WATCH: &str = "fleet_watch";
+/// The store's revision the watch holds.
+pub const FLEET_REVISION: &str = "fleet_revision";
+/// Changes the watch heard.
+pub const FLEET_WATCH_EVENTS: &str = "fleet_watch_events";
+/// Fresh reads of the prefix after the first.
+pub const FLEET_RESYNCS: &str = "fleet_resyncs";
+
 /// The first part of the names of a pool's metrics: `upcheck`, or `upcheck:<pool>` for a
 /// configuration that names its pool (`pool`; a colon, because no backend name or metric follows
 /// `upcheck` with one).

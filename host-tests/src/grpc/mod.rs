@@ -33,11 +33,14 @@
 //! HTTP context that has finished stays open but delivers nothing.
 //!
 //! The process's side of the streams is `streams`'s; each stream's exchange on the wire, on its
-//! own thread, is `wire`'s.
+//! own thread, is `wire`'s. Unary calls (`proxy_grpc_call`) go to scripted upstreams instead, on
+//! the virtual clock, as `call` says.
 
+mod call;
 mod streams;
 mod wire;
 
+pub(crate) use call::answer as call_answer;
 pub(crate) use streams::{Opening, Streams};
 
 use crate::abi::Headers;

@@ -99,6 +99,12 @@ impl Host {
                 token,
                 arrival,
             } => self.deliver_grpc(vm, context, token, arrival),
+            Event::GrpcCallEnd {
+                vm,
+                context,
+                token,
+                arrival,
+            } => self.hand_grpc_arrival(vm, context, token, arrival),
             Event::QueueReady { vm, context, queue } => {
                 self.callback(vm, "proxy_on_queue_ready", context, &[queue as i32])?;
                 self.settle(vm)
@@ -109,6 +115,28 @@ impl Host {
             }
             Event::ClientGivesUp { vm, context } => self.give_up(vm, context),
         }
+    }
+
+    /// Hands `arrival` (a message or a close) of unary gRPC call or stream `token` to `context`,
+    /// unless the context is gone (Envoy cancels the calls and resets the streams of a finished
+    /// one).
+    fn hand_grpc_arrival(
+        &mut self,
+        vm: usize,
+        context: u32,
+        token: u32,
+        arrival: Arrival,
+    ) -> Result<(), HostError> {
+        let state = self.vms[vm].state_mut();
+        if !state.is_root(context) && !state.streams.contains_key(&context) {
+            return Ok(());
+        }
+        let (export, last) = arrival.callback();
+        state.grpc_arrival = Some(arrival);
+        let delivered = self.callback(vm, export, context, &[token as i32, last]);
+        self.vms[vm].state_mut().grpc_arrival = None;
+        delivered?;
+        self.settle(vm)
     }
 
     /// Hands what arrived on gRPC stream `token` to the context that opened it, unless the
@@ -123,16 +151,7 @@ impl Host {
         if !self.process.borrow_mut().grpc.deliver(token, &arrival) {
             return Ok(());
         }
-        let state = self.vms[vm].state_mut();
-        if !state.is_root(context) && !state.streams.contains_key(&context) {
-            return Ok(());
-        }
-        let (export, last) = arrival.callback();
-        state.grpc_arrival = Some(arrival);
-        let delivered = self.callback(vm, export, context, &[token as i32, last]);
-        self.vms[vm].state_mut().grpc_arrival = None;
-        delivered?;
-        self.settle(vm)
+        self.hand_grpc_arrival(vm, context, token, arrival)
     }
 
     /// Puts what the real servers sent since the last look on the agenda, due now: http call

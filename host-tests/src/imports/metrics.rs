@@ -1,5 +1,6 @@
 //! Metrics: counters, gauges and histograms defined per VM by name and kept process-wide, as
-//! Envoy's stats are; NGINX's profile traps on a metric used as the other kind.
+//! Envoy's stats are; NGINX's profile traps on a metric used as the other kind, and on reading one
+//! it does not know (`ngx_proxy_wasm_hfuncs_get_metric`).
 
 use super::{status, trap, Ctx};
 use crate::abi::{MetricKind, Status};
@@ -27,6 +28,10 @@ pub(super) fn add(l: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "env",
         "proxy_get_metric",
         |mut c: Ctx, id: i32, ptr: i32| {
+            if c.data().profile == Profile::Nginx && with_metric(c.data(), id, |_| Ok(())).is_err()
+            {
+                status(trap::<()>(format!("could not retrieve metric id \"{id}\"")))?;
+            }
             status((|| {
                 let value = with_metric(c.data(), id, |metric| match metric.kind {
                     MetricKind::Histogram => Err(Status::BadArgument),

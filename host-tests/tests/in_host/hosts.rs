@@ -16,15 +16,18 @@ const PROFILES: [Profile; 2] = [Profile::Envoy, Profile::Nginx];
 /// The host calls upcheck makes (`filter/src/hostcall.rs`), and all it imports: the module speaks
 /// the ABI itself, so no SDK trait's default links in a call it never makes (ngx_wasm_module
 /// traps in several of those, [`upcheck_host_tests::nginx`]).
-const CALLED: [&str; 21] = [
+const CALLED: [&str; 24] = [
     "proxy_continue_stream",
     "proxy_define_metric",
     "proxy_get_buffer_bytes",
     "proxy_get_current_time_nanoseconds",
     "proxy_get_header_map_pairs",
     "proxy_get_header_map_value",
+    "proxy_get_metric",
     "proxy_get_property",
     "proxy_get_shared_data",
+    "proxy_get_status",
+    "proxy_grpc_call",
     "proxy_grpc_cancel",
     "proxy_grpc_send",
     "proxy_grpc_stream",

@@ -315,7 +315,7 @@ fn local(destination: &str, path: &str) -> RequestSpec {
 }
 
 /// The configurations whose probing lease is held, by fingerprint: the module's lease table
-/// (`upcheck.v6.leases` in shared data) as the module's own decoder reads it.
+/// (`upcheck.v7.leases` in shared data) as the module's own decoder reads it.
 fn leased_configs(host: &Host) -> Vec<u64> {
     let (bytes, _cas) = host
         .shared_data(upcheck_policy::tables::keys::LEASES)

@@ -1,13 +1,16 @@
 //! `upcheck envoy`: the Envoy configuration of a deployment, from a plugin configuration or
-//! Caddy's, with the command line's listeners, module path, etcd and membership.
+//! Caddy's, with the command line's listeners, module path, etcd and membership: written to a
+//! file (`-o`), its backends kept in files `upcheck backends` changes while Envoy runs, unless
+//! `--static`; with `--units`, the systemd units that run it.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use upcheck_cli::deployment::plan;
 use upcheck_cli::envoy::{render, Settings};
-use upcheck_cli::{etcd, membership};
+use upcheck_cli::units::{hidden, Units};
+use upcheck_cli::{etcd, file_membership, membership, output};
 use upcheck_policy::RoutingMode;
 
 use crate::files::{invalid, name, source, write_out};
@@ -61,24 +64,58 @@ pub(crate) struct EnvoyArgs {
     /// IP addresses. Default: none.
     #[arg(long, value_name = "NAME")]
     etcd_sni: Option<String>,
-    /// Write here (replaced atomically) instead of standard output.
+    /// Write here (replaced atomically), with the membership's files in OUT.d/ unless
+    /// --static, instead of standard output (which gets the single-file shape).
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: Option<PathBuf>,
-    /// Let `upcheck backends --config OUT` change the backends while Envoy runs: Envoy reads
-    /// the clusters and both filters' configurations from files in OUT.d/, which that command
-    /// rewrites. Needs -o.
-    #[arg(long, requires = "output")]
+    /// The default with -o, named: `upcheck backends --config OUT` changes the backends while
+    /// Envoy runs. Envoy reads the clusters and both filters' configurations from files in
+    /// OUT.d/, which that command rewrites. Needs -o.
+    #[arg(long, requires = "output", conflicts_with = "static_file")]
     membership: bool,
-    /// With --membership: the networks a backend's address must be in, whoever changes the
-    /// membership (a backend named by a host name is then refused). Default: any address but
-    /// the balancer's own listeners.
+    /// The single-file shape instead: everything in OUT, whose backends change only by writing
+    /// it again and restarting Envoy.
+    #[arg(long = "static", id = "static_file")]
+    static_file: bool,
+    /// The networks a backend's address must be in, whoever changes the membership (a backend
+    /// named by a host name is then refused). Default: any address but the balancer's own
+    /// listeners. Needs -o, and not --static.
     #[arg(
         long,
         value_name = "CIDR[,CIDR…]",
         value_delimiter = ',',
-        requires = "membership"
+        requires = "output",
+        conflicts_with = "static_file"
     )]
     allow: Vec<ipnet::IpNet>,
+    /// Also write systemd units into DIR: upcheck-envoy.service, and upcheck-follow.service
+    /// when OUT follows a fleet's membership (--etcd). Needs -o.
+    #[arg(long, value_name = "DIR", requires = "output")]
+    units: Option<PathBuf>,
+    /// With --units: Envoy's binary on the balancer.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/usr/local/bin/envoy",
+        requires = "units"
+    )]
+    envoy_binary: PathBuf,
+    /// With --units: the `upcheck` binary on the balancer, which the follower runs.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/usr/local/bin/upcheck",
+        requires = "units"
+    )]
+    upcheck_binary: PathBuf,
+    /// With --units: the user (and group) the services run as.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "upcheck",
+        requires = "units"
+    )]
+    unit_user: String,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -104,10 +141,10 @@ pub(crate) fn run(args: EnvoyArgs) -> Result<(), Failure> {
         Routing::Cluster => RoutingMode::Cluster,
     });
     let tls = etcd::TlsFlags {
-        ca: args.etcd_ca,
-        cert: args.etcd_cert,
-        key: args.etcd_key,
-        sni: args.etcd_sni,
+        ca: args.etcd_ca.clone(),
+        cert: args.etcd_cert.clone(),
+        key: args.etcd_key.clone(),
+        sni: args.etcd_sni.clone(),
     }
     .tls(!args.etcd.is_empty())
     .map_err(|e| invalid(path, e))?;
@@ -144,7 +181,15 @@ pub(crate) fn run(args: EnvoyArgs) -> Result<(), Failure> {
         Some(part) => format!("{} ({part})", name(path)),
         None => name(path),
     };
-    if let (true, Some(out)) = (args.membership, args.output.as_ref()) {
+    // Checked before anything is written: a refused option leaves every file as it was.
+    let units = match (&args.units, &args.output) {
+        (Some(dir), Some(out)) => Some((
+            dir.clone(),
+            unit_settings(&args, out, deployment.etcd.is_some())?,
+        )),
+        _ => None,
+    };
+    if let (false, Some(out)) = (args.static_file, args.output.as_ref()) {
         let state = membership::State {
             input: source.document.input(deployment.routing),
             probe_port: source.probe_port,
@@ -157,8 +202,17 @@ pub(crate) fn run(args: EnvoyArgs) -> Result<(), Failure> {
             removed: Default::default(),
             etcd: deployment.etcd.clone(),
             allowed: args.allow,
+            history: Vec::new(),
         };
-        return membership::write(out, &state).map_err(Failure::from);
+        membership::write(out, &state).map_err(Failure::from)?;
+        return units.map_or(Ok(()), |(dir, units)| write_units(&dir, &units));
+    }
+    if args.output.is_none() && !args.static_file {
+        eprintln!(
+            "upcheck: standard output gets the single-file shape, whose backends change only by \
+             writing it again; -o FILE writes one whose backends `upcheck backends` changes while \
+             Envoy runs (--static says the single file on purpose)"
+        );
     }
     let settings = Settings {
         listen: args.listen,
@@ -169,5 +223,58 @@ pub(crate) fn run(args: EnvoyArgs) -> Result<(), Failure> {
         input,
         membership: None,
     };
-    write_out(args.output.as_ref(), &render(&deployment, &settings))
+    write_out(args.output.as_ref(), &render(&deployment, &settings))?;
+    units.map_or(Ok(()), |(dir, units)| write_units(&dir, &units))
+}
+
+/// The units' settings from the command line, for the configuration at `out`; a path the
+/// units cannot use is refused, one a service could not see is warned of.
+fn unit_settings(args: &EnvoyArgs, out: &Path, fleet: bool) -> Result<Units, Failure> {
+    let absolute = |path: &Path| {
+        std::path::absolute(path).map_err(|e| Failure::Input(format!("{}: {e}", path.display())))
+    };
+    let config = absolute(out)?;
+    let wasm = PathBuf::from(&args.wasm);
+    if !wasm.is_absolute() {
+        return Err(Failure::Input(format!(
+            "--wasm {}: the units need the module's absolute path (a service has no working \
+             directory of yours)",
+            args.wasm
+        )));
+    }
+    let membership = if args.static_file {
+        None
+    } else {
+        Some(file_membership::directory(&config).map_err(|e| Failure::Input(e.to_string()))?)
+    };
+    let units = Units {
+        envoy: absolute(&args.envoy_binary)?,
+        upcheck: absolute(&args.upcheck_binary)?,
+        config,
+        wasm,
+        follows: fleet && membership.is_some(),
+        membership,
+        user: args.unit_user.clone(),
+        concurrency: args.concurrency,
+        ports: vec![args.listen.port(), args.admin.port(), args.status.port()],
+    };
+    for path in [&units.envoy, &units.upcheck, &units.config, &units.wasm] {
+        if let Some(why) = hidden(path) {
+            eprintln!(
+                "upcheck: --units: {}: {why}; install it elsewhere",
+                path.display()
+            );
+        }
+    }
+    Ok(units)
+}
+
+/// Writes each unit into `dir`, replaced atomically.
+fn write_units(dir: &Path, units: &Units) -> Result<(), Failure> {
+    for (name, text) in upcheck_cli::units::units(units) {
+        let path = dir.join(name);
+        output::replace(&path, &text)
+            .map_err(|e| Failure::Output(format!("{}: cannot write: {e}", path.display())))?;
+    }
+    Ok(())
 }

@@ -37,8 +37,8 @@ enum Command {
     /// probe clusters, the routes and their retries, the wasm filter with the plugin
     /// configuration, admin on loopback.
     Envoy(envoy::EnvoyArgs),
-    /// Add, drain, remove or list the backends of a running balancer whose configuration `upcheck envoy
-    /// --membership -o FILE` wrote: no restart, no file edited by hand.
+    /// Add, drain, remove or list the backends of a running balancer whose configuration `upcheck
+    /// envoy -o FILE` wrote (without --static): no restart, no file edited by hand.
     Backends(backends::BackendsArgs),
     /// Write a complete, commented NGINX configuration for upcheck, for an NGINX built with
     /// Kong's ngx_wasm_module: the wasm block, one upstream per backend, the routing map and

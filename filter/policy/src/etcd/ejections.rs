@@ -10,10 +10,12 @@
 //! An ejection a balancer has read is never published by it, so one it holds that way stays the
 //! decider's, and a balancer that joins after the decider died still reads it. Two balancers
 //! that decide at about the same time each hold their own end (etcd keeps the later put). An
-//! ejection longer than this configuration's `max_ejection` or beginning in the future is
-//! refused with a log line and ejects nothing; one that is over is left to expire.
+//! ejection longer than this configuration's `max_ejection` or beginning in the future (by this
+//! balancer's clock, the decider's taken to it: [`super::clocks`]) is refused with a log line and
+//! ejects nothing; one that is over is left to expire.
 
-use super::keys::VERSION;
+use super::clocks::{Arrival, Clocks};
+use super::keys::VALUES;
 use super::{gateway, Call, FleetPart, Request};
 use crate::outlier::Standing;
 use crate::tables::{tagged, untagged};
@@ -21,8 +23,8 @@ use crate::time::Time;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// The tag of a value: `u`, `c`, `e` and the key layout's version.
-const TAG: [u8; 4] = [b'u', b'c', b'e', VERSION];
+/// The tag of a value: `u`, `c`, `e` and the values' layout.
+const TAG: [u8; 4] = [b'u', b'c', b'e', VALUES];
 
 /// Room for clocks on a published ejection's length, past `max_ejection`.
 const SLACK: Duration = Duration::from_secs(1);
@@ -30,6 +32,8 @@ const SLACK: Duration = Duration::from_secs(1);
 /// An ejection as the fleet shares it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shared {
+    /// When it was put, by the decider's clock.
+    pub written: Time,
     /// The deciding balancer's lease.
     pub by: i64,
     /// Its standing of the backend, with the ejection in force.
@@ -66,18 +70,22 @@ impl Ejections {
     }
 }
 
-/// Reads the value at `…/ejected/{backend}` as of `now`, ejections lasting `longest` at most:
-/// `None` for an ejection that is over.
+/// Reads the value at `…/ejected/{backend}`, arrived at `now`, its times taken to this clock by
+/// `clocks`, ejections lasting `longest` at most: `None` for an ejection that is over.
 pub(super) fn read(
     kv: &gateway::KeyValue,
     now: Time,
     ahead: Time,
     longest: Option<Duration>,
+    clocks: &mut Clocks,
 ) -> Result<Option<Shared>, String> {
-    let shared: Shared = untagged(TAG, &kv.value).map_err(|e| format!("an ejection {e}"))?;
+    let mut shared: Shared = untagged(TAG, &kv.value).map_err(|e| format!("an ejection {e}"))?;
     if kv.lease == 0 || shared.by == 0 {
         return Err("an ejection without its lease".into());
     }
+    clocks.heard(shared.by, shared.written, now, Arrival::Read);
+    let by = shared.by;
+    shared.standing = shared.standing.retimed(|t| clocks.here(by, t));
     let standing = &shared.standing;
     let (Some((_, until)), Some(since)) = (standing.in_force(now), standing.ejected_since(now))
     else {
@@ -124,6 +132,7 @@ impl FleetPart {
         for (key, standing, lease) in &self.ejections.granted {
             if let (false, Some(until)) = (on_wire(key), end(standing, now)) {
                 let shared = Shared {
+                    written: now,
                     by: me,
                     standing: standing.clone(),
                 };

@@ -21,7 +21,7 @@
 //! balancer's broken path takes the backend out of its own rotation at once, and out of the
 //! fleet's only when another balancer meets it too.
 
-use super::clocks::Clocks;
+use super::clocks::{Arrival, Clocks};
 use super::{gateway, Call, FleetPart, Request};
 use crate::outcome::About;
 use crate::passive::Remembered;
@@ -66,8 +66,8 @@ pub(super) fn written(value: &[u8]) -> Option<Time> {
 pub(super) fn read(
     kv: &gateway::KeyValue,
     name: &str,
-    latest: Time,
-    clocks: &Clocks,
+    (now, latest): (Time, Time),
+    clocks: &mut Clocks,
 ) -> Result<(String, i64, Vec<Remembered>), &'static str> {
     let refused = Err("not failures this version of upcheck wrote under the lease it lives by");
     let text = std::str::from_utf8(&kv.value).unwrap_or_default();
@@ -87,6 +87,9 @@ pub(super) fn read(
     if words.next() != Some(HEAD) || !words.next().is_some_and(stamped) {
         return refused;
     }
+    if let Some(at) = written(&kv.value) {
+        clocks.heard(kv.lease, at, now, Arrival::Read);
+    }
     let mut times = Vec::new();
     for word in words {
         let (number, about) = match word.strip_suffix(PATH) {
@@ -96,9 +99,8 @@ pub(super) fn read(
         let t = number
             .parse::<i64>()
             .map(|n| Duration::from_nanos(n.unsigned_abs()));
-        match t {
+        match t.map(|at| clocks.here(kv.lease, at)) {
             Ok(at) if at <= latest && !word.starts_with('-') && times.len() < MAX as usize => {
-                let at = clocks.here(kv.lease, at);
                 times.push(Remembered { at, about });
             }
             _ => return Err("failures corrupt, too many, or in the future"),

@@ -4,9 +4,9 @@
 //! refused by the proxy (the prefix read on the clock meanwhile), stalled, ended and resumed from
 //! the revision after the last one heard, or read again after a compaction.
 
+use super::clocks::Arrival;
 use super::{
-    due, evidence, gateway, watch, Call, FleetPart, OpenWatch, Request, Watched, READ_AGAIN,
-    READ_EVERY,
+    due, gateway, watch, Call, FleetPart, OpenWatch, Request, Watched, READ_AGAIN, READ_EVERY,
 };
 use crate::level::Level;
 use crate::time::Time;
@@ -201,16 +201,12 @@ impl FleetPart {
                 }
             }
             Ok(watch::Heard::Changes { revision, changes }) => {
-                // A failures value heard as it is put says how far its writer's clock is off.
+                // A value heard as it is put says how far its writer's clock is off.
                 for change in &changes {
                     if let watch::KeyChange::Put(kv) = change {
-                        let failures = matches!(
-                            self.keys.split(&kv.key),
-                            Some((super::keys::FAILURES, Some(_)))
-                        );
-                        if let Some(written) = evidence::written(&kv.value).filter(|_| failures) {
-                            self.evidence.clocks.heard(kv.lease, written, now);
-                        }
+                        self.evidence
+                            .clocks
+                            .heard_value(kv, now, Arrival::Delivered);
                     }
                 }
                 let changed = follow.apply(changes, revision, now);

@@ -7,6 +7,13 @@
 /// The version of the key layout and of the values (the `v1` in every key).
 pub const VERSION: u8 = 1;
 
+/// The layout of the values balancers put (a probe state, an ejection, request counts), in the
+/// last byte of each one's tag: 2 since each begins with when it was written, by its writer's
+/// clock ([`super::clocks`]), 3 since a probe that failed says what a gRPC backend answered
+/// ([`crate::active::Said`]). A value of another layout is refused with a log line, never
+/// misread.
+pub const VALUES: u8 = 3;
+
 /// One key per balancer, by its lease in hex, living by that lease.
 pub const BALANCERS: &str = "balancers";
 /// Per backend, which balancer probes it.

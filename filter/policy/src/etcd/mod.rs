@@ -309,7 +309,7 @@ impl FleetPart {
         if let (Some(lease), true, false) = (self.lease(), self.join.registered, self.local) {
             if self.read.is_some_and(|r| r >= self.started) {
                 self.claim(lease, own, &mut out);
-                self.publish(lease, own, &mut out);
+                self.publish(lease, own, now, &mut out);
             }
         }
         out
@@ -321,5 +321,7 @@ fn due(now: Time, at: Option<Time>, every: Duration) -> bool {
     at.is_none_or(|t| now.saturating_sub(t) >= every)
 }
 
+#[cfg(test)]
+mod skew_tests;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -1,9 +1,11 @@
 //! Probe results published: the holder of a backend's duty puts its probe state under its lease
 //! after each change, and every other balancer takes it in as its own workers take their
 //! prober's. A state read back is trusted only from the lease it lives by, and only with no time
-//! further ahead than one lease TTL.
+//! further ahead than one lease TTL once its times are taken to this balancer's clock
+//! ([`super::clocks`]).
 
-use super::keys::VERSION;
+use super::clocks::{Arrival, Clocks};
+use super::keys::VALUES;
 use super::{gateway, Call, FleetPart, Request};
 use crate::active::ActiveHealth;
 use crate::tables::{tagged, untagged};
@@ -11,10 +13,12 @@ use crate::time::Time;
 use serde::{Deserialize, Serialize};
 
 /// A published probe state, as etcd holds it: postcard behind a four-byte tag (`u`, `c`, `f`,
-/// [`VERSION`]), as the shared-data tables are ([`crate::tables::tagged`]), so a value of another
+/// [`VALUES`]), as the shared-data tables are ([`crate::tables::tagged`]), so a value of another
 /// version is refused, never misread.
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) struct Published {
+    /// When it was put, by the publisher's clock.
+    pub(super) written: Time,
     /// The publisher's lease ID.
     pub(super) by: i64,
     /// The state.
@@ -22,7 +26,7 @@ pub(super) struct Published {
 }
 
 impl Published {
-    pub(super) const TAG: [u8; 4] = [b'u', b'c', b'f', VERSION];
+    pub(super) const TAG: [u8; 4] = [b'u', b'c', b'f', VALUES];
 }
 
 /// What this balancer published of its probe results and read of the others'.
@@ -44,23 +48,31 @@ impl Results {
     }
 }
 
-/// Reads the value at `…/active/{backend}`, its times no later than `ahead`.
-pub(super) fn read(kv: &gateway::KeyValue, ahead: Time) -> Result<ActiveHealth, String> {
+/// Reads the value at `…/active/{backend}`, arrived at `now`, its times taken to this clock by
+/// `clocks` and no later than `ahead` then.
+pub(super) fn read(
+    kv: &gateway::KeyValue,
+    now: Time,
+    ahead: Time,
+    clocks: &mut Clocks,
+) -> Result<ActiveHealth, String> {
     let value: Published =
         untagged(Published::TAG, &kv.value).map_err(|e| format!("a probe state {e}"))?;
     if value.by != kv.lease || kv.lease == 0 {
         return Err("published by another than the lease it lives by".into());
     }
+    clocks.heard(kv.lease, value.written, now, Arrival::Read);
+    let health = value.health.retimed(|t| clocks.here(kv.lease, t));
     let times = [
-        value.health.last.map(|(t, _)| t),
-        Some(value.health.since),
-        value.health.contradicted,
-        value.health.warm_up,
+        health.last.map(|(t, _)| t),
+        Some(health.since),
+        health.contradicted,
+        health.warm_up,
     ];
     if times.into_iter().flatten().any(|t| t > ahead) {
         return Err("its times are in the future".into());
     }
-    Ok(value.health)
+    Ok(health)
 }
 
 impl FleetPart {
@@ -73,6 +85,7 @@ impl FleetPart {
         &self,
         lease: i64,
         own: &[(String, ActiveHealth)],
+        now: Time,
         out: &mut Vec<Request>,
     ) {
         let publish: Vec<(String, ActiveHealth)> = own
@@ -88,7 +101,12 @@ impl FleetPart {
             .cloned()
             .collect();
         for (key, health) in publish {
-            let bytes = tagged(Published::TAG, &Published { by: lease, health });
+            let published = Published {
+                written: now,
+                by: lease,
+                health,
+            };
+            let bytes = tagged(Published::TAG, &published);
             let body = gateway::put(&self.keys.active(&key), &bytes, lease);
             out.push(self.request(Call::Publish(key, health), "/v3/kv/put", body));
         }

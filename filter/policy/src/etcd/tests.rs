@@ -227,6 +227,25 @@ pub(crate) struct Balancer {
     pub(crate) token: u32,
     /// The watch's stream, and the revision the messages sent on it reached.
     pub(crate) stream: Option<(u32, i64)>,
+    /// How far its clock is ahead of etcd's and the others' (behind when negative).
+    pub(crate) skew: Skew,
+}
+
+/// A balancer's clock ahead (`ahead`) or behind the others by `by`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Skew {
+    pub(crate) by: Duration,
+    pub(crate) ahead: bool,
+}
+
+impl Balancer {
+    /// The time on its clock when it is `now` on etcd's.
+    pub(crate) fn clock(&self, now: Time) -> Time {
+        match self.skew.ahead {
+            true => now + self.skew.by,
+            false => now.saturating_sub(self.skew.by),
+        }
+    }
 }
 
 pub(crate) fn settings() -> Settings {
@@ -236,21 +255,21 @@ pub(crate) fn settings() -> Settings {
     }
 }
 
-fn probed(at: Time) -> ActiveHealth {
+pub(crate) fn probed(at: Time) -> ActiveHealth {
     let mut health = ActiveHealth::new(Duration::ZERO);
     health.status = Health::Healthy;
     health.last = Some((at, ProbeOutcome::Pass));
     health
 }
 
-fn keys(m: usize) -> Vec<(String, ActiveHealth)> {
+pub(crate) fn keys(m: usize) -> Vec<(String, ActiveHealth)> {
     (0..m)
         .map(|i| (format!("app{i}@app{i}"), probed(Duration::ZERO)))
         .collect()
 }
 
 /// Runs `balancers` against `etcd` from `from` for `ticks` ticks; every call is answered at once.
-fn run(
+pub(crate) fn run(
     etcd: &mut Etcd,
     balancers: &mut [Balancer],
     own: &[(String, ActiveHealth)],
@@ -263,11 +282,12 @@ fn run(
             let Some(b) = balancers.get_mut(at).filter(|b| b.up) else {
                 continue;
             };
-            for request in b.fleet.tick(now, own) {
+            let clock = b.clock(now);
+            for request in b.fleet.tick(clock, own) {
                 b.token += 1;
                 b.fleet.sent(request.call.clone(), b.token);
                 let (status, body) = etcd.answer(&request, now);
-                assert!(b.fleet.answered(b.token, status, &body, now));
+                assert!(b.fleet.answered(b.token, status, &body, clock));
             }
             b.watch(etcd, now);
             // Every change goes out on every stream as soon as it is made.
@@ -289,6 +309,7 @@ impl Balancer {
             }
             return;
         }
+        let now = self.clock(now);
         let Some(open) = self.fleet.watch_due(now) else {
             return;
         };
@@ -317,13 +338,17 @@ impl Balancer {
         }
         let message = watch::message(&watch::Heard::Changes { revision, changes });
         self.stream = Some((token, revision));
-        if !self.fleet.watch_message(token, &message, now).keep {
+        if !self
+            .fleet
+            .watch_message(token, &message, self.clock(now))
+            .keep
+        {
             self.stream = None;
         }
     }
 }
 
-fn here(b: &Balancer, own: &[(String, ActiveHealth)]) -> Vec<bool> {
+pub(crate) fn here(b: &Balancer, own: &[(String, ActiveHealth)]) -> Vec<bool> {
     own.iter()
         .map(|(k, _)| b.fleet.duty(k) == Duty::Here)
         .collect()
@@ -348,6 +373,7 @@ pub(crate) fn balancers_with(settings: Settings, n: usize, now: Time) -> Vec<Bal
             up: true,
             token: 0,
             stream: None,
+            skew: Skew::default(),
         })
         .collect()
 }
@@ -395,6 +421,7 @@ fn a_balancer_that_starts_late_gets_its_share_from_the_others() {
         up: true,
         token: 0,
         stream: None,
+        skew: Skew::default(),
     });
     run(&mut etcd, &mut fleet, &own, now, 20);
     assert_eq!(probers(&fleet, &own), vec![1; 4]);
@@ -445,6 +472,7 @@ fn a_holders_results_reach_the_others_and_nobody_else_is_trusted_with_them() {
     let forged = tagged(
         Published::TAG,
         &Published {
+            written: now,
             by: 42,
             health: failing,
         },

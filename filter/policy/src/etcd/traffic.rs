@@ -7,23 +7,34 @@
 //! `{prefix}/v1/traffic/{lease}`, living by its lease, at most once a read and only when they
 //! changed. The prober adds the others' to its own when it judges
 //! ([`crate::pool::Pool::fleet_view`]): counts kept in half-windows of absolute time add up
-//! wherever they were made. A value that does not decode, lists more backends than any
-//! configuration or counts no build could have made by now is refused with a log line.
+//! wherever they were made, once taken to this balancer's clock ([`super::clocks`]). A value
+//! that does not decode, lists more backends than any configuration or counts no build could
+//! have made by now is refused with a log line.
 
-use super::keys::VERSION;
+use super::clocks::{Arrival, Clocks};
+use super::keys::VALUES;
 use super::{gateway, Call, FleetPart, Request, READ_EVERY};
 use crate::history::MAX_KEY_LEN;
 use crate::outlier::Traffic;
 use crate::tables::{tagged, untagged};
 use crate::time::Time;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use upcheck_config::MAX_UPSTREAMS;
 
-/// The tag of a value: `u`, `c`, `t` and the key layout's version.
-const TAG: [u8; 4] = [b'u', b'c', b't', VERSION];
+/// The tag of a value: `u`, `c`, `t` and the values' layout.
+const TAG: [u8; 4] = [b'u', b'c', b't', VALUES];
 
 /// Per backend key, its counts.
 pub type Counts = Vec<(String, Traffic)>;
+
+/// A balancer's counts as etcd holds them.
+#[derive(Debug, Serialize, Deserialize)]
+struct Told {
+    /// When they were put, by the balancer's clock.
+    written: Time,
+    counts: Counts,
+}
 
 /// What this balancer published of its counts and read of the others'.
 #[derive(Debug, Clone, Default)]
@@ -36,17 +47,28 @@ pub(super) struct PeerCounts {
     pub(super) window: Option<Duration>,
 }
 
-/// Reads the value at `…/traffic/{lease}` (`name`), counts made by `latest` at the latest.
+/// Reads the value at `…/traffic/{lease}` (`name`), arrived at `now`, counts made by `latest`
+/// at the latest once `clocks` took them to this clock.
 pub(super) fn read(
     kv: &gateway::KeyValue,
     name: &str,
-    latest: Time,
+    (now, latest): (Time, Time),
     window: Option<Duration>,
+    clocks: &mut Clocks,
 ) -> Result<Counts, &'static str> {
     if i64::from_str_radix(name, 16) != Ok(kv.lease) || kv.lease == 0 {
         return Err("counts under another lease than the one they live by");
     }
-    let counts: Counts = untagged(TAG, &kv.value).map_err(|_| "counts upcheck did not write")?;
+    let told: Told = untagged(TAG, &kv.value).map_err(|_| "counts upcheck did not write")?;
+    clocks.heard(kv.lease, told.written, now, Arrival::Read);
+    let counts: Counts = match window {
+        Some(window) => told
+            .counts
+            .into_iter()
+            .map(|(k, t)| (k, t.retimed(|at| clocks.here(kv.lease, at), window)))
+            .collect(),
+        None => told.counts,
+    };
     let plausible = |t: &Traffic| window.is_none_or(|w| t.plausible(latest, w));
     if counts.len() > MAX_UPSTREAMS
         || counts
@@ -118,8 +140,12 @@ impl FleetPart {
         {
             return None;
         }
-        let body = gateway::put(&self.keys.traffic(lease), &tagged(TAG, &own), lease);
-        Some(self.request(Call::Traffic(own), "/v3/kv/put", body))
+        let told = Told {
+            written: now,
+            counts: own,
+        };
+        let body = gateway::put(&self.keys.traffic(lease), &tagged(TAG, &told), lease);
+        Some(self.request(Call::Traffic(told.counts), "/v3/kv/put", body))
     }
 }
 
@@ -142,10 +168,14 @@ mod tests {
         let counts: Counts = (0..10)
             .map(|i| (format!("app{i}@app{i}"), busy.clone()))
             .collect();
-        let bytes = tagged(TAG, &counts).len();
+        let told = Told {
+            written: now,
+            counts,
+        };
+        let bytes = tagged(TAG, &told).len();
         println!("a balancer's counts for 10 busy backends: {bytes} bytes");
         assert!(bytes <= 10 * 110, "{bytes}");
-        let read: Counts = untagged(TAG, &tagged(TAG, &counts)).unwrap();
-        assert_eq!(read, counts);
+        let read: Told = untagged(TAG, &tagged(TAG, &told)).unwrap();
+        assert_eq!((read.written, read.counts), (told.written, told.counts));
     }
 }

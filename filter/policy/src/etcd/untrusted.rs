@@ -54,6 +54,7 @@ impl FleetPart {
         let mut counts = Vec::new();
         let mut ejected = Vec::new();
         let latest = now.saturating_add(self.ttl());
+        let times = (now, latest);
         for kv in kvs {
             if !wanted.has(Kinds::of(&kv.key, &self.keys)) {
                 continue;
@@ -71,21 +72,29 @@ impl FleetPart {
                 keys::DUTY if holder.is_some() && !name.is_empty() => {
                     duties.push((name.to_owned(), kv.lease));
                 }
-                keys::ACTIVE => match publish::read(kv, latest) {
+                keys::ACTIVE => match publish::read(kv, now, latest, &mut self.evidence.clocks) {
                     Ok(health) => results.push((name.to_owned(), kv.lease, health)),
                     Err(why) => {
                         self.refuse(&kv.key, &why);
                         continue;
                     }
                 },
-                keys::FAILURES => match evidence::read(kv, name, latest, &self.evidence.clocks) {
-                    Ok(published) => failures.push(published),
-                    Err(why) => {
-                        self.refuse(&kv.key, why);
-                        continue;
+                keys::FAILURES => {
+                    match evidence::read(kv, name, times, &mut self.evidence.clocks) {
+                        Ok(published) => failures.push(published),
+                        Err(why) => {
+                            self.refuse(&kv.key, why);
+                            continue;
+                        }
                     }
-                },
-                keys::TRAFFIC => match traffic::read(kv, name, latest, self.traffic.window) {
+                }
+                keys::TRAFFIC => match traffic::read(
+                    kv,
+                    name,
+                    times,
+                    self.traffic.window,
+                    &mut self.evidence.clocks,
+                ) {
                     Ok(_) if !members.contains(&kv.lease) => {
                         self.refuse(&kv.key, "counts of no balancer of the fleet");
                         continue;
@@ -96,7 +105,13 @@ impl FleetPart {
                         continue;
                     }
                 },
-                keys::EJECTED => match ejections::read(kv, now, latest, self.ejections.longest) {
+                keys::EJECTED => match ejections::read(
+                    kv,
+                    now,
+                    latest,
+                    self.ejections.longest,
+                    &mut self.evidence.clocks,
+                ) {
                     Ok(Some(shared)) => ejected.push((name.to_owned(), shared)),
                     Ok(None) => {}
                     Err(why) => {

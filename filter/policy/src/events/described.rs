@@ -3,7 +3,7 @@
 //! described here, and its log line's text in its `Display`; the history and the adapter's
 //! metrics read the description, never the event.
 
-use super::{EjectionReason, Event};
+use super::{EjectionReason, Event, WatchNews};
 use crate::history::Kind;
 use crate::level::Level;
 use crate::outlier::Verdict;
@@ -154,7 +154,9 @@ impl Event {
                 ),
                 Counted::Nothing,
             ),
-            Event::Unprobeable { .. } => (Level::Error, None, Counted::Nothing),
+            Event::Unprobeable { .. } | Event::NoHealthService { .. } => {
+                (Level::Error, None, Counted::Nothing)
+            }
             Event::RequestFailed { index, .. } => (
                 Level::Debug,
                 None,
@@ -267,6 +269,16 @@ impl Event {
                 },
             ),
             Event::Fleet(note) => (note.level, None, Counted::Nothing),
+            Event::Watch { news, .. } => {
+                let level = match news {
+                    WatchNews::Pushed(_) | WatchNews::Ended(_) | WatchNews::NotOpened(_) => {
+                        Level::Debug
+                    }
+                    WatchNews::Unimplemented => Level::Info,
+                    WatchNews::Refused(_) => Level::Warn,
+                };
+                (level, None, Counted::Nothing)
+            }
         };
         Described {
             level,

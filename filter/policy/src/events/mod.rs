@@ -12,6 +12,9 @@ mod described;
 use crate::active::{Health, ProbeOutcome, Reason};
 use crate::drain::{Drain, Signal};
 use crate::etcd::{Note, ToEtcd};
+use crate::grpc::health::{self, Serving};
+use crate::grpc::status::Code;
+use crate::grpc::watch::{self, WatchCall};
 use crate::guard::Guard;
 use crate::outcome::Failure;
 use crate::outlier::Verdict;
@@ -107,6 +110,9 @@ pub enum Event {
         to: Health,
         /// The probes that tipped it.
         reason: Reason,
+        /// Whether the last of them was the backend's own word on its health `Watch`
+        /// ([`crate::grpc::watch`]) rather than a probe's answer.
+        pushed: bool,
     },
     /// A probe could not be sent at all: the proxy refused the call (no such cluster). Reported
     /// once per backend; the backend is treated as not serving and retried every interval.
@@ -117,6 +123,15 @@ pub enum Event {
         cluster: String,
         /// What the proxy said.
         why: String,
+    },
+    /// A gRPC backend answered its `Check` with `UNIMPLEMENTED`: it serves no health service, a
+    /// configuration problem, not a failure of the moment. Reported once per backend, until a
+    /// check passes; the backend is treated as not serving.
+    NoHealthService {
+        /// Backend name.
+        name: String,
+        /// The service its checks ask for.
+        service: String,
     },
     /// A request counted against its backend.
     RequestFailed {
@@ -242,6 +257,33 @@ pub enum Event {
     /// What this balancer's part in the fleet of balancers has to say ([`crate::etcd`]): joining,
     /// falling back to probing everything here, a value refused, the watch's life.
     Fleet(Note),
+    /// What a gRPC backend's health `Watch` said or did ([`crate::grpc::watch`]); what it means
+    /// for the backend follows as the events of a probe or a drain.
+    Watch {
+        /// Backend position.
+        index: usize,
+        /// Backend name.
+        name: String,
+        /// What it said or did.
+        news: WatchNews,
+    },
+}
+
+/// What a gRPC backend's health `Watch` said or did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchNews {
+    /// It pushed this serving status.
+    Pushed(Serving),
+    /// It ended with this gRPC status: it is opened again after a backoff, the backend's `Check`
+    /// covering it meanwhile.
+    Ended(Code),
+    /// The backend answered `UNIMPLEMENTED` (no health service, or no `Watch`): said once, and
+    /// again only after a Watch of it worked.
+    Unimplemented,
+    /// It sent something that is no health answer (what is wrong with it): it is opened again.
+    Refused(String),
+    /// The proxy would not open it (what it said): it is tried again after a backoff.
+    NotOpened(String),
 }
 
 impl fmt::Display for Event {
@@ -251,10 +293,30 @@ impl fmt::Display for Event {
             Event::Fleet(note) => f.write_str(&note.text),
             Event::Probed { name, outcome, .. } => write!(f, "{name}: probe {outcome}"),
             Event::State { name, state, .. } => write!(f, "{name} is {}", state.as_str()),
+            Event::HealthChanged {
+                name,
+                to,
+                reason,
+                pushed: true,
+                ..
+            } => {
+                let said = match reason.outcome {
+                    ProbeOutcome::Pass => "said SERVING on its Watch".to_owned(),
+                    other => other.to_string(),
+                };
+                match reason.streak {
+                    1 => write!(f, "{name} {to}: it {said}"),
+                    n => write!(f, "{name} {to}: {n} probes, the last: it {said}"),
+                }
+            }
             Event::HealthChanged { name, to, reason, .. } => write!(f, "{name} {to}: {reason}"),
             Event::Unprobeable { name, cluster, why } => write!(
                 f,
                 "cannot probe {name}: the proxy refused a call to cluster {cluster:?} ({why}); is it defined? Treating {name} as not serving, retrying every interval"
+            ),
+            Event::NoHealthService { name, service } => write!(
+                f,
+                "cannot check {name}: it answered UNIMPLEMENTED, so it serves no gRPC health service (grpc.health.v1.Health, asked for service {service:?}); serve it, or check it by `path`. Treating {name} as not serving"
             ),
             Event::RequestFailed { name, failure, .. } => write!(f, "{name}: {failure}"),
             Event::Retried {
@@ -342,6 +404,7 @@ impl fmt::Display for Event {
             } => {
                 let why = match by {
                     Signal::Operator => "the configuration no longer drains it",
+                    Signal::Watch => "it serves again (its Watch or its Check said SERVING)",
                     _ => "a probe passed without the signal",
                 };
                 write!(
@@ -350,6 +413,29 @@ impl fmt::Display for Event {
                     duration::display(*lasted)
                 )
             }
+            Event::Watch { name, news, .. } => match news {
+                WatchNews::Pushed(serving) => {
+                    write!(f, "{name} said {} on its Watch", serving.name())
+                }
+                WatchNews::Ended(code) => write!(
+                    f,
+                    "{name}: its Watch ended ({code}); opened again after a backoff, its Check covering it meanwhile"
+                ),
+                WatchNews::Unimplemented => write!(
+                    f,
+                    "{name} does not implement {}/{} (it answered UNIMPLEMENTED): its Check covers it on the interval, and the Watch is tried again every {}",
+                    health::SERVICE,
+                    health::WATCH,
+                    duration::display(watch::MAX_WAIT)
+                ),
+                WatchNews::Refused(why) => {
+                    write!(f, "{name}: its Watch sent {why}; opened again")
+                }
+                WatchNews::NotOpened(why) => write!(
+                    f,
+                    "{name}: the proxy would not open its Watch ({why}); tried again after a backoff, its Check covering it meanwhile"
+                ),
+            },
             Event::Guard(Guard::Off) => f.write_str("pool guard released"),
             Event::Guard(guard) => write!(f, "pool guard engaged: {guard}"),
             Event::ProbeContradicted { name, outcome } => write!(
@@ -411,6 +497,9 @@ pub struct Effects {
     /// Whether what the fleet of balancers looks like from here changed, so its gauges and the
     /// status page's record are to be shown again ([`crate::pool::Pool::fleet_shown`]).
     pub show_fleet: bool,
+    /// gRPC backends' health `Watch` streams to open or cancel, in order
+    /// ([`crate::grpc::watch`]); what came of each opening goes back in through the pool.
+    pub health_watches: Vec<WatchCall>,
 }
 
 impl Effects {
@@ -422,6 +511,7 @@ impl Effects {
         self.publish_active |= other.publish_active;
         self.etcd.extend(other.etcd);
         self.show_fleet |= other.show_fleet;
+        self.health_watches.extend(other.health_watches);
     }
 
     /// Whether there is nothing to do.
@@ -432,5 +522,6 @@ impl Effects {
             && !self.publish_active
             && self.etcd.is_empty()
             && !self.show_fleet
+            && self.health_watches.is_empty()
     }
 }

@@ -53,6 +53,19 @@ pub struct Ended {
 }
 
 impl Standing {
+    /// The standing with each of its times taken through `here`: another balancer's clock to
+    /// this one's ([`crate::etcd`]).
+    pub(crate) fn retimed(mut self, here: impl Fn(Time) -> Time) -> Standing {
+        if let Some(e) = &mut self.ejection {
+            e.until = here(e.until);
+        }
+        if let Some(r) = &mut self.readmitted {
+            r.at = here(r.at);
+            r.clean_at = here(r.clean_at);
+        }
+        self
+    }
+
     /// Whether an outlier ejection is in force at `now`.
     pub fn is_ejected(&self, now: Time) -> bool {
         self.ejection.as_ref().is_some_and(|e| now < e.until)

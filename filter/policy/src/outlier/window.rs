@@ -228,6 +228,20 @@ impl Traffic {
         self.half <= half && sane(&self.previous) && sane(&self.current)
     }
 
+    /// The counts, kept in `window`, with their times taken through `here`: another balancer's
+    /// clock to this one's ([`crate::etcd`]). The half-windows move to where the middle of the
+    /// current one falls, so an offset moves the counts by whole half-windows, to the nearest.
+    pub fn retimed(mut self, here: impl Fn(Time) -> Time, window: Duration) -> Traffic {
+        let half = half_window(window);
+        let middle = self.half.saturating_mul(half).saturating_add(half / 2);
+        self.half = half_index(here(Duration::from_nanos(middle)), window);
+        for bucket in [&mut self.previous, &mut self.current] {
+            bucket.last_failure = bucket.last_failure.map(|(at, kind)| (here(at), kind));
+            bucket.last_served = bucket.last_served.map(&here);
+        }
+        self
+    }
+
     /// The counts without the failures that may be about this balancer's path: what another
     /// balancer is told, so that one balancer's broken path does not make the backend fail the
     /// comparison everywhere. Such a request says nothing about the backend, so it is left out

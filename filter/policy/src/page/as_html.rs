@@ -138,6 +138,13 @@ fn html_row<H>(out: &mut String, index: usize, line: &Line<'_>, pool: &Pool<H>, 
         failing_elsewhere(out, &line.failing_elsewhere);
         out.push_str("</span>");
     }
+    if let Some(note) = line.note {
+        let _ = write!(
+            out,
+            "<br><span class=\"change\">last change: {}</span>",
+            escaped(note)
+        );
+    }
     let _ = writeln!(
         out,
         "</td><td class=\"failures\">{} of {}</td></tr>",

@@ -11,10 +11,12 @@ use crate::time::{millis, Time};
 use std::fmt::Write;
 
 /// JSON: `{"backends": [{"name", "routable", "status", "ejected", "failures", "accepting",
-/// "outlier", "overruled", "draining", "warming", "last_probe", "last_probe_ago_ms"}],
+/// "outlier", "overruled", "last_change", "draining", "warming", "last_probe",
+/// "last_probe_ago_ms"}],
 /// "pool_guard": bool, "pool_guard_reason": string}`; `outlier` is `null` or, while an outlier
 /// ejection is in force, `{"verdict", "ends_in_ms"}`; `overruled` is `null` or why its probes do
-/// not decide (they time out while its pages answer, or fail alike with its peers'); `draining` is
+/// not decide (they time out while its pages answer, or fail alike with its peers'); `last_change`
+/// is `null` or the operator's last change to it, who asked and why (`upstreams[].note`); `draining` is
 /// `null` or, while it drains, `{"by", "since_ms"}` (what said so; how long ago); `warming` is
 /// `null` or, while it warms up, `{"percent", "ends_in_ms"}` (its share of its weight, and when it
 /// gets the whole); `probe_duty` is `null` without a fleet, else `"here"`, `"nobody"` (while no
@@ -62,6 +64,12 @@ pub fn json<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
                 let _ = write!(out, ",\"overruled\":{}", quoted(&note));
             }
             None => out.push_str(",\"overruled\":null"),
+        }
+        match l.note {
+            Some(note) => {
+                let _ = write!(out, ",\"last_change\":{}", quoted(note));
+            }
+            None => out.push_str(",\"last_change\":null"),
         }
         match l.drain {
             Some(drain) => {

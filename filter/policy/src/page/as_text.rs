@@ -51,6 +51,9 @@ pub fn text<H>(pool: &Pool<H>, fleet: Option<&Shown>, now: Time) -> String {
             failing_elsewhere(&mut out, &l.failing_elsewhere);
             out.push(' ');
         }
+        if let Some(note) = l.note {
+            let _ = write!(out, "(last change: {note}) ");
+        }
         match l.last_probe {
             Some((at, outcome)) => {
                 let _ = writeln!(out, "last probe {outcome} {} ago", ago(now, at));
@@ -92,7 +95,7 @@ fn text_history<H>(out: &mut String, pool: &Pool<H>, now: Time) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::page::fixtures::pool;
+    use crate::page::fixtures::{noted_pool, pool};
     use std::time::Duration;
 
     #[test]
@@ -104,5 +107,41 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("pool guard: off\n"), "{text}");
+    }
+
+    #[test]
+    fn every_form_shows_who_made_a_backends_last_change_and_why() {
+        let now = Duration::from_secs(1);
+        let said = "drain by alice@ops-1 at 2026-12-06 22:30:01 UTC";
+        let text = text(&noted_pool(), None, now);
+        let line = |name: &str| {
+            text.lines()
+                .find(|l| l.starts_with(name))
+                .unwrap_or_default()
+        };
+        let app2 = line("app-2 ");
+        assert!(
+            app2.contains(&format!(
+                "(last change: {said}: <b>sale</b> & more) last probe"
+            )),
+            "{text}"
+        );
+        assert!(!line("app1 ").is_empty() && !line("app1 ").contains("last change"));
+        let html = crate::page::html(&noted_pool(), None, now);
+        assert!(
+            html.contains(&format!(
+                "<span class=\"change\">last change: {said}: &lt;b&gt;sale&lt;/b&gt; &amp; more</span>"
+            )),
+            "{html}"
+        );
+        let json = crate::page::json(&noted_pool(), None, now);
+        assert!(
+            json.contains(&format!("\"last_change\":\"{said}: <b>sale</b> & more\"")),
+            "{json}"
+        );
+        assert!(
+            json.contains("\"last_change\":null"),
+            "app1 has none: {json}"
+        );
     }
 }

@@ -34,6 +34,14 @@ pub(super) fn pool() -> Pool {
     pool_of(br#"{"upstreams":[{"name":"app1"},{"name":"app-2"}]}"#)
 }
 
+/// [`pool`] with app-2's last change noted as `upcheck backends` writes it, with characters HTML
+/// gives a meaning to.
+pub(super) fn noted_pool() -> Pool {
+    pool_of(
+        br#"{"upstreams":[{"name":"app1"},{"name":"app-2","note":"drain by alice@ops-1 at 2026-12-06 22:30:01 UTC: <b>sale</b> & more"}]}"#,
+    )
+}
+
 /// app-2 fails its first probe and passes at 30 s, warming up over 100 s.
 pub(super) fn warming_pool() -> Pool {
     let mut pool = pool_of(

@@ -18,9 +18,13 @@
 //! Each form is a module of its own (`as_text`, `as_json`, `as_html`), rendered from one model
 //! (`model`: a line per backend, and the words the forms share); why a backend takes traffic or
 //! not, as the HTML page words it, is `why`'s.
+//!
+//! The same listener serves the module's metrics in Prometheus' text format at
+//! [`METRICS_PATH`] (`as_prometheus`), for a host that has no metrics endpoint of its own.
 
 mod as_html;
 mod as_json;
+mod as_prometheus;
 mod as_text;
 #[cfg(test)]
 mod fixtures;
@@ -29,6 +33,7 @@ mod why;
 
 pub use as_html::html;
 pub use as_json::json;
+pub use as_prometheus::{prometheus, Stat, CONTENT_TYPE as METRICS_CONTENT_TYPE, METRICS_PATH};
 pub use as_text::text;
 
 use crate::etcd::shown::Shown;
@@ -87,6 +92,8 @@ impl Form {
 pub enum Answer {
     /// 200 with the page in this form.
     Page(Form),
+    /// 200 with the module's metrics in Prometheus' text format ([`prometheus`]).
+    Metrics,
     /// 403: the connection was not made to a loopback address ([`open_to`]).
     Forbidden,
     /// 404: not one of the page's paths.
@@ -97,7 +104,7 @@ impl Answer {
     /// The status code it is sent with.
     pub fn status(self) -> u32 {
         match self {
-            Answer::Page(_) => 200,
+            Answer::Page(_) | Answer::Metrics => 200,
             Answer::Forbidden => 403,
             Answer::NotFound => 404,
         }
@@ -106,12 +113,13 @@ impl Answer {
     /// The plain-text body of a refusal (`None` for the page, which is rendered).
     pub fn refusal(self, page: &StatusPage) -> Option<String> {
         match self {
-            Answer::Page(_) => None,
+            Answer::Page(_) | Answer::Metrics => None,
             Answer::Forbidden => {
                 Some("upcheck: the status page is open to loopback clients only\n".to_owned())
             }
             Answer::NotFound => Some(format!(
-                "upcheck: this listener serves only the status page: {0}, {0}.json, {0}.html\n",
+                "upcheck: this listener serves only the status page: {0}, {0}.json, {0}.html; and \
+                 the metrics: {METRICS_PATH}\n",
                 page.path
             )),
         }
@@ -120,7 +128,8 @@ impl Answer {
 
 /// What to answer a request for `path` (`:path`, query and fragment included) that arrived at
 /// `local_address` (see [`open_to`]). The address is judged first, so a client the page is closed
-/// to learns nothing, not even its paths.
+/// to learns nothing, not even its paths. The page's own paths come before [`METRICS_PATH`], so a
+/// page moved there stays the page.
 pub fn answer(page: &StatusPage, path: &str, local_address: Option<&str>) -> Answer {
     if !open_to(local_address, page) {
         return Answer::Forbidden;
@@ -130,6 +139,7 @@ pub fn answer(page: &StatusPage, path: &str, local_address: Option<&str>) -> Ans
         Some("") => Answer::Page(Form::Text),
         Some(".json") => Answer::Page(Form::Json),
         Some(".html") => Answer::Page(Form::Html),
+        _ if path == METRICS_PATH => Answer::Metrics,
         _ => Answer::NotFound,
     }
 }
@@ -311,6 +321,29 @@ mod tests {
         };
         assert_eq!(answer(&moved, "/lb.json", local), Answer::Page(Form::Json));
         assert_eq!(answer(&moved, "/upcheck/status", local), Answer::NotFound);
+    }
+
+    #[test]
+    fn the_metrics_have_their_own_path_beside_the_page_wherever_the_page_is() {
+        let page = StatusPage::default();
+        let local = Some("127.0.0.1:9902");
+        for path in ["/upcheck/metrics", "/upcheck/metrics?name[]=x"] {
+            assert_eq!(answer(&page, path, local), Answer::Metrics, "{path}");
+        }
+        assert_eq!(Answer::Metrics.status(), 200);
+        assert_eq!(Answer::Metrics.refusal(&page), None);
+        let moved = StatusPage {
+            path: "/lb".into(),
+            ..page.clone()
+        };
+        assert_eq!(answer(&moved, "/upcheck/metrics", local), Answer::Metrics);
+        assert_eq!(answer(&page, "/upcheck/metrics/", local), Answer::NotFound);
+        assert_eq!(
+            answer(&page, "/upcheck/metrics", Some("10.0.0.1:9902")),
+            Answer::Forbidden
+        );
+        let not_found = Answer::NotFound.refusal(&page).unwrap_or_default();
+        assert!(not_found.contains("/upcheck/metrics"), "{not_found}");
     }
 
     #[test]

@@ -47,6 +47,8 @@ pub(super) struct Line<'a> {
     /// The other balancers that see it failing (within `fail_duration`), with a fleet: each
     /// one's lease, and whether what it sees may be its path.
     pub(super) failing_elsewhere: Vec<(i64, About)>,
+    /// The operator's last change to it, who asked and why (`upstreams[].note`).
+    pub(super) note: Option<&'a str>,
 }
 
 impl Line<'_> {
@@ -110,6 +112,12 @@ pub(super) fn lines<'a, H>(
         failing_elsewhere: fleet.map_or_else(Vec::new, |f| {
             f.failing(&m.key, now.saturating_sub(passive.fail_duration))
         }),
+        note: pool
+            .config()
+            .upstreams
+            .get(i)
+            .filter(|u| u.name == m.name())
+            .and_then(|u| u.note.as_deref()),
     })
 }
 

@@ -49,6 +49,11 @@ impl ColdStart {
     }
 
     /// Takes the held request's probe `token` off the wire, if it is one.
+    /// Whether probe `token` is held here.
+    pub(super) fn holds(&self, token: u32) -> bool {
+        self.held.iter().any(|p| p.token == token)
+    }
+
     pub(super) fn take(&mut self, token: u32) -> Option<SentProbe> {
         let at = self.held.iter().position(|p| p.token == token)?;
         Some(self.held.swap_remove(at))

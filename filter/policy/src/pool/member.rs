@@ -5,6 +5,7 @@
 use super::followed::{EjectionState, Followed, StateSeen};
 use crate::active::ProbeOutcome;
 use crate::drain::Drain;
+use crate::grpc::watch::HealthWatch;
 use crate::guard::Evidence;
 use crate::outlier::Traffic;
 use crate::retry::Advice;
@@ -74,12 +75,17 @@ pub(super) struct ProbeRecord {
     pub(super) slot: ProbeSlot,
     /// Whether a probe the proxy refused to send was reported.
     pub(super) unprobeable: bool,
+    /// Whether a gRPC backend's answer that it serves no health service (`UNIMPLEMENTED`) was
+    /// reported: once, until a check passes.
+    pub(super) no_health_service: bool,
     /// When the newest probe whose answer was taken was sent: an answer to an older one, late
     /// (a slow answer overtaken by a newer probe's), says less and is dropped.
     pub(super) newest: Option<Time>,
     /// What a probe a request held at cold start sent, answered here, holds over the probe
     /// table.
     pub(super) held_over: HeldOver,
+    /// On the prober of a gRPC pool, its health `Watch` ([`crate::grpc::watch`]).
+    pub(super) watch: HealthWatch,
 }
 
 impl ProbeRecord {
@@ -90,8 +96,10 @@ impl ProbeRecord {
             elsewhere: false,
             slot: ProbeSlot::due_at(now),
             unprobeable: false,
+            no_health_service: false,
             newest: None,
             held_over: HeldOver::No,
+            watch: HealthWatch::new(),
         }
     }
 }

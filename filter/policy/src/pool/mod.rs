@@ -7,6 +7,7 @@
 //!   failures expiring; with outlier detection on, this VM's request counts shared in one change
 //!   and every backend in rotation judged against its peers (a stall shows only here);
 //! - [`Pool::probe_sent`], [`Pool::probe_refused`], [`Pool::probe_answered`]: active checks;
+//!   [`Pool::health_pushed`]: what a gRPC backend's health `Watch` pushes (`watching`);
 //! - [`Pool::request_routed`], [`Pool::request_ended`]: real
 //!   requests, including a retried attempt and a client gone. Each outcome is counted in this
 //!   VM's traffic; a failure is also shared at once with this VM's verdict on its backend and the
@@ -67,6 +68,7 @@ mod published;
 mod refresh;
 mod requests;
 mod retries;
+mod watching;
 
 /// Where a request should go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -232,6 +234,9 @@ impl<H> Pool<H> {
         now: Time,
         mut handles: impl FnMut(&Upstream) -> H,
     ) -> Effects {
+        let mut effects = Effects::default();
+        // Watches were opened under the old configuration's lease (and service).
+        self.end_health_watches(&mut effects);
         let mut old: Vec<Option<Member<H>>> = self.members.drain(..).map(Some).collect();
         let mut kept = Vec::with_capacity(config.upstreams.len());
         for upstream in &config.upstreams {
@@ -294,7 +299,6 @@ impl<H> Pool<H> {
         // VMs never write the same backends' probe state at once, and the answers of probes sent
         // under the old lease are left out.
         self.prober = None;
-        let mut effects = Effects::default();
         self.refresh(now, &mut effects);
         effects
     }
@@ -355,14 +359,20 @@ impl<H> Pool<H> {
         self.prober.is_some()
     }
 
-    /// Whether requests are timed (only when `unhealthy_latency` is set: then a request counts
-    /// the moment it is late, and the clock is read for each).
+    /// Whether requests are timed: when `unhealthy_latency` is set (then a request counts the
+    /// moment it is late), and for gRPC backends (a call's latency is to its response headers,
+    /// not to its trailers, which a streaming call sends when it ends). The clock is then read
+    /// for each request.
     pub fn times_requests(&self) -> bool {
-        self.config
-            .health_checks
-            .passive
-            .unhealthy_latency
-            .is_some()
+        let checks = &self.config.health_checks;
+        checks.passive.unhealthy_latency.is_some() || checks.active.grpc.is_some()
+    }
+
+    /// Whether the backends speak gRPC (the active check is gRPC's): a call's outcome is then
+    /// read from `grpc-status` ([`crate::grpc::call`]), its latency to its response headers,
+    /// and it stops counting as waiting once they came ([`Pool::request_answered`]).
+    pub fn speaks_grpc(&self) -> bool {
+        self.config.health_checks.active.grpc.is_some()
     }
 
     /// Whether outliers are detected: then every request is tracked while in flight, started at
@@ -392,7 +402,10 @@ impl<H> Pool<H> {
                 self.layout.changed();
                 self.refresh(now, &mut effects);
             }
-            (LeaseHeld::Elsewhere, true) => self.prober = None,
+            (LeaseHeld::Elsewhere, true) => {
+                self.end_health_watches(&mut effects);
+                self.prober = None;
+            }
             _ => {}
         }
         if lease == LeaseHeld::Elsewhere {
@@ -437,6 +450,7 @@ impl<H> Pool<H> {
         self.plan_retries(now, spent, &mut effects);
         self.warm_up(now);
         self.schedule_probes(now, &mut effects);
+        self.tick_health_watches(now, &mut effects);
         if let Some(prober) = self.prober.as_mut() {
             effects.publish_active |= std::mem::take(&mut prober.unpublished);
         }

@@ -7,11 +7,12 @@ use super::member::HeldOver;
 use super::peers::view;
 use super::{Pool, SentProbe};
 use crate::active::{
-    contains, Health, MadeBy, Pages, ProbeAnswer, ProbeOutcome, Transition, PROXY_REASON_BYTES,
-    SHED,
+    contains, GrpcProbeAnswer, Health, MadeBy, Pages, ProbeAnswer, ProbeOutcome, Transition,
+    PROXY_REASON_BYTES, SHED,
 };
 use crate::drain::Signal;
 use crate::events::{Effects, Event};
+use crate::grpc::status::Code;
 use crate::tables::PassiveChange;
 use crate::time::Time;
 
@@ -75,6 +76,13 @@ impl<H> Pool<H> {
 
     /// Probe `token`, sent by the prober or by a request held at cold start, taken off the
     /// probes awaiting an answer; `None` if it is not one of this VM's.
+    /// Whether probe `token` is on its way (sent by the prober, or held at cold start): what
+    /// tells a gRPC health check's callbacks from the fleet's watch's.
+    pub fn awaits_probe(&self, token: u32) -> bool {
+        let sent = self.prober.as_ref().map(|p| p.sent.as_slice());
+        sent.unwrap_or_default().iter().any(|p| p.token == token) || self.cold_start.holds(token)
+    }
+
     fn take_sent(&mut self, token: u32) -> Option<SentProbe> {
         if let Some(prober) = self.prober.as_mut() {
             if let Some(at) = prober.sent.iter().position(|p| p.token == token) {
@@ -123,12 +131,50 @@ impl<H> Pool<H> {
         self.settle_probe(token, Reply::Answer(answer), now)
     }
 
+    /// gRPC health check `token` ended as `answer` says.
+    pub fn probe_grpc_answered(
+        &mut self,
+        token: u32,
+        answer: GrpcProbeAnswer,
+        now: Time,
+    ) -> Effects {
+        let found = ProbeOutcome::classify_grpc(&answer, &self.config.health_checks.active);
+        let without_service =
+            answer.code == Code::Unimplemented && answer.made_by == MadeBy::Backend;
+        let probed = self
+            .prober
+            .as_ref()
+            .and_then(|p| p.sent.iter().find(|s| s.token == token));
+        let index = probed.and_then(|p| self.index_of_key(&p.key));
+        let mut said = Effects::default();
+        if let Some(m) = index.and_then(|i| self.members.get_mut(i)) {
+            if without_service && !m.probing.no_health_service {
+                said.events.push(Event::NoHealthService {
+                    name: m.name().to_owned(),
+                    service: self
+                        .config
+                        .health_checks
+                        .active
+                        .grpc
+                        .as_ref()
+                        .map(|g| g.service.clone())
+                        .unwrap_or_default(),
+                });
+            }
+            m.probing.no_health_service =
+                without_service || (m.probing.no_health_service && !found.passed());
+        }
+        let mut effects = self.settle_probe(token, Reply::Grpc(found), now);
+        effects.events.splice(0..0, said.events);
+        effects
+    }
+
     /// Probe `token` came back with no answer at all, and the proxy's word for why: `reason` is
     /// ngx_wasm_module's `:dispatch_status` ([`ProbeOutcome::unanswered`]); Envoy gives none,
     /// since it answers a failed call with a 503 or 504 of its own.
     pub fn probe_unanswered(&mut self, token: u32, reason: Option<&str>, now: Time) -> Effects {
         let found = ProbeOutcome::unanswered(reason, &self.config.health_checks.active);
-        self.settle_probe(token, Reply::Nothing(found), now)
+        self.settle_probe(token, Reply::Found(found), now)
     }
 
     fn settle_probe(&mut self, token: u32, reply: Reply, now: Time) -> Effects {
@@ -150,10 +196,11 @@ impl<H> Pool<H> {
                 Signal::of_probe(&answer, active),
                 ProbeOutcome::classify(&answer, active),
             ),
-            Reply::Nothing(found) => (None, found),
+            Reply::Found(found) => (None, found),
+            Reply::Grpc(found) => (self.watch_agrees(index, found), found),
         };
         match drain {
-            Some(by) => self.observe_drain(index, by, probe.sent, now, &mut effects),
+            Some(by) => self.observe_drain(index, by, Some(outcome), probe.sent, now, &mut effects),
             None => {
                 self.observe_probe(index, outcome, probe.sent, now, &mut effects);
                 if outcome.passed() {
@@ -185,6 +232,20 @@ impl<H> Pool<H> {
         index: usize,
         outcome: ProbeOutcome,
         sent: Time,
+        now: Time,
+        effects: &mut Effects,
+    ) {
+        self.observe_word(index, outcome, (sent, Word::Probe), now, effects);
+    }
+
+    /// Takes a backend's word at `now` as a probe's outcome, sent at `sent`: a probe's answer
+    /// (reported as a probe, [`Event::Probed`]) or what its health `Watch` pushed (reported
+    /// by the Watch's own event, so it moves no probe metric).
+    pub(super) fn observe_word(
+        &mut self,
+        index: usize,
+        outcome: ProbeOutcome,
+        (sent, word): (Time, Word),
         now: Time,
         effects: &mut Effects,
     ) {
@@ -221,12 +282,14 @@ impl<H> Pool<H> {
         if !steady {
             self.layout.changed();
         }
-        effects.events.push(Event::Probed {
-            index,
-            name: m.name().to_owned(),
-            outcome,
-            latency: now.saturating_sub(sent),
-        });
+        if word == Word::Probe {
+            effects.events.push(Event::Probed {
+                index,
+                name: m.name().to_owned(),
+                outcome,
+                latency: now.saturating_sub(sent),
+            });
+        }
         if transition == (Transition::Contradicted { first: true }) {
             effects.events.push(Event::ProbeContradicted {
                 name: m.name().to_owned(),
@@ -240,6 +303,7 @@ impl<H> Pool<H> {
                 from,
                 to,
                 reason,
+                pushed: word == Word::Watch,
             });
             effects.publish_active |= probing;
         }
@@ -270,12 +334,14 @@ impl<H> Pool<H> {
         })
     }
 
-    /// Takes a probe sent at `sent` whose answer at `now` said the backend drains (`by`): no
-    /// word on its health either way, and its drain shared unless it drains already.
-    fn observe_drain(
+    /// Takes a word sent at `sent` that said at `now` the backend drains (`by`): no word on its
+    /// health either way, and its drain shared unless it drains already. A probe's answer
+    /// (`probed`) is still its last probe, as the page shows it.
+    pub(super) fn observe_drain(
         &mut self,
         index: usize,
         by: Signal,
+        probed: Option<ProbeOutcome>,
         sent: Time,
         now: Time,
         effects: &mut Effects,
@@ -287,6 +353,9 @@ impl<H> Pool<H> {
             return;
         }
         m.probing.newest = Some(sent);
+        if let Some(outcome) = probed {
+            m.evidence.active.last = Some((now, outcome));
+        }
         if !m.evidence.draining() {
             effects.share.push(PassiveChange::Drain {
                 key: m.key.clone(),
@@ -298,7 +367,7 @@ impl<H> Pool<H> {
 
     /// Ends backend `index`'s drain, if it drains, on a probe sent at `sent` that passed without
     /// the signal (and was taken, not dropped as older than the newest).
-    fn end_drain(&mut self, index: usize, sent: Time, effects: &mut Effects) {
+    pub(super) fn end_drain(&mut self, index: usize, sent: Time, effects: &mut Effects) {
         let Some(m) = self.members.get(index) else {
             return;
         };
@@ -337,8 +406,19 @@ impl<H> Pool<H> {
 enum Reply<'a> {
     /// An answer.
     Answer(ProbeAnswer<'a>),
-    /// No answer at all, and what that says.
-    Nothing(ProbeOutcome),
+    /// No HTTP answer to read (none at all): what it comes to.
+    Found(ProbeOutcome),
+    /// A gRPC health check's end: what it comes to.
+    Grpc(ProbeOutcome),
+}
+
+/// Whose word a backend's probe state takes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Word {
+    /// A probe's answer.
+    Probe,
+    /// What its health `Watch` pushed.
+    Watch,
 }
 
 /// Whether `answer` is the proxy's own 503 for a probe its circuit breaker shed, never sent.

@@ -40,6 +40,15 @@ impl<H> Pool<H> {
         (routed, advice)
     }
 
+    /// Request `id`, sent as `picked`, has its response headers and waits for its trailers to
+    /// say how it went (a gRPC call): it waits on its backend no longer
+    /// ([`crate::passive::Outstanding::answered`]).
+    pub fn request_answered(&mut self, id: u32, picked: Routed) {
+        if let Some(flight) = picked.flight {
+            self.outstanding.answered(id, flight);
+        }
+    }
+
     /// Request `id`, sent to backend `picked`, ended with `outcome`: what to carry out, `None`
     /// where there is nothing (a quiet success, the common case, or a backend no longer
     /// configured), so that such a request makes no effects to hand back and drop. When the proxy
@@ -56,7 +65,13 @@ impl<H> Pool<H> {
         let ended = picked
             .flight
             .and_then(|flight| self.outstanding.end(id, flight));
-        if let (Retried::No, RequestOutcome::Answered { status, latency }) = (retried, outcome) {
+        if let (
+            Retried::No,
+            RequestOutcome::Answered {
+                status, latency, ..
+            },
+        ) = (retried, outcome)
+        {
             if self.settle_quiet(picked, ended, status, latency) {
                 return None;
             }

@@ -9,7 +9,7 @@ use std::fmt;
 
 /// The format version; bump it whenever a table's types change, with the keys in
 /// [`super::keys`].
-pub(super) const VERSION: u8 = 6;
+pub(super) const VERSION: u8 = 7;
 
 /// The kinds of table, each its tag's third byte.
 pub(super) const ACTIVE: u8 = b'a';

@@ -120,14 +120,19 @@ pub struct Applied {
     pub failure: Option<(Failure, Recorded)>,
     /// The outlier ejection it started: why, and until when.
     pub ejection: Option<(Verdict, Ejection)>,
+    /// Whether it started a backend's drain.
+    pub drain_started: bool,
 }
 
 impl Applied {
-    /// Whether the change took its backend out: a failure that filled the window, or an outlier
-    /// ejection. Every other VM must hear of that before its next pick, not at its next tick,
-    /// or a worker that has seen no failure of its own sends the backend one more user.
+    /// Whether the change took its backend out: a failure that filled the window, an outlier
+    /// ejection, or the start of a drain. Every other VM must hear of that before its next pick,
+    /// not at its next tick, or a worker that has seen no failure of its own sends the backend
+    /// one more user (a draining one, a call it would refuse).
     pub fn takes_out(&self) -> bool {
-        matches!(self.failure, Some((_, Recorded::Filled { .. }))) || self.ejection.is_some()
+        matches!(self.failure, Some((_, Recorded::Filled { .. })))
+            || self.ejection.is_some()
+            || self.drain_started
     }
 }
 
@@ -193,6 +198,7 @@ impl PassiveChange {
             }
             PassiveChange::Drain { key, at, by } => {
                 if let Some(health) = entry_mut(table, key) {
+                    applied.drain_started = health.drain.is_none();
                     health.drain.get_or_insert(Drain {
                         since: *at,
                         by: *by,

@@ -20,10 +20,27 @@ fn config() -> Config {
     Config::parse(br#"{"upstreams":[{"name":"a"}]}"#).unwrap_or_else(|e| panic!("{e}"))
 }
 
+fn said() -> impl Strategy<Value = crate::active::Said> {
+    use crate::active::Said;
+    use crate::grpc::health::Serving;
+    use crate::grpc::status::Code;
+    prop_oneof![
+        any::<u16>().prop_map(Said::Status),
+        Just(Said::WithoutBody),
+        (0u32..20).prop_map(|n| Said::Grpc(Code::of(n))),
+        prop_oneof![
+            Just(Serving::Unknown),
+            Just(Serving::NotServing),
+            Just(Serving::ServiceUnknown)
+        ]
+        .prop_map(Said::Health),
+    ]
+}
+
 fn probe_outcome() -> impl Strategy<Value = ProbeOutcome> {
     prop_oneof![
         Just(ProbeOutcome::Pass),
-        any::<Option<u16>>().prop_map(ProbeOutcome::Soft),
+        said().prop_map(ProbeOutcome::Soft),
         (0u64..10_000).prop_map(|ms| ProbeOutcome::Timeout(Duration::from_millis(ms))),
         Just(ProbeOutcome::Refused),
     ]
@@ -79,7 +96,7 @@ proptest! {
                         key: name.clone(),
                         at,
                         contact: refused.map(|r| if r { Contact::Refused } else { Contact::Reached }),
-                        failure: RequestOutcome::Answered { status: 502, latency: Duration::ZERO }
+                        failure: RequestOutcome::Answered { status: 502, latency: Duration::ZERO, grpc: None }
                             .failure(&checks.passive)
                             .filter(|_| failed),
                         outlier: Some(OutlierNews {
@@ -151,7 +168,7 @@ fn a_fleet_record_is_bounded_and_no_other_table_reads_as_one() {
     assert!(decode_fleet(&encode_fleet(&long)).is_err());
     assert!(decode_fleet(&encode_announce(&vec![(String::new(), 1)])).is_err());
     assert!(decode_fleet(&encode_history(&HistoryTable::default())).is_err());
-    assert_eq!(fleet_key("site/pool-1"), "upcheck.v6.fleet.site/pool-1");
+    assert_eq!(fleet_key("site/pool-1"), "upcheck.v7.fleet.site/pool-1");
 }
 
 proptest! {
@@ -240,6 +257,7 @@ fn news(name: &str, at: Duration, checks: &HealthChecks) -> PassiveChange {
         failure: RequestOutcome::Answered {
             status: 502,
             latency: Duration::ZERO,
+            grpc: None,
         }
         .failure(&checks.passive),
         outlier: Some(OutlierNews {

@@ -1014,3 +1014,70 @@ fn the_log_level_is_read_from_the_configuration_and_defaults_to_info() {
         "log_level: expected \"trace\", \"debug\", \"info\", \"warn\", \"error\" or \"off\", got \"verbose\""
     );
 }
+
+#[test]
+fn a_grpc_check_names_its_service_and_is_given_instead_of_a_path() {
+    let parse = |json: String| Config::parse(json.as_bytes()).expect("parses");
+    let named = parse(with_active(r#""grpc": {"service": "shop.Cart"}"#));
+    let grpc = named.health_checks.active.grpc.map(|g| g.service);
+    assert_eq!(grpc.as_deref(), Some("shop.Cart"));
+    let whole = parse(with_active(r#""grpc": {}"#));
+    let grpc = whole.health_checks.active.grpc.map(|g| g.service);
+    assert_eq!(grpc.as_deref(), Some(""), "the server as a whole");
+    let caddy = Config::parse(CADDY.as_bytes()).expect("the Caddy block parses");
+    assert_eq!(
+        caddy.health_checks.active.grpc, None,
+        "HTTP probes by default"
+    );
+    refused(&[
+        (
+            with_active(r#""path": "/up", "grpc": {}"#),
+            "health_checks.active.grpc: give `path` or `grpc`, not both",
+        ),
+        (
+            with_active(r#""grpc": {}, "uri": "/up""#),
+            "health_checks.active.uri: give `uri` or `grpc`, not both",
+        ),
+        (
+            with_active(r#""grpc": {"service": "a b"}"#),
+            "health_checks.active.grpc.service: \"a b\" contains ' ', which no service name has",
+        ),
+        (
+            with_active(r#""grpc": {"name": "x"}"#),
+            "health_checks.active.grpc.name: unknown field `name`, expected `service`",
+        ),
+        (
+            r#"{"proxy":"nginx","upstreams":[{"name":"a:1"}],"health_checks":{"active":{"grpc":{}}}}"#
+                .to_string(),
+            "health_checks.active.grpc: gRPC health checks need Envoy (a gRPC call, which ngx_wasm_module does not make); with \"proxy\": \"nginx\" probe a path instead",
+        ),
+        (
+            with_active(r#""grpc": "shop.Cart""#),
+            "health_checks.active.grpc: expected an object, got the string \"shop.Cart\"",
+        ),
+    ]);
+}
+
+#[test]
+fn an_upstreams_note_is_plain_text_or_refused_naming_the_field() {
+    let c = Config::parse(
+        upstream(r#""note":"drain by alice@ops-1 at 2026-12-06 22:30:01 UTC: sale""#).as_bytes(),
+    )
+    .expect("a plain note parses");
+    assert_eq!(
+        c.upstreams.first().and_then(|u| u.note.as_deref()),
+        Some("drain by alice@ops-1 at 2026-12-06 22:30:01 UTC: sale")
+    );
+    for (note, why) in [
+        (r#""ok\nrevision 9: forged""#, "contains '\\n'"),
+        (r#""\u001b[2J""#, "contains '\\u{1b}'"),
+        (r#""\u202etxt""#, "contains '\\u{202e}'"),
+        (r#""""#, "must not be empty"),
+    ] {
+        let message = error(&upstream(&format!(r#""note":{note}"#)));
+        assert!(
+            message.starts_with("upstreams[0].note") && message.contains(why),
+            "{note}: {message}"
+        );
+    }
+}

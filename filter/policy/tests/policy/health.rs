@@ -211,6 +211,7 @@ fn latency_counts_only_when_unhealthy_latency_is_set_and_reached() {
     let slow = |latency| upcheck_policy::RequestOutcome::Answered {
         status: 200,
         latency,
+        grpc: None,
     };
     assert!(slow(ms(999)).failure(p).is_none());
     assert!(slow(ms(1_000)).failure(p).is_some());

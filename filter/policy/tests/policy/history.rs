@@ -6,13 +6,18 @@ use crate::support;
 use support::*;
 use upcheck_policy::history::{self, Change, HistoryTable, Kind};
 use upcheck_policy::tables::{decode_history, encode_history};
-use upcheck_policy::{page, Event, Health, ProbeOutcome};
+use upcheck_policy::{page, Event, Health, ProbeOutcome, Said};
 
 /// app1 and app2 healthy at 0 s; app2 then answers 502 to its probes at 10 s and passes at
 /// 20 s; at 30 s both fail (the guard engages) and at 40 s both pass again.
 fn given_the_incident(extra: &str) -> Proxy {
     let mut proxy = given_every_backend_passing_at(config(&["app1", "app2"], extra), secs(0));
-    probe(&mut proxy, "app2", ProbeOutcome::Soft(Some(502)), secs(10));
+    probe(
+        &mut proxy,
+        "app2",
+        ProbeOutcome::Soft(Said::Status(502)),
+        secs(10),
+    );
     probe(&mut proxy, "app2", ProbeOutcome::Pass, secs(20));
     probe(&mut proxy, "app1", SOFT_503, secs(30));
     probe(&mut proxy, "app2", SOFT_503, secs(30));
@@ -95,7 +100,12 @@ fn ejections_and_drains_are_changes_and_probes_and_failed_requests_are_not() {
     for at in [1, 2, 3] {
         request(&mut proxy, "app2", answered(502), secs(at));
     }
-    probe(&mut proxy, "app3", ProbeOutcome::Soft(Some(404)), secs(4));
+    probe(
+        &mut proxy,
+        "app3",
+        ProbeOutcome::Soft(Said::Status(404)),
+        secs(4),
+    );
     proxy.tick(secs(14));
     probe(&mut proxy, "app3", ProbeOutcome::Pass, secs(15));
     let after: Vec<(Option<&str>, Kind)> = kinds(proxy.history.get(before..).unwrap_or_default());

@@ -5,7 +5,7 @@ use crate::support;
 use std::time::Duration;
 use support::*;
 use upcheck_policy::tables::ActiveTable;
-use upcheck_policy::{ActiveHealth, Config, Event, Guard, Health, Pick, Pool, ProbeOutcome};
+use upcheck_policy::{ActiveHealth, Config, Event, Guard, Health, Pick, Pool, ProbeOutcome, Said};
 
 /// app1 serving and known healthy; app2 added by a reconfiguration at 30 s.
 fn given_app2_added_at_30s() -> Proxy {
@@ -42,7 +42,12 @@ fn a_backend_added_while_answering_502_is_never_selected() {
         "unknown, so no traffic"
     );
     probe(&mut pool, "app2", SOFT_503, secs(30) + ms(3));
-    probe(&mut pool, "app2", ProbeOutcome::Soft(Some(502)), secs(40));
+    probe(
+        &mut pool,
+        "app2",
+        ProbeOutcome::Soft(Said::Status(502)),
+        secs(40),
+    );
     assert_eq!(picks(&mut pool, 4, secs(41)), ["app1"; 4]);
 }
 
@@ -796,7 +801,7 @@ fn a_slow_probe_answer_overtaken_by_a_newer_probes_failure_is_dropped() {
 #[test]
 fn a_backend_back_with_its_peers_leaves_again_at_its_first_failed_page() {
     let mut pool = given_pages_served_for_a_second(&["app1", "app2"]);
-    let soft_502 = ProbeOutcome::Soft(Some(502));
+    let soft_502 = ProbeOutcome::Soft(Said::Status(502));
     probe(&mut pool, "app1", soft_502, secs(2));
     serve_pages(&mut pool, secs(39), secs(40), &[]);
     probe(&mut pool, "app2", soft_502, secs(40));

@@ -6,7 +6,7 @@ use crate::support;
 
 use support::*;
 use upcheck_policy::tables::{ActiveTable, AnnounceTable};
-use upcheck_policy::{Health, Pool, ProbeOutcome};
+use upcheck_policy::{Health, Pool, ProbeOutcome, Said};
 
 /// A pool over the seed config for `names` at 0 s, holding the probing lease.
 fn given_a_prober_of(names: &[&str]) -> Pool {
@@ -81,7 +81,7 @@ fn a_status_page_pool_shows_what_the_traffic_pool_shares_and_asks_for_nothing() 
     let mut traffic = pool(&names);
     for name in names {
         let outcome = match name {
-            "app2" => ProbeOutcome::Soft(Some(502)),
+            "app2" => ProbeOutcome::Soft(Said::Status(502)),
             _ => ProbeOutcome::Pass,
         };
         traffic.probe(name, outcome, secs(0));

@@ -27,7 +27,7 @@ fn probe_outcome() -> impl Strategy<Value = ProbeOutcome> {
 
 fn request_outcome() -> impl Strategy<Value = RequestOutcome> {
     prop_oneof![
-        3 => (200u16..600, 0u64..3_000).prop_map(|(status, l)| RequestOutcome::Answered { status, latency: ms(l) }),
+        3 => (200u16..600, 0u64..3_000).prop_map(|(status, l)| RequestOutcome::Answered { status, latency: ms(l), grpc: None }),
         1 => Just(REFUSED),
         1 => Just(RequestOutcome::Failed(ProxyFailure::Reset)),
         1 => Just(RequestOutcome::Failed(ProxyFailure::Timeout)),

@@ -19,7 +19,7 @@ use upcheck_policy::host::{self, Dispatch, Host, PassiveWrite};
 use upcheck_policy::tables::{ActiveTable, PassiveChange, PassiveTable};
 use upcheck_policy::{
     Config, Effects, Event, MadeBy, Member, Pick, Pool, ProbeAnswer, ProbeOutcome, ProxyFailure,
-    RequestOutcome, Retried, Routed,
+    RequestOutcome, Retried, Routed, Said,
 };
 
 pub fn ms(n: u64) -> Duration {
@@ -54,6 +54,12 @@ pub struct Proxy {
     pub publications: usize,
     /// The process-wide history of changes, as the pool appended to it.
     pub history: HistoryTable,
+    /// Every gRPC health Watch the pool opened: the backend (by position) and the stream's token.
+    pub watches: Vec<(usize, u32)>,
+    /// Every gRPC stream the pool cancelled, by token.
+    pub cancelled: Vec<u32>,
+    /// What the proxy says in refusing to open a Watch, while it refuses.
+    pub refuse_watches: Option<&'static str>,
     next_token: u32,
     next_request: u32,
 }
@@ -66,6 +72,10 @@ struct Recorder<'a> {
     probes_asked: &'a mut Vec<usize>,
     publications: &'a mut usize,
     history: &'a mut HistoryTable,
+    watches: &'a mut Vec<(usize, u32)>,
+    cancelled: &'a mut Vec<u32>,
+    refuse_watches: Option<&'static str>,
+    next_token: &'a mut u32,
 }
 
 impl Host<()> for Recorder<'_> {
@@ -105,7 +115,24 @@ impl Host<()> for Recorder<'_> {
         Err("no etcd in these tests")
     }
 
-    fn cancel_stream(&mut self, _token: u32) {}
+    fn open_health_watch(
+        &mut self,
+        _config: &Config,
+        index: usize,
+        _member: &Member<()>,
+    ) -> Result<u32, &'static str> {
+        if let Some(why) = self.refuse_watches {
+            return Err(why);
+        }
+        let token = *self.next_token;
+        *self.next_token += 1;
+        self.watches.push((index, token));
+        Ok(token)
+    }
+
+    fn cancel_stream(&mut self, token: u32) {
+        self.cancelled.push(token);
+    }
 
     fn show_fleet(&mut self, _pool: &Pool, _shown: &Shown) {}
 }
@@ -159,6 +186,9 @@ impl Proxy {
             probes_asked: Vec::new(),
             publications: 0,
             history: HistoryTable::new(),
+            watches: Vec::new(),
+            cancelled: Vec::new(),
+            refuse_watches: None,
             next_token: 1,
             next_request: 1,
         };
@@ -175,6 +205,10 @@ impl Proxy {
             probes_asked: &mut self.probes_asked,
             publications: &mut self.publications,
             history: &mut self.history,
+            watches: &mut self.watches,
+            cancelled: &mut self.cancelled,
+            refuse_watches: self.refuse_watches,
+            next_token: &mut self.next_token,
         };
         host::carry_out(&mut self.pool, &mut recorder, effects, now);
     }
@@ -216,8 +250,8 @@ impl Proxy {
         let _ = self.pool.probe_sent(i, token, sent);
         let (status, made_by) = match outcome {
             ProbeOutcome::Pass => (200, MadeBy::Backend),
-            ProbeOutcome::Soft(Some(status)) => (status, MadeBy::Backend),
-            ProbeOutcome::Soft(None) => panic!("set expect_body and answer without it"),
+            ProbeOutcome::Soft(Said::Status(status)) => (status, MadeBy::Backend),
+            ProbeOutcome::Soft(said) => panic!("an HTTP probe answers by its status: {said:?}"),
             ProbeOutcome::Timeout(_) => (504, MadeBy::Proxy),
             ProbeOutcome::Refused => (503, MadeBy::Proxy),
         };
@@ -351,11 +385,12 @@ pub fn answered(status: u16) -> RequestOutcome {
     RequestOutcome::Answered {
         status,
         latency: ms(5),
+        grpc: None,
     }
 }
 
 pub const REFUSED: RequestOutcome = RequestOutcome::Failed(ProxyFailure::Refused);
-pub const SOFT_503: ProbeOutcome = ProbeOutcome::Soft(Some(503));
+pub const SOFT_503: ProbeOutcome = ProbeOutcome::Soft(Said::Status(503));
 pub const TIMEOUT: ProbeOutcome = ProbeOutcome::Timeout(Duration::from_secs(5));
 
 /// Names of the backends `n` picks at `at` go to, in order.

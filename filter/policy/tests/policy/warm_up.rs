@@ -5,7 +5,7 @@ use crate::support;
 
 use std::time::Duration;
 use support::*;
-use upcheck_policy::{Config, Guard, Pick, ProbeOutcome};
+use upcheck_policy::{Config, Guard, Pick, ProbeOutcome, Said};
 
 const BOTH: [&str; 2] = ["a", "b"];
 const THREE: [&str; 3] = ["a", "b", "c"];
@@ -44,7 +44,7 @@ fn given_b_back_at_30s(config: Config) -> Proxy {
     let mut proxy = Proxy::new(config, secs(0));
     proxy.probe("a", ProbeOutcome::Pass, ms(10));
     proxy.probe("b", ProbeOutcome::Pass, ms(20));
-    proxy.probe("b", ProbeOutcome::Soft(Some(503)), secs(20));
+    proxy.probe("b", ProbeOutcome::Soft(Said::Status(503)), secs(20));
     proxy.probe("b", ProbeOutcome::Pass, secs(30));
     proxy
 }
@@ -126,7 +126,7 @@ fn backends_entering_service_together_at_cold_start_do_not_warm_up_against_each_
 #[test]
 fn a_lone_healthy_backend_that_warms_up_gets_every_request() {
     let mut proxy = given_b_back_at_30s(slow_start(r#""100s""#));
-    proxy.probe("a", ProbeOutcome::Soft(Some(503)), secs(31));
+    proxy.probe("a", ProbeOutcome::Soft(Said::Status(503)), secs(31));
     proxy.tick(secs(31));
     assert_eq!(proxy.routable(), ["b"]);
     assert_eq!(picked(&mut proxy, "b", secs(31)), 1.0);
@@ -135,8 +135,8 @@ fn a_lone_healthy_backend_that_warms_up_gets_every_request() {
 #[test]
 fn a_returning_backend_warms_up_beside_one_in_service_though_another_is_down() {
     let mut proxy = given_three_passing_with_a_100s_warm_up();
-    proxy.probe("b", ProbeOutcome::Soft(Some(503)), secs(20));
-    proxy.probe("c", ProbeOutcome::Soft(Some(503)), secs(20));
+    proxy.probe("b", ProbeOutcome::Soft(Said::Status(503)), secs(20));
+    proxy.probe("c", ProbeOutcome::Soft(Said::Status(503)), secs(20));
     proxy.probe("c", ProbeOutcome::Pass, secs(30));
     assert_eq!(proxy.routable(), ["a", "c"]);
     assert_eq!(proxy.members()[2].evidence.active.warm_up, Some(secs(30)));
@@ -147,7 +147,7 @@ fn a_returning_backend_warms_up_beside_one_in_service_though_another_is_down() {
 #[test]
 fn nobody_warms_up_while_the_cap_keeps_a_failing_backend_in_rotation() {
     let mut proxy = given_three_passing_with_a_100s_warm_up();
-    proxy.probe("b", ProbeOutcome::Soft(Some(503)), secs(20));
+    proxy.probe("b", ProbeOutcome::Soft(Said::Status(503)), secs(20));
     proxy.probe("b", ProbeOutcome::Pass, secs(30));
     // a is ejected; c fails as much, but of three one may go.
     for t in 0..3 {
@@ -167,11 +167,11 @@ fn nobody_warms_up_while_the_guard_is_engaged() {
     let four = ["a", "b", "c", "d"];
     let extra = r#""min_healthy_percent":60,"health_checks":{"slow_start":"100s"}"#;
     let mut proxy = given_backends_passing_their_probes(&four, extra);
-    proxy.probe("b", ProbeOutcome::Soft(Some(503)), secs(20));
+    proxy.probe("b", ProbeOutcome::Soft(Said::Status(503)), secs(20));
     proxy.probe("b", ProbeOutcome::Pass, secs(30));
     // Two of four routable is fewer than 60 %: traffic spreads over all four alike.
-    proxy.probe("a", ProbeOutcome::Soft(Some(503)), secs(31));
-    proxy.probe("c", ProbeOutcome::Soft(Some(503)), secs(31));
+    proxy.probe("a", ProbeOutcome::Soft(Said::Status(503)), secs(31));
+    proxy.probe("c", ProbeOutcome::Soft(Said::Status(503)), secs(31));
     proxy.tick(secs(31));
     assert_eq!(proxy.guard(), Guard::Panic);
     assert_eq!(proxy.routable(), four);

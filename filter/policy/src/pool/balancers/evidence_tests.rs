@@ -52,6 +52,7 @@ impl Site {
         let answered = RequestOutcome::Answered {
             status: 502,
             latency: Duration::ZERO,
+            grpc: None,
         };
         self.settle(id, index, answered, now);
     }
@@ -61,6 +62,7 @@ impl Site {
         let served = RequestOutcome::Answered {
             status: 200,
             latency: Duration::from_millis(3),
+            grpc: None,
         };
         for id in ids {
             self.settle(id, index, served, now);
@@ -319,12 +321,13 @@ fn an_ejection_corrupt_of_another_version_or_longer_than_max_ejection_ejects_nob
         (config.ejection, config.max_ejection) = (length, length);
         let _ = standing.eject(verdict.clone(), now, &config);
         crate::etcd::ejections::Shared {
+            written: now,
             by: lease,
             standing,
         }
     };
     let max_ejection = sites[0].pool.config().health_checks.outlier.max_ejection;
-    let tag = [b'u', b'c', b'e', 1];
+    let tag = [b'u', b'c', b'e', crate::etcd::keys::VALUES];
     let values: [(&str, Vec<u8>); 3] = [
         ("upcheck/v1/ejected/app0@app0", b"\xff\x00garbage".to_vec()),
         (
@@ -354,6 +357,7 @@ fn the_prober_judges_each_backend_on_the_requests_every_balancer_counted() {
     let failed = RequestOutcome::Answered {
         status: 500,
         latency: Duration::from_millis(3),
+        grpc: None,
     };
     sites[1].settle(12, 0, failed, now);
     // The process-wide counts are shared with its table at its tick.
@@ -491,6 +495,7 @@ fn traffic_tick(
     let served = RequestOutcome::Answered {
         status: 200,
         latency: Duration::from_millis(3),
+        grpc: None,
     };
     let mut said = Vec::new();
     for (s, site) in sites.iter_mut().enumerate() {
