@@ -90,30 +90,45 @@ enum AtProbe {
     Made(u64),
 }
 
-/// How many requests a second a backend serves, and how many it has taken this second.
+/// How many requests a second a backend serves: a bucket of one second's worth of requests,
+/// refilled at that rate, as an app server's fixed workers and its accept queue take a short burst
+/// and then only their rate. A whole second counted from scratch instead would turn away a burst
+/// that a stalled client or proxy merely delayed across the second's end.
 #[derive(Debug, Default)]
 struct Capacity {
-    /// The most it serves in one second since its start; `None`: no limit.
+    /// The most it serves in a second, and the most it takes at once; `None`: no limit.
     per_second: Option<u32>,
-    /// The second being counted (whole seconds since the backend's start).
-    second: u64,
-    /// Requests taken in that second.
-    taken: u32,
+    /// The requests it could take now, as of `at`.
+    room: f64,
+    /// When `room` was last worked out (since the backend's start).
+    at: Duration,
 }
 
 impl Capacity {
+    /// A capacity of `per_second`, its bucket full at `now`.
+    fn new(per_second: Option<u32>, now: Duration) -> Self {
+        Self {
+            per_second,
+            room: per_second.map_or(0.0, f64::from),
+            at: now,
+        }
+    }
+
     /// Counts one request arriving `elapsed` after the backend started; whether it is served.
     fn admit(&mut self, elapsed: Duration) -> bool {
         let Some(per_second) = self.per_second else {
             return true;
         };
-        let second = elapsed.as_secs();
-        if second != self.second {
-            self.second = second;
-            self.taken = 0;
+        let rate = f64::from(per_second);
+        let refilled = elapsed.saturating_sub(self.at).as_secs_f64() * rate;
+        self.room = (self.room + refilled).min(rate);
+        self.at = self.at.max(elapsed);
+        if self.room >= 1.0 {
+            self.room -= 1.0;
+            true
+        } else {
+            false
         }
-        self.taken = self.taken.saturating_add(1);
-        self.taken <= per_second
     }
 }
 
@@ -234,11 +249,11 @@ impl FakeUpstream {
         }
     }
 
-    /// Serves at most `per_second` requests (probes and pages alike, as they wait in one app
-    /// server's queue) in each second since its start, and answers the rest 503 at once, whatever
-    /// the mode; `None` lifts the limit. No limit unless set.
+    /// Serves `per_second` requests a second (probes and pages alike, as they wait in one app
+    /// server's queue), a burst of up to that many at once, and answers the rest 503 at once,
+    /// whatever the mode; `None` lifts the limit. No limit unless set.
     pub fn set_capacity(&self, per_second: Option<u32>) {
-        self.shared.capacity().per_second = per_second;
+        *self.shared.capacity() = Capacity::new(per_second, self.shared.started.elapsed());
     }
 
     /// How many requests (probes included) were answered 503 for want of capacity so far.
@@ -541,15 +556,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_capacity_serves_so_many_a_second_and_starts_afresh_each_second() {
-        let mut capacity = Capacity {
-            per_second: Some(2),
-            ..Capacity::default()
-        };
-        let served: Vec<bool> = [0, 100, 999, 1000, 1500, 1999, 3000]
+    fn a_capacity_takes_a_burst_of_a_second_s_worth_then_only_its_rate() {
+        let mut capacity = Capacity::new(Some(2), Duration::ZERO);
+        let served: Vec<bool> = [0, 0, 0, 400, 550, 900, 1100, 5000, 5000, 5000]
             .map(|ms| capacity.admit(Duration::from_millis(ms)))
             .into();
-        assert_eq!(served, [true, true, false, true, true, false, true]);
+        assert_eq!(
+            served,
+            [true, true, false, false, true, false, true, true, true, false]
+        );
     }
 
     #[tokio::test]
