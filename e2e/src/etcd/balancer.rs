@@ -2,6 +2,7 @@
 //! writes, and what a test reads from it.
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -10,7 +11,7 @@ use tempfile::TempDir;
 use upcheck_cli::envoy::{render, Settings};
 
 use super::Etcd;
-use crate::envoy::{binary, module};
+use crate::envoy::{binary, module, Turn};
 use crate::envoy_process::{EnvoyProcess, Launch, PORT_ATTEMPTS};
 use crate::ports::free_addr;
 use crate::upstream::{FakeUpstream, NAME_HEADER};
@@ -37,6 +38,9 @@ pub struct Balancer {
     pub status: SocketAddr,
     _dir: TempDir,
     http: reqwest::Client,
+    /// The turn it runs on when it follows no etcd (an etcd holds the turns of its balancers),
+    /// shared by the balancers started together; released once its Envoy is gone.
+    _turn: Option<Arc<Turn>>,
 }
 
 /// Where a balancer runs, as far as the faults of a test are concerned: as if on a machine of its
@@ -79,7 +83,8 @@ pub fn plugin(backends: &[&FakeUpstream], fleet: Option<Value>) -> Value {
 impl Balancer {
     /// Starts an Envoy (one worker) with `plugin`, joined to `etcd` if given, as `upcheck envoy
     /// [--etcd …]` writes it, and waits until it is ready; started again on other ports when one
-    /// was taken meanwhile, up to [`PORT_ATTEMPTS`] times in all.
+    /// was taken meanwhile, up to [`PORT_ATTEMPTS`] times in all. Without `etcd`, it first waits
+    /// for one of the test binary's Envoy turns ([`Turn`]).
     pub async fn start(plugin: &Value, etcd: Option<&Etcd>) -> Result<Balancer> {
         Balancer::start_on(plugin, etcd, &Machine::default()).await
     }
@@ -90,9 +95,41 @@ impl Balancer {
         etcd: Option<&Etcd>,
         machine: &Machine,
     ) -> Result<Balancer> {
+        let turn = match etcd {
+            Some(_) => None,
+            None => Some(Arc::new(Turn::one().await?)),
+        };
+        Balancer::start_with(plugin, etcd, machine, turn).await
+    }
+
+    /// `count` balancers following no etcd, each with `plugin`, started once `count` turns are
+    /// free, taken at once so that two tests each holding some never wait on each other.
+    pub async fn start_many_unjoined(plugin: &Value, count: u32) -> Result<Vec<Balancer>> {
+        let turn = Arc::new(Turn::many(count).await?);
+        let mut balancers = Vec::new();
+        for _ in 0..count {
+            let balancer =
+                Balancer::start_with(plugin, None, &Machine::default(), Some(turn.clone())).await?;
+            balancers.push(balancer);
+        }
+        Ok(balancers)
+    }
+
+    /// A balancer following no etcd, run within the turns `etcd` holds for its fleet: for
+    /// a test comparing a lone balancer with its fleet.
+    pub async fn start_unjoined_within(plugin: &Value, _etcd: &Etcd) -> Result<Balancer> {
+        Balancer::start_with(plugin, None, &Machine::default(), None).await
+    }
+
+    async fn start_with(
+        plugin: &Value,
+        etcd: Option<&Etcd>,
+        machine: &Machine,
+        turn: Option<Arc<Turn>>,
+    ) -> Result<Balancer> {
         let mut attempt = 1;
         loop {
-            match Balancer::start_once(plugin, etcd, machine).await {
+            match Balancer::start_once(plugin, etcd, machine, turn.clone()).await {
                 Err(e)
                     if attempt < PORT_ATTEMPTS
                         && e.to_string().contains("Address already in use") =>
@@ -109,6 +146,7 @@ impl Balancer {
         plugin: &Value,
         etcd: Option<&Etcd>,
         machine: &Machine,
+        turn: Option<Arc<Turn>>,
     ) -> Result<Balancer> {
         let mut source = upcheck_cli::plugin::read(plugin.to_string().as_bytes())
             .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -174,6 +212,7 @@ impl Balancer {
                 .no_proxy()
                 .timeout(Duration::from_secs(5))
                 .build()?,
+            _turn: turn,
         })
     }
 
@@ -195,6 +234,19 @@ impl Balancer {
             .as_ref()
             .map(EnvoyProcess::log)
             .unwrap_or_default()
+    }
+
+    /// Waits until its log says `text` (read every 20 ms, flushed every 100 ms): how long that
+    /// took; an error naming `text` after 10 s.
+    pub async fn until_logged(&self, text: &str) -> Result<Duration> {
+        let started = Instant::now();
+        while !self.log().contains(text) {
+            if started.elapsed() >= Duration::from_secs(10) {
+                bail!("no {text:?} in the log within 10 s");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(started.elapsed())
     }
 
     /// One user request to `/`: whether it was answered 200.

@@ -116,10 +116,7 @@ async fn three_balancers_probe_each_backend_once_per_interval_and_hand_a_dead_ho
 
     // Today: three Envoys, each probing every backend.
     let alone = plugin(&backends, None);
-    let mut today = Vec::new();
-    for _ in 0..3 {
-        today.push(Balancer::start(&alone, None).await?);
-    }
+    let today = Balancer::start_many_unjoined(&alone, 3).await?;
     sleep(2 * INTERVAL).await;
     probes_with_users(
         "without a fleet, 3 balancers",

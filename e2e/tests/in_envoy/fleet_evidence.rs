@@ -139,10 +139,10 @@ async fn behind_two_balancers_sharing_etcd_a_broken_backend_fails_no_more_users_
 
     // Two balancers without the fleet: each must see max_fails failures itself.
     let apart = config(&backends, None);
-    let (c, d) = (
-        Balancer::start(&apart, None).await?,
-        Balancer::start(&apart, None).await?,
-    );
+    let [c, d]: [Balancer; 2] = Balancer::start_many_unjoined(&apart, 2)
+        .await?
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("two balancers"))?;
     until_healthy(&[&c, &d], "app2").await?;
     let (unshared, _) =
         break_mid_traffic(&[&c, &d], &app2, Mode::Status(502), (PER_SECOND, 5)).await?;
@@ -230,10 +230,10 @@ async fn behind_two_balancers_sharing_etcd_a_backend_whose_pages_fail_fails_no_m
     app3.set_mode(Mode::Ok);
 
     let apart = peers_config(&backends, None);
-    let (c, d) = (
-        Balancer::start(&apart, None).await?,
-        Balancer::start(&apart, None).await?,
-    );
+    let [c, d]: [Balancer; 2] = Balancer::start_many_unjoined(&apart, 2)
+        .await?
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("two balancers"))?;
     until_healthy(&[&c, &d], "app3").await?;
     assert_eq!(users(&[&c, &d], PEERS_PER_SECOND, warm).await, 0);
     let (unshared, _) = break_mid_traffic(&[&c, &d], &app3, pages(), pace).await?;
@@ -362,7 +362,7 @@ async fn behind_two_balancers_following_etcd_a_broken_backend_costs_what_it_cost
     let etcd = Etcd::start(1).await?;
     let mut figures = Vec::new();
     for per_second in [20, 200] {
-        let single = Balancer::start(&config(&backends, None), None).await?;
+        let single = Balancer::start_unjoined_within(&config(&backends, None), &etcd).await?;
         until_healthy(&[&single], "app2").await?;
         let (alone, _) =
             break_mid_traffic(&[&single], &app2, Mode::Status(502), (per_second, 3)).await?;
