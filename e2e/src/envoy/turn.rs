@@ -7,7 +7,7 @@ use anyhow::Result;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 /// How many Envoys of one test binary run at once unless `UPCHECK_E2E_ENVOYS` says otherwise.
-pub const ENVOYS_AT_ONCE: u32 = 3;
+pub const ENVOYS_AT_ONCE: u32 = 4;
 
 /// A test's right to run an Envoy now: one of [`ENVOYS_AT_ONCE`], or all of them.
 pub struct Turn {
