@@ -102,17 +102,19 @@ impl Balancer {
         Balancer::start_with(plugin, etcd, machine, turn).await
     }
 
-    /// `count` balancers following no etcd, each with `plugin`, started once `count` turns are
-    /// free, taken at once so that two tests each holding some never wait on each other.
-    pub async fn start_many_unjoined(plugin: &Value, count: u32) -> Result<Vec<Balancer>> {
-        let turn = Arc::new(Turn::many(count).await?);
-        let mut balancers = Vec::new();
-        for _ in 0..count {
+    /// `N` balancers following no etcd, each with `plugin`, started once `N` turns are free,
+    /// taken at once so that two tests each holding some never wait on each other.
+    pub async fn start_many_unjoined<const N: usize>(plugin: &Value) -> Result<[Balancer; N]> {
+        let turn = Arc::new(Turn::many(u32::try_from(N)?).await?);
+        let mut balancers = Vec::with_capacity(N);
+        for _ in 0..N {
             let balancer =
                 Balancer::start_with(plugin, None, &Machine::default(), Some(turn.clone())).await?;
             balancers.push(balancer);
         }
-        Ok(balancers)
+        balancers
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("{N} balancers started"))
     }
 
     /// A balancer following no etcd, run within the turns `etcd` holds for its fleet: for
@@ -242,7 +244,7 @@ impl Balancer {
         let started = Instant::now();
         while !self.log().contains(text) {
             if started.elapsed() >= Duration::from_secs(10) {
-                bail!("no {text:?} in the log within 10 s");
+                bail!("no {text:?} in the log within 10 s: {}", self.log());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

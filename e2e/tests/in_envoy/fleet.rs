@@ -116,7 +116,7 @@ async fn three_balancers_probe_each_backend_once_per_interval_and_hand_a_dead_ho
 
     // Today: three Envoys, each probing every backend.
     let alone = plugin(&backends, None);
-    let today = Balancer::start_many_unjoined(&alone, 3).await?;
+    let today: [Balancer; 3] = Balancer::start_many_unjoined(&alone).await?;
     sleep(2 * INTERVAL).await;
     probes_with_users(
         "without a fleet, 3 balancers",

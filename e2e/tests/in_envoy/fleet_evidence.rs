@@ -110,14 +110,8 @@ async fn sharing(
     }
     // Each follows the prefix with etcd's watch, as `upcheck envoy --etcd` writes it.
     let following = format!("fleet: following {prefix}/ in etcd from revision");
-    while ![&a, &b].iter().all(|x| x.log().contains(&following)) {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "a balancer never watched the prefix: {}{}",
-            a.log(),
-            b.log()
-        );
-        sleep(Duration::from_millis(100)).await;
+    for balancer in [&a, &b] {
+        balancer.until_logged(&following).await?;
     }
     Ok((a, b))
 }
@@ -139,10 +133,7 @@ async fn behind_two_balancers_sharing_etcd_a_broken_backend_fails_no_more_users_
 
     // Two balancers without the fleet: each must see max_fails failures itself.
     let apart = config(&backends, None);
-    let [c, d]: [Balancer; 2] = Balancer::start_many_unjoined(&apart, 2)
-        .await?
-        .try_into()
-        .map_err(|_| anyhow::anyhow!("two balancers"))?;
+    let [c, d] = Balancer::start_many_unjoined(&apart).await?;
     until_healthy(&[&c, &d], "app2").await?;
     let (unshared, _) =
         break_mid_traffic(&[&c, &d], &app2, Mode::Status(502), (PER_SECOND, 5)).await?;
@@ -230,10 +221,7 @@ async fn behind_two_balancers_sharing_etcd_a_backend_whose_pages_fail_fails_no_m
     app3.set_mode(Mode::Ok);
 
     let apart = peers_config(&backends, None);
-    let [c, d]: [Balancer; 2] = Balancer::start_many_unjoined(&apart, 2)
-        .await?
-        .try_into()
-        .map_err(|_| anyhow::anyhow!("two balancers"))?;
+    let [c, d] = Balancer::start_many_unjoined(&apart).await?;
     until_healthy(&[&c, &d], "app3").await?;
     assert_eq!(users(&[&c, &d], PEERS_PER_SECOND, warm).await, 0);
     let (unshared, _) = break_mid_traffic(&[&c, &d], &app3, pages(), pace).await?;
